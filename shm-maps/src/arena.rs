@@ -1,0 +1,201 @@
+//! The data-arena allocator. Only the service allocates (clients ask it over the control
+//! socket), so the allocator is ordinary process-local state; what is shared is the memory.
+//!
+//! First fit over a free list kept sorted by offset, coalescing on free. Each allocation
+//! records its owner so that a dead client's buffers can be reclaimed.
+
+use std::collections::BTreeMap;
+
+/// Who owns an allocation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Owner {
+    /// The service itself (map storage).
+    Service,
+    /// A client slot and the generation it had when it allocated.
+    Client {
+        /// Client slot.
+        slot: u32,
+        /// Generation of the slot.
+        generation: u32,
+    },
+}
+
+/// An arena allocation failure.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ArenaError {
+    /// Not enough contiguous free space.
+    #[error("arena exhausted: {requested} bytes requested, largest free block is {largest}")]
+    Exhausted {
+        /// Bytes asked for.
+        requested: u64,
+        /// Largest free block.
+        largest: u64,
+    },
+    /// Zero bytes, or more than the arena holds.
+    #[error("bad allocation size {0}")]
+    BadSize(u64),
+    /// `free` of an offset that is not an allocation of this owner.
+    #[error("offset {off} is not an allocation owned by {owner:?}")]
+    NotAllocated {
+        /// The offset given.
+        off: u64,
+        /// The owner that asked.
+        owner: Owner,
+    },
+}
+
+/// The allocator state.
+#[derive(Debug)]
+pub struct Arena {
+    size: u64,
+    align: u64,
+    free: BTreeMap<u64, u64>,
+    used: BTreeMap<u64, (u64, Owner)>,
+}
+
+impl Arena {
+    /// An allocator over `[0, size)` with the given alignment.
+    pub fn new(size: u64, align: u64) -> Self {
+        let mut free = BTreeMap::new();
+        if size > 0 {
+            free.insert(0, size);
+        }
+        Arena {
+            size,
+            align: align.max(1),
+            free,
+            used: BTreeMap::new(),
+        }
+    }
+
+    /// Allocates `len` bytes for `owner` and returns the offset.
+    pub fn alloc(&mut self, len: u64, owner: Owner) -> Result<u64, ArenaError> {
+        if len == 0 || len > self.size {
+            return Err(ArenaError::BadSize(len));
+        }
+        let len = len.div_ceil(self.align) * self.align;
+        let Some((&off, &flen)) = self.free.iter().find(|(_, l)| **l >= len) else {
+            return Err(ArenaError::Exhausted {
+                requested: len,
+                largest: self.free.values().copied().max().unwrap_or(0),
+            });
+        };
+        self.free.remove(&off);
+        if flen > len {
+            self.free.insert(off + len, flen - len);
+        }
+        self.used.insert(off, (len, owner));
+        Ok(off)
+    }
+
+    /// Frees an allocation of `owner`.
+    pub fn free(&mut self, off: u64, owner: Owner) -> Result<u64, ArenaError> {
+        match self.used.get(&off) {
+            Some(&(len, o)) if o == owner => {
+                self.used.remove(&off);
+                self.insert_free(off, len);
+                Ok(len)
+            }
+            _ => Err(ArenaError::NotAllocated { off, owner }),
+        }
+    }
+
+    /// Frees everything `pred` selects; returns the bytes reclaimed.
+    pub fn free_where(&mut self, pred: impl Fn(Owner) -> bool) -> u64 {
+        let victims: Vec<(u64, u64)> = self
+            .used
+            .iter()
+            .filter(|(_, (_, o))| pred(*o))
+            .map(|(off, (len, _))| (*off, *len))
+            .collect();
+        let mut total = 0;
+        for (off, len) in victims {
+            self.used.remove(&off);
+            self.insert_free(off, len);
+            total += len;
+        }
+        total
+    }
+
+    /// The owner and length of the allocation containing `[off, off + len)`, if one does.
+    pub fn owner_of(&self, off: u64, len: u64) -> Option<(Owner, u64, u64)> {
+        let (&start, &(alen, owner)) = self.used.range(..=off).next_back()?;
+        (off.checked_add(len)? <= start + alen).then_some((owner, start, alen))
+    }
+
+    /// Bytes in use.
+    pub fn used_bytes(&self) -> u64 {
+        self.used.values().map(|(l, _)| l).sum()
+    }
+
+    /// Arena size.
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+
+    fn insert_free(&mut self, mut off: u64, mut len: u64) {
+        if let Some((&poff, &plen)) = self.free.range(..off).next_back() {
+            if poff + plen == off {
+                self.free.remove(&poff);
+                off = poff;
+                len += plen;
+            }
+        }
+        if let Some(&nlen) = self.free.get(&(off + len)) {
+            self.free.remove(&(off + len));
+            len += nlen;
+        }
+        self.free.insert(off, len);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    const C: Owner = Owner::Client {
+        slot: 1,
+        generation: 1,
+    };
+
+    #[test]
+    fn alloc_free_coalesce() {
+        let mut a = Arena::new(1024, 64);
+        let x = a.alloc(100, C).unwrap();
+        let y = a.alloc(64, Owner::Service).unwrap();
+        assert_eq!((x, y), (0, 128));
+        assert_eq!(a.owner_of(10, 50), Some((C, 0, 128)));
+        assert_eq!(a.owner_of(100, 64), None);
+        assert!(a.free(y, C).is_err());
+        assert_eq!(a.free(x, C).unwrap(), 128);
+        assert_eq!(a.free_where(|o| o == Owner::Service), 64);
+        assert_eq!(a.alloc(1024, C).unwrap(), 0);
+        assert!(matches!(a.alloc(1, C), Err(ArenaError::Exhausted { .. })));
+        assert!(matches!(a.alloc(0, C), Err(ArenaError::BadSize(0))));
+    }
+
+    proptest! {
+        #[test]
+        fn never_overlaps_and_reclaims_everything(ops in proptest::collection::vec((1u64..300, any::<bool>()), 1..200)) {
+            let mut a = Arena::new(8192, 64);
+            let mut live: Vec<(u64, u64)> = Vec::new();
+            for (len, free_one) in ops {
+                if free_one && !live.is_empty() {
+                    let (off, _) = live.remove(len as usize % live.len());
+                    a.free(off, C).unwrap();
+                } else if let Ok(off) = a.alloc(len, C) {
+                    let alen = len.div_ceil(64) * 64;
+                    for &(o, l) in &live {
+                        prop_assert!(off + alen <= o || o + l <= off, "overlap");
+                    }
+                    prop_assert!(off + alen <= 8192);
+                    live.push((off, alen));
+                }
+            }
+            a.free_where(|_| true);
+            prop_assert_eq!(a.used_bytes(), 0);
+            prop_assert_eq!(a.alloc(8192, C).unwrap(), 0);
+        }
+    }
+}

@@ -1,0 +1,1 @@
+//! Maps in shared memory (placeholder; the implementation lands with the shared-map work).

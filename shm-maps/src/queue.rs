@@ -1,0 +1,320 @@
+//! The bounded many-producer, many-consumer job queue (Vyukov's sequence protocol).
+//!
+//! | field            | writer                  | reader              | ordering                      |
+//! |------------------|-------------------------|---------------------|-------------------------------|
+//! | `tail`           | producers (CAS)         | producers           | relaxed; slot `seq` orders    |
+//! | `head`           | consumers (CAS)         | consumers, `len`    | relaxed; slot `seq` orders    |
+//! | `slot.desc`      | the producer owning pos | the consumer of pos | published by `seq`            |
+//! | `slot.seq`       | producer: `pos + 1`     | consumers           | store release / load acquire  |
+//! |                  | consumer: `pos + cap`   | producers           | store release / load acquire  |
+//!
+//! A producer may claim `k` consecutive positions with one CAS when all `k` slots are free
+//! (batching); consumers likewise. `push` hands the job back on `Full`.
+//!
+//! Cross-process use is the same as in-process use: the structures hold no pointers and
+//! every shared word is an atomic in the mapping. The GPU dispatcher follows the same
+//! protocol with `ld.acquire.sys`/`st.release.sys`.
+
+use crate::layout::{JobDesc, QueueHeader, QueueSlot};
+use crate::sync::Ordering;
+
+/// The queue was full; the job comes back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("queue full ({capacity} jobs waiting)")]
+pub struct QueueFull {
+    /// The job that was not queued.
+    pub desc: JobDesc,
+    /// Queue capacity.
+    pub capacity: u64,
+}
+
+/// A view of the queue in a mapped region.
+#[derive(Clone, Copy)]
+pub struct JobQueue<'a> {
+    hdr: &'a QueueHeader,
+    slots: &'a [QueueSlot],
+    mask: u64,
+}
+
+impl<'a> JobQueue<'a> {
+    /// Wraps a header and its slots. `slots.len()` must be a power of two.
+    pub fn new(hdr: &'a QueueHeader, slots: &'a [QueueSlot]) -> Self {
+        assert!(
+            slots.len().is_power_of_two(),
+            "queue capacity must be a power of two"
+        );
+        JobQueue {
+            hdr,
+            slots,
+            mask: slots.len() as u64 - 1,
+        }
+    }
+
+    /// Initializes the slot sequence numbers of a fresh queue (before anyone else sees it).
+    pub fn init(&self) {
+        self.hdr.head.store(0, Ordering::Relaxed);
+        self.hdr.tail.store(0, Ordering::Relaxed);
+        for (i, s) in self.slots.iter().enumerate() {
+            s.seq.store(i as u64, Ordering::Relaxed);
+        }
+        // ORDERING: pairs with the acquire loads of `seq` by the first producers and
+        // consumers, which may run in other processes once the region is marked ready.
+        crate::sync::fence(Ordering::Release);
+    }
+
+    /// Capacity in jobs.
+    pub fn capacity(&self) -> u64 {
+        self.mask + 1
+    }
+
+    /// Jobs waiting (approximate while others run).
+    pub fn len(&self) -> u64 {
+        let tail = self.hdr.tail.load(Ordering::Relaxed);
+        let head = self.hdr.head.load(Ordering::Relaxed);
+        tail.saturating_sub(head)
+    }
+
+    /// Whether no job is waiting (approximate while others run).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn slot(&self, pos: u64) -> &QueueSlot {
+        &self.slots[(pos & self.mask) as usize]
+    }
+
+    /// Queues one job, or returns it when the queue is full.
+    pub fn push(&self, desc: JobDesc) -> Result<(), QueueFull> {
+        if self.push_batch(std::slice::from_ref(&desc)) == 1 {
+            Ok(())
+        } else {
+            Err(QueueFull {
+                desc,
+                capacity: self.capacity(),
+            })
+        }
+    }
+
+    /// Queues as many of `descs` as fit, in order, claiming them with as few CASes as
+    /// possible. Returns how many were queued.
+    pub fn push_batch(&self, descs: &[JobDesc]) -> usize {
+        let mut done = 0;
+        while done < descs.len() {
+            let pos = self.hdr.tail.load(Ordering::Relaxed);
+            // How many consecutive slots from `pos` are free for this lap?
+            let want = (descs.len() - done) as u64;
+            let mut free = 0;
+            while free < want.min(self.capacity()) {
+                // ORDERING: acquire pairs with the consumer's release store of
+                // `pos + capacity`, so its read of the old descriptor is finished.
+                let seq = self.slot(pos + free).seq.load(Ordering::Acquire);
+                if seq != pos + free {
+                    break;
+                }
+                free += 1;
+            }
+            if free == 0 {
+                let seq = self.slot(pos).seq.load(Ordering::Acquire);
+                if seq < pos {
+                    return done; // full: the slot still holds the job of the previous lap
+                }
+                crate::sync::spin(); // another producer moved tail; retry
+                continue;
+            }
+            if self
+                .hdr
+                .tail
+                .compare_exchange_weak(pos, pos + free, Ordering::Relaxed, Ordering::Relaxed)
+                .is_err()
+            {
+                crate::sync::spin();
+                continue;
+            }
+            for i in 0..free {
+                let slot = self.slot(pos + i);
+                let d = descs[done + i as usize];
+                // SAFETY: the CAS on `tail` gave this producer exclusive ownership of the slot
+                // at `pos + i` until it publishes `seq = pos + i + 1`; no consumer reads the
+                // descriptor before that, and the previous consumer released it (acquire above).
+                unsafe { std::ptr::write_volatile(std::ptr::addr_of!(slot.desc).cast_mut(), d) };
+                // ORDERING: release publishes the descriptor; pairs with the consumer's
+                // acquire load of `seq` in `pop_batch`.
+                slot.seq.store(pos + i + 1, Ordering::Release);
+            }
+            done += free as usize;
+        }
+        done
+    }
+
+    /// Takes one job, if any is ready.
+    pub fn pop(&self) -> Option<JobDesc> {
+        let mut out = [JobDesc::default()];
+        (self.pop_batch(&mut out) == 1).then_some(out[0])
+    }
+
+    /// Takes up to `out.len()` consecutive ready jobs with one CAS. Returns how many.
+    pub fn pop_batch(&self, out: &mut [JobDesc]) -> usize {
+        loop {
+            let pos = self.hdr.head.load(Ordering::Relaxed);
+            let mut ready = 0;
+            while (ready as usize) < out.len() {
+                // ORDERING: acquire pairs with the producer's release store of `pos + 1`.
+                let seq = self.slot(pos + ready).seq.load(Ordering::Acquire);
+                if seq != pos + ready + 1 {
+                    break;
+                }
+                ready += 1;
+            }
+            if ready == 0 {
+                let seq = self.slot(pos).seq.load(Ordering::Acquire);
+                if seq <= pos {
+                    return 0; // empty, or the producer of `pos` has not published yet
+                }
+                crate::sync::spin(); // another consumer took `pos`; retry
+                continue;
+            }
+            if self
+                .hdr
+                .head
+                .compare_exchange_weak(pos, pos + ready, Ordering::Relaxed, Ordering::Relaxed)
+                .is_err()
+            {
+                crate::sync::spin();
+                continue;
+            }
+            for i in 0..ready {
+                let slot = self.slot(pos + i);
+                // SAFETY: the CAS on `head` gave this consumer exclusive ownership of the
+                // published slot until it stores `pos + i + capacity`.
+                out[i as usize] = unsafe { std::ptr::read_volatile(std::ptr::addr_of!(slot.desc)) };
+                // ORDERING: release hands the slot back; pairs with the producer's acquire
+                // load in `push_batch` one lap later.
+                slot.seq.store(pos + i + self.capacity(), Ordering::Release);
+            }
+            return ready as usize;
+        }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    struct Owned {
+        hdr: Box<QueueHeader>,
+        slots: Vec<QueueSlot>,
+    }
+
+    fn owned(cap: usize) -> Owned {
+        // SAFETY: both types are plain atomics and integers, valid when zeroed.
+        let hdr: Box<QueueHeader> = unsafe { Box::new(std::mem::zeroed()) };
+        let slots = (0..cap)
+            // SAFETY: as above.
+            .map(|_| unsafe { std::mem::zeroed::<QueueSlot>() })
+            .collect();
+        let o = Owned { hdr, slots };
+        JobQueue::new(&o.hdr, &o.slots).init();
+        o
+    }
+
+    fn job(i: u64) -> JobDesc {
+        JobDesc {
+            n: i,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn fifo_full_and_empty() {
+        let o = owned(4);
+        let q = JobQueue::new(&o.hdr, &o.slots);
+        assert!(q.pop().is_none());
+        for i in 0..4 {
+            q.push(job(i)).unwrap();
+        }
+        let e = q.push(job(9)).unwrap_err();
+        assert_eq!(e.desc.n, 9);
+        assert_eq!(q.len(), 4);
+        for i in 0..4 {
+            assert_eq!(q.pop().unwrap().n, i);
+        }
+        assert!(q.pop().is_none());
+        // Wraps around.
+        for lap in 0..10 {
+            q.push(job(lap)).unwrap();
+            assert_eq!(q.pop().unwrap().n, lap);
+        }
+    }
+
+    #[test]
+    fn batches_are_partial_when_nearly_full() {
+        let o = owned(8);
+        let q = JobQueue::new(&o.hdr, &o.slots);
+        let jobs: Vec<_> = (0..12).map(job).collect();
+        assert_eq!(q.push_batch(&jobs), 8);
+        let mut out = [JobDesc::default(); 5];
+        assert_eq!(q.pop_batch(&mut out), 5);
+        assert_eq!(
+            out.iter().map(|d| d.n).collect::<Vec<_>>(),
+            vec![0, 1, 2, 3, 4]
+        );
+        assert_eq!(q.push_batch(&jobs[8..]), 4);
+        let mut rest = [JobDesc::default(); 16];
+        assert_eq!(q.pop_batch(&mut rest), 7);
+        assert_eq!(
+            rest[..7].iter().map(|d| d.n).collect::<Vec<_>>(),
+            vec![5, 6, 7, 8, 9, 10, 11]
+        );
+    }
+
+    #[test]
+    fn threads_deliver_every_job_exactly_once() {
+        let o = Arc::new(owned(64));
+        const PER: u64 = 20_000;
+        const PRODUCERS: u64 = 3;
+        let mut hs = Vec::new();
+        for p in 0..PRODUCERS {
+            let o = o.clone();
+            hs.push(std::thread::spawn(move || {
+                let q = JobQueue::new(&o.hdr, &o.slots);
+                let mut i = 0;
+                while i < PER {
+                    let batch: Vec<_> = (i..(i + 3).min(PER)).map(|k| job(p * PER + k)).collect();
+                    let n = q.push_batch(&batch);
+                    i += n as u64;
+                    if n == 0 {
+                        std::thread::yield_now();
+                    }
+                }
+            }));
+        }
+        let taken = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let mut cs = Vec::new();
+        for _ in 0..2 {
+            let o = o.clone();
+            let taken = taken.clone();
+            cs.push(std::thread::spawn(move || {
+                let q = JobQueue::new(&o.hdr, &o.slots);
+                let mut seen = Vec::new();
+                let mut buf = [JobDesc::default(); 4];
+                while taken.load(std::sync::atomic::Ordering::Relaxed) < PER * PRODUCERS {
+                    let n = q.pop_batch(&mut buf);
+                    if n == 0 {
+                        std::thread::yield_now();
+                    } else {
+                        taken.fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
+                        seen.extend(buf[..n].iter().map(|d| d.n));
+                    }
+                }
+                seen
+            }));
+        }
+        for h in hs {
+            h.join().unwrap();
+        }
+        let mut all: Vec<u64> = cs.into_iter().flat_map(|c| c.join().unwrap()).collect();
+        all.sort_unstable();
+        assert_eq!(all, (0..PER * PRODUCERS).collect::<Vec<_>>());
+    }
+}

@@ -1,0 +1,619 @@
+//! Creating, opening and viewing the named region in `/dev/shm`.
+//!
+//! The service creates the region (`O_CREAT | O_EXCL`, mode 0600 unless told otherwise),
+//! lays it out from a [`RegionConfig`], and marks it ready. Clients open it by name and check
+//! the magic, the layout version and the header size before touching anything else.
+//!
+//! A region whose service is gone (its pid is not running, or runs another program since
+//! the start time differs) is *stale*: [`ShmRegion::create`] refuses it with
+//! [`RegionError::Stale`] unless asked to recover, and refuses a region whose service is
+//! alive with [`RegionError::AlreadyRunning`].
+
+use crate::layout::{
+    self, ClientSlot, Completion, HEADER_SIZE, JobDesc, LAYOUT_VERSION, MAGIC, MapEntry, Message,
+    QueueHeader, QueueSlot, RegionHeader,
+};
+use crate::queue::JobQueue;
+use crate::sync::Ordering;
+use memmap2::MmapMut;
+use rustix::fs::Mode;
+use rustix::shm;
+use std::fs::File;
+use std::ptr::NonNull;
+
+/// Sizes of the parts of a region.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RegionConfig {
+    /// Queue slots (rounded up to a power of two).
+    pub queue_capacity: u32,
+    /// Client slots.
+    pub max_clients: u32,
+    /// Completion slots per client: its maximum number of jobs in flight.
+    pub completions_per_client: u32,
+    /// Error-message slots.
+    pub message_slots: u32,
+    /// Map directory entries.
+    pub max_maps: u32,
+    /// Largest record count per job.
+    pub max_records: u32,
+    /// Data arena bytes.
+    pub arena_size: u64,
+}
+
+impl Default for RegionConfig {
+    fn default() -> Self {
+        RegionConfig {
+            queue_capacity: 4096,
+            max_clients: 64,
+            completions_per_client: 1024,
+            message_slots: 1024,
+            max_maps: 256,
+            max_records: 1 << 30,
+            arena_size: 1 << 30,
+        }
+    }
+}
+
+/// Region failures.
+#[derive(Debug, thiserror::Error)]
+pub enum RegionError {
+    /// A system call failed.
+    #[error("{call} on /dev/shm/{name} failed")]
+    Sys {
+        /// What was attempted.
+        call: &'static str,
+        /// Region name.
+        name: String,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The name cannot be used for a shared-memory object.
+    #[error("bad region name `{name}`: expected 1-200 characters of [A-Za-z0-9._-]")]
+    BadName {
+        /// The name given.
+        name: String,
+    },
+    /// Another service owns the region.
+    #[error("a service named `{name}` is already running (pid {pid})")]
+    AlreadyRunning {
+        /// Region name.
+        name: String,
+        /// The running service's pid.
+        pid: u32,
+    },
+    /// The region was left behind by a service that is gone.
+    #[error(
+        "/dev/shm/{name} was left by a service that is no longer running (pid {pid}); \
+         start with --recover to replace it, or remove /dev/shm/{name}"
+    )]
+    Stale {
+        /// Region name.
+        name: String,
+        /// The dead service's pid.
+        pid: u32,
+    },
+    /// The object is not a bpftime-super region, or one of another layout.
+    #[error("/dev/shm/{name} is not a usable region: {why}")]
+    Incompatible {
+        /// Region name.
+        name: String,
+        /// What did not match.
+        why: String,
+    },
+    /// The service has not finished laying the region out, or has stopped.
+    #[error("the service of `{name}` is not ready (state {state})")]
+    NotReady {
+        /// Region name.
+        name: String,
+        /// The header's state.
+        state: u32,
+    },
+}
+
+/// Offsets computed from a config.
+#[derive(Clone, Copy, Debug)]
+struct Offsets {
+    queue: u64,
+    clients: u64,
+    completions: u64,
+    messages: u64,
+    maps: u64,
+    arena: u64,
+    total: u64,
+}
+
+fn align_up(v: u64, a: u64) -> u64 {
+    v.div_ceil(a) * a
+}
+
+impl RegionConfig {
+    fn offsets(&self) -> Offsets {
+        let cap = self.queue_capacity.max(2).next_power_of_two() as u64;
+        let queue = HEADER_SIZE as u64;
+        let clients = align_up(
+            queue + size_of::<QueueHeader>() as u64 + cap * size_of::<QueueSlot>() as u64,
+            128,
+        );
+        let completions = align_up(
+            clients + self.max_clients as u64 * size_of::<ClientSlot>() as u64,
+            128,
+        );
+        let messages = align_up(
+            completions
+                + self.max_clients as u64
+                    * self.completions_per_client as u64
+                    * size_of::<Completion>() as u64,
+            128,
+        );
+        let maps = align_up(
+            messages + self.message_slots as u64 * size_of::<Message>() as u64,
+            128,
+        );
+        let arena = align_up(
+            maps + self.max_maps as u64 * size_of::<MapEntry>() as u64,
+            4096,
+        );
+        let total = align_up(arena + self.arena_size, 4096);
+        Offsets {
+            queue,
+            clients,
+            completions,
+            messages,
+            maps,
+            arena,
+            total,
+        }
+    }
+}
+
+/// A mapped region.
+pub struct ShmRegion {
+    name: String,
+    map: MmapMut,
+    owner: bool,
+}
+
+// SAFETY: the region is plain memory whose shared words are atomics; every accessor hands
+// out references to atomics or copies, and raw-pointer accessors document their contracts.
+unsafe impl Send for ShmRegion {}
+// SAFETY: as above; concurrent use from several threads is the point of the layout.
+unsafe impl Sync for ShmRegion {}
+
+fn check_name(name: &str) -> Result<(), RegionError> {
+    let ok = !name.is_empty()
+        && name.len() <= 200
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+        && name != "."
+        && name != "..";
+    if ok {
+        Ok(())
+    } else {
+        Err(RegionError::BadName { name: name.into() })
+    }
+}
+
+fn sys(call: &'static str, name: &str) -> impl FnOnce(rustix::io::Errno) -> RegionError {
+    let name = name.to_string();
+    move |e| RegionError::Sys {
+        call,
+        name,
+        source: e.into(),
+    }
+}
+
+impl ShmRegion {
+    /// Creates and lays out a new region. `recover` replaces a stale region.
+    pub fn create(
+        name: &str,
+        cfg: &RegionConfig,
+        mode: u32,
+        recover: bool,
+    ) -> Result<ShmRegion, RegionError> {
+        check_name(name)?;
+        let path = format!("/{name}");
+        let fd = match shm::open(
+            &path,
+            shm::OFlags::CREATE | shm::OFlags::EXCL | shm::OFlags::RDWR,
+            Mode::from_raw_mode(mode),
+        ) {
+            Ok(fd) => fd,
+            Err(rustix::io::Errno::EXIST) => {
+                match ShmRegion::open(name) {
+                    Ok(existing) => {
+                        let pid = existing.header().service_pid.load(Ordering::Relaxed);
+                        if existing.service_alive() {
+                            return Err(RegionError::AlreadyRunning {
+                                name: name.into(),
+                                pid,
+                            });
+                        }
+                        if !recover {
+                            return Err(RegionError::Stale {
+                                name: name.into(),
+                                pid,
+                            });
+                        }
+                        tracing::warn!(
+                            name,
+                            pid,
+                            "replacing a stale region left by a dead service"
+                        );
+                    }
+                    Err(RegionError::NotReady { .. } | RegionError::Incompatible { .. })
+                        if recover =>
+                    {
+                        tracing::warn!(name, "replacing an unusable region");
+                    }
+                    Err(RegionError::NotReady { state, .. }) if state == layout::state::STOPPED => {
+                        tracing::info!(name, "replacing a cleanly stopped region");
+                    }
+                    Err(e) => return Err(e),
+                }
+                shm::unlink(&path).map_err(sys("shm_unlink", name))?;
+                shm::open(
+                    &path,
+                    shm::OFlags::CREATE | shm::OFlags::EXCL | shm::OFlags::RDWR,
+                    Mode::from_raw_mode(mode),
+                )
+                .map_err(sys("shm_open", name))?
+            }
+            Err(e) => return Err(sys("shm_open", name)(e)),
+        };
+        // fchmod: shm_open's mode is filtered by the umask.
+        rustix::fs::fchmod(&fd, Mode::from_raw_mode(mode)).map_err(sys("fchmod", name))?;
+        let off = cfg.offsets();
+        rustix::fs::ftruncate(&fd, off.total).map_err(sys("ftruncate", name))?;
+        let file = File::from(fd);
+        // SAFETY: the file is a fresh shared-memory object of `off.total` bytes that only
+        // bpftime-super processes map; all shared access goes through atomics or the
+        // documented ownership protocol.
+        let map = unsafe { MmapMut::map_mut(&file) }.map_err(|source| RegionError::Sys {
+            call: "mmap",
+            name: name.into(),
+            source,
+        })?;
+        let region = ShmRegion {
+            name: name.into(),
+            map,
+            owner: true,
+        };
+        region.lay_out(cfg, &off);
+        Ok(region)
+    }
+
+    fn lay_out(&self, cfg: &RegionConfig, off: &Offsets) {
+        let base = self.map.as_ptr() as *mut RegionHeader;
+        // SAFETY: the mapping is at least HEADER_SIZE bytes, page aligned, freshly zeroed by
+        // ftruncate, and nobody else can see it before `state` becomes READY.
+        let h = unsafe { &mut *base };
+        h.magic = MAGIC;
+        h.version = LAYOUT_VERSION;
+        h.header_size = size_of::<RegionHeader>() as u32;
+        h.total_size = off.total;
+        h.queue_capacity = cfg.queue_capacity.max(2).next_power_of_two();
+        h.max_clients = cfg.max_clients;
+        h.completions_per_client = cfg.completions_per_client;
+        h.message_slots = cfg.message_slots;
+        h.max_maps = cfg.max_maps;
+        h.max_records = cfg.max_records;
+        h.queue_off = off.queue;
+        h.clients_off = off.clients;
+        h.completions_off = off.completions;
+        h.messages_off = off.messages;
+        h.maps_off = off.maps;
+        h.arena_off = off.arena;
+        h.arena_size = off.total - off.arena;
+        h.service_pid.store(std::process::id(), Ordering::Relaxed);
+        h.service_start.store(
+            process_start_time(std::process::id()).unwrap_or(0),
+            Ordering::Relaxed,
+        );
+        self.queue().init();
+        self.heartbeat();
+    }
+
+    /// Marks the region ready for clients.
+    pub fn set_ready(&self) {
+        // ORDERING: release publishes the layout; pairs with the acquire load in `open`.
+        self.header()
+            .state
+            .store(layout::state::READY, Ordering::Release);
+    }
+
+    /// Opens an existing region by name.
+    pub fn open(name: &str) -> Result<ShmRegion, RegionError> {
+        check_name(name)?;
+        let fd = shm::open(&format!("/{name}"), shm::OFlags::RDWR, Mode::empty())
+            .map_err(sys("shm_open", name))?;
+        let file = File::from(fd);
+        let len = file
+            .metadata()
+            .map_err(|source| RegionError::Sys {
+                call: "fstat",
+                name: name.into(),
+                source,
+            })?
+            .len();
+        let bad = |why: String| RegionError::Incompatible {
+            name: name.into(),
+            why,
+        };
+        if len < HEADER_SIZE as u64 {
+            return Err(bad(format!(
+                "{len} bytes, smaller than the {HEADER_SIZE}-byte header"
+            )));
+        }
+        // SAFETY: see `create`; the object is at least a header long.
+        let map = unsafe { MmapMut::map_mut(&file) }.map_err(|source| RegionError::Sys {
+            call: "mmap",
+            name: name.into(),
+            source,
+        })?;
+        let region = ShmRegion {
+            name: name.into(),
+            map,
+            owner: false,
+        };
+        let h = region.header();
+        // ORDERING: acquire pairs with `set_ready`, making the layout fields visible.
+        let state = h.state.load(Ordering::Acquire);
+        if h.magic != MAGIC {
+            return Err(bad(format!("magic {:#x}, expected {MAGIC:#x}", h.magic)));
+        }
+        if h.version != LAYOUT_VERSION {
+            return Err(bad(format!(
+                "layout version {}, this build speaks {LAYOUT_VERSION}",
+                h.version
+            )));
+        }
+        if h.header_size as usize != size_of::<RegionHeader>() {
+            return Err(bad(format!(
+                "header size {}, expected {}",
+                h.header_size,
+                size_of::<RegionHeader>()
+            )));
+        }
+        if state == layout::state::INITIALIZING || state == layout::state::STOPPED {
+            return Err(RegionError::NotReady {
+                name: name.into(),
+                state,
+            });
+        }
+        if h.total_size != len || h.arena_off + h.arena_size != len {
+            return Err(bad(format!(
+                "header says {} bytes, the object has {len}",
+                h.total_size
+            )));
+        }
+        Ok(region)
+    }
+
+    /// The region name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The header.
+    pub fn header(&self) -> &RegionHeader {
+        // SAFETY: the mapping starts with a RegionHeader (checked in `open`, written in
+        // `create`), is page aligned, and lives as long as `self`.
+        unsafe { &*(self.map.as_ptr() as *const RegionHeader) }
+    }
+
+    fn at<T>(&self, off: u64) -> *const T {
+        debug_assert!(off as usize + size_of::<T>() <= self.map.len());
+        // SAFETY: callers pass offsets computed from the validated header.
+        unsafe { self.map.as_ptr().add(off as usize) as *const T }
+    }
+
+    /// The job queue.
+    pub fn queue(&self) -> JobQueue<'_> {
+        let h = self.header();
+        // SAFETY: the queue header and `queue_capacity` slots follow at `queue_off`, inside
+        // the mapping, aligned to 128 bytes (the layout guarantees it).
+        unsafe {
+            let hdr = &*self.at::<QueueHeader>(h.queue_off);
+            let slots = std::slice::from_raw_parts(
+                self.at::<QueueSlot>(h.queue_off + size_of::<QueueHeader>() as u64),
+                h.queue_capacity as usize,
+            );
+            JobQueue::new(hdr, slots)
+        }
+    }
+
+    /// Client slot `i`, if it exists.
+    pub fn client(&self, i: u32) -> Option<&ClientSlot> {
+        let h = self.header();
+        (i < h.max_clients).then(|| {
+            // SAFETY: `i` is in range of the client table laid out at `clients_off`.
+            unsafe {
+                &*self.at::<ClientSlot>(h.clients_off + i as u64 * size_of::<ClientSlot>() as u64)
+            }
+        })
+    }
+
+    /// Completion slot `i`, if it exists.
+    pub fn completion(&self, i: u32) -> Option<&Completion> {
+        let h = self.header();
+        let count = h.max_clients as u64 * h.completions_per_client as u64;
+        ((i as u64) < count).then(|| {
+            // SAFETY: `i` is in range of the completion table laid out at `completions_off`.
+            unsafe {
+                &*self
+                    .at::<Completion>(h.completions_off + i as u64 * size_of::<Completion>() as u64)
+            }
+        })
+    }
+
+    /// The completion slots that belong to client `c`.
+    pub fn completion_range(&self, c: u32) -> std::ops::Range<u32> {
+        let per = self.header().completions_per_client;
+        c * per..(c + 1) * per
+    }
+
+    /// Map directory entry `i`, if it exists.
+    pub fn map_entry(&self, i: u32) -> Option<&MapEntry> {
+        let h = self.header();
+        (i < h.max_maps).then(|| {
+            // SAFETY: `i` is in range of the directory laid out at `maps_off`.
+            unsafe { &*self.at::<MapEntry>(h.maps_off + i as u64 * size_of::<MapEntry>() as u64) }
+        })
+    }
+
+    /// Pointer to `len` arena bytes at arena offset `off`, if the range is inside the arena.
+    ///
+    /// The arena is shared memory: who may read or write a range at a given moment is
+    /// decided by the job protocol (a client does not touch its buffers while its job runs).
+    pub fn arena_ptr(&self, off: u64, len: u64) -> Option<NonNull<u8>> {
+        let h = self.header();
+        let end = off.checked_add(len)?;
+        if end > h.arena_size {
+            return None;
+        }
+        // SAFETY: `arena_off + end <= total_size`, checked above and in `open`.
+        let p = unsafe { self.map.as_ptr().add((h.arena_off + off) as usize) };
+        NonNull::new(p as *mut u8)
+    }
+
+    /// Copies `data` into the arena at `off`.
+    pub fn write_arena(&self, off: u64, data: &[u8]) -> Option<()> {
+        let p = self.arena_ptr(off, data.len() as u64)?;
+        // SAFETY: the range is inside the arena (checked); the caller owns it by protocol.
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), p.as_ptr(), data.len()) };
+        Some(())
+    }
+
+    /// Copies `len` arena bytes at `off` out.
+    pub fn read_arena(&self, off: u64, len: u64) -> Option<Vec<u8>> {
+        let p = self.arena_ptr(off, len)?;
+        let mut v = vec![0u8; len as usize];
+        // SAFETY: the range is inside the arena (checked).
+        unsafe { std::ptr::copy_nonoverlapping(p.as_ptr(), v.as_mut_ptr(), len as usize) };
+        Some(v)
+    }
+
+    /// Writes an error text into the next message slot and returns its id.
+    pub fn post_message(&self, text: &str) -> u32 {
+        let h = self.header();
+        let seq = h.next_message.fetch_add(1, Ordering::Relaxed);
+        let idx = (seq % h.message_slots.max(1) as u64) as u32;
+        let m = self.at::<Message>(h.messages_off + idx as u64 * size_of::<Message>() as u64)
+            as *mut Message;
+        let bytes = text.as_bytes();
+        let len = bytes.len().min(240);
+        // SAFETY: the slot is inside the message table; a concurrent reader checks `seq`
+        // before and after copying, so a torn read is detected, not trusted.
+        unsafe {
+            (*m).seq.store(u64::MAX, Ordering::Relaxed);
+            std::ptr::copy_nonoverlapping(bytes.as_ptr(), (*m).text.as_mut_ptr(), len);
+            (*m).len = len as u32;
+            // ORDERING: release publishes the text; pairs with the acquire in `message`.
+            (*m).seq.store(seq, Ordering::Release);
+        }
+        seq as u32
+    }
+
+    /// Reads message `id` back, if it has not been overwritten since.
+    pub fn message(&self, id: u32) -> Option<String> {
+        let h = self.header();
+        let slots = h.message_slots.max(1);
+        let m =
+            self.at::<Message>(h.messages_off + (id % slots) as u64 * size_of::<Message>() as u64);
+        // SAFETY: the slot is inside the message table.
+        let m = unsafe { &*m };
+        // ORDERING: acquire pairs with the release in `post_message`.
+        let before = m.seq.load(Ordering::Acquire);
+        if before as u32 != id || before == u64::MAX {
+            return None;
+        }
+        let len = (m.len as usize).min(240);
+        let text = String::from_utf8_lossy(&m.text[..len]).into_owned();
+        crate::sync::fence(Ordering::Acquire);
+        (m.seq.load(Ordering::Relaxed) == before).then_some(text)
+    }
+
+    /// Records that the service is alive now.
+    pub fn heartbeat(&self) {
+        self.header()
+            .heartbeat_ns
+            .store(monotonic_ns(), Ordering::Relaxed);
+    }
+
+    /// Whether the service that owns the region is still running.
+    pub fn service_alive(&self) -> bool {
+        let h = self.header();
+        let pid = h.service_pid.load(Ordering::Relaxed);
+        let start = h.service_start.load(Ordering::Relaxed);
+        process_alive(pid, start)
+    }
+
+    /// Whether this handle created the region.
+    pub fn is_owner(&self) -> bool {
+        self.owner
+    }
+
+    /// Removes the name from `/dev/shm` (the mapping stays valid until dropped).
+    pub fn unlink(&self) -> Result<(), RegionError> {
+        shm::unlink(format!("/{}", self.name).as_str()).map_err(sys("shm_unlink", &self.name))
+    }
+
+    /// Base address of the mapping (for registering it with a GPU).
+    pub fn base(&self) -> NonNull<u8> {
+        NonNull::new(self.map.as_ptr() as *mut u8).expect("mmap never returns null")
+    }
+
+    /// Mapping length.
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    /// Whether the mapping is empty (never, for a valid region).
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+
+    /// Copies a descriptor for diagnostics.
+    pub fn describe(&self, d: &JobDesc) -> String {
+        format!(
+            "prog {} n {} input {}+{} output {}+{} rec {}/{} client {} completion {}",
+            d.prog_id,
+            d.n,
+            d.input_off,
+            d.input_len,
+            d.output_off,
+            d.output_len,
+            d.in_rec_size,
+            d.out_rec_size,
+            d.client,
+            d.completion
+        )
+    }
+}
+
+/// Monotonic clock in ns (CLOCK_MONOTONIC, comparable across processes).
+pub fn monotonic_ns() -> u64 {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
+    t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
+}
+
+/// Start time of process `pid` in clock ticks since boot (field 22 of `/proc/PID/stat`).
+pub fn process_start_time(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name is in parentheses and may contain spaces: split after the last ')'.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// Whether `pid` runs and is the same process that started at `start` (0: don't check).
+pub fn process_alive(pid: u32, start: u64) -> bool {
+    if pid == 0 {
+        return false;
+    }
+    match process_start_time(pid) {
+        Some(s) => start == 0 || s == start,
+        None => false,
+    }
+}

@@ -1,0 +1,99 @@
+//! Test support shared by the workspace's integration tests: building the eBPF C programs.
+//!
+//! The C sources live in `tests/programs/*.bpf.c` and the shipped examples in
+//! `examples/*.bpf.c`. [`compile`] builds one with `clang -O2 -g -target bpf` into
+//! `target/bpf-programs/` (rebuilt when the source is newer) and returns the object's path.
+//! Where clang is missing, [`compile`] returns `None` so a test can skip with a loud message,
+//! unless `BPFTIME_REQUIRE_CLANG` is set (as the test command sets it), in which case it panics.
+#![deny(missing_docs)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+/// The repository root.
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("tests/ has a parent")
+        .to_path_buf()
+}
+
+fn clang() -> Option<&'static str> {
+    static CLANG: OnceLock<Option<&'static str>> = OnceLock::new();
+    *CLANG.get_or_init(|| {
+        ["clang", "clang-19", "clang-14"].into_iter().find(|c| {
+            Command::new(c)
+                .arg("--version")
+                .output()
+                .map(|o| o.status.success())
+                .unwrap_or(false)
+        })
+    })
+}
+
+/// Whether clang can be used; panics if it is required but missing.
+pub fn clang_available() -> bool {
+    let found = clang().is_some();
+    if !found && std::env::var_os("BPFTIME_REQUIRE_CLANG").is_some() {
+        panic!("clang is required (BPFTIME_REQUIRE_CLANG is set) but was not found");
+    }
+    if !found {
+        eprintln!("SKIPPING: clang not found; install clang and libbpf-dev to run this test");
+    }
+    found
+}
+
+/// Compiles `tests/programs/<name>.bpf.c` (or `examples/<name>.bpf.c`) and returns the object.
+pub fn compile(name: &str) -> Option<PathBuf> {
+    if !clang_available() {
+        return None;
+    }
+    let root = repo_root();
+    let src = [
+        root.join("tests/programs").join(format!("{name}.bpf.c")),
+        root.join("examples").join(format!("{name}.bpf.c")),
+    ]
+    .into_iter()
+    .find(|p| p.exists())
+    .unwrap_or_else(|| panic!("no C source for test program `{name}`"));
+    let out_dir = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root.join("target"))
+        .join("bpf-programs");
+    std::fs::create_dir_all(&out_dir).expect("create target/bpf-programs");
+    let obj = out_dir.join(format!("{name}.bpf.o"));
+    let fresh = match (obj.metadata(), src.metadata()) {
+        (Ok(o), Ok(s)) => o.modified().ok() >= s.modified().ok(),
+        _ => false,
+    };
+    if fresh {
+        return Some(obj);
+    }
+    // Several test threads may build the same object: write a private file, then rename.
+    let tmp = out_dir.join(format!(
+        "{name}.{}.{:?}.tmp.o",
+        std::process::id(),
+        std::thread::current().id()
+    ));
+    let status = Command::new(clang().expect("checked above"))
+        .args(["-O2", "-g", "-target", "bpf", "-Wall", "-Werror"])
+        .arg("-I/usr/include/x86_64-linux-gnu")
+        .arg(format!("-I{}", root.join("include").display()))
+        .arg("-c")
+        .arg(&src)
+        .arg("-o")
+        .arg(&tmp)
+        .status()
+        .expect("run clang");
+    assert!(status.success(), "clang failed on {}", src.display());
+    std::fs::rename(&tmp, &obj).expect("rename compiled object");
+    Some(obj)
+}
+
+/// Reads a compiled test program.
+pub fn compile_bytes(name: &str) -> Option<(PathBuf, Vec<u8>)> {
+    let p = compile(name)?;
+    let bytes = std::fs::read(&p).expect("read compiled object");
+    Some((p, bytes))
+}
