@@ -1,10 +1,22 @@
-//! bpftime-super's host side: program loading for the CLI now; the service, the control
-//! plane and the client library build on it.
+//! bpftime-super's host side: the service, its control plane, the client library, and the
+//! program loading the CLI uses.
 //!
 //! ```text
-//! file / stdin ──[source::read]──▶ bytes ──[ebpf::elf::load]──▶ Program
-//!                                                   └──[ebpf::verifier]──▶ Verified
+//! file / stdin ──[source]──▶ bytes ──[ebpf::elf::load]──▶ Program ──[verifier]──▶ Verified
+//!
+//! client (any process) ──[client::Client]──┬── JobDesc ──▶ /dev/shm/NAME ──▶ device backend
+//!                                          └── JSON lines ──▶ NAME.sock ──▶ service (control)
 //! ```
+//!
+//! - [`source`]: reading program files (ELF, raw bytecode, hex, stdin);
+//! - [`protocol`]: the control protocol's requests and replies;
+//! - [`service`]: `run --persistent`: region, backend, control socket, reaper, metrics;
+//! - [`client`]: the client library;
+//! - [`hex`]: hex text of byte strings.
 #![deny(missing_docs)]
 
+pub mod client;
+pub mod hex;
+pub mod protocol;
+pub mod service;
 pub mod source;

@@ -20,6 +20,8 @@ pub mod maps;
 pub mod queue;
 pub mod region;
 pub mod sync;
+#[cfg(not(loom))]
+pub mod wake;
 
 pub use layout::{Completion, JobDesc, job_flags, status};
 pub use queue::{JobQueue, QueueFull};

@@ -6,12 +6,18 @@
 //! | `verify`  | run the verifier and print its verdict                        |
 //! | `inspect` | list programs, maps and sections of an object                 |
 //! | `disasm`  | print the linked instructions of each program                 |
+//! | `run --persistent` | start the service                                    |
+//! | `load`, `unload`, `replace`, `list` | manage a running service's programs  |
+//! | `submit`  | run an offload job through the shared-memory queue            |
+//! | `map dump`, `map update` | read and write maps while jobs run             |
+//! | `status`, `stop` | service figures; drain and stop                        |
 //!
 //! Every command takes `--json` for scripts. Errors leave through `anyhow` with context and
 //! give a non-zero exit status.
 
 mod exec;
 mod inspect;
+mod service;
 mod verify;
 
 use clap::{Parser, Subcommand};
@@ -49,6 +55,24 @@ pub enum Command {
     Inspect(inspect::InspectArgs),
     /// Disassemble programs.
     Disasm(inspect::DisasmArgs),
+    /// Start the service (`run --persistent`).
+    Run(service::RunArgs),
+    /// Verify and install a program in a running service.
+    Load(service::LoadArgs),
+    /// Remove a program from a running service.
+    Unload(service::UnloadArgs),
+    /// Hot-swap a program in a running service.
+    Replace(service::ReplaceArgs),
+    /// List the programs of a running service.
+    List(service::CommonArgs),
+    /// Submit an offload job and print its completion.
+    Submit(service::SubmitArgs),
+    /// Dump or update a map of a running service.
+    Map(service::MapArgs),
+    /// Show the status of a running service.
+    Status(service::CommonArgs),
+    /// Stop a running service (draining its queue unless --now).
+    Stop(service::StopArgs),
 }
 
 /// Runs a parsed command line.
@@ -58,6 +82,15 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Verify(a) => verify::run(a),
         Command::Inspect(a) => inspect::run_inspect(a),
         Command::Disasm(a) => inspect::run_disasm(a),
+        Command::Run(a) => service::run(a),
+        Command::Load(a) => service::load(a),
+        Command::Unload(a) => service::unload(a),
+        Command::Replace(a) => service::replace(a),
+        Command::List(a) => service::list(a),
+        Command::Submit(a) => service::submit(a),
+        Command::Map(a) => service::map(a),
+        Command::Status(a) => service::status(a),
+        Command::Stop(a) => service::stop(a),
     }
 }
 
@@ -67,35 +100,12 @@ pub fn parse_bytes_arg(s: &str) -> anyhow::Result<Vec<u8>> {
     if let Some(path) = s.strip_prefix('@') {
         return std::fs::read(path).with_context(|| format!("cannot read {path}"));
     }
-    let digits: String = s
-        .trim()
-        .trim_start_matches("0x")
-        .chars()
-        .filter(|c| !c.is_whitespace() && *c != '_' && *c != ':')
-        .collect();
-    anyhow::ensure!(
-        digits.len() % 2 == 0,
-        "hex data has an odd number of digits ({}): expected pairs like `01ff`",
-        digits.len()
-    );
-    (0..digits.len())
-        .step_by(2)
-        .map(|i| {
-            u8::from_str_radix(&digits[i..i + 2], 16)
-                .with_context(|| format!("bad hex byte `{}` at digit {i}", &digits[i..i + 2]))
-        })
-        .collect()
+    host::hex::decode(s).map_err(anyhow::Error::msg)
 }
 
 /// Formats bytes as lowercase hex.
 pub fn hex(bytes: &[u8]) -> String {
-    use std::fmt::Write;
-    bytes
-        .iter()
-        .fold(String::with_capacity(bytes.len() * 2), |mut s, b| {
-            let _ = write!(s, "{b:02x}");
-            s
-        })
+    host::hex::encode(bytes)
 }
 
 #[cfg(test)]
@@ -105,10 +115,7 @@ mod tests {
     #[test]
     fn bytes_args() {
         assert_eq!(parse_bytes_arg("01ff 10").unwrap(), vec![1, 0xff, 0x10]);
-        assert_eq!(parse_bytes_arg("0x0a0b").unwrap(), vec![10, 11]);
         assert!(parse_bytes_arg("abc").is_err());
-        assert!(parse_bytes_arg("zz").is_err());
         assert!(parse_bytes_arg("@/nonexistent/file").is_err());
-        assert_eq!(hex(&[0, 0xab]), "00ab");
     }
 }

@@ -1,0 +1,287 @@
+//! Running one job: validate the descriptor, run the program for each record, publish the
+//! completion. Every backend's host side goes through here, so bad descriptors get the
+//! same error completions everywhere.
+//!
+//! | step | what                                                                  | failure status      |
+//! |------|-----------------------------------------------------------------------|---------------------|
+//! | 1    | `client`/`completion` name a completion slot of that client            | (dropped, logged)   |
+//! | 2    | mark the completion RUNNING, stamp `started_ns`                        |                     |
+//! | 3    | `stop --now` in progress?                                              | `CANCELLED`         |
+//! | 4    | program exists; `n <= max_records`; record sizes; buffers in the arena | see [`status`]      |
+//! | 5    | run every record on one program version                               | `RUNTIME_ERROR`     |
+//! | 6    | write results, then publish DONE with release ordering                 |                     |
+
+use crate::programs::ProgramTable;
+use crate::stats::WorkerStats;
+use ebpf::interp::Env;
+use shm_maps::layout::{completion_state, job_flags, status};
+use shm_maps::region::monotonic_ns;
+use shm_maps::{Completion, JobDesc, ShmRegion};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// Executes jobs for one worker.
+pub struct JobRunner<'a> {
+    /// The region the jobs come from.
+    pub region: &'a ShmRegion,
+    /// Installed programs.
+    pub table: &'a ProgramTable,
+    /// This worker's counters.
+    pub stats: &'a WorkerStats,
+    /// Set by `stop --now`: jobs not yet started complete as `CANCELLED`.
+    pub cancel: &'a AtomicBool,
+    /// Interpreter environment (worker id, trace output, instruction limit).
+    pub env: Env,
+}
+
+/// Why a descriptor was refused before any record ran.
+struct Refusal {
+    status: i32,
+    msg: String,
+}
+
+fn refuse(status: i32, msg: impl Into<String>) -> Refusal {
+    Refusal {
+        status,
+        msg: msg.into(),
+    }
+}
+
+/// Checked byte range `[off, off + count * size)` of the arena.
+fn span(
+    region: &ShmRegion,
+    what: &str,
+    off: u64,
+    len: u64,
+    count: u64,
+    size: u64,
+) -> Result<*mut u8, Refusal> {
+    let need = count.checked_mul(size).ok_or_else(|| {
+        refuse(
+            status::BAD_DESCRIPTOR,
+            format!("{what}: {count} records of {size} bytes overflow"),
+        )
+    })?;
+    if need > len {
+        return Err(refuse(
+            status::BAD_DESCRIPTOR,
+            format!("{what}: {count} records of {size} bytes need {need} bytes, buffer has {len}"),
+        ));
+    }
+    region
+        .arena_ptr(off, len)
+        .map(|p| p.as_ptr())
+        .ok_or_else(|| {
+            refuse(
+                status::BAD_DESCRIPTOR,
+                format!(
+                    "{what}: [{off}, {off}+{len}) lies outside the {}-byte arena",
+                    region.header().arena_size
+                ),
+            )
+        })
+}
+
+impl JobRunner<'_> {
+    /// Runs one job to completion (or to an error completion).
+    pub fn run(&mut self, d: &JobDesc) {
+        let region = self.region;
+        let Some(client) = region.client(d.client) else {
+            tracing::warn!(client = d.client, "job names no client slot; dropped");
+            self.stats.jobs_failed.fetch_add(1, Ordering::Relaxed);
+            return;
+        };
+        let c = match region.completion(d.completion) {
+            Some(c) if region.completion_range(d.client).contains(&d.completion) => c,
+            _ => {
+                tracing::warn!(
+                    client = d.client,
+                    completion = d.completion,
+                    "job names a completion slot the client does not own; dropped"
+                );
+                client.in_flight.fetch_sub(1, Ordering::AcqRel);
+                self.stats.jobs_failed.fetch_add(1, Ordering::Relaxed);
+                return;
+            }
+        };
+        c.state.store(completion_state::RUNNING, Ordering::Relaxed);
+        let started = monotonic_ns();
+        let c_ptr = c as *const Completion as *mut Completion;
+        // SAFETY: the completion slot belongs to this job until DONE is published; the
+        // client only reads it after seeing DONE (acquire), and no other worker has this job.
+        let cm = unsafe { &mut *c_ptr };
+        cm.started_ns = started;
+        cm.records_done = 0;
+        cm.records_failed = 0;
+        cm.r0 = 0;
+        cm.err_pc = 0;
+        cm.message = 0;
+        cm.prog_id = d.prog_id;
+        cm.prog_version = 0;
+        cm.tag = d.tag;
+        let result = if self.cancel.load(Ordering::Relaxed) {
+            Err(refuse(status::CANCELLED, "cancelled: the service is stopping (--now)"))
+        } else {
+            self.execute(d, cm)
+        };
+        let st = match result {
+            Ok(st) => st,
+            Err(r) => {
+                cm.message = region.post_message(&r.msg);
+                tracing::debug!(status = r.status, msg = %r.msg, "job refused");
+                r.status
+            }
+        };
+        cm.status = st;
+        let finished = monotonic_ns();
+        cm.finished_ns = finished;
+        self.stats.jobs_done.fetch_add(1, Ordering::Relaxed);
+        if st != status::OK {
+            self.stats.jobs_failed.fetch_add(1, Ordering::Relaxed);
+            region.header().jobs_failed.fetch_add(1, Ordering::Relaxed);
+        }
+        self.stats
+            .latency
+            .record(finished.saturating_sub(cm.submitted_ns));
+        self.stats.run_time.record(finished - started);
+        region.header().jobs_done.fetch_add(1, Ordering::Relaxed);
+        // ORDERING: release publishes every field written above; pairs with the client's
+        // acquire load of `state` in `Client::wait`.
+        c.state.store(completion_state::DONE, Ordering::Release);
+        client.in_flight.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    fn execute(&mut self, d: &JobDesc, cm: &mut Completion) -> Result<i32, Refusal> {
+        let region = self.region;
+        let prog = self.table.get(d.prog_id).ok_or_else(|| {
+            refuse(
+                status::UNKNOWN_PROGRAM,
+                format!("unknown program id {}", d.prog_id),
+            )
+        })?;
+        cm.prog_version = prog.version;
+        let max = region.header().max_records as u64;
+        if d.n > max {
+            return Err(refuse(
+                status::TOO_MANY_RECORDS,
+                format!("n = {} records, the limit is {max}", d.n),
+            ));
+        }
+        let varlen = d.flags & job_flags::VARLEN != 0;
+        if !varlen && d.in_rec_size == 0 {
+            return Err(refuse(
+                status::ZERO_RECORD_SIZE,
+                "input record size is 0: expected at least 1 byte per record (or VARLEN)",
+            ));
+        }
+        let n = d.n;
+        let input = span(
+            region,
+            "input",
+            d.input_off,
+            d.input_len,
+            if varlen { 0 } else { n },
+            d.in_rec_size as u64,
+        )?;
+        let out_size = d.out_rec_size as u64;
+        let output = if out_size > 0 {
+            span(region, "output", d.output_off, d.output_len, n, out_size)?
+        } else {
+            std::ptr::null_mut()
+        };
+        let offsets = if varlen {
+            span(region, "offsets table", d.offsets_off, (n + 1) * 8, n + 1, 8)? as *const u64
+        } else {
+            std::ptr::null()
+        };
+        let results = if d.flags & job_flags::RESULTS != 0 {
+            span(region, "results", d.results_off, n * 8, n, 8)? as *mut u64
+        } else {
+            std::ptr::null_mut()
+        };
+        let stop_on_error = d.flags & job_flags::STOP_ON_ERROR != 0;
+        let mut first_err: Option<String> = None;
+        let mut done = 0u64;
+        let mut failed = 0u64;
+        let mut r0 = 0u64;
+        for i in 0..n {
+            let (start, len) = if varlen {
+                // SAFETY: `offsets` spans n + 1 u64s inside the arena (checked by `span`);
+                // unaligned reads because the client chose the offset.
+                let (a, b) = unsafe {
+                    (
+                        offsets.add(i as usize).read_unaligned(),
+                        offsets.add(i as usize + 1).read_unaligned(),
+                    )
+                };
+                if a > b || b > d.input_len {
+                    failed += 1;
+                    first_err.get_or_insert_with(|| {
+                        format!(
+                            "record {i}: offsets [{a}, {b}) are not inside the {}-byte input",
+                            d.input_len
+                        )
+                    });
+                    if stop_on_error {
+                        break;
+                    }
+                    continue;
+                }
+                (a, b - a)
+            } else {
+                (i * d.in_rec_size as u64, d.in_rec_size as u64)
+            };
+            // SAFETY: [start, start + len) lies inside the input buffer, which `span` checked
+            // to be inside the arena; the client does not touch its buffers while the job runs
+            // (the job protocol), so this worker has them to itself.
+            let inp = unsafe { std::slice::from_raw_parts(input.add(start as usize), len as usize) };
+            let out: &mut [u8] = if output.is_null() {
+                &mut []
+            } else {
+                // SAFETY: as above, for record i of the output buffer.
+                unsafe {
+                    std::slice::from_raw_parts_mut(
+                        output.add((i * out_size) as usize),
+                        out_size as usize,
+                    )
+                }
+            };
+            match prog.vm.run_job(inp, out, i, n, d.args, &mut self.env) {
+                Ok(v) => {
+                    r0 = v;
+                    done += 1;
+                    if !results.is_null() {
+                        // SAFETY: `results` spans n u64s inside the arena (checked).
+                        unsafe { results.add(i as usize).write_unaligned(v) };
+                    }
+                }
+                Err(e) => {
+                    failed += 1;
+                    if first_err.is_none() {
+                        cm.err_pc = e.loc.pc as u32;
+                        first_err = Some(format!("record {i}: {e}"));
+                    }
+                    if !results.is_null() {
+                        // SAFETY: as above.
+                        unsafe { results.add(i as usize).write_unaligned(u64::MAX) };
+                    }
+                    if stop_on_error {
+                        break;
+                    }
+                }
+            }
+        }
+        self.env.trace.clear();
+        cm.records_done = done;
+        cm.records_failed = failed;
+        cm.r0 = r0;
+        self.stats.records.fetch_add(done, Ordering::Relaxed);
+        self.stats.records_failed.fetch_add(failed, Ordering::Relaxed);
+        match first_err {
+            None => Ok(status::OK),
+            Some(msg) => {
+                cm.message = region.post_message(&msg);
+                Ok(status::RUNTIME_ERROR)
+            }
+        }
+    }
+}

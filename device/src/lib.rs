@@ -1,0 +1,38 @@
+//! bpftime-super's execution backends.
+//!
+//! A backend takes jobs from the shared-memory queue of a [`shm_maps::ShmRegion`], runs
+//! the program each one names for every record, and publishes a completion. All backends
+//! speak the same protocol (the queue, completion and status words of
+//! [`shm_maps::layout`]), so a client cannot tell them apart except by speed.
+//!
+//! ```text
+//!   control plane (host) ──install/replace/unload──▶ ProgramTable ◀──snapshot per job── workers
+//!   clients ──JobDesc──▶ region queue ──pop_batch──▶ workers ──run records──▶ Completion DONE
+//! ```
+//!
+//! - [`programs`]: the table of installed programs and their versions (hot swap);
+//! - [`job`]: validating a descriptor and running one job, the logic every backend shares;
+//! - [`stats`]: counters and the latency histogram behind `status` and the metrics;
+//! - [`cpu`]: the CPU backend: worker threads that poll, spin briefly, then park.
+#![deny(missing_docs)]
+
+pub mod cpu;
+pub mod job;
+pub mod programs;
+pub mod stats;
+
+/// Which backend to run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BackendKind {
+    /// Worker threads on the host CPU.
+    Cpu,
+}
+
+/// How `auto` was resolved, with the reason to log.
+pub fn select_auto() -> (BackendKind, &'static str) {
+    (
+        BackendKind::Cpu,
+        "no CUDA backend in this build: using the CPU backend",
+    )
+}

@@ -1,0 +1,85 @@
+//! The table of installed programs: what a job's `prog_id` resolves to.
+//!
+//! Each id maps to an [`Installed`] version behind an `Arc`. A worker takes one snapshot
+//! when a job starts and runs every record of that job on it, so `replace` and `unload`
+//! affect only jobs that start afterwards, and no job runs half on one version and half on
+//! another. Versions count up from 1 per id and are recorded in each completion.
+
+use ebpf::interp::Vm;
+use ebpf::maps::MapOps;
+use ebpf::Program;
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+
+/// One version of one program, ready to run.
+pub struct Installed {
+    /// Program id (stable across replaces).
+    pub id: u32,
+    /// Name used by `unload`, `replace` and `submit --prog`.
+    pub name: String,
+    /// Version, from 1.
+    pub version: u32,
+    /// The program as loaded.
+    pub program: Program,
+    /// The prepared interpreter, with its maps bound.
+    pub vm: Vm,
+    /// The live maps, indexed like `program.maps`.
+    pub maps: Vec<Arc<dyn MapOps>>,
+}
+
+/// The table. Readers (workers) take a read lock for a pointer copy; writers (the control
+/// plane) swap whole entries.
+#[derive(Default)]
+pub struct ProgramTable {
+    inner: RwLock<HashMap<u32, Arc<Installed>>>,
+}
+
+impl ProgramTable {
+    /// The current version of `id`.
+    pub fn get(&self, id: u32) -> Option<Arc<Installed>> {
+        self.inner
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&id)
+            .cloned()
+    }
+
+    /// The current version of the program called `name`.
+    pub fn by_name(&self, name: &str) -> Option<Arc<Installed>> {
+        self.inner
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .find(|p| p.name == name)
+            .cloned()
+    }
+
+    /// Installs or replaces `p.id`; returns the previous version.
+    pub fn install(&self, p: Installed) -> Option<Arc<Installed>> {
+        self.inner
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(p.id, Arc::new(p))
+    }
+
+    /// Removes `id`; returns what was installed.
+    pub fn remove(&self, id: u32) -> Option<Arc<Installed>> {
+        self.inner
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&id)
+    }
+
+    /// Every installed program, by id.
+    pub fn list(&self) -> Vec<Arc<Installed>> {
+        let mut v: Vec<_> = self
+            .inner
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .cloned()
+            .collect();
+        v.sort_by_key(|p| p.id);
+        v
+    }
+}

@@ -1,0 +1,464 @@
+//! The service commands: `run --persistent` and the client commands that talk to it.
+
+use super::hex;
+use anyhow::{Context, Result, bail};
+use host::client::{Client, Job, Wait};
+use host::protocol::ProgramInfo;
+use host::service::{BackendChoice, Service, ServiceConfig};
+use shm_maps::RegionConfig;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+/// Default service name.
+pub const DEFAULT_NAME: &str = "bpftime-super";
+
+/// Options every client command takes.
+#[derive(clap::Args, Debug)]
+pub struct CommonArgs {
+    /// Service name (`/dev/shm/NAME`).
+    #[arg(long, env = "BPFTIME_NAME", default_value = DEFAULT_NAME)]
+    name: String,
+    /// Print machine-readable JSON instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Arguments of `run`.
+#[derive(clap::Args, Debug)]
+pub struct RunArgs {
+    /// Run as a long-lived service (the only mode).
+    #[arg(long)]
+    persistent: bool,
+    /// Backend: `auto` picks a GPU when one is usable, else the CPU.
+    #[arg(long, value_enum, default_value = "auto")]
+    backend: BackendChoice,
+    /// Service name (`/dev/shm/NAME`, socket `/dev/shm/NAME.sock`).
+    #[arg(long, env = "BPFTIME_NAME", default_value = DEFAULT_NAME)]
+    name: String,
+    /// Worker threads of the CPU backend (default: cores - 1, at least 1).
+    #[arg(long)]
+    workers: Option<usize>,
+    /// Permission bits of the region and socket, octal.
+    #[arg(long, default_value = "600")]
+    mode: String,
+    /// Serve Prometheus metrics at http://ADDR/metrics.
+    #[arg(long, value_name = "ADDR")]
+    metrics: Option<std::net::SocketAddr>,
+    /// Replace a region left behind by a crashed service.
+    #[arg(long)]
+    recover: bool,
+    /// Data arena size in MiB.
+    #[arg(long, default_value_t = 1024)]
+    arena_mib: u64,
+    /// Job queue slots.
+    #[arg(long, default_value_t = 4096)]
+    queue_capacity: u32,
+    /// Instruction budget per record; a record that exceeds it fails.
+    #[arg(long, default_value_t = 10_000_000)]
+    max_insns: u64,
+}
+
+/// Runs `run --persistent`.
+pub fn run(a: RunArgs) -> Result<ExitCode> {
+    if !a.persistent {
+        bail!("`run` starts the long-lived service: pass --persistent (to run one program once, use `exec`)");
+    }
+    let mode = u32::from_str_radix(a.mode.trim_start_matches("0o"), 8)
+        .with_context(|| format!("bad --mode `{}`: expected octal like 600", a.mode))?;
+    let workers = a.workers.unwrap_or_else(|| {
+        std::thread::available_parallelism()
+            .map(|n| n.get().saturating_sub(1).max(1))
+            .unwrap_or(1)
+    });
+    let cfg = ServiceConfig {
+        name: a.name.clone(),
+        backend: a.backend,
+        workers,
+        mode,
+        recover: a.recover,
+        region: RegionConfig {
+            arena_size: a.arena_mib << 20,
+            queue_capacity: a.queue_capacity,
+            ..RegionConfig::default()
+        },
+        metrics: a.metrics,
+        max_insns: a.max_insns,
+    };
+    let svc = Service::start(cfg).with_context(|| format!("cannot start service `{}`", a.name))?;
+    {
+        let svc = svc.clone();
+        let mut signals = signal_hook::iterator::Signals::new([
+            signal_hook::consts::SIGINT,
+            signal_hook::consts::SIGTERM,
+        ])
+        .context("cannot install signal handlers")?;
+        std::thread::spawn(move || {
+            if let Some(sig) = signals.forever().next() {
+                tracing::info!(sig, "signal: draining and stopping");
+                svc.stop(false);
+            }
+        });
+    }
+    eprintln!(
+        "bpftime-super: serving `{}` on the cpu backend with {workers} worker(s); control socket {}",
+        a.name,
+        host::service::socket_path(&a.name).display()
+    );
+    svc.wait();
+    eprintln!("bpftime-super: `{}` stopped", a.name);
+    Ok(ExitCode::SUCCESS)
+}
+
+fn connect(name: &str) -> Result<Client> {
+    Client::connect(name).with_context(|| {
+        format!("is the service running? start it with `bpftime-super run --persistent --name {name}`")
+    })
+}
+
+fn print_program(p: &ProgramInfo) {
+    println!(
+        "{}: {} version {} ({} insns, {}:{})",
+        p.id, p.name, p.version, p.insns, p.file, p.section
+    );
+    for m in &p.maps {
+        println!(
+            "    map {}: {} key {} value {} entries {}",
+            m.name, m.kind, m.key_size, m.value_size, m.max_entries
+        );
+    }
+}
+
+fn emit<T: serde::Serialize>(json: bool, v: &T, text: impl FnOnce(&T)) -> Result<ExitCode> {
+    if json {
+        println!("{}", serde_json::to_string_pretty(v)?);
+    } else {
+        text(v);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Arguments of `load`.
+#[derive(clap::Args, Debug)]
+pub struct LoadArgs {
+    #[command(flatten)]
+    common: CommonArgs,
+    /// ELF object or raw bytecode.
+    file: PathBuf,
+    /// Program in the object (function or section name).
+    #[arg(long)]
+    prog: Option<String>,
+    /// Install under this name (default: the function name).
+    #[arg(long = "as")]
+    install_as: Option<String>,
+}
+
+/// Runs `load`.
+pub fn load(a: LoadArgs) -> Result<ExitCode> {
+    let mut c = connect(&a.common.name)?;
+    let p = c
+        .load_file_as(&a.file, a.prog.as_deref(), a.install_as.as_deref())
+        .with_context(|| format!("cannot load {}", a.file.display()))?;
+    emit(a.common.json, &p, print_program)
+}
+
+/// Arguments of `unload`.
+#[derive(clap::Args, Debug)]
+pub struct UnloadArgs {
+    #[command(flatten)]
+    common: CommonArgs,
+    /// Program id or name.
+    prog: String,
+}
+
+/// Runs `unload`.
+pub fn unload(a: UnloadArgs) -> Result<ExitCode> {
+    let mut c = connect(&a.common.name)?;
+    let p = c.unload(&a.prog)?;
+    emit(a.common.json, &p, |p| println!("unloaded {} ({})", p.name, p.id))
+}
+
+/// Arguments of `replace`.
+#[derive(clap::Args, Debug)]
+pub struct ReplaceArgs {
+    #[command(flatten)]
+    common: CommonArgs,
+    /// Installed program name.
+    target: String,
+    /// New ELF object or raw bytecode.
+    file: PathBuf,
+    /// Program in the object (function or section name).
+    #[arg(long)]
+    prog: Option<String>,
+}
+
+/// Runs `replace`.
+pub fn replace(a: ReplaceArgs) -> Result<ExitCode> {
+    let mut c = connect(&a.common.name)?;
+    let p = c
+        .replace_file(&a.target, &a.file, a.prog.as_deref())
+        .with_context(|| format!("cannot replace `{}`", a.target))?;
+    emit(a.common.json, &p, print_program)
+}
+
+/// Runs `list`.
+pub fn list(a: CommonArgs) -> Result<ExitCode> {
+    let mut c = connect(&a.name)?;
+    let ps = c.list()?;
+    emit(a.json, &ps, |ps| {
+        if ps.is_empty() {
+            println!("no programs loaded");
+        }
+        ps.iter().for_each(print_program)
+    })
+}
+
+/// Arguments of `submit`.
+#[derive(clap::Args, Debug)]
+pub struct SubmitArgs {
+    #[command(flatten)]
+    common: CommonArgs,
+    /// Program id or name.
+    #[arg(long)]
+    prog: String,
+    /// Input file: records of --record-size bytes.
+    #[arg(long)]
+    input: PathBuf,
+    /// Input record size in bytes.
+    #[arg(long)]
+    record_size: u32,
+    /// Write the output records to this file.
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Output record size in bytes (default: the input record size, when --out is given).
+    #[arg(long)]
+    out_record_size: Option<u32>,
+    /// Collect every record's r0 (printed one per line, or in the JSON).
+    #[arg(long)]
+    results: bool,
+    /// ctx->args, comma-separated.
+    #[arg(long, value_delimiter = ',', num_args = 1..=4)]
+    args: Vec<u64>,
+    /// Give up waiting after this many seconds.
+    #[arg(long, default_value_t = 60.0)]
+    timeout: f64,
+}
+
+#[derive(serde::Serialize)]
+struct SubmitReport {
+    #[serde(flatten)]
+    result: host::client::JobResult,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    results: Option<Vec<u64>>,
+}
+
+/// Runs `submit`.
+pub fn submit(a: SubmitArgs) -> Result<ExitCode> {
+    let data = std::fs::read(&a.input).with_context(|| format!("cannot read {}", a.input.display()))?;
+    if a.record_size == 0 {
+        bail!("--record-size must be at least 1");
+    }
+    if data.len() % a.record_size as usize != 0 {
+        bail!(
+            "{} is {} bytes, not a multiple of --record-size {}",
+            a.input.display(),
+            data.len(),
+            a.record_size
+        );
+    }
+    let n = (data.len() / a.record_size as usize) as u64;
+    let mut c = connect(&a.common.name)?;
+    let prog = c.resolve(&a.prog)?;
+    let input = c.alloc(data.len().max(1) as u64)?;
+    c.write(&input, 0, &data)?;
+    let out_rec = a
+        .out_record_size
+        .or(a.out.as_ref().map(|_| a.record_size))
+        .unwrap_or(0);
+    let mut job = Job::new(prog.id, n).input(&input, a.record_size);
+    let output = if out_rec > 0 {
+        let b = c.alloc((n * out_rec as u64).max(1))?;
+        job = job.output(&b, out_rec);
+        Some(b)
+    } else {
+        None
+    };
+    let results = if a.results {
+        let b = c.alloc((n * 8).max(1))?;
+        job = job.results(&b);
+        Some(b)
+    } else {
+        None
+    };
+    let mut args = [0u64; 4];
+    args.iter_mut().zip(&a.args).for_each(|(s, v)| *s = *v);
+    job = job.args(args);
+    let timeout = Duration::from_secs_f64(a.timeout);
+    let bar = indicatif::ProgressBar::new_spinner().with_message(format!("{n} records"));
+    bar.enable_steady_tick(Duration::from_millis(200));
+    let r = c.run(&job, timeout);
+    bar.finish_and_clear();
+    let r = r?;
+    let res_vals = match results {
+        Some(b) => Some(
+            c.read(&b, 0, n * 8)?
+                .chunks_exact(8)
+                .map(|ch| u64::from_le_bytes(ch.try_into().expect("8 bytes")))
+                .collect::<Vec<_>>(),
+        ),
+        None => None,
+    };
+    if let (Some(path), Some(b)) = (&a.out, &output) {
+        let bytes = c.read(b, 0, n * out_rec as u64)?;
+        std::fs::write(path, bytes).with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    for b in [Some(input), output, results].into_iter().flatten() {
+        let _ = c.free(b);
+    }
+    let ok = r.ok();
+    let report = SubmitReport {
+        result: r,
+        results: res_vals,
+    };
+    emit(a.common.json, &report, |rep| {
+        let r = &rep.result;
+        println!(
+            "job {}: {} records, {} failed, program {} version {}, r0 {:#x}, {:.1} µs (queued {:.1} µs, ran {:.1} µs)",
+            if r.ok() { "ok" } else { "FAILED" },
+            r.records_done,
+            r.records_failed,
+            prog.name,
+            r.prog_version,
+            r.r0,
+            r.latency_ns as f64 / 1e3,
+            r.queued_ns as f64 / 1e3,
+            r.run_ns as f64 / 1e3
+        );
+        if let Some(e) = &r.error {
+            println!("error: {e}");
+        }
+        if let Some(v) = &rep.results {
+            for x in v {
+                println!("{x:#x}");
+            }
+        }
+    })?;
+    Ok(if ok { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
+/// Arguments of `map`.
+#[derive(clap::Args, Debug)]
+pub struct MapArgs {
+    #[command(subcommand)]
+    cmd: MapCmd,
+}
+
+/// `map` subcommands.
+#[derive(clap::Subcommand, Debug)]
+pub enum MapCmd {
+    /// Print every element.
+    Dump {
+        #[command(flatten)]
+        common: CommonArgs,
+        /// `prog:map`, or a map name only one program has.
+        map: String,
+    },
+    /// Create or update one element (hex key and value).
+    Update {
+        #[command(flatten)]
+        common: CommonArgs,
+        /// `prog:map`, or a map name only one program has.
+        map: String,
+        /// Key bytes, hex.
+        key: String,
+        /// Value bytes, hex.
+        value: String,
+        /// `any`, `noexist` or `exist`.
+        #[arg(long, default_value = "any")]
+        flags: String,
+    },
+}
+
+/// Runs `map`.
+pub fn map(a: MapArgs) -> Result<ExitCode> {
+    match a.cmd {
+        MapCmd::Dump { common, map } => {
+            let mut c = connect(&common.name)?;
+            let d = c.map_dump(&map)?;
+            emit(common.json, &d, |d| {
+                println!("{} ({} entries)", d.map, d.entries.len());
+                for (k, v) in &d.entries {
+                    println!("  key {k}  value {v}");
+                }
+            })
+        }
+        MapCmd::Update {
+            common,
+            map,
+            key,
+            value,
+            flags,
+        } => {
+            let flags = match flags.as_str() {
+                "any" => 0,
+                "noexist" => 1,
+                "exist" => 2,
+                f => bail!("bad --flags `{f}`: expected any, noexist or exist"),
+            };
+            let key = host::hex::decode(&key).map_err(anyhow::Error::msg).context("bad key")?;
+            let value = host::hex::decode(&value).map_err(anyhow::Error::msg).context("bad value")?;
+            let mut c = connect(&common.name)?;
+            c.map_update(&map, &key, &value, flags)?;
+            emit(common.json, &serde_json::json!({"updated": map, "key": hex(&key)}), |_| {
+                println!("updated {map}")
+            })
+        }
+    }
+}
+
+/// Runs `status`.
+pub fn status(a: CommonArgs) -> Result<ExitCode> {
+    let mut c = connect(&a.name)?;
+    let s = c.status()?;
+    emit(a.json, &s, |s| {
+        println!(
+            "service {} ({} backend, {} workers), up {:.0} s",
+            s.name, s.backend, s.workers, s.uptime_s
+        );
+        println!(
+            "queue {}/{}, jobs done {}, failed {}, records {} ({} failed), clients {}",
+            s.queue_depth, s.queue_capacity, s.jobs_done, s.jobs_failed, s.records, s.records_failed, s.clients
+        );
+        println!(
+            "latency p50 {:.1} µs, p90 {:.1} µs, p99 {:.1} µs over {} jobs; arena {} / {} MiB",
+            s.latency.p50_ns as f64 / 1e3,
+            s.latency.p90_ns as f64 / 1e3,
+            s.latency.p99_ns as f64 / 1e3,
+            s.latency.count,
+            s.arena_used >> 20,
+            s.arena_size >> 20
+        );
+        for p in &s.programs {
+            print_program(p);
+        }
+    })
+}
+
+/// Arguments of `stop`.
+#[derive(clap::Args, Debug)]
+pub struct StopArgs {
+    #[command(flatten)]
+    common: CommonArgs,
+    /// Cancel queued jobs (they complete as cancelled) instead of draining them.
+    #[arg(long)]
+    now: bool,
+}
+
+/// Runs `stop`.
+pub fn stop(a: StopArgs) -> Result<ExitCode> {
+    let mut c = connect(&a.common.name)?;
+    c.stop(a.now)?;
+    emit(a.common.json, &serde_json::json!({"stopping": a.common.name}), |_| {
+        println!("stopping {}", a.common.name)
+    })
+}

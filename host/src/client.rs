@@ -1,0 +1,643 @@
+//! The client library: attach to a running service by name, submit jobs through shared
+//! memory, and drive the control plane over its socket. No CUDA is involved.
+//!
+//! ```no_run
+//! use host::client::{Client, Job, Wait};
+//! let mut c = Client::connect("bpftime-super")?;
+//! let prog = c.load_file("examples/vec_add.bpf.o".as_ref(), None)?;
+//! let input = c.alloc(8 * 4)?;
+//! c.write(&input, 0, &[1, 0, 0, 0, 2, 0, 0, 0, 3, 0, 0, 0, 4, 0, 0, 0, 5, 0, 0, 0, 6, 0, 0, 0, 7, 0, 0, 0, 8, 0, 0, 0])?;
+//! let output = c.alloc(4 * 4)?;
+//! let t = c.submit(&Job::new(prog.id, 4).input(&input, 8).output(&output, 4), Wait::No)?;
+//! let done = c.wait(t, std::time::Duration::from_secs(1))?;
+//! assert!(done.ok());
+//! # Ok::<(), host::client::ClientError>(())
+//! ```
+//!
+//! A job's buffers must not be touched between `submit` and the completion: the service
+//! reads and writes them in place.
+
+use crate::protocol::{MapDump, ProgramInfo, Reply, Request, StatusInfo};
+use crate::service::socket_path;
+use shm_maps::client::{ClientId, attach, detach};
+use shm_maps::layout::{completion_state, state, status};
+use shm_maps::region::monotonic_ns;
+use shm_maps::{JobDesc, ShmRegion};
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+/// Client failures.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// The region could not be opened.
+    #[error("cannot attach to service `{name}`")]
+    Region {
+        /// Service name.
+        name: String,
+        /// Why.
+        #[source]
+        source: shm_maps::RegionError,
+    },
+    /// Every client slot is taken.
+    #[error(transparent)]
+    NoSlot(#[from] shm_maps::client::NoClientSlot),
+    /// The control socket failed.
+    #[error("control socket {path}: {what}")]
+    Socket {
+        /// Socket path.
+        path: String,
+        /// What was attempted.
+        what: String,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The service answered with an error.
+    #[error("{0}")]
+    Service(String),
+    /// The service's answer could not be understood.
+    #[error("bad reply from the service: {0}")]
+    Protocol(String),
+    /// A file could not be read.
+    #[error("cannot read {path}")]
+    Read {
+        /// Path.
+        path: String,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The queue is full.
+    #[error("queue full: {capacity} jobs are waiting; retry, or submit with Wait::Block")]
+    QueueFull {
+        /// Queue capacity.
+        capacity: u64,
+    },
+    /// Every completion slot of this client is in use.
+    #[error("{0} jobs already in flight from this client; wait for some first")]
+    TooManyInFlight(u32),
+    /// Timed out waiting.
+    #[error("timed out after {0:?}")]
+    Timeout(Duration),
+    /// The service is stopping or gone.
+    #[error("the service is not accepting jobs (state {0})")]
+    NotRunning(u32),
+    /// A buffer range outside the buffer.
+    #[error("range {off}+{len} is outside the {size}-byte buffer")]
+    OutOfBuffer {
+        /// Offset.
+        off: u64,
+        /// Length.
+        len: u64,
+        /// Buffer size.
+        size: u64,
+    },
+}
+
+/// A buffer in the shared arena.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Buffer {
+    /// Arena offset.
+    pub off: u64,
+    /// Length.
+    pub len: u64,
+}
+
+/// A job to submit. Built with [`Job::new`] and the builder methods.
+#[derive(Clone, Copy, Debug)]
+pub struct Job {
+    desc: JobDesc,
+}
+
+impl Job {
+    /// A job of `n` records for program `prog_id`.
+    pub fn new(prog_id: u32, n: u64) -> Job {
+        Job {
+            desc: JobDesc {
+                prog_id,
+                n,
+                ..Default::default()
+            },
+        }
+    }
+
+    /// Input records of `rec_size` bytes in `buf`.
+    pub fn input(mut self, buf: &Buffer, rec_size: u32) -> Job {
+        self.desc.input_off = buf.off;
+        self.desc.input_len = buf.len;
+        self.desc.in_rec_size = rec_size;
+        self
+    }
+
+    /// Variable-length input: `offsets` holds `n + 1` u64 offsets into `buf`.
+    pub fn input_varlen(mut self, buf: &Buffer, offsets: &Buffer) -> Job {
+        self.desc.input_off = buf.off;
+        self.desc.input_len = buf.len;
+        self.desc.offsets_off = offsets.off;
+        self.desc.flags |= shm_maps::job_flags::VARLEN;
+        self
+    }
+
+    /// Output records of `rec_size` bytes in `buf`.
+    pub fn output(mut self, buf: &Buffer, rec_size: u32) -> Job {
+        self.desc.output_off = buf.off;
+        self.desc.output_len = buf.len;
+        self.desc.out_rec_size = rec_size;
+        self
+    }
+
+    /// Write each record's r0 as a u64 into `buf` (`8 * n` bytes).
+    pub fn results(mut self, buf: &Buffer) -> Job {
+        self.desc.results_off = buf.off;
+        self.desc.flags |= shm_maps::job_flags::RESULTS;
+        self
+    }
+
+    /// `ctx->args`.
+    pub fn args(mut self, args: [u64; 4]) -> Job {
+        self.desc.args = args;
+        self
+    }
+
+    /// Raw descriptor fields, for tests of bad input.
+    pub fn desc_mut(&mut self) -> &mut JobDesc {
+        &mut self.desc
+    }
+}
+
+/// What to do when the queue is full.
+#[derive(Clone, Copy, Debug)]
+pub enum Wait {
+    /// Fail with [`ClientError::QueueFull`].
+    No,
+    /// Retry until queued or the timeout passes.
+    Block(Duration),
+}
+
+/// A submitted job.
+#[derive(Debug, PartialEq, Eq)]
+#[must_use = "a ticket must be waited for, or its completion slot stays busy"]
+pub struct Ticket {
+    slot: u32,
+    tag: u64,
+}
+
+impl Ticket {
+    /// The tag echoed in the completion.
+    pub fn tag(&self) -> u64 {
+        self.tag
+    }
+}
+
+/// A completed job.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct JobResult {
+    /// Status code (see `shm_maps::status`); 0 is success.
+    pub status: i32,
+    /// Error text, when the status is not 0.
+    pub error: Option<String>,
+    /// Program id.
+    pub prog_id: u32,
+    /// Program version the job ran on.
+    pub prog_version: u32,
+    /// Records that ran.
+    pub records_done: u64,
+    /// Records that failed.
+    pub records_failed: u64,
+    /// r0 of the last record.
+    pub r0: u64,
+    /// Tag from submit.
+    pub tag: u64,
+    /// Submit-to-completion time in ns.
+    pub latency_ns: u64,
+    /// Time queued before a worker started it, in ns.
+    pub queued_ns: u64,
+    /// Run time in ns.
+    pub run_ns: u64,
+}
+
+impl JobResult {
+    /// Whether every record ran.
+    pub fn ok(&self) -> bool {
+        self.status == status::OK
+    }
+}
+
+/// A connection to a service.
+pub struct Client {
+    name: String,
+    region: ShmRegion,
+    id: ClientId,
+    sock: Option<(BufReader<UnixStream>, UnixStream)>,
+    free: Vec<u32>,
+    next_tag: u64,
+}
+
+impl Client {
+    /// Attaches to the service called `name`.
+    pub fn connect(name: &str) -> Result<Client, ClientError> {
+        let region = ShmRegion::open(name).map_err(|source| ClientError::Region {
+            name: name.into(),
+            source,
+        })?;
+        let id = attach(&region)?;
+        let free = region.completion_range(id.slot).rev().collect();
+        Ok(Client {
+            name: name.into(),
+            region,
+            id,
+            sock: None,
+            free,
+            next_tag: 1,
+        })
+    }
+
+    /// The region this client is attached to.
+    pub fn region(&self) -> &ShmRegion {
+        &self.region
+    }
+
+    /// This client's slot.
+    pub fn id(&self) -> ClientId {
+        self.id
+    }
+
+    /// Sends one control request and returns the reply's data.
+    pub fn request(&mut self, req: &Request) -> Result<serde_json::Value, ClientError> {
+        let path = socket_path(&self.name);
+        let sock_err = |what: &str| {
+            let path = path.display().to_string();
+            let what = what.to_string();
+            move |source| ClientError::Socket { path, what, source }
+        };
+        if self.sock.is_none() {
+            let s = UnixStream::connect(&path).map_err(sock_err("connect"))?;
+            let r = BufReader::new(s.try_clone().map_err(sock_err("clone"))?);
+            self.sock = Some((r, s));
+        }
+        let (reader, writer) = self.sock.as_mut().expect("connected above");
+        let mut line = serde_json::to_string(req).map_err(|e| ClientError::Protocol(e.to_string()))?;
+        line.push('\n');
+        writer.write_all(line.as_bytes()).map_err(sock_err("write"))?;
+        let mut answer = String::new();
+        let n = reader.read_line(&mut answer).map_err(sock_err("read"))?;
+        if n == 0 {
+            self.sock = None;
+            return Err(ClientError::Service("the service closed the connection".into()));
+        }
+        let reply: Reply =
+            serde_json::from_str(&answer).map_err(|e| ClientError::Protocol(e.to_string()))?;
+        if reply.ok {
+            Ok(reply.data)
+        } else {
+            Err(ClientError::Service(
+                reply.error.unwrap_or_else(|| "unknown error".into()),
+            ))
+        }
+    }
+
+    fn typed<T: serde::de::DeserializeOwned>(&mut self, req: &Request) -> Result<T, ClientError> {
+        let v = self.request(req)?;
+        serde_json::from_value(v).map_err(|e| ClientError::Protocol(e.to_string()))
+    }
+
+    fn object(path: &Path) -> Result<(String, String), ClientError> {
+        let bytes = std::fs::read(path).map_err(|source| ClientError::Read {
+            path: path.display().to_string(),
+            source,
+        })?;
+        let file = path
+            .file_name()
+            .map(|f| f.to_string_lossy().into_owned())
+            .unwrap_or_else(|| path.display().to_string());
+        Ok((file, crate::hex::encode(&bytes)))
+    }
+
+    /// Verifies and installs a program from an object file.
+    pub fn load_file(&mut self, path: &Path, prog: Option<&str>) -> Result<ProgramInfo, ClientError> {
+        self.load_file_as(path, prog, None)
+    }
+
+    /// Like [`Client::load_file`], installing under `name`.
+    pub fn load_file_as(
+        &mut self,
+        path: &Path,
+        prog: Option<&str>,
+        name: Option<&str>,
+    ) -> Result<ProgramInfo, ClientError> {
+        let (file, object_hex) = Self::object(path)?;
+        self.typed(&Request::Load {
+            file,
+            object_hex,
+            prog: prog.map(str::to_string),
+            name: name.map(str::to_string),
+        })
+    }
+
+    /// Installs a program from bytes (ELF or raw bytecode) under `name`.
+    pub fn load_bytes(&mut self, file: &str, bytes: &[u8], name: Option<&str>) -> Result<ProgramInfo, ClientError> {
+        self.typed(&Request::Load {
+            file: file.into(),
+            object_hex: crate::hex::encode(bytes),
+            prog: None,
+            name: name.map(str::to_string),
+        })
+    }
+
+    /// Hot-swaps the program installed as `name` with the one in `path`.
+    pub fn replace_file(&mut self, name: &str, path: &Path, prog: Option<&str>) -> Result<ProgramInfo, ClientError> {
+        let (file, object_hex) = Self::object(path)?;
+        self.typed(&Request::Replace {
+            name: name.into(),
+            file,
+            object_hex,
+            prog: prog.map(str::to_string),
+        })
+    }
+
+    /// Hot-swaps the program installed as `name` with `bytes`.
+    pub fn replace_bytes(&mut self, name: &str, file: &str, bytes: &[u8]) -> Result<ProgramInfo, ClientError> {
+        self.typed(&Request::Replace {
+            name: name.into(),
+            file: file.into(),
+            object_hex: crate::hex::encode(bytes),
+            prog: None,
+        })
+    }
+
+    /// Removes a program (by id or name).
+    pub fn unload(&mut self, prog: &str) -> Result<ProgramInfo, ClientError> {
+        self.typed(&Request::Unload { prog: prog.into() })
+    }
+
+    /// Installed programs.
+    pub fn list(&mut self) -> Result<Vec<ProgramInfo>, ClientError> {
+        self.typed(&Request::List)
+    }
+
+    /// The id of the program called `name` (or the id itself, given as digits).
+    pub fn resolve(&mut self, name: &str) -> Result<ProgramInfo, ClientError> {
+        self.list()?
+            .into_iter()
+            .find(|p| p.name == name || p.id.to_string() == name)
+            .ok_or_else(|| ClientError::Service(format!("no program `{name}` is loaded")))
+    }
+
+    /// A map's contents.
+    pub fn map_dump(&mut self, map: &str) -> Result<MapDump, ClientError> {
+        self.typed(&Request::MapDump { map: map.into() })
+    }
+
+    /// Creates or updates one map element.
+    pub fn map_update(&mut self, map: &str, key: &[u8], value: &[u8], flags: u64) -> Result<(), ClientError> {
+        self.request(&Request::MapUpdate {
+            map: map.into(),
+            key_hex: crate::hex::encode(key),
+            value_hex: crate::hex::encode(value),
+            flags,
+        })
+        .map(|_| ())
+    }
+
+    /// Service status.
+    pub fn status(&mut self) -> Result<StatusInfo, ClientError> {
+        self.typed(&Request::Status)
+    }
+
+    /// Stops the service (draining, or cancelling with `now`).
+    pub fn stop(&mut self, now: bool) -> Result<(), ClientError> {
+        self.request(&Request::Stop { now }).map(|_| ())
+    }
+
+    /// Allocates a buffer in the arena.
+    pub fn alloc(&mut self, len: u64) -> Result<Buffer, ClientError> {
+        let v = self.request(&Request::Alloc {
+            client: self.id.slot,
+            generation: self.id.generation,
+            len,
+        })?;
+        let off = v["off"]
+            .as_u64()
+            .ok_or_else(|| ClientError::Protocol("alloc reply has no offset".into()))?;
+        Ok(Buffer { off, len })
+    }
+
+    /// Frees a buffer.
+    pub fn free(&mut self, buf: Buffer) -> Result<(), ClientError> {
+        self.request(&Request::Free {
+            client: self.id.slot,
+            generation: self.id.generation,
+            off: buf.off,
+        })
+        .map(|_| ())
+    }
+
+    fn check(buf: &Buffer, off: u64, len: u64) -> Result<(), ClientError> {
+        if off.checked_add(len).is_none_or(|e| e > buf.len) {
+            return Err(ClientError::OutOfBuffer {
+                off,
+                len,
+                size: buf.len,
+            });
+        }
+        Ok(())
+    }
+
+    /// Copies `data` into `buf` at `off`.
+    pub fn write(&self, buf: &Buffer, off: u64, data: &[u8]) -> Result<(), ClientError> {
+        Self::check(buf, off, data.len() as u64)?;
+        self.region
+            .write_arena(buf.off + off, data)
+            .ok_or(ClientError::OutOfBuffer {
+                off,
+                len: data.len() as u64,
+                size: buf.len,
+            })
+    }
+
+    /// Copies `len` bytes of `buf` from `off`.
+    pub fn read(&self, buf: &Buffer, off: u64, len: u64) -> Result<Vec<u8>, ClientError> {
+        Self::check(buf, off, len)?;
+        self.region
+            .read_arena(buf.off + off, len)
+            .ok_or(ClientError::OutOfBuffer {
+                off,
+                len,
+                size: buf.len,
+            })
+    }
+
+    /// Jobs this client may still submit before waiting.
+    pub fn free_slots(&self) -> usize {
+        self.free.len()
+    }
+
+    fn prepare(&mut self, job: &Job) -> Result<(JobDesc, u32, u64), ClientError> {
+        let slot = self
+            .free
+            .pop()
+            .ok_or(ClientError::TooManyInFlight(self.region.header().completions_per_client))?;
+        let tag = self.next_tag;
+        self.next_tag += 1;
+        let c = self.region.completion(slot).expect("own slot exists");
+        let cp = c as *const shm_maps::Completion as *mut shm_maps::Completion;
+        // SAFETY: the slot is this client's and FREE (not referenced by any queued job), so
+        // nobody else reads or writes it until the descriptor naming it is pushed.
+        unsafe {
+            (*cp).tag = tag;
+            (*cp).submitted_ns = monotonic_ns();
+        }
+        c.state.store(completion_state::SUBMITTED, Ordering::Relaxed);
+        let mut d = job.desc;
+        d.client = self.id.slot;
+        d.completion = slot;
+        d.tag = tag;
+        Ok((d, slot, tag))
+    }
+
+    /// Submits one job.
+    pub fn submit(&mut self, job: &Job, wait: Wait) -> Result<Ticket, ClientError> {
+        let mut v = self.submit_batch(std::slice::from_ref(job), wait)?;
+        Ok(v.pop().expect("one job was queued"))
+    }
+
+    /// Submits several jobs with as few queue operations as possible. With `Wait::No`, the
+    /// jobs that did not fit are not queued and the call fails with `QueueFull` after
+    /// returning nothing; use `Wait::Block` to queue all of them.
+    pub fn submit_batch(&mut self, jobs: &[Job], wait: Wait) -> Result<Vec<Ticket>, ClientError> {
+        let st = self.region.header().state.load(Ordering::Acquire);
+        if st != state::READY {
+            return Err(ClientError::NotRunning(st));
+        }
+        if jobs.len() > self.free.len() {
+            return Err(ClientError::TooManyInFlight(self.region.header().completions_per_client));
+        }
+        let mut descs = Vec::with_capacity(jobs.len());
+        let mut tickets = Vec::with_capacity(jobs.len());
+        for j in jobs {
+            let (d, slot, tag) = self.prepare(j)?;
+            descs.push(d);
+            tickets.push(Ticket { slot, tag });
+        }
+        let q = self.region.queue();
+        let client = self.region.client(self.id.slot).expect("own slot");
+        client.in_flight.fetch_add(descs.len() as u32, Ordering::AcqRel);
+        let deadline = match wait {
+            Wait::No => None,
+            Wait::Block(t) => Some(Instant::now() + t),
+        };
+        let mut done = 0;
+        loop {
+            done += q.push_batch(&descs[done..]);
+            if done == descs.len() {
+                break;
+            }
+            shm_maps::wake::wake(self.region.header(), true);
+            if deadline.is_none_or(|d| Instant::now() >= d) {
+                // Hand back what was not queued.
+                let left = descs.len() - done;
+                client.in_flight.fetch_sub(left as u32, Ordering::AcqRel);
+                for t in tickets.drain(done..) {
+                    self.release(t.slot);
+                }
+                if done == 0 {
+                    return Err(if wait_is_block(wait) {
+                        ClientError::Timeout(block_time(wait))
+                    } else {
+                        ClientError::QueueFull {
+                            capacity: q.capacity(),
+                        }
+                    });
+                }
+                break;
+            }
+            std::thread::yield_now();
+        }
+        shm_maps::wake::wake(self.region.header(), descs.len() > 1);
+        Ok(tickets)
+    }
+
+    fn release(&mut self, slot: u32) {
+        if let Some(c) = self.region.completion(slot) {
+            c.state.store(completion_state::FREE, Ordering::Relaxed);
+        }
+        self.free.push(slot);
+    }
+
+    /// The result of `t`, if it has completed; the ticket is consumed when it has.
+    pub fn poll(&mut self, t: &Ticket) -> Option<JobResult> {
+        let c = self.region.completion(t.slot)?;
+        // ORDERING: acquire pairs with the worker's release store of DONE in `JobRunner::run`.
+        if c.state.load(Ordering::Acquire) != completion_state::DONE {
+            return None;
+        }
+        let error = (c.status != status::OK).then(|| {
+            self.region
+                .message(c.message)
+                .unwrap_or_else(|| format!("status {} (message overwritten)", c.status))
+        });
+        let r = JobResult {
+            status: c.status,
+            error,
+            prog_id: c.prog_id,
+            prog_version: c.prog_version,
+            records_done: c.records_done,
+            records_failed: c.records_failed,
+            r0: c.r0,
+            tag: c.tag,
+            latency_ns: c.finished_ns.saturating_sub(c.submitted_ns),
+            queued_ns: c.started_ns.saturating_sub(c.submitted_ns),
+            run_ns: c.finished_ns.saturating_sub(c.started_ns),
+        };
+        self.release(t.slot);
+        Some(r)
+    }
+
+    /// Waits for `t`: spins briefly, then yields.
+    pub fn wait(&mut self, t: Ticket, timeout: Duration) -> Result<JobResult, ClientError> {
+        let start = Instant::now();
+        let mut spins = 0u32;
+        loop {
+            if let Some(r) = self.poll(&t) {
+                return Ok(r);
+            }
+            spins += 1;
+            if spins < 20_000 {
+                std::hint::spin_loop();
+            } else {
+                if start.elapsed() > timeout {
+                    // The slot stays reserved: the job may still complete into it.
+                    std::mem::forget(t);
+                    return Err(ClientError::Timeout(timeout));
+                }
+                std::thread::yield_now();
+            }
+        }
+    }
+
+    /// Submits `job` and waits for it.
+    pub fn run(&mut self, job: &Job, timeout: Duration) -> Result<JobResult, ClientError> {
+        let t = self.submit(job, Wait::Block(timeout))?;
+        self.wait(t, timeout)
+    }
+}
+
+fn wait_is_block(w: Wait) -> bool {
+    matches!(w, Wait::Block(_))
+}
+
+fn block_time(w: Wait) -> Duration {
+    match w {
+        Wait::Block(t) => t,
+        Wait::No => Duration::ZERO,
+    }
+}
+
+impl Drop for Client {
+    fn drop(&mut self) {
+        detach(&self.region, self.id);
+    }
+}

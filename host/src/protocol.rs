@@ -1,0 +1,205 @@
+//! The control protocol: JSON lines over the service's Unix socket.
+//!
+//! Each request is one JSON object on one line, tagged by `cmd`; each reply is one line
+//! `{"ok": true, "data": ...}` or `{"ok": false, "error": "..."}`. Jobs never go through
+//! the socket: they go through the shared-memory queue. The socket carries the control
+//! plane: programs, maps, buffers, status and stop.
+//!
+//! | `cmd`        | fields                                   | `data`                  |
+//! |--------------|------------------------------------------|-------------------------|
+//! | `load`       | `file`, `object_hex`, `prog?`, `name?`   | [`ProgramInfo`]         |
+//! | `replace`    | `name`, `file`, `object_hex`, `prog?`    | [`ProgramInfo`]         |
+//! | `unload`     | `prog` (id or name)                      | [`ProgramInfo`]         |
+//! | `list`       |                                          | `[ProgramInfo]`         |
+//! | `map_dump`   | `map` (`prog:map` or unique `map`)       | [`MapDump`]             |
+//! | `map_update` | `map`, `key_hex`, `value_hex`, `flags`   | `null`                  |
+//! | `alloc`      | `client`, `generation`, `len`            | `{"off": u64}`          |
+//! | `free`       | `client`, `generation`, `off`            | `null`                  |
+//! | `status`     |                                          | [`StatusInfo`]          |
+//! | `stop`       | `now`                                    | `null`                  |
+
+use serde::{Deserialize, Serialize};
+
+/// A control request.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(tag = "cmd", rename_all = "snake_case")]
+pub enum Request {
+    /// Verify and install a program.
+    Load {
+        /// File name, for messages.
+        file: String,
+        /// The ELF object or raw bytecode, hex-encoded.
+        object_hex: String,
+        /// Program to take from the object (function or section name).
+        prog: Option<String>,
+        /// Name to install it under (default: the function name).
+        name: Option<String>,
+    },
+    /// Hot-swap the program installed as `name`.
+    Replace {
+        /// Installed program name.
+        name: String,
+        /// File name, for messages.
+        file: String,
+        /// The new ELF object or raw bytecode, hex-encoded.
+        object_hex: String,
+        /// Program to take from the object.
+        prog: Option<String>,
+    },
+    /// Remove a program.
+    Unload {
+        /// Id or name.
+        prog: String,
+    },
+    /// List installed programs.
+    List,
+    /// Dump a map.
+    MapDump {
+        /// `prog:map`, or a map name that only one program has.
+        map: String,
+    },
+    /// Create or update one map element.
+    MapUpdate {
+        /// `prog:map`, or a map name that only one program has.
+        map: String,
+        /// Key bytes, hex.
+        key_hex: String,
+        /// Value bytes, hex.
+        value_hex: String,
+        /// `BPF_ANY` (0), `BPF_NOEXIST` (1) or `BPF_EXIST` (2).
+        #[serde(default)]
+        flags: u64,
+    },
+    /// Allocate an arena buffer for a client.
+    Alloc {
+        /// Client slot.
+        client: u32,
+        /// Client slot generation.
+        generation: u32,
+        /// Bytes.
+        len: u64,
+    },
+    /// Free an arena buffer of a client.
+    Free {
+        /// Client slot.
+        client: u32,
+        /// Client slot generation.
+        generation: u32,
+        /// Arena offset from `alloc`.
+        off: u64,
+    },
+    /// Service status.
+    Status,
+    /// Stop the service.
+    Stop {
+        /// Cancel queued jobs instead of draining them.
+        #[serde(default)]
+        now: bool,
+    },
+}
+
+/// A reply line.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Reply {
+    /// Whether the request succeeded.
+    pub ok: bool,
+    /// The result, when `ok`.
+    #[serde(default, skip_serializing_if = "serde_json::Value::is_null")]
+    pub data: serde_json::Value,
+    /// What went wrong, when not `ok`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// A map as the service holds it.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct MapInfo {
+    /// Name within its program.
+    pub name: String,
+    /// Kind (`hash`, `array`, `per_thread_array`, `ring_buf`).
+    pub kind: String,
+    /// Key size.
+    pub key_size: u32,
+    /// Value size.
+    pub value_size: u32,
+    /// Entries.
+    pub max_entries: u32,
+}
+
+/// An installed program.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct ProgramInfo {
+    /// Id used in job descriptors.
+    pub id: u32,
+    /// Installed name.
+    pub name: String,
+    /// Version, from 1; bumped by `replace`.
+    pub version: u32,
+    /// ELF section.
+    pub section: String,
+    /// Source file.
+    pub file: String,
+    /// Instruction count (linked).
+    pub insns: usize,
+    /// Its maps.
+    pub maps: Vec<MapInfo>,
+}
+
+/// A map's contents.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct MapDump {
+    /// `prog:map`.
+    pub map: String,
+    /// `(key hex, value hex)` pairs.
+    pub entries: Vec<(String, String)>,
+}
+
+/// Latency percentiles in ns.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Latency {
+    /// Samples.
+    pub count: u64,
+    /// Median.
+    pub p50_ns: u64,
+    /// 90th percentile.
+    pub p90_ns: u64,
+    /// 99th percentile.
+    pub p99_ns: u64,
+    /// 99.9th percentile.
+    pub p999_ns: u64,
+}
+
+/// Service status.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct StatusInfo {
+    /// Region name.
+    pub name: String,
+    /// Backend in use.
+    pub backend: String,
+    /// Worker threads.
+    pub workers: usize,
+    /// Seconds since start.
+    pub uptime_s: f64,
+    /// Installed programs.
+    pub programs: Vec<ProgramInfo>,
+    /// Jobs waiting in the queue.
+    pub queue_depth: u64,
+    /// Queue capacity.
+    pub queue_capacity: u64,
+    /// Jobs completed (any status).
+    pub jobs_done: u64,
+    /// Jobs completed with an error.
+    pub jobs_failed: u64,
+    /// Records run successfully.
+    pub records: u64,
+    /// Records whose program failed.
+    pub records_failed: u64,
+    /// Attached clients.
+    pub clients: u32,
+    /// Arena bytes in use.
+    pub arena_used: u64,
+    /// Arena size.
+    pub arena_size: u64,
+    /// Submit-to-completion latency.
+    pub latency: Latency,
+}

@@ -1,0 +1,345 @@
+//! The control socket: one thread per connection, one JSON request per line.
+
+use super::Service;
+use crate::protocol::{MapDump, MapInfo, ProgramInfo, Reply, Request};
+use device::programs::Installed;
+use ebpf::interp::Vm;
+use ebpf::maps::MapOps;
+use ebpf::verifier::{VerifyOptions, verify};
+use shm_maps::arena::Owner;
+use shm_maps::layout::client_state;
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+/// Accepts connections until the service stops.
+pub(super) fn serve(svc: Arc<Service>, listener: UnixListener) {
+    for conn in listener.incoming() {
+        if svc.stopping.load(Ordering::Acquire) {
+            break;
+        }
+        match conn {
+            Ok(stream) => {
+                let svc = svc.clone();
+                let _ = std::thread::Builder::new()
+                    .name("bpftime-conn".into())
+                    .spawn(move || connection(svc, stream));
+            }
+            Err(e) => tracing::warn!("control socket accept failed: {e}"),
+        }
+    }
+}
+
+fn connection(svc: Arc<Service>, stream: UnixStream) {
+    let Ok(write_half) = stream.try_clone() else {
+        return;
+    };
+    let mut out = std::io::BufWriter::new(write_half);
+    let reader = BufReader::new(stream);
+    for line in reader.lines() {
+        let Ok(line) = line else { break };
+        if line.trim().is_empty() {
+            continue;
+        }
+        let (reply, after) = match serde_json::from_str::<Request>(&line) {
+            Ok(req) => handle(&svc, req),
+            Err(e) => (err(format!("bad request: {e}")), None),
+        };
+        let mut text = serde_json::to_string(&reply).unwrap_or_else(|e| {
+            format!("{{\"ok\":false,\"error\":\"cannot encode reply: {e}\"}}")
+        });
+        text.push('\n');
+        if out.write_all(text.as_bytes()).and_then(|_| out.flush()).is_err() {
+            break;
+        }
+        if let Some(after) = after {
+            after();
+        }
+    }
+}
+
+fn ok(data: impl serde::Serialize) -> Reply {
+    match serde_json::to_value(data) {
+        Ok(data) => Reply {
+            ok: true,
+            data,
+            error: None,
+        },
+        Err(e) => err(format!("cannot encode reply: {e}")),
+    }
+}
+
+fn err(msg: impl Into<String>) -> Reply {
+    Reply {
+        ok: false,
+        data: serde_json::Value::Null,
+        error: Some(msg.into()),
+    }
+}
+
+type After = Option<Box<dyn FnOnce() + Send>>;
+
+fn handle(svc: &Arc<Service>, req: Request) -> (Reply, After) {
+    let reply = match req {
+        Request::Load {
+            file,
+            object_hex,
+            prog,
+            name,
+        } => load(svc, &file, &object_hex, prog.as_deref(), name.as_deref(), None),
+        Request::Replace {
+            name,
+            file,
+            object_hex,
+            prog,
+        } => load(svc, &file, &object_hex, prog.as_deref(), None, Some(&name)),
+        Request::Unload { prog } => match find(svc, &prog) {
+            Some(p) => {
+                svc.table.remove(p.id);
+                tracing::info!(id = p.id, name = %p.name, "unloaded");
+                ok(info(&p))
+            }
+            None => err(format!("no program `{prog}` is loaded")),
+        },
+        Request::List => ok(svc.programs()),
+        Request::MapDump { map } => match find_map(svc, &map) {
+            Ok((qualified, m)) => ok(MapDump {
+                map: qualified,
+                entries: m
+                    .entries()
+                    .into_iter()
+                    .map(|(k, v)| (crate::hex::encode(&k), crate::hex::encode(&v)))
+                    .collect(),
+            }),
+            Err(e) => err(e),
+        },
+        Request::MapUpdate {
+            map,
+            key_hex,
+            value_hex,
+            flags,
+        } => map_update(svc, &map, &key_hex, &value_hex, flags),
+        Request::Alloc {
+            client,
+            generation,
+            len,
+        } => match check_client(svc, client, generation) {
+            Err(e) => err(e),
+            Ok(owner) => {
+                let r = svc
+                    .state
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .arena
+                    .alloc(len, owner);
+                match r {
+                    Ok(off) => ok(serde_json::json!({ "off": off })),
+                    Err(e) => err(e.to_string()),
+                }
+            }
+        },
+        Request::Free {
+            client,
+            generation,
+            off,
+        } => match check_client(svc, client, generation) {
+            Err(e) => err(e),
+            Ok(owner) => {
+                let r = svc
+                    .state
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .arena
+                    .free(off, owner);
+                match r {
+                    Ok(_) => ok(()),
+                    Err(e) => err(e.to_string()),
+                }
+            }
+        },
+        Request::Status => ok(svc.status()),
+        Request::Stop { now } => {
+            let svc = svc.clone();
+            return (
+                ok(()),
+                Some(Box::new(move || {
+                    // Stop off this thread: it joins the workers.
+                    std::thread::spawn(move || svc.stop(now));
+                })),
+            );
+        }
+    };
+    (reply, None)
+}
+
+fn check_client(svc: &Service, slot: u32, generation: u32) -> Result<Owner, String> {
+    let c = svc
+        .region
+        .client(slot)
+        .ok_or_else(|| format!("no client slot {slot}"))?;
+    if c.state.load(Ordering::Acquire) != client_state::ACTIVE
+        || c.generation.load(Ordering::Acquire) != generation
+    {
+        return Err(format!(
+            "client slot {slot} generation {generation} is not attached"
+        ));
+    }
+    Ok(Owner::Client { slot, generation })
+}
+
+/// The public description of an installed program.
+pub(super) fn info(p: &Installed) -> ProgramInfo {
+    ProgramInfo {
+        id: p.id,
+        name: p.name.clone(),
+        version: p.version,
+        section: p.program.section.clone(),
+        file: p.program.file.clone(),
+        insns: p.program.insns.len(),
+        maps: p.program.maps.iter().map(map_info).collect(),
+    }
+}
+
+fn map_info(d: &ebpf::MapDef) -> MapInfo {
+    MapInfo {
+        name: d.name.clone(),
+        kind: serde_json::to_value(d.kind)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_string))
+            .unwrap_or_default(),
+        key_size: d.key_size,
+        value_size: d.value_size,
+        max_entries: d.max_entries,
+    }
+}
+
+fn find(svc: &Service, prog: &str) -> Option<Arc<Installed>> {
+    match prog.parse::<u32>() {
+        Ok(id) => svc.table.get(id),
+        Err(_) => svc.table.by_name(prog),
+    }
+}
+
+fn find_map(svc: &Service, spec: &str) -> Result<(String, Arc<dyn MapOps>), String> {
+    let (prog, map) = match spec.split_once(':') {
+        Some((p, m)) => (Some(p), m),
+        None => (None, spec),
+    };
+    let mut found = Vec::new();
+    for p in svc.table.list() {
+        if prog.is_some_and(|n| n != p.name && n != p.id.to_string()) {
+            continue;
+        }
+        for (d, m) in p.program.maps.iter().zip(&p.maps) {
+            if d.name == map {
+                found.push((format!("{}:{}", p.name, d.name), m.clone()));
+            }
+        }
+    }
+    match found.len() {
+        0 => Err(format!("no map `{spec}` in any loaded program")),
+        1 => Ok(found.pop().expect("one element")),
+        _ => Err(format!(
+            "map name `{spec}` is ambiguous: use one of {}",
+            found.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>().join(", ")
+        )),
+    }
+}
+
+fn map_update(svc: &Service, spec: &str, key_hex: &str, value_hex: &str, flags: u64) -> Reply {
+    let (name, m) = match find_map(svc, spec) {
+        Ok(x) => x,
+        Err(e) => return err(e),
+    };
+    let (key, value) = match (crate::hex::decode(key_hex), crate::hex::decode(value_hex)) {
+        (Ok(k), Ok(v)) => (k, v),
+        (Err(e), _) => return err(format!("bad key: {e}")),
+        (_, Err(e)) => return err(format!("bad value: {e}")),
+    };
+    let d = m.def();
+    if key.len() != d.key_size as usize || value.len() != d.value_size as usize {
+        return err(format!(
+            "map `{name}` takes a {}-byte key and a {}-byte value; got {} and {}",
+            d.key_size,
+            d.value_size,
+            key.len(),
+            value.len()
+        ));
+    }
+    match m.update(&key, &value, flags, 0) {
+        Ok(()) => ok(()),
+        Err(e) => err(format!("update of map `{name}` failed: {e}")),
+    }
+}
+
+/// `load` and `replace` (when `replacing` names the installed program).
+fn load(
+    svc: &Service,
+    file: &str,
+    object_hex: &str,
+    prog: Option<&str>,
+    name: Option<&str>,
+    replacing: Option<&str>,
+) -> Reply {
+    let bytes = match crate::hex::decode(object_hex) {
+        Ok(b) => b,
+        Err(e) => return err(format!("bad object bytes: {e}")),
+    };
+    let program = match ebpf::elf::load(&bytes, file, prog) {
+        Ok(p) => p,
+        Err(e) => return err(e.to_string()),
+    };
+    if let Err(e) = verify(&program, &VerifyOptions::default()) {
+        return err(format!("verifier rejected the program: {e}"));
+    }
+    // One lock for the whole install, so two loads cannot race for a name.
+    let mut st = svc.state.lock().unwrap_or_else(|p| p.into_inner());
+    let old = match replacing {
+        Some(n) => match svc.table.by_name(n) {
+            Some(p) => Some(p),
+            None => return err(format!("no program `{n}` is loaded, so there is nothing to replace")),
+        },
+        None => None,
+    };
+    let install_name = replacing
+        .map(str::to_string)
+        .or_else(|| name.map(str::to_string))
+        .unwrap_or_else(|| program.name.clone());
+    if old.is_none() {
+        if let Some(p) = svc.table.by_name(&install_name) {
+            return err(format!(
+                "a program named `{install_name}` is already loaded (id {}); use replace, or load it under another --name",
+                p.id
+            ));
+        }
+    }
+    let maps = match super::maps::bind(svc, &program, old.as_deref()) {
+        Ok(m) => m,
+        Err(e) => return err(e),
+    };
+    let vm = match Vm::new(&program, maps.clone()) {
+        Ok(vm) => vm,
+        Err(e) => return err(format!("cannot prepare the program: {e}")),
+    };
+    let (id, version) = match &old {
+        Some(o) => (o.id, o.version + 1),
+        None => {
+            let id = st.next_id;
+            st.next_id += 1;
+            (id, 1)
+        }
+    };
+    let installed = Installed {
+        id,
+        name: install_name,
+        version,
+        program,
+        vm,
+        maps,
+    };
+    let reply = info(&installed);
+    svc.table.install(installed);
+    tracing::info!(id, name = %reply.name, version, "installed");
+    ok(reply)
+}

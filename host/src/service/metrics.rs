@@ -1,0 +1,79 @@
+//! Prometheus metrics: the same figures as `status`, served as Prometheus text.
+//!
+//! Figures are recorded through the `metrics` facade into `metrics-exporter-prometheus`'s
+//! recorder at scrape time, straight from [`Service::status`], so `status` and a scrape
+//! never disagree. A small HTTP/1.0 responder on `--metrics ADDR` serves `GET /metrics`.
+
+use super::Service;
+use crate::protocol::StatusInfo;
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use std::io::{BufRead, BufReader, Write};
+use std::net::{SocketAddr, TcpListener};
+use std::sync::{Arc, OnceLock};
+
+static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+
+fn handle() -> &'static PrometheusHandle {
+    HANDLE.get_or_init(|| {
+        let recorder = PrometheusBuilder::new().build_recorder();
+        let handle = recorder.handle();
+        if metrics::set_global_recorder(recorder).is_err() {
+            tracing::warn!("a metrics recorder was already installed");
+        }
+        handle
+    })
+}
+
+/// Records `s` and renders the Prometheus text.
+pub fn render(s: &StatusInfo) -> String {
+    let h = handle();
+    metrics::gauge!("bpftime_jobs_done_total").set(s.jobs_done as f64);
+    metrics::gauge!("bpftime_jobs_failed_total").set(s.jobs_failed as f64);
+    metrics::gauge!("bpftime_records_total").set(s.records as f64);
+    metrics::gauge!("bpftime_records_failed_total").set(s.records_failed as f64);
+    metrics::gauge!("bpftime_queue_depth").set(s.queue_depth as f64);
+    metrics::gauge!("bpftime_queue_capacity").set(s.queue_capacity as f64);
+    metrics::gauge!("bpftime_clients").set(s.clients as f64);
+    metrics::gauge!("bpftime_programs").set(s.programs.len() as f64);
+    metrics::gauge!("bpftime_arena_used_bytes").set(s.arena_used as f64);
+    metrics::gauge!("bpftime_uptime_seconds").set(s.uptime_s);
+    for (q, v) in [
+        ("0.5", s.latency.p50_ns),
+        ("0.9", s.latency.p90_ns),
+        ("0.99", s.latency.p99_ns),
+        ("0.999", s.latency.p999_ns),
+    ] {
+        metrics::gauge!("bpftime_job_latency_ns", "quantile" => q).set(v as f64);
+    }
+    for p in &s.programs {
+        metrics::gauge!("bpftime_program_version", "program" => p.name.clone()).set(p.version as f64);
+    }
+    h.render()
+}
+
+/// Serves `GET /metrics` on `addr` from a background thread.
+pub fn serve(svc: Arc<Service>, addr: SocketAddr) -> std::io::Result<()> {
+    let listener = TcpListener::bind(addr)?;
+    handle();
+    std::thread::Builder::new()
+        .name("bpftime-metrics".into())
+        .spawn(move || {
+            for conn in listener.incoming() {
+                let Ok(mut stream) = conn else { continue };
+                let mut line = String::new();
+                let _ = BufReader::new(&stream).read_line(&mut line);
+                let (code, body) = if line.starts_with("GET /metrics") || line.starts_with("GET / ") {
+                    ("200 OK", render(&svc.status()))
+                } else {
+                    ("404 Not Found", "try GET /metrics\n".to_string())
+                };
+                let _ = write!(
+                    stream,
+                    "HTTP/1.0 {code}\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\n\r\n{body}",
+                    body.len()
+                );
+            }
+        })?;
+    tracing::info!(%addr, "serving Prometheus metrics");
+    Ok(())
+}

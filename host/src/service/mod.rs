@@ -1,0 +1,299 @@
+//! The service behind `bpftime-super run --persistent`.
+//!
+//! ```text
+//!            ┌────────────── control socket (JSON lines, mode 0600) ─────────────┐
+//!  clients ──┤ load / replace / unload / list / map / alloc / status / stop      ├─▶ Service
+//!            └───────────────────────────────────────────────────────────────────┘     │
+//!  clients ──── JobDesc ──▶ /dev/shm/NAME queue ──▶ backend workers ──▶ completions ◀───┘
+//! ```
+//!
+//! The service owns the region, the program table, the maps and the arena allocator. A
+//! reaper thread keeps the heartbeat, and reclaims the slots and buffers of clients that
+//! died once their queued jobs have completed.
+
+mod control;
+mod maps;
+pub mod metrics;
+
+use crate::protocol::{Latency, ProgramInfo, StatusInfo};
+use device::cpu::CpuBackend;
+use device::programs::ProgramTable;
+use device::stats::Snapshot;
+use shm_maps::arena::{Arena, Owner};
+use shm_maps::layout::{ARENA_ALIGN, client_state, state};
+use shm_maps::{RegionConfig, ShmRegion};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+/// Which backend `run` starts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum BackendChoice {
+    /// A GPU when one is usable, else the CPU.
+    Auto,
+    /// Worker threads on the CPU.
+    Cpu,
+}
+
+/// Service settings.
+#[derive(Clone, Debug)]
+pub struct ServiceConfig {
+    /// Region name (`/dev/shm/NAME`, socket `/dev/shm/NAME.sock`).
+    pub name: String,
+    /// Backend.
+    pub backend: BackendChoice,
+    /// Worker threads of the CPU backend.
+    pub workers: usize,
+    /// Permission bits of the region and socket.
+    pub mode: u32,
+    /// Replace a stale region left by a crashed service.
+    pub recover: bool,
+    /// Region sizes.
+    pub region: RegionConfig,
+    /// Serve Prometheus metrics on this address.
+    pub metrics: Option<std::net::SocketAddr>,
+    /// Instruction budget per record; a record that exceeds it fails at run time.
+    pub max_insns: u64,
+}
+
+/// Service start-up failures.
+#[derive(Debug, thiserror::Error)]
+pub enum ServiceError {
+    /// The region could not be created.
+    #[error(transparent)]
+    Region(#[from] shm_maps::RegionError),
+    /// A socket, thread or file operation failed.
+    #[error("{what}")]
+    Io {
+        /// What was attempted.
+        what: String,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> ServiceError {
+    let what = what.into();
+    move |source| ServiceError::Io { what, source }
+}
+
+/// The socket path for a region name.
+pub fn socket_path(name: &str) -> PathBuf {
+    PathBuf::from(format!("/dev/shm/{name}.sock"))
+}
+
+/// Mutable control-plane state, behind one lock: control requests are rare.
+pub(crate) struct ControlState {
+    pub next_id: u32,
+    pub arena: Arena,
+}
+
+/// A running service.
+pub struct Service {
+    pub(crate) cfg: ServiceConfig,
+    pub(crate) region: Arc<ShmRegion>,
+    pub(crate) table: Arc<ProgramTable>,
+    pub(crate) state: Mutex<ControlState>,
+    backend: Mutex<Option<CpuBackend>>,
+    stats: Vec<Arc<device::stats::WorkerStats>>,
+    started: Instant,
+    stopping: AtomicBool,
+    stopped: (Mutex<bool>, Condvar),
+}
+
+impl Service {
+    /// Creates the region, starts the backend, the control socket and the reaper.
+    pub fn start(cfg: ServiceConfig) -> Result<Arc<Service>, ServiceError> {
+        let region = Arc::new(ShmRegion::create(
+            &cfg.name,
+            &cfg.region,
+            cfg.mode,
+            cfg.recover,
+        )?);
+        match cfg.backend {
+            BackendChoice::Cpu => tracing::info!("backend: cpu (as asked)"),
+            BackendChoice::Auto => {
+                let (_, why) = device::select_auto();
+                tracing::info!("backend: cpu ({why})");
+            }
+        }
+        let table = Arc::new(ProgramTable::default());
+        let backend = CpuBackend::start(region.clone(), table.clone(), cfg.workers, cfg.max_insns)
+            .map_err(io("cannot start worker threads"))?;
+        let arena_size = region.header().arena_size;
+        let svc = Arc::new(Service {
+            stats: backend.stats.clone(),
+            cfg,
+            region,
+            table,
+            state: Mutex::new(ControlState {
+                next_id: 1,
+                arena: Arena::new(arena_size, ARENA_ALIGN),
+            }),
+            backend: Mutex::new(Some(backend)),
+            started: Instant::now(),
+            stopping: AtomicBool::new(false),
+            stopped: (Mutex::new(false), Condvar::new()),
+        });
+        let path = socket_path(&svc.cfg.name);
+        // The region was just created (or recovered), so any socket file is stale.
+        let _ = std::fs::remove_file(&path);
+        let listener = std::os::unix::net::UnixListener::bind(&path)
+            .map_err(io(format!("cannot bind {}", path.display())))?;
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(svc.cfg.mode))
+            .map_err(io(format!("cannot chmod {}", path.display())))?;
+        {
+            let svc = svc.clone();
+            std::thread::Builder::new()
+                .name("bpftime-control".into())
+                .spawn(move || control::serve(svc, listener))
+                .map_err(io("cannot start the control thread"))?;
+        }
+        {
+            let svc = svc.clone();
+            std::thread::Builder::new()
+                .name("bpftime-reaper".into())
+                .spawn(move || svc.reaper())
+                .map_err(io("cannot start the reaper thread"))?;
+        }
+        if let Some(addr) = svc.cfg.metrics {
+            metrics::serve(svc.clone(), addr).map_err(io(format!("cannot serve metrics on {addr}")))?;
+        }
+        svc.region.set_ready();
+        tracing::info!(name = %svc.cfg.name, socket = %path.display(), "service ready");
+        Ok(svc)
+    }
+
+    /// Blocks until the service has stopped.
+    pub fn wait(&self) {
+        let (lock, cv) = &self.stopped;
+        let mut done = lock.lock().unwrap_or_else(|p| p.into_inner());
+        while !*done {
+            done = cv.wait(done).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+
+    /// Stops: drains the queue (or cancels it with `now`), stops the workers, removes the
+    /// region and the socket. Idempotent.
+    pub fn stop(&self, now: bool) {
+        if self.stopping.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        tracing::info!(now, "stopping");
+        // ORDERING: clients check `state` before pushing; a job pushed just before this
+        // store is still drained by the workers.
+        self.region
+            .header()
+            .state
+            .store(state::STOPPING, Ordering::SeqCst);
+        if let Some(b) = self
+            .backend
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+        {
+            b.stop(&self.region, now);
+        }
+        self.region
+            .header()
+            .state
+            .store(state::STOPPED, Ordering::Release);
+        let _ = self.region.unlink();
+        let _ = std::fs::remove_file(socket_path(&self.cfg.name));
+        let (lock, cv) = &self.stopped;
+        *lock.lock().unwrap_or_else(|p| p.into_inner()) = true;
+        cv.notify_all();
+    }
+
+    fn reaper(&self) {
+        while !self.stopping.load(Ordering::Acquire) {
+            self.region.heartbeat();
+            self.reap_clients();
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Marks dead clients and reclaims the slots and buffers of those with no jobs left.
+    pub(crate) fn reap_clients(&self) {
+        let max = self.region.header().max_clients;
+        for slot in 0..max {
+            let c = self.region.client(slot).expect("slot < max_clients");
+            if shm_maps::client::is_dead(&self.region, slot) {
+                tracing::warn!(slot, pid = c.pid.load(Ordering::Relaxed), "client died");
+                let _ = c.state.compare_exchange(
+                    client_state::ACTIVE,
+                    client_state::DEAD,
+                    Ordering::AcqRel,
+                    Ordering::Relaxed,
+                );
+            }
+            if c.state.load(Ordering::Acquire) == client_state::DEAD
+                && c.in_flight.load(Ordering::Acquire) == 0
+            {
+                let freed = self
+                    .state
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .arena
+                    .free_where(|o| matches!(o, Owner::Client { slot: s, .. } if s == slot));
+                // Completion slots of the dead client go back to FREE for the next owner.
+                for i in self.region.completion_range(slot) {
+                    if let Some(comp) = self.region.completion(i) {
+                        comp.state.store(shm_maps::layout::completion_state::FREE, Ordering::Relaxed);
+                    }
+                }
+                c.pid.store(0, Ordering::Relaxed);
+                c.state.store(client_state::FREE, Ordering::Release);
+                tracing::info!(slot, freed, "reclaimed a dead client's slot and buffers");
+            }
+        }
+    }
+
+    /// Current status.
+    pub fn status(&self) -> StatusInfo {
+        let snap = Snapshot::of(self.stats.iter().map(|s| &s.latency));
+        let sum = |f: fn(&device::stats::WorkerStats) -> u64| self.stats.iter().map(|s| f(s)).sum();
+        let q = self.region.queue();
+        let max = self.region.header().max_clients;
+        let clients = (0..max)
+            .filter(|&i| {
+                self.region
+                    .client(i)
+                    .map(|c| c.state.load(Ordering::Relaxed) == client_state::ACTIVE)
+                    .unwrap_or(false)
+            })
+            .count() as u32;
+        let st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        StatusInfo {
+            name: self.cfg.name.clone(),
+            backend: "cpu".into(),
+            workers: self.stats.len(),
+            uptime_s: self.started.elapsed().as_secs_f64(),
+            programs: self.table.list().iter().map(|p| control::info(p)).collect(),
+            queue_depth: q.len(),
+            queue_capacity: q.capacity(),
+            jobs_done: sum(|s| s.jobs_done.load(Ordering::Relaxed)),
+            jobs_failed: sum(|s| s.jobs_failed.load(Ordering::Relaxed)),
+            records: sum(|s| s.records.load(Ordering::Relaxed)),
+            records_failed: sum(|s| s.records_failed.load(Ordering::Relaxed)),
+            clients,
+            arena_used: st.arena.used_bytes(),
+            arena_size: st.arena.size(),
+            latency: Latency {
+                count: snap.count(),
+                p50_ns: snap.quantile(0.50),
+                p90_ns: snap.quantile(0.90),
+                p99_ns: snap.quantile(0.99),
+                p999_ns: snap.quantile(0.999),
+            },
+        }
+    }
+
+    /// The installed programs.
+    pub fn programs(&self) -> Vec<ProgramInfo> {
+        self.table.list().iter().map(|p| control::info(p)).collect()
+    }
+}

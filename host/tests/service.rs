@@ -1,0 +1,463 @@
+//! The service end to end: real client processes, hot swap under load, and every kind of
+//! bad input from issue 3, each in its own test.
+//!
+//! Client processes are this test binary re-executed with `BPFTIME_TEST_ROLE` set; the
+//! `child_entry` test is their entry point and does nothing in the parent run.
+
+use host::client::{Client, ClientError, Job, Wait};
+use host::service::{BackendChoice, Service, ServiceConfig};
+use shm_maps::{RegionConfig, status};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+const ROLE: &str = "BPFTIME_TEST_ROLE";
+const T: Duration = Duration::from_secs(30);
+
+fn unique(tag: &str) -> String {
+    static N: AtomicU32 = AtomicU32::new(0);
+    format!(
+        "bpftime-t-{}-{tag}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+fn config(name: &str) -> ServiceConfig {
+    ServiceConfig {
+        name: name.into(),
+        backend: BackendChoice::Cpu,
+        workers: 1,
+        mode: 0o600,
+        recover: false,
+        region: RegionConfig {
+            arena_size: 64 << 20,
+            queue_capacity: 1024,
+            max_clients: 16,
+            completions_per_client: 512,
+            ..RegionConfig::default()
+        },
+        metrics: None,
+        max_insns: 10_000_000,
+    }
+}
+
+struct Running {
+    svc: Arc<Service>,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.svc.stop(true);
+    }
+}
+
+fn start(cfg: ServiceConfig) -> Running {
+    Running {
+        svc: Service::start(cfg).expect("service starts"),
+    }
+}
+
+/// `r0 = *(u64 *)data + (VERSION << 32)`, after the bounds check; 0 if the record is short.
+fn versioned(version: u64) -> Vec<u8> {
+    let text = format!(
+        "r2 = *(u64 *)(r1 + 0)\nr3 = *(u64 *)(r1 + 8)\nr4 = r2\nr4 += 8\nif r4 > r3 goto short\n\
+         r0 = *(u64 *)(r2 + 0)\nr5 = {:#x} ll\nr0 += r5\nexit\nshort:\nr0 = 0\nexit\n",
+        version << 32
+    );
+    ebpf::isa::insns_to_bytes(&ebpf::asm::assemble(&text).unwrap())
+}
+
+/// A loop of `iters` iterations, returning the count.
+fn spinner(iters: u32) -> Vec<u8> {
+    let text = format!("r0 = 0\nloop:\nr0 += 1\nif r0 < {iters} goto loop\nexit\n");
+    ebpf::isa::insns_to_bytes(&ebpf::asm::assemble(&text).unwrap())
+}
+
+fn one_record(c: &mut Client, prog: u32, v: u64) -> Job {
+    let b = c.alloc(8).unwrap();
+    c.write(&b, 0, &v.to_le_bytes()).unwrap();
+    Job::new(prog, 1).input(&b, 8)
+}
+
+/// Entry point of child processes (does nothing in the parent run).
+#[test]
+fn child_entry() {
+    let Ok(role) = std::env::var(ROLE) else {
+        return;
+    };
+    let name = std::env::var("BPFTIME_TEST_NAME").unwrap();
+    match role.as_str() {
+        "submitter" => {
+            let jobs: u64 = std::env::var("BPFTIME_TEST_JOBS").unwrap().parse().unwrap();
+            let base: u64 = std::env::var("BPFTIME_TEST_BASE").unwrap().parse().unwrap();
+            let mut c = Client::connect(&name).unwrap();
+            let prog = c.resolve("versioned").unwrap().id;
+            const BATCH: u64 = 64;
+            let input = c.alloc(BATCH * 8).unwrap();
+            let mut done = 0;
+            let mut versions = std::collections::BTreeSet::new();
+            while done < jobs {
+                let k = BATCH.min(jobs - done);
+                let mut batch = Vec::new();
+                for i in 0..k {
+                    let v = base + done + i;
+                    c.write(&input, i * 8, &v.to_le_bytes()).unwrap();
+                    let slot = host::client::Buffer {
+                        off: input.off + i * 8,
+                        len: 8,
+                    };
+                    batch.push(Job::new(prog, 1).input(&slot, 8));
+                }
+                let tickets = c.submit_batch(&batch, Wait::Block(T)).unwrap();
+                assert_eq!(tickets.len() as u64, k);
+                for (i, t) in tickets.into_iter().enumerate() {
+                    let r = c.wait(t, T).unwrap();
+                    assert!(r.ok(), "{r:?}");
+                    assert_eq!(r.records_done, 1);
+                    let v = base + done + i as u64;
+                    assert_eq!(
+                        r.r0,
+                        v + ((r.prog_version as u64) << 32),
+                        "job {v} ran on version {} but its result is {:#x}",
+                        r.prog_version,
+                        r.r0
+                    );
+                    versions.insert(r.prog_version);
+                }
+                done += k;
+            }
+            println!("CHILD-OK {done} versions {}", versions.len());
+        }
+        "die-mid-job" => {
+            let mut c = Client::connect(&name).unwrap();
+            let prog = c.resolve("spinner").unwrap().id;
+            let b = c.alloc(1 << 16).unwrap();
+            let job = Job::new(prog, 4096).input(&b, 16);
+            let _t = c.submit(&job, Wait::No).unwrap();
+            println!("CHILD-SUBMITTED");
+            std::process::abort();
+        }
+        "crash-service" => {
+            let _svc = Service::start(config(&name)).unwrap();
+            println!("CHILD-SERVING");
+            std::process::abort();
+        }
+        other => panic!("unknown role {other}"),
+    }
+}
+
+fn child(role: &str, name: &str, env: &[(&str, String)]) -> Command {
+    let mut cmd = Command::new(std::env::current_exe().unwrap());
+    cmd.args(["--exact", "child_entry", "--nocapture", "--test-threads=1"])
+        .env(ROLE, role)
+        .env("BPFTIME_TEST_NAME", name)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd
+}
+
+#[test]
+fn many_client_processes_with_continual_replace_lose_nothing() {
+    let name = unique("swap");
+    let run = start(config(&name));
+    let mut c = Client::connect(&name).unwrap();
+    c.load_bytes("versioned.bin", &versioned(1), Some("versioned"))
+        .unwrap();
+    const CLIENTS: u64 = 4;
+    const JOBS: u64 = 25_000;
+    let kids: Vec<_> = (0..CLIENTS)
+        .map(|i| {
+            child(
+                "submitter",
+                &name,
+                &[
+                    ("BPFTIME_TEST_JOBS", JOBS.to_string()),
+                    ("BPFTIME_TEST_BASE", (i * 1_000_000).to_string()),
+                ],
+            )
+            .spawn()
+            .unwrap()
+        })
+        .collect();
+    // Replace continually while the children submit.
+    let mut version = 1u64;
+    let start_t = Instant::now();
+    let mut kids_done = false;
+    while !kids_done && start_t.elapsed() < Duration::from_secs(120) {
+        version += 1;
+        let p = c
+            .replace_bytes("versioned", "versioned.bin", &versioned(version))
+            .unwrap();
+        assert_eq!(p.version as u64, version);
+        std::thread::sleep(Duration::from_millis(2));
+        kids_done = run.svc.status().jobs_done >= CLIENTS * JOBS;
+    }
+    let mut versions_seen = 0;
+    for k in kids {
+        let out = k.wait_with_output().unwrap();
+        let so = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "child failed: {so}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let line = so.lines().find(|l| l.starts_with("CHILD-OK")).expect("child reported");
+        let mut parts = line.split_whitespace();
+        assert_eq!(parts.nth(1).unwrap().parse::<u64>().unwrap(), JOBS);
+        versions_seen += parts.nth(1).unwrap().parse::<u64>().unwrap();
+    }
+    let s = run.svc.status();
+    assert_eq!(s.jobs_done, CLIENTS * JOBS, "every job completed exactly once");
+    assert_eq!(s.jobs_failed, 0);
+    assert!(version > 3, "replaced only {version} times");
+    assert!(versions_seen > CLIENTS, "jobs ran on several versions");
+}
+
+fn submit_bad(c: &mut Client, job: Job) -> host::client::JobResult {
+    c.run(&job, T).unwrap()
+}
+
+#[test]
+fn descriptor_outside_the_arena_is_an_error_completion() {
+    let name = unique("oob");
+    let _run = start(config(&name));
+    let mut c = Client::connect(&name).unwrap();
+    let p = c.load_bytes("v.bin", &versioned(1), Some("v")).unwrap();
+    let mut job = one_record(&mut c, p.id, 5);
+    job.desc_mut().input_off = 1 << 40;
+    let r = submit_bad(&mut c, job);
+    assert_eq!(r.status, status::BAD_DESCRIPTOR);
+    assert!(r.error.unwrap().contains("outside the"));
+    // Lengths that disagree with n and the record size.
+    let mut job = one_record(&mut c, p.id, 5);
+    job.desc_mut().n = 2;
+    let r = submit_bad(&mut c, job);
+    assert_eq!(r.status, status::BAD_DESCRIPTOR);
+    assert!(r.error.unwrap().contains("need 16 bytes"));
+    // The service still serves.
+    let ok = c.run(&one_record(&mut c, p.id, 5), T).unwrap();
+    assert_eq!(ok.r0, 5 + (1 << 32));
+}
+
+#[test]
+fn unknown_program_is_an_error_completion() {
+    let name = unique("unk");
+    let _run = start(config(&name));
+    let mut c = Client::connect(&name).unwrap();
+    let job = one_record(&mut c, 4242, 1);
+    let r = submit_bad(&mut c, job);
+    assert_eq!(r.status, status::UNKNOWN_PROGRAM);
+    assert!(r.error.unwrap().contains("unknown program id 4242"));
+}
+
+#[test]
+fn zero_record_size_is_an_error_completion() {
+    let name = unique("zero");
+    let _run = start(config(&name));
+    let mut c = Client::connect(&name).unwrap();
+    let p = c.load_bytes("v.bin", &versioned(1), Some("v")).unwrap();
+    let mut job = one_record(&mut c, p.id, 1);
+    job.desc_mut().in_rec_size = 0;
+    let r = submit_bad(&mut c, job);
+    assert_eq!(r.status, status::ZERO_RECORD_SIZE);
+    assert!(r.error.unwrap().contains("record size is 0"));
+}
+
+#[test]
+fn too_many_records_is_an_error_completion() {
+    let name = unique("big");
+    let mut cfg = config(&name);
+    cfg.region.max_records = 1000;
+    let _run = start(cfg);
+    let mut c = Client::connect(&name).unwrap();
+    let p = c.load_bytes("v.bin", &versioned(1), Some("v")).unwrap();
+    let mut job = one_record(&mut c, p.id, 1);
+    job.desc_mut().n = 1001;
+    let r = submit_bad(&mut c, job);
+    assert_eq!(r.status, status::TOO_MANY_RECORDS);
+    assert!(r.error.unwrap().contains("limit is 1000"));
+}
+
+#[test]
+fn full_queue_gives_queue_full_or_times_out() {
+    let name = unique("full");
+    let mut cfg = config(&name);
+    cfg.region.queue_capacity = 4;
+    let _run = start(cfg);
+    let mut c = Client::connect(&name).unwrap();
+    let slow = c.load_bytes("spin.bin", &spinner(20_000), Some("spin")).unwrap();
+    // Keep the only worker busy with a long job.
+    let b = c.alloc(8 * 2000).unwrap();
+    let big = c.submit(&Job::new(slow.id, 2000).input(&b, 8), Wait::No).unwrap();
+    let t0 = Instant::now();
+    while c.region().queue().len() > 0 && t0.elapsed() < T {
+        std::thread::yield_now();
+    }
+    let small = Job::new(slow.id, 1).input(&b, 8);
+    let mut queued = Vec::new();
+    for _ in 0..4 {
+        queued.push(c.submit(&small, Wait::No).unwrap());
+    }
+    match c.submit(&small, Wait::No) {
+        Err(ClientError::QueueFull { capacity: 4 }) => {}
+        other => panic!("expected QueueFull, got {other:?}"),
+    }
+    match c.submit(&small, Wait::Block(Duration::from_millis(1))) {
+        Err(ClientError::Timeout(_)) | Ok(_) => {}
+        other => panic!("expected a timeout, got {other:?}"),
+    }
+    let r = c.wait(big, T).unwrap();
+    assert!(r.ok());
+    for t in queued {
+        assert!(c.wait(t, T).unwrap().ok());
+    }
+}
+
+#[test]
+fn client_that_dies_mid_job_is_reclaimed_and_others_continue() {
+    let name = unique("die");
+    let _run = start(config(&name));
+    let mut c = Client::connect(&name).unwrap();
+    c.load_bytes("spin.bin", &spinner(2_000), Some("spinner"))
+        .unwrap();
+    let p = c.load_bytes("v.bin", &versioned(1), Some("v")).unwrap();
+    let out = child("die-mid-job", &name, &[]).output().unwrap();
+    assert!(String::from_utf8_lossy(&out.stdout).contains("CHILD-SUBMITTED"));
+    assert!(!out.status.success(), "the child aborted");
+    // Other clients go on.
+    let r = c.run(&one_record(&mut c, p.id, 7), T).unwrap();
+    assert_eq!(r.r0, 7 + (1 << 32));
+    // The dead client's job finishes and its slot and buffer are reclaimed.
+    let t0 = Instant::now();
+    loop {
+        let s = c.status().unwrap();
+        if s.clients == 1 && s.jobs_done >= 2 {
+            break;
+        }
+        assert!(t0.elapsed() < T, "dead client not reclaimed: {s:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn runtime_failure_is_an_error_completion() {
+    let name = unique("rt");
+    let mut cfg = config(&name);
+    cfg.max_insns = 1000;
+    let _run = start(cfg);
+    let mut c = Client::connect(&name).unwrap();
+    let p = c.load_bytes("spin.bin", &spinner(100_000), Some("spin")).unwrap();
+    let v = c.load_bytes("v.bin", &versioned(1), Some("v")).unwrap();
+    let r = submit_bad(&mut c, one_record(&mut c, p.id, 1));
+    assert_eq!(r.status, status::RUNTIME_ERROR);
+    assert_eq!(r.records_failed, 1);
+    assert!(r.error.unwrap().contains("limit"), "names the cause");
+    let ok = c.run(&one_record(&mut c, v.id, 3), T).unwrap();
+    assert!(ok.ok());
+}
+
+#[test]
+fn second_service_on_the_same_name_is_refused() {
+    let name = unique("dup");
+    let _run = start(config(&name));
+    match Service::start(config(&name)) {
+        Err(host::service::ServiceError::Region(shm_maps::RegionError::AlreadyRunning {
+            pid,
+            ..
+        })) => assert_eq!(pid, std::process::id()),
+        Err(e) => panic!("wrong error: {e}"),
+        Ok(_) => panic!("a second service started on {name}"),
+    }
+}
+
+#[test]
+fn stale_region_is_refused_with_instructions_then_recovered() {
+    let name = unique("stale");
+    let out = child("crash-service", &name, &[]).output().unwrap();
+    assert!(String::from_utf8_lossy(&out.stdout).contains("CHILD-SERVING"));
+    match Service::start(config(&name)) {
+        Err(host::service::ServiceError::Region(e @ shm_maps::RegionError::Stale { .. })) => {
+            let msg = e.to_string();
+            assert!(msg.contains("--recover"), "{msg}");
+            assert!(msg.contains(&format!("/dev/shm/{name}")), "{msg}");
+        }
+        Err(e) => panic!("wrong error: {e}"),
+        Ok(_) => panic!("started over a stale region without --recover"),
+    }
+    let mut cfg = config(&name);
+    cfg.recover = true;
+    let _run = start(cfg);
+    let mut c = Client::connect(&name).unwrap();
+    let p = c.load_bytes("v.bin", &versioned(1), Some("v")).unwrap();
+    assert!(c.run(&one_record(&mut c, p.id, 1), T).unwrap().ok());
+}
+
+#[test]
+fn replace_of_unknown_and_duplicate_load_are_refused() {
+    let name = unique("names");
+    let _run = start(config(&name));
+    let mut c = Client::connect(&name).unwrap();
+    match c.replace_bytes("nope", "x.bin", &versioned(2)) {
+        Err(ClientError::Service(m)) => assert!(m.contains("no program `nope`"), "{m}"),
+        other => panic!("{other:?}"),
+    }
+    // And loading twice under one name is refused.
+    c.load_bytes("v.bin", &versioned(1), Some("v")).unwrap();
+    match c.load_bytes("v.bin", &versioned(1), Some("v")) {
+        Err(ClientError::Service(m)) => assert!(m.contains("already loaded"), "{m}"),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn status_and_metrics_agree() {
+    let name = unique("metrics");
+    let mut cfg = config(&name);
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    cfg.metrics = Some(format!("127.0.0.1:{port}").parse().unwrap());
+    let _run = start(cfg);
+    let mut c = Client::connect(&name).unwrap();
+    let p = c.load_bytes("v.bin", &versioned(1), Some("v")).unwrap();
+    for i in 0..10 {
+        assert!(c.run(&one_record(&mut c, p.id, i), T).unwrap().ok());
+    }
+    let s = c.status().unwrap();
+    assert_eq!(s.jobs_done, 10);
+    assert_eq!(s.latency.count, 10);
+    assert!(s.latency.p50_ns > 0 && s.latency.p50_ns <= s.latency.p99_ns);
+    use std::io::{Read, Write};
+    let mut conn = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    conn.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
+    let mut body = String::new();
+    conn.read_to_string(&mut body).unwrap();
+    assert!(body.starts_with("HTTP/1.0 200"), "{body}");
+    assert!(body.contains("bpftime_jobs_done_total 10"), "{body}");
+    assert!(body.contains("bpftime_program_version{program=\"v\"} 1"), "{body}");
+}
+
+#[test]
+fn stop_drains_queued_jobs() {
+    let name = unique("drain");
+    let run = start(config(&name));
+    let mut c = Client::connect(&name).unwrap();
+    let p = c.load_bytes("spin.bin", &spinner(5_000), Some("spin")).unwrap();
+    let b = c.alloc(8).unwrap();
+    let tickets: Vec<_> = (0..50)
+        .map(|_| c.submit(&Job::new(p.id, 1).input(&b, 8), Wait::No).unwrap())
+        .collect();
+    c.stop(false).unwrap();
+    for t in tickets {
+        let r = c.wait(t, T).unwrap();
+        assert!(r.ok(), "drained, not cancelled: {r:?}");
+    }
+    run.svc.wait();
+    assert!(Client::connect(&name).is_err(), "region removed after stop");
+}
