@@ -177,10 +177,26 @@ mod tests {
         m.update(&1u32.to_le_bytes(), &[7; 12], 0, 0).unwrap();
         assert_eq!(read(p, 12), vec![7; 12]);
         assert!(m.lookup(&3u32.to_le_bytes(), 0).is_none());
-        assert_eq!(m.update(&3u32.to_le_bytes(), &[1; 12], 0, 0).unwrap_err().errno(), -7);
-        assert_eq!(m.update(&0u32.to_le_bytes(), &[1; 12], BPF_NOEXIST, 0).unwrap_err().errno(), -17);
-        assert_eq!(m.update(&0u32.to_le_bytes(), &[1; 12], 9, 0).unwrap_err().errno(), -22);
-        m.update(&2u32.to_le_bytes(), &[2; 12], BPF_EXIST, 0).unwrap();
+        assert_eq!(
+            m.update(&3u32.to_le_bytes(), &[1; 12], 0, 0)
+                .unwrap_err()
+                .errno(),
+            -7
+        );
+        assert_eq!(
+            m.update(&0u32.to_le_bytes(), &[1; 12], BPF_NOEXIST, 0)
+                .unwrap_err()
+                .errno(),
+            -17
+        );
+        assert_eq!(
+            m.update(&0u32.to_le_bytes(), &[1; 12], 9, 0)
+                .unwrap_err()
+                .errno(),
+            -22
+        );
+        m.update(&2u32.to_le_bytes(), &[2; 12], BPF_EXIST, 0)
+            .unwrap();
         assert_eq!(m.delete(&0u32.to_le_bytes()).unwrap_err().errno(), -22);
         let e = m.entries();
         assert_eq!(e.len(), 3);
@@ -194,7 +210,10 @@ mod tests {
         let mut d = def(MapKind::Array, 8, 1);
         d.init = Some(vec![1, 2, 3]);
         let m = ArrayMap::new(&d, 1).unwrap();
-        assert_eq!(read(m.lookup(&[0; 4], 0).unwrap(), 8), vec![1, 2, 3, 0, 0, 0, 0, 0]);
+        assert_eq!(
+            read(m.lookup(&[0; 4], 0).unwrap(), 8),
+            vec![1, 2, 3, 0, 0, 0, 0, 0]
+        );
         d.init = Some(vec![0; 9]);
         assert!(ArrayMap::new(&d, 1).is_err());
         assert!(ArrayMap::new(&def(MapKind::Array, 0, 1), 1).is_err());
@@ -208,8 +227,12 @@ mod tests {
     #[test]
     fn per_thread_slots_are_separate() {
         let m = ArrayMap::new(&def(MapKind::PerThreadArray, 8, 2), 3).unwrap();
-        m.update(&1u32.to_le_bytes(), &5u64.to_le_bytes(), 0, 2).unwrap();
-        assert_eq!(read(m.lookup(&1u32.to_le_bytes(), 2).unwrap(), 8), 5u64.to_le_bytes());
+        m.update(&1u32.to_le_bytes(), &5u64.to_le_bytes(), 0, 2)
+            .unwrap();
+        assert_eq!(
+            read(m.lookup(&1u32.to_le_bytes(), 2).unwrap(), 8),
+            5u64.to_le_bytes()
+        );
         assert_eq!(read(m.lookup(&1u32.to_le_bytes(), 0).unwrap(), 8), [0; 8]);
         assert!(m.lookup(&1u32.to_le_bytes(), 3).is_none());
         let e = m.entries();

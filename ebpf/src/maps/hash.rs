@@ -183,9 +183,17 @@ mod tests {
         let m = HashMap::new(&def(8, 4, 2)).unwrap();
         let k = |v: u64| v.to_le_bytes();
         assert!(m.lookup(&k(1), 0).is_none());
-        assert_eq!(m.update(&k(1), &[1; 4], BPF_EXIST, 0).unwrap_err().errno(), -2);
+        assert_eq!(
+            m.update(&k(1), &[1; 4], BPF_EXIST, 0).unwrap_err().errno(),
+            -2
+        );
         m.update(&k(1), &[1; 4], BPF_NOEXIST, 0).unwrap();
-        assert_eq!(m.update(&k(1), &[2; 4], BPF_NOEXIST, 0).unwrap_err().errno(), -17);
+        assert_eq!(
+            m.update(&k(1), &[2; 4], BPF_NOEXIST, 0)
+                .unwrap_err()
+                .errno(),
+            -17
+        );
         let p = m.lookup(&k(1), 0).unwrap();
         m.update(&k(1), &[3; 4], BPF_EXIST, 0).unwrap();
         // SAFETY: p covers 4 bytes of value storage.

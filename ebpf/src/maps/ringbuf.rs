@@ -73,7 +73,7 @@ impl RingBuf {
     }
 
     fn hdr(&self, off: u64) -> &AtomicU32 {
-        debug_assert!(off % 8 == 0 && off + 8 <= self.size);
+        debug_assert!(off.is_multiple_of(8) && off + 8 <= self.size);
         // SAFETY: `off` is an 8-aligned offset inside the buffer (callers mask positions), so
         // the u32 is aligned and in bounds; headers are only accessed atomically.
         unsafe { AtomicU32::from_ptr(self.buf.at(off as usize).as_ptr().cast::<u32>()) }
@@ -93,7 +93,11 @@ impl RingBuf {
         }
         let mut p = self.lock();
         let off = p.prod & (self.size - 1);
-        let pad = if off + total > self.size { self.size - off } else { 0 };
+        let pad = if off + total > self.size {
+            self.size - off
+        } else {
+            0
+        };
         if p.prod - p.cons + pad + total > self.size {
             return Err(MapError::Again);
         }
@@ -103,7 +107,8 @@ impl RingBuf {
             p.prod += pad;
         }
         let off = p.prod & (self.size - 1);
-        self.hdr(off).store(size as u32 | BUSY_BIT, Ordering::Release);
+        self.hdr(off)
+            .store(size as u32 | BUSY_BIT, Ordering::Release);
         p.prod += total;
         Ok(self.buf.at((off + HDR_SIZE) as usize))
     }
@@ -139,7 +144,8 @@ impl MapOps for RingBuf {
     fn ringbuf_commit(&self, ptr: NonNull<u8>, discard: bool) {
         let start = self.buf.ptr().as_ptr() as usize;
         let a = ptr.as_ptr() as usize;
-        if a < start + HDR_SIZE as usize || a >= start + self.size as usize || a % 8 != 0 {
+        if a < start + HDR_SIZE as usize || a >= start + self.size as usize || !a.is_multiple_of(8)
+        {
             return;
         }
         let h = self.hdr((a - start) as u64 - HDR_SIZE);
@@ -148,12 +154,17 @@ impl MapOps for RingBuf {
             return;
         }
         let len = v & !(BUSY_BIT | DISCARD_BIT);
-        h.store(if discard { len | DISCARD_BIT } else { len }, Ordering::Release);
+        h.store(
+            if discard { len | DISCARD_BIT } else { len },
+            Ordering::Release,
+        );
     }
 
     fn ringbuf_output(&self, data: &[u8], flags: u64) -> Result<(), MapError> {
         if flags & !VALID_FLAGS != 0 {
-            return Err(MapError::Invalid(format!("ringbuf_output flags {flags:#x}")));
+            return Err(MapError::Invalid(format!(
+                "ringbuf_output flags {flags:#x}"
+            )));
         }
         let p = self.reserve_inner(data.len() as u64)?;
         // SAFETY: `p` has `data.len()` reserved bytes that no one else touches until commit.
