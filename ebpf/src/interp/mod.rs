@@ -234,3 +234,6 @@ pub(crate) fn make_error(prog: &Program, pc: usize, msg: String) -> ExecError {
         msg,
     }
 }
+
+#[cfg(test)]
+mod tests;
