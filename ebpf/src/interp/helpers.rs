@@ -1,0 +1,244 @@
+//! The helper functions, by id (see [`crate::helpers`] for the prototypes).
+//!
+//! Every pointer argument is checked against the run's regions before use, exactly like a
+//! load or store. GPU helpers (503–511) emulate the launch geometry from the record index:
+//!
+//! | helper         | value on the CPU                                   |
+//! |----------------|----------------------------------------------------|
+//! | thread_idx     | `(index % block_dim, 0, 0)`                         |
+//! | block_idx      | `(index / block_dim, 0, 0)`                         |
+//! | block_dim      | `(block_dim, 1, 1)`                                 |
+//! | grid_dim       | `(ceil(n / block_dim), 1, 1)`                       |
+//! | warp_id        | `(index % block_dim) / 32`                          |
+//! | lane_id        | `index % 32`                                        |
+//! | sm_id          | the worker thread id                               |
+//! | globaltimer    | nanoseconds since the Unix epoch                    |
+
+use super::exec::{Ctl, Geo, Mem, Resv};
+use super::printk::{PrintkError, format_printk};
+use super::{Env, ExecError, MAP_HANDLE_BASE, MAX_RESERVATIONS, Vm};
+use crate::helpers as h;
+use crate::maps::MapOps;
+use std::ptr::NonNull;
+use std::sync::{Arc, LazyLock};
+use std::time::Instant;
+
+static KTIME_BASE: LazyLock<Instant> = LazyLock::new(Instant::now);
+
+/// `-EINVAL` as a register value.
+const EINVAL: u64 = -22i64 as u64;
+
+impl Vm {
+    fn map_arg(
+        &self,
+        v: u64,
+        pc: usize,
+        what: &str,
+    ) -> Result<(usize, &Arc<dyn MapOps>), ExecError> {
+        let i = v.wrapping_sub(MAP_HANDLE_BASE);
+        match self.maps.get(i as usize) {
+            Some(m) if i < self.maps.len() as u64 => Ok((i as usize, m)),
+            _ => Err(self.error(
+                pc,
+                format!("{what}: r1 = {v:#x} is not a map (expected a map_idx[] handle)"),
+            )),
+        }
+    }
+
+    /// Checks `n` bytes at `a` and borrows them as a slice.
+    fn bytes<'m>(
+        &self,
+        mem: &Mem,
+        resv: &[Resv],
+        a: u64,
+        n: u64,
+        pc: usize,
+        what: &str,
+    ) -> Result<&'m [u8], ExecError> {
+        mem.check(a, n, false, resv)
+            .map_err(|m| self.error(pc, format!("{what}: {m}")))?;
+        if n == 0 {
+            return Ok(&[]);
+        }
+        // SAFETY: the check proved [a, a+n) is one readable region, alive for the run.
+        Ok(unsafe { std::slice::from_raw_parts(a as *const u8, n as usize) })
+    }
+
+    fn write3(
+        &self,
+        regs: &[u64; 16],
+        mem: &Mem,
+        env: &Env,
+        vals: [u64; 3],
+        pc: usize,
+        what: &str,
+    ) -> Result<(), ExecError> {
+        for (i, v) in vals.into_iter().enumerate() {
+            let p = regs[1 + i];
+            if p == 0 {
+                continue;
+            }
+            mem.check(p, 8, true, &env.resv)
+                .map_err(|m| self.error(pc, format!("{what}: argument {}: {m}", i + 1)))?;
+            // SAFETY: checked writable 8 bytes.
+            unsafe { (p as *mut u64).write_unaligned(v) };
+        }
+        Ok(())
+    }
+
+    /// Calls helper `id` with r1..r5, sets r0.
+    pub(crate) fn call_helper(
+        &self,
+        id: i32,
+        regs: &mut [u64; 16],
+        mem: &Mem,
+        env: &mut Env,
+        pc: usize,
+        geo: Geo,
+    ) -> Result<Ctl, ExecError> {
+        let bd = env.block_dim.max(1);
+        let r0 = match id {
+            h::MAP_LOOKUP_ELEM => {
+                let (_, m) = self.map_arg(regs[1], pc, "map_lookup_elem")?;
+                let ks = m.def().key_size as u64;
+                let key = self.bytes(mem, &env.resv, regs[2], ks, pc, "map_lookup_elem key")?;
+                m.lookup(key, env.thread)
+                    .map(|p| p.as_ptr() as u64)
+                    .unwrap_or(0)
+            }
+            h::MAP_UPDATE_ELEM => {
+                let (_, m) = self.map_arg(regs[1], pc, "map_update_elem")?;
+                let (ks, vs) = (m.def().key_size as u64, m.def().value_size as u64);
+                let key = self.bytes(mem, &env.resv, regs[2], ks, pc, "map_update_elem key")?;
+                let val = self.bytes(mem, &env.resv, regs[3], vs, pc, "map_update_elem value")?;
+                match m.update(key, val, regs[4], env.thread) {
+                    Ok(()) => 0,
+                    Err(e) => e.errno() as u64,
+                }
+            }
+            h::MAP_DELETE_ELEM => {
+                let (_, m) = self.map_arg(regs[1], pc, "map_delete_elem")?;
+                let ks = m.def().key_size as u64;
+                let key = self.bytes(mem, &env.resv, regs[2], ks, pc, "map_delete_elem key")?;
+                match m.delete(key) {
+                    Ok(()) => 0,
+                    Err(e) => e.errno() as u64,
+                }
+            }
+            h::KTIME_GET_NS => KTIME_BASE.elapsed().as_nanos() as u64,
+            h::TRACE_PRINTK => {
+                let fmt =
+                    self.bytes(mem, &env.resv, regs[1], regs[2], pc, "trace_printk format")?;
+                let args = [regs[3], regs[4], regs[5]];
+                match format_printk(fmt, &args, |p| mem.cstr(p, &env.resv)) {
+                    Ok(s) => {
+                        let n = s.len() as u64;
+                        env.emit(&s);
+                        n
+                    }
+                    Err(PrintkError::Format(_)) => EINVAL,
+                    Err(PrintkError::Memory(m)) => {
+                        return Err(self.error(pc, format!("trace_printk %s: {m}")));
+                    }
+                }
+            }
+            h::GET_PRANDOM_U32 => env.next_random() as u64,
+            h::RINGBUF_OUTPUT => {
+                let (_, m) = self.map_arg(regs[1], pc, "ringbuf_output")?;
+                let data =
+                    self.bytes(mem, &env.resv, regs[2], regs[3], pc, "ringbuf_output data")?;
+                match m.ringbuf_output(data, regs[4]) {
+                    Ok(()) => 0,
+                    Err(e) => e.errno() as u64,
+                }
+            }
+            h::RINGBUF_RESERVE => {
+                let (i, m) = self.map_arg(regs[1], pc, "ringbuf_reserve")?;
+                if regs[3] != 0 || env.resv.len() >= MAX_RESERVATIONS {
+                    0
+                } else {
+                    match m.ringbuf_reserve(regs[2]) {
+                        Some(p) => {
+                            env.resv.push(Resv {
+                                start: p.as_ptr() as u64,
+                                len: regs[2],
+                                map: i,
+                            });
+                            p.as_ptr() as u64
+                        }
+                        None => 0,
+                    }
+                }
+            }
+            h::RINGBUF_SUBMIT | h::RINGBUF_DISCARD => {
+                let name = if id == h::RINGBUF_SUBMIT {
+                    "ringbuf_submit"
+                } else {
+                    "ringbuf_discard"
+                };
+                let Some(k) = env.resv.iter().position(|r| r.start == regs[1]) else {
+                    return Err(self.error(
+                        pc,
+                        format!(
+                            "{name}: r1 = {:#x} is not a live ring buffer reservation",
+                            regs[1]
+                        ),
+                    ));
+                };
+                let r = env.resv.swap_remove(k);
+                if let Some(p) = NonNull::new(r.start as *mut u8) {
+                    self.maps[r.map].ringbuf_commit(p, id == h::RINGBUF_DISCARD);
+                }
+                0
+            }
+            h::PUTS => {
+                let s = mem
+                    .cstr(regs[1], &env.resv)
+                    .map_err(|m| self.error(pc, format!("puts: {m}")))?;
+                env.emit(&String::from_utf8_lossy(&s));
+                0
+            }
+            h::GET_GLOBALTIMER => std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos() as u64)
+                .unwrap_or(0),
+            h::GET_BLOCK_IDX => {
+                self.write3(regs, mem, env, [geo.index / bd, 0, 0], pc, "get_block_idx")?;
+                0
+            }
+            h::GET_BLOCK_DIM => {
+                self.write3(regs, mem, env, [bd, 1, 1], pc, "get_block_dim")?;
+                0
+            }
+            h::GET_THREAD_IDX => {
+                self.write3(regs, mem, env, [geo.index % bd, 0, 0], pc, "get_thread_idx")?;
+                0
+            }
+            h::GET_GRID_DIM => {
+                self.write3(
+                    regs,
+                    mem,
+                    env,
+                    [geo.n.div_ceil(bd), 1, 1],
+                    pc,
+                    "get_grid_dim",
+                )?;
+                0
+            }
+            h::MEMBAR => {
+                std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+                0
+            }
+            h::EXIT => {
+                regs[0] = 0;
+                return Ok(Ctl::Exit);
+            }
+            h::GET_SM_ID => env.thread as u64,
+            h::GET_WARP_ID => (geo.index % bd) / 32,
+            h::GET_LANE_ID => geo.index % 32,
+            other => return Err(self.error(pc, format!("unknown helper id {other}"))),
+        };
+        regs[0] = r0;
+        Ok(Ctl::Next)
+    }
+}
