@@ -43,7 +43,9 @@ pub fn disasm(insns: &[Insn]) -> String {
     let mut pc = 0;
     while pc < insns.len() {
         let _ = writeln!(out, "{pc:5}: {}", disasm_insn(insns, pc));
-        let wide = Opcode::decode(&insns[pc]).map(|o| o.is_wide()).unwrap_or(false);
+        let wide = Opcode::decode(&insns[pc])
+            .map(|o| o.is_wide())
+            .unwrap_or(false);
         pc += if wide { 2 } else { 1 };
     }
     out
@@ -62,7 +64,10 @@ fn render(template: &str, insn: &Insn, next_imm: i32) -> String {
     let mut rest = template;
     while let Some(start) = rest.find('{') {
         out.push_str(&rest[..start]);
-        let end = rest[start..].find('}').expect("template placeholders are closed") + start;
+        let end = rest[start..]
+            .find('}')
+            .expect("template placeholders are closed")
+            + start;
         let name = &rest[start + 1..end];
         match name {
             "d" => write!(out, "r{}", insn.dst),
@@ -78,7 +83,12 @@ fn render(template: &str, insn: &Insn, next_imm: i32) -> String {
             ),
             "moff" => {
                 let o = insn.off as i64;
-                write!(out, "{} {}", if o < 0 { '-' } else { '+' }, o.unsigned_abs())
+                write!(
+                    out,
+                    "{} {}",
+                    if o < 0 { '-' } else { '+' },
+                    o.unsigned_abs()
+                )
             }
             "joff" => write!(out, "{}", signed(insn.off as i64)),
             "jimm" => write!(out, "pc{}", signed(insn.imm as i64)),
@@ -117,8 +127,7 @@ enum Tok {
 
 const PUNCTS: &[&str] = &[
     "<<=", ">>=", "+=", "-=", "*=", "/=", "%=", "|=", "&=", "^=", "==", "!=", ">=", "<=", "<<",
-    ">>", "+", "-", "*", "/", "%", "|", "&", "^", "=", ">", "<", "(", ")", "[", "]", ",", ":",
-    "#",
+    ">>", "+", "-", "*", "/", "%", "|", "&", "^", "=", ">", "<", "(", ")", "[", "]", ",", ":", "#",
 ];
 
 const HOLES: &[&str] = &[
@@ -237,7 +246,11 @@ fn match_template(tmpl: &[Tok], toks: &[Tok]) -> Option<Captures> {
                 "d" | "wd" | "s" | "ws" => {
                     let prefix = if h.starts_with('w') { 'w' } else { 'r' };
                     let r = reg(toks.get(i), prefix)?;
-                    let slot = if h.ends_with('d') { &mut c.dst } else { &mut c.src };
+                    let slot = if h.ends_with('d') {
+                        &mut c.dst
+                    } else {
+                        &mut c.src
+                    };
                     if !set(slot, r) {
                         return None;
                     }
@@ -349,7 +362,9 @@ pub fn assemble(text: &str) -> Result<Vec<Insn>, AsmError> {
         let s = s.trim();
         // Leading `pc:` numbers, as the disassembler prints them, are skipped.
         let s = match s.split_once(':') {
-            Some((pre, rest)) if !pre.is_empty() && pre.trim().bytes().all(|b| b.is_ascii_digit()) => {
+            Some((pre, rest))
+                if !pre.is_empty() && pre.trim().bytes().all(|b| b.is_ascii_digit()) =>
+            {
                 rest.trim()
             }
             _ => s,
@@ -467,10 +482,7 @@ mod tests {
             if op.is_wide() {
                 insns.push(Insn::new(0, 0, 0, 0, 9));
             }
-            if matches!(
-                op,
-                Opcode::Cmpxchg32 | Opcode::Cmpxchg64
-            ) {
+            if matches!(op, Opcode::Cmpxchg32 | Opcode::Cmpxchg64) {
                 // r0 is implicit; nothing else to adjust.
             }
             if *op == Opcode::Call {

@@ -112,7 +112,10 @@ impl ProgKind {
     /// Classifies a section name.
     pub fn from_section(section: &str) -> Self {
         let rest = |p: &str| section.strip_prefix(p).unwrap_or("").to_string();
-        if section == "offload" || section.starts_with("offload/") || section.starts_with("offload.") {
+        if section == "offload"
+            || section.starts_with("offload/")
+            || section.starts_with("offload.")
+        {
             ProgKind::Offload
         } else if section.starts_with("kprobe/") {
             ProgKind::Kprobe(rest("kprobe/"))
