@@ -243,7 +243,7 @@ impl Object {
                 elf::SHT_REL | elf::SHT_RELA => "reloc",
                 _ if flags & u64::from(elf::SHF_EXECINSTR) != 0 => {
                     let data = sec_data(i)?;
-                    if data.len() % INSN_SIZE != 0 {
+                    if !data.len().is_multiple_of(INSN_SIZE) {
                         return Err(malformed(format!(
                             "code section `{name}` is {} bytes, not a multiple of 8",
                             data.len()
@@ -543,7 +543,7 @@ fn functions(
             name: s.name.clone(),
             msg,
         };
-        if s.value % INSN_SIZE as u64 != 0 {
+        if !s.value.is_multiple_of(INSN_SIZE as u64) {
             return Err(bad(format!(
                 "function starts at byte {} of `{sec_name}`, not a multiple of 8",
                 s.value
@@ -573,7 +573,7 @@ fn functions(
                 .find(|&st| st > start)
                 .unwrap_or(len)
         } else {
-            if s.size % INSN_SIZE as u64 != 0 {
+            if !s.size.is_multiple_of(INSN_SIZE as u64) {
                 return Err(bad(format!(
                     "function size {} bytes is not a multiple of 8",
                     s.size

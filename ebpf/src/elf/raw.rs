@@ -83,7 +83,7 @@ pub fn load_raw(bytes: &[u8], file: &str) -> Result<Program, ElfError> {
             msg: format!("{what} bytecode is empty, expected at least one 8-byte instruction"),
         });
     }
-    if data.len() % INSN_SIZE != 0 {
+    if !data.len().is_multiple_of(INSN_SIZE) {
         return Err(ElfError::BadBytecode {
             file: file.to_string(),
             msg: format!(

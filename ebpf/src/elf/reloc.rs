@@ -88,7 +88,7 @@ pub(super) fn resolve(
 ) -> Result<(usize, Fix), ElfError> {
     let pc = usize::try_from(offset / INSN_SIZE as u64).unwrap_or(usize::MAX);
     let fail = |msg: String| Err(bad(ctx.file, cs, pc, msg));
-    if offset % INSN_SIZE as u64 != 0 {
+    if !offset.is_multiple_of(INSN_SIZE as u64) {
         return fail(format!(
             "relocation at byte {offset} is not on an instruction boundary (a multiple of 8)"
         ));
@@ -165,7 +165,7 @@ pub(super) fn resolve(
                     insn.src
                 ));
             }
-            if s.value % INSN_SIZE as u64 != 0 {
+            if !s.value.is_multiple_of(INSN_SIZE as u64) {
                 return fail(format!(
                     "call target {} is at byte {}, not on an instruction boundary",
                     sym_label(s),
