@@ -14,9 +14,9 @@
 use crate::programs::ProgramTable;
 use crate::stats::WorkerStats;
 use ebpf::interp::Env;
-use shm_maps::layout::{completion_state, job_flags, status};
+use shm_maps::layout::{job_flags, status};
 use shm_maps::region::monotonic_ns;
-use shm_maps::{Completion, JobDesc, ShmRegion};
+use shm_maps::{CompletionData, JobDesc, ShmRegion};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Executes jobs for one worker.
@@ -90,67 +90,52 @@ impl JobRunner<'_> {
             self.stats.jobs_failed.fetch_add(1, Ordering::Relaxed);
             return;
         };
-        let c = match region.completion(d.completion) {
-            Some(c) if region.completion_range(d.client).contains(&d.completion) => c,
-            _ => {
-                tracing::warn!(
-                    client = d.client,
-                    completion = d.completion,
-                    "job names a completion slot the client does not own; dropped"
-                );
-                client.in_flight.fetch_sub(1, Ordering::AcqRel);
-                self.stats.jobs_failed.fetch_add(1, Ordering::Relaxed);
-                return;
-            }
+        if !region.completion_range(d.client).contains(&d.completion) {
+            tracing::warn!(
+                client = d.client,
+                completion = d.completion,
+                "job names a completion slot the client does not own; dropped"
+            );
+            client.in_flight.fetch_sub(1, Ordering::AcqRel);
+            self.stats.jobs_failed.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        let submitted = region.start_completion(d.completion).unwrap_or(0);
+        let mut out = CompletionData {
+            prog_id: d.prog_id,
+            tag: d.tag,
+            started_ns: monotonic_ns(),
+            ..Default::default()
         };
-        c.state.store(completion_state::RUNNING, Ordering::Relaxed);
-        let started = monotonic_ns();
-        let c_ptr = c as *const Completion as *mut Completion;
-        // SAFETY: the completion slot belongs to this job until DONE is published; the
-        // client only reads it after seeing DONE (acquire), and no other worker has this job.
-        let cm = unsafe { &mut *c_ptr };
-        cm.started_ns = started;
-        cm.records_done = 0;
-        cm.records_failed = 0;
-        cm.r0 = 0;
-        cm.err_pc = 0;
-        cm.message = 0;
-        cm.prog_id = d.prog_id;
-        cm.prog_version = 0;
-        cm.tag = d.tag;
         let result = if self.cancel.load(Ordering::Relaxed) {
             Err(refuse(status::CANCELLED, "cancelled: the service is stopping (--now)"))
         } else {
-            self.execute(d, cm)
+            self.execute(d, &mut out)
         };
-        let st = match result {
+        out.status = match result {
             Ok(st) => st,
             Err(r) => {
-                cm.message = region.post_message(&r.msg);
+                out.message = region.post_message(&r.msg);
                 tracing::debug!(status = r.status, msg = %r.msg, "job refused");
                 r.status
             }
         };
-        cm.status = st;
-        let finished = monotonic_ns();
-        cm.finished_ns = finished;
+        out.finished_ns = monotonic_ns();
         self.stats.jobs_done.fetch_add(1, Ordering::Relaxed);
-        if st != status::OK {
+        if out.status != status::OK {
             self.stats.jobs_failed.fetch_add(1, Ordering::Relaxed);
             region.header().jobs_failed.fetch_add(1, Ordering::Relaxed);
         }
         self.stats
             .latency
-            .record(finished.saturating_sub(cm.submitted_ns));
-        self.stats.run_time.record(finished - started);
+            .record(out.finished_ns.saturating_sub(submitted));
+        self.stats.run_time.record(out.finished_ns - out.started_ns);
         region.header().jobs_done.fetch_add(1, Ordering::Relaxed);
-        // ORDERING: release publishes every field written above; pairs with the client's
-        // acquire load of `state` in `Client::wait`.
-        c.state.store(completion_state::DONE, Ordering::Release);
+        region.finish_completion(d.completion, &out);
         client.in_flight.fetch_sub(1, Ordering::AcqRel);
     }
 
-    fn execute(&mut self, d: &JobDesc, cm: &mut Completion) -> Result<i32, Refusal> {
+    fn execute(&mut self, d: &JobDesc, cm: &mut CompletionData) -> Result<i32, Refusal> {
         let region = self.region;
         let prog = self.table.get(d.prog_id).ok_or_else(|| {
             refuse(

@@ -482,15 +482,9 @@ impl Client {
             .ok_or(ClientError::TooManyInFlight(self.region.header().completions_per_client))?;
         let tag = self.next_tag;
         self.next_tag += 1;
-        let c = self.region.completion(slot).expect("own slot exists");
-        let cp = c as *const shm_maps::Completion as *mut shm_maps::Completion;
-        // SAFETY: the slot is this client's and FREE (not referenced by any queued job), so
-        // nobody else reads or writes it until the descriptor naming it is pushed.
-        unsafe {
-            (*cp).tag = tag;
-            (*cp).submitted_ns = monotonic_ns();
-        }
-        c.state.store(completion_state::SUBMITTED, Ordering::Relaxed);
+        self.region
+            .begin_completion(slot, tag, monotonic_ns())
+            .expect("own slot exists");
         let mut d = job.desc;
         d.client = self.id.slot;
         d.completion = slot;
@@ -540,6 +534,7 @@ impl Client {
                 // Hand back what was not queued.
                 let left = descs.len() - done;
                 client.in_flight.fetch_sub(left as u32, Ordering::AcqRel);
+                let capacity = q.capacity();
                 for t in tickets.drain(done..) {
                     self.release(t.slot);
                 }
@@ -547,9 +542,7 @@ impl Client {
                     return Err(if wait_is_block(wait) {
                         ClientError::Timeout(block_time(wait))
                     } else {
-                        ClientError::QueueFull {
-                            capacity: q.capacity(),
-                        }
+                        ClientError::QueueFull { capacity }
                     });
                 }
                 break;
@@ -569,11 +562,7 @@ impl Client {
 
     /// The result of `t`, if it has completed; the ticket is consumed when it has.
     pub fn poll(&mut self, t: &Ticket) -> Option<JobResult> {
-        let c = self.region.completion(t.slot)?;
-        // ORDERING: acquire pairs with the worker's release store of DONE in `JobRunner::run`.
-        if c.state.load(Ordering::Acquire) != completion_state::DONE {
-            return None;
-        }
+        let c = self.region.read_completion(t.slot)?;
         let error = (c.status != status::OK).then(|| {
             self.region
                 .message(c.message)

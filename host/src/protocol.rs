@@ -170,7 +170,7 @@ pub struct Latency {
 }
 
 /// Service status.
-#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
 pub struct StatusInfo {
     /// Region name.
     pub name: String,

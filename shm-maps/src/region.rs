@@ -448,6 +448,94 @@ impl ShmRegion {
         })
     }
 
+    fn completion_ptr(&self, i: u32) -> Option<*mut Completion> {
+        self.completion(i)?;
+        let h = self.header();
+        Some(self.at::<Completion>(h.completions_off + i as u64 * size_of::<Completion>() as u64)
+            as *mut Completion)
+    }
+
+    /// Client side of submitting: stamps slot `i` with the job's tag and submit time and
+    /// marks it SUBMITTED. The slot must be the caller's and FREE.
+    pub fn begin_completion(&self, i: u32, tag: u64, submitted_ns: u64) -> Option<()> {
+        let p = self.completion_ptr(i)?;
+        // SAFETY: the slot is inside the table; the caller owns it (FREE, its own range), so
+        // nobody else touches these plain fields until the descriptor naming it is queued.
+        unsafe {
+            std::ptr::addr_of_mut!((*p).tag).write(tag);
+            std::ptr::addr_of_mut!((*p).submitted_ns).write(submitted_ns);
+        }
+        self.completion(i)?
+            .state
+            .store(crate::layout::completion_state::SUBMITTED, Ordering::Relaxed);
+        Some(())
+    }
+
+    /// Service side: marks slot `i` RUNNING and returns the submit time the client stamped.
+    pub fn start_completion(&self, i: u32) -> Option<u64> {
+        let p = self.completion_ptr(i)?;
+        self.completion(i)?
+            .state
+            .store(crate::layout::completion_state::RUNNING, Ordering::Relaxed);
+        // SAFETY: the slot is inside the table; the client wrote `submitted_ns` before
+        // queueing the job (the queue's release/acquire orders it before this read).
+        Some(unsafe { std::ptr::addr_of!((*p).submitted_ns).read() })
+    }
+
+    /// Service side: writes the outcome of the job in slot `i`, then publishes DONE.
+    pub fn finish_completion(&self, i: u32, o: &CompletionData) -> Option<()> {
+        let p = self.completion_ptr(i)?;
+        // SAFETY: the slot is inside the table; between RUNNING and DONE only the worker
+        // running the job writes it, and the client reads it only after seeing DONE.
+        unsafe {
+            std::ptr::addr_of_mut!((*p).status).write(o.status);
+            std::ptr::addr_of_mut!((*p).message).write(o.message);
+            std::ptr::addr_of_mut!((*p).prog_version).write(o.prog_version);
+            std::ptr::addr_of_mut!((*p).prog_id).write(o.prog_id);
+            std::ptr::addr_of_mut!((*p).err_pc).write(o.err_pc);
+            std::ptr::addr_of_mut!((*p).records_done).write(o.records_done);
+            std::ptr::addr_of_mut!((*p).records_failed).write(o.records_failed);
+            std::ptr::addr_of_mut!((*p).r0).write(o.r0);
+            std::ptr::addr_of_mut!((*p).tag).write(o.tag);
+            std::ptr::addr_of_mut!((*p).started_ns).write(o.started_ns);
+            std::ptr::addr_of_mut!((*p).finished_ns).write(o.finished_ns);
+        }
+        // ORDERING: release publishes the fields above; pairs with the acquire load in
+        // `read_completion`.
+        self.completion(i)?
+            .state
+            .store(crate::layout::completion_state::DONE, Ordering::Release);
+        Some(())
+    }
+
+    /// Client side: the outcome in slot `i` if it is DONE.
+    pub fn read_completion(&self, i: u32) -> Option<CompletionData> {
+        let c = self.completion(i)?;
+        // ORDERING: acquire pairs with the release store of DONE in `finish_completion`.
+        if c.state.load(Ordering::Acquire) != crate::layout::completion_state::DONE {
+            return None;
+        }
+        let p = self.completion_ptr(i)?;
+        // SAFETY: DONE was observed with acquire, so the worker's writes are visible and
+        // no one writes the slot until the client frees it.
+        unsafe {
+            Some(CompletionData {
+                status: std::ptr::addr_of!((*p).status).read(),
+                message: std::ptr::addr_of!((*p).message).read(),
+                prog_version: std::ptr::addr_of!((*p).prog_version).read(),
+                prog_id: std::ptr::addr_of!((*p).prog_id).read(),
+                err_pc: std::ptr::addr_of!((*p).err_pc).read(),
+                records_done: std::ptr::addr_of!((*p).records_done).read(),
+                records_failed: std::ptr::addr_of!((*p).records_failed).read(),
+                r0: std::ptr::addr_of!((*p).r0).read(),
+                tag: std::ptr::addr_of!((*p).tag).read(),
+                submitted_ns: std::ptr::addr_of!((*p).submitted_ns).read(),
+                started_ns: std::ptr::addr_of!((*p).started_ns).read(),
+                finished_ns: std::ptr::addr_of!((*p).finished_ns).read(),
+            })
+        }
+    }
+
     /// The completion slots that belong to client `c`.
     pub fn completion_range(&self, c: u32) -> std::ops::Range<u32> {
         let per = self.header().completions_per_client;
@@ -591,6 +679,35 @@ impl ShmRegion {
             d.completion
         )
     }
+}
+
+/// The plain fields of a [`Completion`], copied in or out.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CompletionData {
+    /// One of `layout::status`.
+    pub status: i32,
+    /// Message id of the error text.
+    pub message: u32,
+    /// Program version the job ran on.
+    pub prog_version: u32,
+    /// Program id.
+    pub prog_id: u32,
+    /// Pc of the first failing instruction.
+    pub err_pc: u32,
+    /// Records that ran.
+    pub records_done: u64,
+    /// Records that failed.
+    pub records_failed: u64,
+    /// r0 of the last record.
+    pub r0: u64,
+    /// Client's tag.
+    pub tag: u64,
+    /// Submit time (client clock).
+    pub submitted_ns: u64,
+    /// Start time.
+    pub started_ns: u64,
+    /// Finish time.
+    pub finished_ns: u64,
 }
 
 /// Monotonic clock in ns (CLOCK_MONOTONIC, comparable across processes).

@@ -7,7 +7,7 @@
 use crate::job::JobRunner;
 use crate::programs::ProgramTable;
 use crate::stats::WorkerStats;
-use ebpf::interp::Env;
+use ebpf::interp::{Env, TraceSink};
 use shm_maps::{JobDesc, ShmRegion};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -99,6 +99,9 @@ fn worker(
         cancel: &control.cancel,
         env: Env::new(id).with_max_insns(max_insns),
     };
+    runner.env.sink = TraceSink::Callback(Box::new(move |line| {
+        tracing::info!(target: "bpftime::trace", worker = id, "{line}")
+    }));
     let queue = region.queue();
     let hdr = region.header();
     let mut buf = [JobDesc::default(); BATCH];

@@ -114,7 +114,7 @@ pub fn run(a: ExecArgs) -> Result<ExitCode> {
         Some(m) => vm.run_mem(m, &mut env)?,
         None => vm.run_job(&input, &mut out, 0, 1, job_args, &mut env)?,
     };
-    let trace = env.take_trace();
+    let trace = std::mem::take(&mut env.trace);
     if a.json {
         let report = ExecReport {
             program: prog.name.clone(),

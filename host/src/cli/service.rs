@@ -2,7 +2,7 @@
 
 use super::hex;
 use anyhow::{Context, Result, bail};
-use host::client::{Client, Job, Wait};
+use host::client::{Client, Job};
 use host::protocol::ProgramInfo;
 use host::service::{BackendChoice, Service, ServiceConfig};
 use shm_maps::RegionConfig;
