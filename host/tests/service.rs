@@ -81,6 +81,11 @@ fn one_record(c: &mut Client, prog: u32, v: u64) -> Job {
     Job::new(prog, 1).input(&b, 8)
 }
 
+fn run_one(c: &mut Client, prog: u32, v: u64) -> host::client::JobResult {
+    let job = one_record(c, prog, v);
+    c.run(&job, T).unwrap()
+}
+
 /// Entry point of child processes (does nothing in the parent run).
 #[test]
 fn child_entry() {
@@ -240,7 +245,7 @@ fn descriptor_outside_the_arena_is_an_error_completion() {
     assert_eq!(r.status, status::BAD_DESCRIPTOR);
     assert!(r.error.unwrap().contains("need 16 bytes"));
     // The service still serves.
-    let ok = c.run(&one_record(&mut c, p.id, 5), T).unwrap();
+    let ok = run_one(&mut c, p.id, 5);
     assert_eq!(ok.r0, 5 + (1 << 32));
 }
 
@@ -330,7 +335,7 @@ fn client_that_dies_mid_job_is_reclaimed_and_others_continue() {
     assert!(String::from_utf8_lossy(&out.stdout).contains("CHILD-SUBMITTED"));
     assert!(!out.status.success(), "the child aborted");
     // Other clients go on.
-    let r = c.run(&one_record(&mut c, p.id, 7), T).unwrap();
+    let r = run_one(&mut c, p.id, 7);
     assert_eq!(r.r0, 7 + (1 << 32));
     // The dead client's job finishes and its slot and buffer are reclaimed.
     let t0 = Instant::now();
@@ -353,11 +358,11 @@ fn runtime_failure_is_an_error_completion() {
     let mut c = Client::connect(&name).unwrap();
     let p = c.load_bytes("spin.bin", &spinner(100_000), Some("spin")).unwrap();
     let v = c.load_bytes("v.bin", &versioned(1), Some("v")).unwrap();
-    let r = submit_bad(&mut c, one_record(&mut c, p.id, 1));
+    let r = run_one(&mut c, p.id, 1);
     assert_eq!(r.status, status::RUNTIME_ERROR);
     assert_eq!(r.records_failed, 1);
     assert!(r.error.unwrap().contains("limit"), "names the cause");
-    let ok = c.run(&one_record(&mut c, v.id, 3), T).unwrap();
+    let ok = run_one(&mut c, v.id, 3);
     assert!(ok.ok());
 }
 
@@ -394,7 +399,7 @@ fn stale_region_is_refused_with_instructions_then_recovered() {
     let _run = start(cfg);
     let mut c = Client::connect(&name).unwrap();
     let p = c.load_bytes("v.bin", &versioned(1), Some("v")).unwrap();
-    assert!(c.run(&one_record(&mut c, p.id, 1), T).unwrap().ok());
+    assert!(run_one(&mut c, p.id, 1).ok());
 }
 
 #[test]
@@ -427,7 +432,7 @@ fn status_and_metrics_agree() {
     let mut c = Client::connect(&name).unwrap();
     let p = c.load_bytes("v.bin", &versioned(1), Some("v")).unwrap();
     for i in 0..10 {
-        assert!(c.run(&one_record(&mut c, p.id, i), T).unwrap().ok());
+        assert!(run_one(&mut c, p.id, i).ok());
     }
     let s = c.status().unwrap();
     assert_eq!(s.jobs_done, 10);
