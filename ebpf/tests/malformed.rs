@@ -14,8 +14,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 /// Compiles `tests/programs/{stem}.bpf.c`; `None` when clang is missing and not required.
 fn compiled(stem: &str) -> Option<Vec<u8>> {
     static CLANG_OK: OnceLock<bool> = OnceLock::new();
+    let clang = std::env::var("CLANG").unwrap_or_else(|_| "clang".to_string());
     let ok = *CLANG_OK.get_or_init(|| {
-        let found = Command::new("clang").arg("--version").output().is_ok();
+        let found = Command::new(&clang).arg("--version").output().is_ok();
         if !found {
             if std::env::var_os("BPFTIME_REQUIRE_CLANG").is_some() {
                 panic!("clang not found and BPFTIME_REQUIRE_CLANG is set");
@@ -36,7 +37,7 @@ fn compiled(stem: &str) -> Option<Vec<u8>> {
         std::process::id(),
         SEQ.fetch_add(1, Ordering::Relaxed)
     ));
-    let st = Command::new("clang")
+    let st = Command::new(&clang)
         .args([
             "-O2",
             "-g",
