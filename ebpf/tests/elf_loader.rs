@@ -24,8 +24,13 @@ fn objects() -> Option<&'static HashMap<String, Vec<u8>>> {
             if std::env::var_os("BPFTIME_REQUIRE_CLANG").is_some() {
                 panic!("clang (`{clang}`) not found and BPFTIME_REQUIRE_CLANG is set");
             }
-            eprintln!(
-                "\n!!!!!!!! SKIPPING ELF LOADER TESTS: clang (`{clang}`) not found; set BPFTIME_REQUIRE_CLANG to make this fatal !!!!!!!!\n"
+            // Straight to the stderr handle: the test harness does not capture it.
+            let _ = std::io::Write::write_all(
+                &mut std::io::stderr(),
+                format!(
+                    "\n!!!!!!!! SKIPPING ELF LOADER TESTS: clang (`{clang}`) not found; set BPFTIME_REQUIRE_CLANG to make this fatal !!!!!!!!\n"
+                )
+                .as_bytes(),
             );
             return None;
         }

@@ -21,8 +21,13 @@ fn compiled(stem: &str) -> Option<Vec<u8>> {
             if std::env::var_os("BPFTIME_REQUIRE_CLANG").is_some() {
                 panic!("clang not found and BPFTIME_REQUIRE_CLANG is set");
             }
-            eprintln!(
-                "\n!!!!!!!! SKIPPING MALFORMED-ELF TESTS THAT NEED CLANG: clang not found !!!!!!!!\n"
+            // Straight to the stderr handle: the test harness does not capture it.
+            let _ = std::io::Write::write_all(
+                &mut std::io::stderr(),
+                format!(
+                    "\n!!!!!!!! SKIPPING MALFORMED-ELF TESTS THAT NEED CLANG: clang (`{clang}`) not found; set BPFTIME_REQUIRE_CLANG to make this fatal !!!!!!!!\n"
+                )
+                .as_bytes(),
             );
         }
         found
