@@ -24,8 +24,13 @@ fn objects() -> Option<&'static HashMap<String, Vec<u8>>> {
             if std::env::var_os("BPFTIME_REQUIRE_CLANG").is_some() {
                 panic!("clang (`{clang}`) not found and BPFTIME_REQUIRE_CLANG is set");
             }
-            eprintln!(
-                "\n!!!!!!!! SKIPPING ELF LOADER TESTS: clang (`{clang}`) not found; set BPFTIME_REQUIRE_CLANG to make this fatal !!!!!!!!\n"
+            // Straight to the stderr handle: the test harness does not capture it.
+            let _ = std::io::Write::write_all(
+                &mut std::io::stderr(),
+                format!(
+                    "\n!!!!!!!! SKIPPING ELF LOADER TESTS: clang (`{clang}`) not found; set BPFTIME_REQUIRE_CLANG to make this fatal !!!!!!!!\n"
+                )
+                .as_bytes(),
             );
             return None;
         }
@@ -517,7 +522,7 @@ fn multi_programs_kinds_and_choice() {
             ("on_foo", "uprobe/foo", ProgKind::Uprobe("foo".into()), 2),
             ("xdp_pass", "xdp", ProgKind::Other("xdp".into()), 2),
             ("pair_a", "offload/pair", ProgKind::Offload, 3),
-            ("pair_b", "offload/pair", ProgKind::Offload, 3),
+            ("pair_b", "offload/pair", ProgKind::Offload, 6),
         ]
     );
     assert!(
@@ -535,10 +540,14 @@ fn multi_programs_kinds_and_choice() {
         by("pair_a").insns,
         asm("r0 = *(u64 *)(r1 + 48)\nr0 += 10\nexit")
     );
-    assert_eq!(
-        by("pair_b").insns,
-        asm("r0 = *(u64 *)(r1 + 56)\nr0 += 20\nexit")
-    );
+    // pair_b calls pair_a (R_BPF_64_32 against the global symbol, imm -1): pair_a is
+    // appended after pair_b's 6 slots and the call lands on its first slot.
+    let pb = by("pair_b");
+    let pair_a = asm("r0 = *(u64 *)(r1 + 48)\nr0 += 10\nexit");
+    assert_eq!(pb.insns.len(), 6 + 3);
+    assert_eq!(local_calls(&pb), [(1, 6)]);
+    assert_eq!(&pb.insns[6..], &pair_a[..]);
+    assert_eq!(pb.insns[0], asm("r6 = *(u64 *)(r1 + 56)")[0]);
     match o.program(Some("offload/pair")) {
         Err(ElfError::Ambiguous {
             name, candidates, ..

@@ -14,14 +14,20 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 /// Compiles `tests/programs/{stem}.bpf.c`; `None` when clang is missing and not required.
 fn compiled(stem: &str) -> Option<Vec<u8>> {
     static CLANG_OK: OnceLock<bool> = OnceLock::new();
+    let clang = std::env::var("CLANG").unwrap_or_else(|_| "clang".to_string());
     let ok = *CLANG_OK.get_or_init(|| {
-        let found = Command::new("clang").arg("--version").output().is_ok();
+        let found = Command::new(&clang).arg("--version").output().is_ok();
         if !found {
             if std::env::var_os("BPFTIME_REQUIRE_CLANG").is_some() {
                 panic!("clang not found and BPFTIME_REQUIRE_CLANG is set");
             }
-            eprintln!(
-                "\n!!!!!!!! SKIPPING MALFORMED-ELF TESTS THAT NEED CLANG: clang not found !!!!!!!!\n"
+            // Straight to the stderr handle: the test harness does not capture it.
+            let _ = std::io::Write::write_all(
+                &mut std::io::stderr(),
+                format!(
+                    "\n!!!!!!!! SKIPPING MALFORMED-ELF TESTS THAT NEED CLANG: clang (`{clang}`) not found; set BPFTIME_REQUIRE_CLANG to make this fatal !!!!!!!!\n"
+                )
+                .as_bytes(),
             );
         }
         found
@@ -36,7 +42,7 @@ fn compiled(stem: &str) -> Option<Vec<u8>> {
         std::process::id(),
         SEQ.fetch_add(1, Ordering::Relaxed)
     ));
-    let st = Command::new("clang")
+    let st = Command::new(&clang)
         .args([
             "-O2",
             "-g",

@@ -1,8 +1,9 @@
 // multi.bpf.c: several programs in several sections: kprobe/vecadd, kretprobe/vecadd,
 // uprobe/foo, xdp (an unknown kind, only loadable by name) and two functions in one
-// section "offload/pair".
+// section "offload/pair", where pair_b calls pair_a (a bpf-to-bpf call within one program
+// section, relocated against the global symbol pair_a).
 // Expected r0 (zeroed ctx): on_entry 1, on_exit 2, on_foo 3, xdp_pass 2, pair_a 10,
-// pair_b 20.
+// pair_b 30 (20 + args[1] + pair_a = 20 + 0 + 10).
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
 #include "bpftime_super.h"
@@ -32,7 +33,7 @@ int xdp_pass(void *ctx)
 }
 
 SEC("offload/pair")
-int pair_a(struct bpftime_job_ctx *ctx)
+__noinline int pair_a(struct bpftime_job_ctx *ctx)
 {
 	return 10 + (int)ctx->args[0];
 }
@@ -40,7 +41,7 @@ int pair_a(struct bpftime_job_ctx *ctx)
 SEC("offload/pair")
 int pair_b(struct bpftime_job_ctx *ctx)
 {
-	return 20 + (int)ctx->args[1];
+	return 20 + (int)ctx->args[1] + pair_a(ctx);
 }
 
 char LICENSE[] SEC("license") = "GPL";

@@ -339,3 +339,92 @@ impl Btf {
         }
     }
 }
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    /// Builds a `.BTF` blob from `(name, info, size_or_type, tail words)` and a string table.
+    pub(crate) fn blob(types: &[(u32, u32, u32, &[u32])], strings: &[u8]) -> Vec<u8> {
+        let mut t = Vec::new();
+        for (name, info, st, tail) in types {
+            for w in [*name, *info, *st].iter().chain(tail.iter()) {
+                t.extend_from_slice(&w.to_le_bytes());
+            }
+        }
+        let mut b = Vec::new();
+        b.extend_from_slice(&MAGIC.to_le_bytes());
+        b.extend_from_slice(&[1, 0]);
+        for w in [
+            24u32,
+            0,
+            t.len() as u32,
+            t.len() as u32,
+            strings.len() as u32,
+        ] {
+            b.extend_from_slice(&w.to_le_bytes());
+        }
+        b.extend_from_slice(&t);
+        b.extend_from_slice(strings);
+        b
+    }
+
+    const fn info(kind: u32, vlen: u32) -> u32 {
+        (kind << 24) | vlen
+    }
+
+    #[test]
+    fn sizes_through_typedefs_qualifiers_arrays_and_pointers() {
+        // 1: int (4), 2: typedef u32_t -> 1, 3: const -> 2, 4: array of 3 x 5,
+        // 5: ptr -> 4, 6: struct { u32_t a; ptr b; } size 16
+        let strings = b"\0int\0u32_t\0s\0a\0b\0";
+        let b = blob(
+            &[
+                (1, info(1, 0), 4, &[32]),
+                (5, info(8, 0), 1, &[]),
+                (0, info(10, 0), 2, &[]),
+                (0, info(3, 0), 0, &[3, 1, 5]),
+                (0, info(2, 0), 4, &[]),
+                (11, info(4, 2), 16, &[13, 2, 0, 15, 5, 64]),
+            ],
+            strings,
+        );
+        let btf = Btf::parse(&b).expect("parse");
+        assert_eq!(btf.size_of(1), Ok(4));
+        assert_eq!(btf.size_of(2), Ok(4));
+        assert_eq!(btf.size_of(3), Ok(4));
+        assert_eq!(btf.size_of(4), Ok(20));
+        assert_eq!(btf.size_of(5), Ok(8));
+        assert_eq!(btf.size_of(6), Ok(16));
+        let s = btf.ty(6).unwrap();
+        assert_eq!(s.name, "s");
+        assert_eq!(
+            s.members
+                .iter()
+                .map(|m| (m.name.as_str(), m.ty))
+                .collect::<Vec<_>>(),
+            [("a", 2), ("b", 5)]
+        );
+        assert!(btf.ty(0).is_err());
+        assert!(btf.ty(7).is_err());
+    }
+
+    #[test]
+    fn cycles_and_garbage_are_errors() {
+        // 1: typedef -> 2, 2: typedef -> 1 (a cycle)
+        let b = blob(&[(0, info(8, 0), 2, &[]), (0, info(8, 0), 1, &[])], b"\0");
+        let btf = Btf::parse(&b).expect("parse");
+        assert!(btf.size_of(1).unwrap_err().0.contains("deeper than"));
+        // Unknown kind 31.
+        let b = blob(&[(0, info(31, 0), 0, &[])], b"\0");
+        assert_eq!(Btf::parse(&b).unwrap_err().0, "type 1: unknown kind 31");
+        // Name offset past the strings.
+        let b = blob(&[(99, info(1, 0), 4, &[32])], b"\0");
+        assert!(Btf::parse(&b).unwrap_err().0.contains("string offset 99"));
+        // Struct whose members run past the type data.
+        let b = blob(&[(0, info(4, 3), 8, &[0, 1, 0])], b"\0");
+        assert!(Btf::parse(&b).unwrap_err().0.contains("truncated"));
+        assert!(Btf::parse(&[0x9f, 0xeb, 1]).is_err());
+        assert!(Btf::parse(&[]).unwrap_err().0.contains("bad magic"));
+    }
+}

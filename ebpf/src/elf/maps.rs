@@ -255,3 +255,107 @@ pub fn global_data(
         init: Some(init),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::elf::btf::tests::blob;
+
+    const fn info(kind: u32, vlen: u32) -> u32 {
+        (kind << 24) | vlen
+    }
+
+    /// A `.maps` DATASEC with one variable `m`: `type` = `map_type` (via `__uint`),
+    /// `max_entries` = 8, `key` = `int`, `value` = `long`, and optionally `key_size` = 8.
+    fn one_map(map_type: u32, key_size_member: bool) -> Btf {
+        // strings: 1 int, 5 long, 10 type, 15 max_entries, 27 key, 31 value, 37 m, 39 .maps,
+        // 45 key_size
+        let strings = b"\0int\0long\0type\0max_entries\0key\0value\0m\0.maps\0key_size\0";
+        let mut members: Vec<u32> = vec![10, 3, 0, 15, 5, 64, 27, 8, 128, 31, 7, 192];
+        let mut vlen = 4;
+        if key_size_member {
+            members.extend_from_slice(&[45, 13, 256]);
+            vlen += 1;
+        }
+        let b = blob(
+            &[
+                (1, info(1, 0), 4, &[32]),             // 1 int
+                (0, info(3, 0), 0, &[1, 1, map_type]), // 2 int[map_type]
+                (0, info(2, 0), 2, &[]),               // 3 ptr -> 2
+                (0, info(3, 0), 0, &[1, 1, 8]),        // 4 int[8]
+                (0, info(2, 0), 4, &[]),               // 5 ptr -> 4
+                (5, info(1, 0), 8, &[64]),             // 6 long
+                (0, info(2, 0), 6, &[]),               // 7 ptr -> long
+                (0, info(2, 0), 1, &[]),               // 8 ptr -> int
+                (0, info(4, vlen), 40, &members),      // 9 struct
+                (37, info(14, 0), 9, &[1]),            // 10 var m
+                (39, info(15, 1), 40, &[10, 0, 40]),   // 11 datasec .maps
+                (0, info(3, 0), 0, &[1, 1, 8]),        // 12 int[8]
+                (0, info(2, 0), 12, &[]),              // 13 ptr -> int[8]
+            ],
+            strings,
+        );
+        Btf::parse(&b).expect("parse")
+    }
+
+    #[test]
+    fn btf_map_members() {
+        let def = btf_map(&one_map(2, false), "m").expect("map");
+        assert_eq!(
+            (
+                def.kind,
+                def.key_size,
+                def.value_size,
+                def.max_entries,
+                def.flags,
+                def.origin
+            ),
+            (MapKind::Array, 4, 8, 8, 0, MapOrigin::Btf)
+        );
+        let def = btf_map(&one_map(1, false), "m").expect("hash");
+        assert_eq!(def.kind, MapKind::Hash);
+    }
+
+    #[test]
+    fn btf_map_errors() {
+        let e = btf_map(&one_map(5, false), "m").unwrap_err();
+        assert!(e.to_string().contains("unsupported map type 5"), "{e}");
+        // key (int, 4 bytes) and key_size 8 disagree.
+        let e = btf_map(&one_map(1, true), "m").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "map `m`: `key_size` gives 8 but another member already gave 4"
+        );
+        let e = btf_map(&one_map(2, false), "nope").unwrap_err();
+        assert!(e.to_string().contains("no variable of this name"), "{e}");
+    }
+
+    #[test]
+    fn legacy_and_global_data() {
+        let words: Vec<u8> = [27u32, 0, 0, 4096]
+            .iter()
+            .flat_map(|w| w.to_le_bytes())
+            .collect();
+        let d = legacy_map("rb", &words).expect("ringbuf");
+        assert_eq!(
+            (d.kind, d.max_entries, d.flags),
+            (MapKind::RingBuf, 4096, 0)
+        );
+        let mut bad = words.clone();
+        bad[12..16].copy_from_slice(&1000u32.to_le_bytes());
+        assert!(
+            legacy_map("rb", &bad)
+                .unwrap_err()
+                .to_string()
+                .contains("power of two")
+        );
+        assert!(legacy_map("short", &words[..12]).is_err());
+        assert_eq!(global_data_kind(".rodata.str1.1"), Some(false));
+        assert_eq!(global_data_kind(".data"), Some(true));
+        assert_eq!(global_data_kind(".bss.x"), Some(true));
+        assert_eq!(global_data_kind(".database"), None);
+        assert_eq!(global_data_kind(".rel.data"), None);
+        let g = global_data(".bss", 3, vec![0; 3], true).unwrap();
+        assert_eq!((g.key_size, g.value_size, g.max_entries), (4, 3, 1));
+    }
+}

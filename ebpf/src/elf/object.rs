@@ -11,7 +11,7 @@
 //! | REL / RELA                           | `reloc`   | relocations of code sections     |
 //!
 //! Everything is copied out of the file at parse time; relocations of code sections are
-//! resolved then too (see [`super::reloc`]), so [`Object::program`] only links.
+//! resolved then too (see `reloc.rs`), so [`Object::program`] only links.
 
 use super::btf::Btf;
 use super::maps::{btf_map, global_data, global_data_kind, legacy_map};
