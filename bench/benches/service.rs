@@ -186,7 +186,10 @@ fn main() {
             _ => std::thread::sleep(Duration::from_millis(20)),
         }
     };
-    let tiny_id = c.load_bytes("tiny.bin", &bytes(&tiny()), Some("tiny")).unwrap().id;
+    let tiny_id = c
+        .load_bytes("tiny.bin", &bytes(&tiny()), Some("tiny"))
+        .unwrap()
+        .id;
     let filter_id = c
         .load_bytes("filter.bin", &bytes(&filter()), Some("filter"))
         .unwrap()
@@ -273,7 +276,10 @@ fn main() {
         for k in kids {
             let out = k.wait_with_output().unwrap();
             let text = String::from_utf8_lossy(&out.stdout).to_string();
-            let line = text.lines().find(|l| l.starts_with("DONE")).expect("client result");
+            let line = text
+                .lines()
+                .find(|l| l.starts_with("DONE"))
+                .expect("client result");
             let mut p = line.split_whitespace().skip(1);
             total += p.next().unwrap().parse::<u64>().unwrap();
             longest = longest.max(p.next().unwrap().parse().unwrap());
@@ -302,7 +308,8 @@ fn main() {
         c.write(&big_in, (k * chunk) as u64, part).unwrap();
     }
     let big_out = c.alloc(n * 8).unwrap();
-    c.write(&big_out, 0, &vec![0xa5u8; (n * 8) as usize]).unwrap();
+    c.write(&big_out, 0, &vec![0xa5u8; (n * 8) as usize])
+        .unwrap();
     let args = [500u64, 0, 0, 0];
     let t0 = Instant::now();
     let r = c
@@ -345,7 +352,9 @@ fn main() {
         commit: cmd(&["git", "rev-parse", "--short", "HEAD"]),
         host: format!(
             "2-core dev machine, {} cores visible, no GPU",
-            std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0)
+            std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(0)
         ),
         workers: 1,
         rtt_p50_ns: rtt_p50,

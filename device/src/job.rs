@@ -108,7 +108,10 @@ impl JobRunner<'_> {
             ..Default::default()
         };
         let result = if self.cancel.load(Ordering::Relaxed) {
-            Err(refuse(status::CANCELLED, "cancelled: the service is stopping (--now)"))
+            Err(refuse(
+                status::CANCELLED,
+                "cancelled: the service is stopping (--now)",
+            ))
         } else {
             self.execute(d, &mut out)
         };
@@ -174,7 +177,14 @@ impl JobRunner<'_> {
             std::ptr::null_mut()
         };
         let offsets = if varlen {
-            span(region, "offsets table", d.offsets_off, (n + 1) * 8, n + 1, 8)? as *const u64
+            span(
+                region,
+                "offsets table",
+                d.offsets_off,
+                (n + 1) * 8,
+                n + 1,
+                8,
+            )? as *const u64
         } else {
             std::ptr::null()
         };
@@ -218,7 +228,8 @@ impl JobRunner<'_> {
             // SAFETY: [start, start + len) lies inside the input buffer, which `span` checked
             // to be inside the arena; the client does not touch its buffers while the job runs
             // (the job protocol), so this worker has them to itself.
-            let inp = unsafe { std::slice::from_raw_parts(input.add(start as usize), len as usize) };
+            let inp =
+                unsafe { std::slice::from_raw_parts(input.add(start as usize), len as usize) };
             let out: &mut [u8] = if output.is_null() {
                 &mut []
             } else {
@@ -260,7 +271,9 @@ impl JobRunner<'_> {
         cm.records_failed = failed;
         cm.r0 = r0;
         self.stats.records.fetch_add(done, Ordering::Relaxed);
-        self.stats.records_failed.fetch_add(failed, Ordering::Relaxed);
+        self.stats
+            .records_failed
+            .fetch_add(failed, Ordering::Relaxed);
         match first_err {
             None => Ok(status::OK),
             Some(msg) => {

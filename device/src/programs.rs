@@ -5,9 +5,9 @@
 //! affect only jobs that start afterwards, and no job runs half on one version and half on
 //! another. Versions count up from 1 per id and are recorded in each completion.
 
+use ebpf::Program;
 use ebpf::interp::Vm;
 use ebpf::maps::MapOps;
-use ebpf::Program;
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 

@@ -117,7 +117,20 @@ mod tests {
     #[test]
     fn buckets_are_monotonic_and_bounded() {
         let mut last = 0;
-        for v in [0u64, 1, 7, 8, 9, 15, 16, 100, 1000, 12345, 1 << 40, u64::MAX] {
+        for v in [
+            0u64,
+            1,
+            7,
+            8,
+            9,
+            15,
+            16,
+            100,
+            1000,
+            12345,
+            1 << 40,
+            u64::MAX,
+        ] {
             let b = bucket(v);
             assert!(b >= last);
             last = b;

@@ -408,7 +408,7 @@ pub fn assemble(text: &str) -> Result<Vec<Insn>, AsmError> {
             caps.dst.unwrap_or(0),
             caps.src.unwrap_or(0),
             off as i16,
-            if wide { imm as i32 } else { imm as i32 },
+            imm as i32,
         );
         let field_is_imm = matches!(
             op.kind(),

@@ -279,14 +279,19 @@ impl Client {
             self.sock = Some((r, s));
         }
         let (reader, writer) = self.sock.as_mut().expect("connected above");
-        let mut line = serde_json::to_string(req).map_err(|e| ClientError::Protocol(e.to_string()))?;
+        let mut line =
+            serde_json::to_string(req).map_err(|e| ClientError::Protocol(e.to_string()))?;
         line.push('\n');
-        writer.write_all(line.as_bytes()).map_err(sock_err("write"))?;
+        writer
+            .write_all(line.as_bytes())
+            .map_err(sock_err("write"))?;
         let mut answer = String::new();
         let n = reader.read_line(&mut answer).map_err(sock_err("read"))?;
         if n == 0 {
             self.sock = None;
-            return Err(ClientError::Service("the service closed the connection".into()));
+            return Err(ClientError::Service(
+                "the service closed the connection".into(),
+            ));
         }
         let reply: Reply =
             serde_json::from_str(&answer).map_err(|e| ClientError::Protocol(e.to_string()))?;
@@ -317,7 +322,11 @@ impl Client {
     }
 
     /// Verifies and installs a program from an object file.
-    pub fn load_file(&mut self, path: &Path, prog: Option<&str>) -> Result<ProgramInfo, ClientError> {
+    pub fn load_file(
+        &mut self,
+        path: &Path,
+        prog: Option<&str>,
+    ) -> Result<ProgramInfo, ClientError> {
         self.load_file_as(path, prog, None)
     }
 
@@ -338,7 +347,12 @@ impl Client {
     }
 
     /// Installs a program from bytes (ELF or raw bytecode) under `name`.
-    pub fn load_bytes(&mut self, file: &str, bytes: &[u8], name: Option<&str>) -> Result<ProgramInfo, ClientError> {
+    pub fn load_bytes(
+        &mut self,
+        file: &str,
+        bytes: &[u8],
+        name: Option<&str>,
+    ) -> Result<ProgramInfo, ClientError> {
         self.typed(&Request::Load {
             file: file.into(),
             object_hex: crate::hex::encode(bytes),
@@ -348,7 +362,12 @@ impl Client {
     }
 
     /// Hot-swaps the program installed as `name` with the one in `path`.
-    pub fn replace_file(&mut self, name: &str, path: &Path, prog: Option<&str>) -> Result<ProgramInfo, ClientError> {
+    pub fn replace_file(
+        &mut self,
+        name: &str,
+        path: &Path,
+        prog: Option<&str>,
+    ) -> Result<ProgramInfo, ClientError> {
         let (file, object_hex) = Self::object(path)?;
         self.typed(&Request::Replace {
             name: name.into(),
@@ -359,7 +378,12 @@ impl Client {
     }
 
     /// Hot-swaps the program installed as `name` with `bytes`.
-    pub fn replace_bytes(&mut self, name: &str, file: &str, bytes: &[u8]) -> Result<ProgramInfo, ClientError> {
+    pub fn replace_bytes(
+        &mut self,
+        name: &str,
+        file: &str,
+        bytes: &[u8],
+    ) -> Result<ProgramInfo, ClientError> {
         self.typed(&Request::Replace {
             name: name.into(),
             file: file.into(),
@@ -392,7 +416,13 @@ impl Client {
     }
 
     /// Creates or updates one map element.
-    pub fn map_update(&mut self, map: &str, key: &[u8], value: &[u8], flags: u64) -> Result<(), ClientError> {
+    pub fn map_update(
+        &mut self,
+        map: &str,
+        key: &[u8],
+        value: &[u8],
+        flags: u64,
+    ) -> Result<(), ClientError> {
         self.request(&Request::MapUpdate {
             map: map.into(),
             key_hex: crate::hex::encode(key),
@@ -476,10 +506,9 @@ impl Client {
     }
 
     fn prepare(&mut self, job: &Job) -> Result<(JobDesc, u32, u64), ClientError> {
-        let slot = self
-            .free
-            .pop()
-            .ok_or(ClientError::TooManyInFlight(self.region.header().completions_per_client))?;
+        let slot = self.free.pop().ok_or(ClientError::TooManyInFlight(
+            self.region.header().completions_per_client,
+        ))?;
         let tag = self.next_tag;
         self.next_tag += 1;
         self.region
@@ -507,7 +536,9 @@ impl Client {
             return Err(ClientError::NotRunning(st));
         }
         if jobs.len() > self.free.len() {
-            return Err(ClientError::TooManyInFlight(self.region.header().completions_per_client));
+            return Err(ClientError::TooManyInFlight(
+                self.region.header().completions_per_client,
+            ));
         }
         let mut descs = Vec::with_capacity(jobs.len());
         let mut tickets = Vec::with_capacity(jobs.len());
@@ -518,7 +549,9 @@ impl Client {
         }
         let q = self.region.queue();
         let client = self.region.client(self.id.slot).expect("own slot");
-        client.in_flight.fetch_add(descs.len() as u32, Ordering::AcqRel);
+        client
+            .in_flight
+            .fetch_add(descs.len() as u32, Ordering::AcqRel);
         let deadline = match wait {
             Wait::No => None,
             Wait::Block(t) => Some(Instant::now() + t),
@@ -598,8 +631,9 @@ impl Client {
                 std::hint::spin_loop();
             } else {
                 if start.elapsed() > timeout {
-                    // The slot stays reserved: the job may still complete into it.
-                    std::mem::forget(t);
+                    // The slot stays reserved (not returned to `free`): the job may still
+                    // complete into it.
+                    let _ = t;
                     return Err(ClientError::Timeout(timeout));
                 }
                 std::thread::yield_now();

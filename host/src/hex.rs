@@ -19,7 +19,7 @@ pub fn decode(s: &str) -> Result<Vec<u8>, String> {
         .bytes()
         .filter(|c| !c.is_ascii_whitespace() && *c != b'_' && *c != b':')
         .collect();
-    if digits.len() % 2 != 0 {
+    if !digits.len().is_multiple_of(2) {
         return Err(format!(
             "odd number of hex digits ({}): expected pairs like `01ff`",
             digits.len()
@@ -30,8 +30,7 @@ pub fn decode(s: &str) -> Result<Vec<u8>, String> {
         .enumerate()
         .map(|(i, pair)| {
             let text = std::str::from_utf8(pair).unwrap_or("??");
-            u8::from_str_radix(text, 16)
-                .map_err(|_| format!("bad hex byte `{text}` at byte {i}"))
+            u8::from_str_radix(text, 16).map_err(|_| format!("bad hex byte `{text}` at byte {i}"))
         })
         .collect()
 }

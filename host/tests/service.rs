@@ -211,13 +211,20 @@ fn many_client_processes_with_continual_replace_lose_nothing() {
             "child failed: {so}\n{}",
             String::from_utf8_lossy(&out.stderr)
         );
-        let line = so.lines().find(|l| l.starts_with("CHILD-OK")).expect("child reported");
+        let line = so
+            .lines()
+            .find(|l| l.starts_with("CHILD-OK"))
+            .expect("child reported");
         let mut parts = line.split_whitespace();
         assert_eq!(parts.nth(1).unwrap().parse::<u64>().unwrap(), JOBS);
         versions_seen += parts.nth(1).unwrap().parse::<u64>().unwrap();
     }
     let s = run.svc.status();
-    assert_eq!(s.jobs_done, CLIENTS * JOBS, "every job completed exactly once");
+    assert_eq!(
+        s.jobs_done,
+        CLIENTS * JOBS,
+        "every job completed exactly once"
+    );
     assert_eq!(s.jobs_failed, 0);
     assert!(version > 3, "replaced only {version} times");
     assert!(versions_seen > CLIENTS, "jobs ran on several versions");
@@ -295,12 +302,16 @@ fn full_queue_gives_queue_full_or_times_out() {
     cfg.region.queue_capacity = 4;
     let _run = start(cfg);
     let mut c = Client::connect(&name).unwrap();
-    let slow = c.load_bytes("spin.bin", &spinner(20_000), Some("spin")).unwrap();
+    let slow = c
+        .load_bytes("spin.bin", &spinner(20_000), Some("spin"))
+        .unwrap();
     // Keep the only worker busy with a long job.
     let b = c.alloc(8 * 2000).unwrap();
-    let big = c.submit(&Job::new(slow.id, 2000).input(&b, 8), Wait::No).unwrap();
+    let big = c
+        .submit(&Job::new(slow.id, 2000).input(&b, 8), Wait::No)
+        .unwrap();
     let t0 = Instant::now();
-    while c.region().queue().len() > 0 && t0.elapsed() < T {
+    while !c.region().queue().is_empty() && t0.elapsed() < T {
         std::thread::yield_now();
     }
     let small = Job::new(slow.id, 1).input(&b, 8);
@@ -356,7 +367,9 @@ fn runtime_failure_is_an_error_completion() {
     cfg.max_insns = 1000;
     let _run = start(cfg);
     let mut c = Client::connect(&name).unwrap();
-    let p = c.load_bytes("spin.bin", &spinner(100_000), Some("spin")).unwrap();
+    let p = c
+        .load_bytes("spin.bin", &spinner(100_000), Some("spin"))
+        .unwrap();
     let v = c.load_bytes("v.bin", &versioned(1), Some("v")).unwrap();
     let r = run_one(&mut c, p.id, 1);
     assert_eq!(r.status, status::RUNTIME_ERROR);
@@ -445,7 +458,10 @@ fn status_and_metrics_agree() {
     conn.read_to_string(&mut body).unwrap();
     assert!(body.starts_with("HTTP/1.0 200"), "{body}");
     assert!(body.contains("bpftime_jobs_done_total 10"), "{body}");
-    assert!(body.contains("bpftime_program_version{program=\"v\"} 1"), "{body}");
+    assert!(
+        body.contains("bpftime_program_version{program=\"v\"} 1"),
+        "{body}"
+    );
 }
 
 #[test]
@@ -453,7 +469,9 @@ fn stop_drains_queued_jobs() {
     let name = unique("drain");
     let run = start(config(&name));
     let mut c = Client::connect(&name).unwrap();
-    let p = c.load_bytes("spin.bin", &spinner(5_000), Some("spin")).unwrap();
+    let p = c
+        .load_bytes("spin.bin", &spinner(5_000), Some("spin"))
+        .unwrap();
     let b = c.alloc(8).unwrap();
     let tickets: Vec<_> = (0..50)
         .map(|_| c.submit(&Job::new(p.id, 1).input(&b, 8), Wait::No).unwrap())

@@ -134,12 +134,12 @@ impl Arena {
     }
 
     fn insert_free(&mut self, mut off: u64, mut len: u64) {
-        if let Some((&poff, &plen)) = self.free.range(..off).next_back() {
-            if poff + plen == off {
-                self.free.remove(&poff);
-                off = poff;
-                len += plen;
-            }
+        if let Some((&poff, &plen)) = self.free.range(..off).next_back()
+            && poff + plen == off
+        {
+            self.free.remove(&poff);
+            off = poff;
+            len += plen;
         }
         if let Some(&nlen) = self.free.get(&(off + len)) {
             self.free.remove(&(off + len));

@@ -84,6 +84,10 @@ impl<'a> JobQueue<'a> {
     }
 
     /// Queues one job, or returns it when the queue is full.
+    #[expect(
+        clippy::result_large_err,
+        reason = "the job comes back by value, with no allocation on the hot path"
+    )]
     pub fn push(&self, desc: JobDesc) -> Result<(), QueueFull> {
         if self.push_batch(std::slice::from_ref(&desc)) == 1 {
             Ok(())

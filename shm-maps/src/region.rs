@@ -326,7 +326,7 @@ impl ShmRegion {
     /// Opens an existing region by name.
     pub fn open(name: &str) -> Result<ShmRegion, RegionError> {
         check_name(name)?;
-        let fd = shm::open(&format!("/{name}"), shm::OFlags::RDWR, Mode::empty())
+        let fd = shm::open(format!("/{name}"), shm::OFlags::RDWR, Mode::empty())
             .map_err(sys("shm_open", name))?;
         let file = File::from(fd);
         let len = file
@@ -451,8 +451,10 @@ impl ShmRegion {
     fn completion_ptr(&self, i: u32) -> Option<*mut Completion> {
         self.completion(i)?;
         let h = self.header();
-        Some(self.at::<Completion>(h.completions_off + i as u64 * size_of::<Completion>() as u64)
-            as *mut Completion)
+        Some(
+            self.at::<Completion>(h.completions_off + i as u64 * size_of::<Completion>() as u64)
+                as *mut Completion,
+        )
     }
 
     /// Client side of submitting: stamps slot `i` with the job's tag and submit time and
@@ -465,9 +467,10 @@ impl ShmRegion {
             std::ptr::addr_of_mut!((*p).tag).write(tag);
             std::ptr::addr_of_mut!((*p).submitted_ns).write(submitted_ns);
         }
-        self.completion(i)?
-            .state
-            .store(crate::layout::completion_state::SUBMITTED, Ordering::Relaxed);
+        self.completion(i)?.state.store(
+            crate::layout::completion_state::SUBMITTED,
+            Ordering::Relaxed,
+        );
         Some(())
     }
 

@@ -99,9 +99,9 @@ fn worker(
         cancel: &control.cancel,
         env: Env::new(id).with_max_insns(max_insns),
     };
-    runner.env.sink = TraceSink::Callback(Box::new(move |line| {
-        tracing::info!(target: "bpftime::trace", worker = id, "{line}")
-    }));
+    runner.env.sink = TraceSink::Callback(Box::new(
+        move |line| tracing::info!(target: "bpftime::trace", worker = id, "{line}"),
+    ));
     let queue = region.queue();
     let hdr = region.header();
     let mut buf = [JobDesc::default(); BATCH];

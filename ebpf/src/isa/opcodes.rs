@@ -5,7 +5,7 @@
 //! - the discriminator picks between rows that share a byte (`Off(1)` for `sdiv`,
 //!   `Imm(0xe1)` for `xchg`, `Src(1)` for a local call, `Any` when the byte is enough);
 //! - `kind` is the structured meaning ([`OpKind`]) that the verifier and back ends match on;
-//! - the template drives both the disassembler and the assembler (see [`super::asm`]);
+//! - the template drives both the disassembler and the assembler (see `crate::asm`);
 //! - the doc line says what the instruction does.
 //!
 //! The legacy packet-access instructions (`ld_abs`/`ld_ind`) are deliberately absent: RFC 9669

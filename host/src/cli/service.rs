@@ -62,7 +62,9 @@ pub struct RunArgs {
 /// Runs `run --persistent`.
 pub fn run(a: RunArgs) -> Result<ExitCode> {
     if !a.persistent {
-        bail!("`run` starts the long-lived service: pass --persistent (to run one program once, use `exec`)");
+        bail!(
+            "`run` starts the long-lived service: pass --persistent (to run one program once, use `exec`)"
+        );
     }
     let mode = u32::from_str_radix(a.mode.trim_start_matches("0o"), 8)
         .with_context(|| format!("bad --mode `{}`: expected octal like 600", a.mode))?;
@@ -112,7 +114,9 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
 
 fn connect(name: &str) -> Result<Client> {
     Client::connect(name).with_context(|| {
-        format!("is the service running? start it with `bpftime-super run --persistent --name {name}`")
+        format!(
+            "is the service running? start it with `bpftime-super run --persistent --name {name}`"
+        )
     })
 }
 
@@ -175,7 +179,9 @@ pub struct UnloadArgs {
 pub fn unload(a: UnloadArgs) -> Result<ExitCode> {
     let mut c = connect(&a.common.name)?;
     let p = c.unload(&a.prog)?;
-    emit(a.common.json, &p, |p| println!("unloaded {} ({})", p.name, p.id))
+    emit(a.common.json, &p, |p| {
+        println!("unloaded {} ({})", p.name, p.id)
+    })
 }
 
 /// Arguments of `replace`.
@@ -254,7 +260,8 @@ struct SubmitReport {
 
 /// Runs `submit`.
 pub fn submit(a: SubmitArgs) -> Result<ExitCode> {
-    let data = std::fs::read(&a.input).with_context(|| format!("cannot read {}", a.input.display()))?;
+    let data =
+        std::fs::read(&a.input).with_context(|| format!("cannot read {}", a.input.display()))?;
     if a.record_size == 0 {
         bail!("--record-size must be at least 1");
     }
@@ -343,7 +350,11 @@ pub fn submit(a: SubmitArgs) -> Result<ExitCode> {
             }
         }
     })?;
-    Ok(if ok { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+    Ok(if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
 }
 
 /// Arguments of `map`.
@@ -405,13 +416,19 @@ pub fn map(a: MapArgs) -> Result<ExitCode> {
                 "exist" => 2,
                 f => bail!("bad --flags `{f}`: expected any, noexist or exist"),
             };
-            let key = host::hex::decode(&key).map_err(anyhow::Error::msg).context("bad key")?;
-            let value = host::hex::decode(&value).map_err(anyhow::Error::msg).context("bad value")?;
+            let key = host::hex::decode(&key)
+                .map_err(anyhow::Error::msg)
+                .context("bad key")?;
+            let value = host::hex::decode(&value)
+                .map_err(anyhow::Error::msg)
+                .context("bad value")?;
             let mut c = connect(&common.name)?;
             c.map_update(&map, &key, &value, flags)?;
-            emit(common.json, &serde_json::json!({"updated": map, "key": hex(&key)}), |_| {
-                println!("updated {map}")
-            })
+            emit(
+                common.json,
+                &serde_json::json!({"updated": map, "key": hex(&key)}),
+                |_| println!("updated {map}"),
+            )
         }
     }
 }
@@ -427,7 +444,13 @@ pub fn status(a: CommonArgs) -> Result<ExitCode> {
         );
         println!(
             "queue {}/{}, jobs done {}, failed {}, records {} ({} failed), clients {}",
-            s.queue_depth, s.queue_capacity, s.jobs_done, s.jobs_failed, s.records, s.records_failed, s.clients
+            s.queue_depth,
+            s.queue_capacity,
+            s.jobs_done,
+            s.jobs_failed,
+            s.records,
+            s.records_failed,
+            s.clients
         );
         println!(
             "latency p50 {:.1} µs, p90 {:.1} µs, p99 {:.1} µs over {} jobs; arena {} / {} MiB",
@@ -458,7 +481,9 @@ pub struct StopArgs {
 pub fn stop(a: StopArgs) -> Result<ExitCode> {
     let mut c = connect(&a.common.name)?;
     c.stop(a.now)?;
-    emit(a.common.json, &serde_json::json!({"stopping": a.common.name}), |_| {
-        println!("stopping {}", a.common.name)
-    })
+    emit(
+        a.common.json,
+        &serde_json::json!({"stopping": a.common.name}),
+        |_| println!("stopping {}", a.common.name),
+    )
 }

@@ -46,11 +46,14 @@ fn connection(svc: Arc<Service>, stream: UnixStream) {
             Ok(req) => handle(&svc, req),
             Err(e) => (err(format!("bad request: {e}")), None),
         };
-        let mut text = serde_json::to_string(&reply).unwrap_or_else(|e| {
-            format!("{{\"ok\":false,\"error\":\"cannot encode reply: {e}\"}}")
-        });
+        let mut text = serde_json::to_string(&reply)
+            .unwrap_or_else(|e| format!("{{\"ok\":false,\"error\":\"cannot encode reply: {e}\"}}"));
         text.push('\n');
-        if out.write_all(text.as_bytes()).and_then(|_| out.flush()).is_err() {
+        if out
+            .write_all(text.as_bytes())
+            .and_then(|_| out.flush())
+            .is_err()
+        {
             break;
         }
         if let Some(after) = after {
@@ -87,7 +90,14 @@ fn handle(svc: &Arc<Service>, req: Request) -> (Reply, After) {
             object_hex,
             prog,
             name,
-        } => load(svc, &file, &object_hex, prog.as_deref(), name.as_deref(), None),
+        } => load(
+            svc,
+            &file,
+            &object_hex,
+            prog.as_deref(),
+            name.as_deref(),
+            None,
+        ),
         Request::Replace {
             name,
             file,
@@ -242,7 +252,11 @@ fn find_map(svc: &Service, spec: &str) -> Result<(String, Arc<dyn MapOps>), Stri
         1 => Ok(found.pop().expect("one element")),
         _ => Err(format!(
             "map name `{spec}` is ambiguous: use one of {}",
-            found.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>().join(", ")
+            found
+                .iter()
+                .map(|(n, _)| n.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
         )),
     }
 }
@@ -298,7 +312,11 @@ fn load(
     let old = match replacing {
         Some(n) => match svc.table.by_name(n) {
             Some(p) => Some(p),
-            None => return err(format!("no program `{n}` is loaded, so there is nothing to replace")),
+            None => {
+                return err(format!(
+                    "no program `{n}` is loaded, so there is nothing to replace"
+                ));
+            }
         },
         None => None,
     };
@@ -306,13 +324,13 @@ fn load(
         .map(str::to_string)
         .or_else(|| name.map(str::to_string))
         .unwrap_or_else(|| program.name.clone());
-    if old.is_none() {
-        if let Some(p) = svc.table.by_name(&install_name) {
-            return err(format!(
-                "a program named `{install_name}` is already loaded (id {}); use replace, or load it under another --name",
-                p.id
-            ));
-        }
+    if old.is_none()
+        && let Some(p) = svc.table.by_name(&install_name)
+    {
+        return err(format!(
+            "a program named `{install_name}` is already loaded (id {}); use replace, or load it under another --name",
+            p.id
+        ));
     }
     let maps = match super::maps::bind(svc, &program, old.as_deref()) {
         Ok(m) => m,

@@ -46,7 +46,8 @@ pub fn render(s: &StatusInfo) -> String {
         metrics::gauge!("bpftime_job_latency_ns", "quantile" => q).set(v as f64);
     }
     for p in &s.programs {
-        metrics::gauge!("bpftime_program_version", "program" => p.name.clone()).set(p.version as f64);
+        metrics::gauge!("bpftime_program_version", "program" => p.name.clone())
+            .set(p.version as f64);
     }
     h.render()
 }

@@ -160,7 +160,8 @@ impl Service {
                 .map_err(io("cannot start the reaper thread"))?;
         }
         if let Some(addr) = svc.cfg.metrics {
-            metrics::serve(svc.clone(), addr).map_err(io(format!("cannot serve metrics on {addr}")))?;
+            metrics::serve(svc.clone(), addr)
+                .map_err(io(format!("cannot serve metrics on {addr}")))?;
         }
         svc.region.set_ready();
         tracing::info!(name = %svc.cfg.name, socket = %path.display(), "service ready");
@@ -242,7 +243,8 @@ impl Service {
                 // Completion slots of the dead client go back to FREE for the next owner.
                 for i in self.region.completion_range(slot) {
                     if let Some(comp) = self.region.completion(i) {
-                        comp.state.store(shm_maps::layout::completion_state::FREE, Ordering::Relaxed);
+                        comp.state
+                            .store(shm_maps::layout::completion_state::FREE, Ordering::Relaxed);
                     }
                 }
                 c.pid.store(0, Ordering::Relaxed);
