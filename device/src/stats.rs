@@ -37,8 +37,9 @@ fn bucket_upper(b: usize) -> u64 {
         return b as u64;
     }
     let exp = b / SUB + 2;
-    let sub = (b % SUB) as u64;
-    ((SUB as u64 + sub + 1) << (exp - 3)) - 1
+    let sub = (b % SUB) as u128;
+    let upper = ((SUB as u128 + sub + 1) << (exp - 3)) - 1;
+    upper.min(u64::MAX as u128) as u64
 }
 
 impl Histogram {

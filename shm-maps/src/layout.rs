@@ -106,6 +106,24 @@ pub struct QueueHeader {
     _pad1: [u8; 120],
 }
 
+impl QueueHeader {
+    /// A header with head and tail at 0 (for queues outside a region: tests, loom).
+    pub fn new() -> Self {
+        QueueHeader {
+            head: AtomicU64::new(0),
+            _pad0: [0; 120],
+            tail: AtomicU64::new(0),
+            _pad1: [0; 120],
+        }
+    }
+}
+
+impl Default for QueueHeader {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 /// One slot of the bounded MPMC job queue (Vyukov's sequence protocol).
 ///
 /// For a slot at index `i = pos & mask`: `seq == pos` means free for the producer of `pos`;
@@ -117,6 +135,16 @@ pub struct QueueSlot {
     pub seq: AtomicU64,
     /// The job.
     pub desc: JobDesc,
+}
+
+impl QueueSlot {
+    /// A slot with sequence `seq` and an empty descriptor.
+    pub fn new(seq: u64) -> Self {
+        QueueSlot {
+            seq: AtomicU64::new(seq),
+            desc: JobDesc::default(),
+        }
+    }
 }
 
 /// Flags of [`JobDesc::flags`].

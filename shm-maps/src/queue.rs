@@ -211,12 +211,8 @@ mod tests {
     }
 
     fn owned(cap: usize) -> Owned {
-        // SAFETY: both types are plain atomics and integers, valid when zeroed.
-        let hdr: Box<QueueHeader> = unsafe { Box::new(std::mem::zeroed()) };
-        let slots = (0..cap)
-            // SAFETY: as above.
-            .map(|_| unsafe { std::mem::zeroed::<QueueSlot>() })
-            .collect();
+        let hdr = Box::new(QueueHeader::new());
+        let slots = (0..cap).map(|i| QueueSlot::new(i as u64)).collect();
         let o = Owned { hdr, slots };
         JobQueue::new(&o.hdr, &o.slots).init();
         o
