@@ -39,9 +39,15 @@ fn main() {
     let commit = cmd(&["git", "rev-parse", "--short", "HEAD"]);
     let host = "2-core dev machine".to_string();
     let mut rows = Vec::new();
-    println!("{:<12} {:>14} {:>14} {:>16}", "program", "ours ns/run", "rbpf ns/run", "ratio rbpf/ours");
+    println!(
+        "{:<12} {:>14} {:>14} {:>16}",
+        "program", "ours ns/run", "rbpf ns/run", "ratio rbpf/ours"
+    );
     for p in programs() {
-        if filter.as_ref().is_some_and(|f| !p.name.contains(f.as_str())) {
+        if filter
+            .as_ref()
+            .is_some_and(|f| !p.name.contains(f.as_str()))
+        {
             continue;
         }
         reset_rbpf_table();
@@ -59,7 +65,10 @@ fn main() {
         t.sort_by(f64::total_cmp);
         let (ours_ns, rbpf_ns) = (o[1], t[1]);
         let ratio = rbpf_ns / ours_ns;
-        println!("{:<12} {:>14.1} {:>14.1} {:>15.2}x", p.name, ours_ns, rbpf_ns, ratio);
+        println!(
+            "{:<12} {:>14.1} {:>14.1} {:>15.2}x",
+            p.name, ours_ns, rbpf_ns, ratio
+        );
         rows.push(Row {
             program: p.name.to_string(),
             ours_ns,

@@ -45,9 +45,22 @@ pub const TABLE_LEN: usize = 64;
 fn alu_line() -> String {
     let mut s = String::from("r0 = 1\nr3 = 3\nr4 = 4\nr5 = 5\nr6 = 6\nr7 = 7\n");
     let body = [
-        "r0 += r3", "r3 *= 7", "r4 ^= r0", "w5 += 3", "r6 >>= 3", "r0 |= r6", "w3 = w4",
-        "r4 -= 12345", "r7 += r4", "w7 *= w5", "r5 <<= 2", "r0 ^= r7", "r6 += r5",
-        "w4 ^= 0x55", "r3 &= r0", "r6 -= r3",
+        "r0 += r3",
+        "r3 *= 7",
+        "r4 ^= r0",
+        "w5 += 3",
+        "r6 >>= 3",
+        "r0 |= r6",
+        "w3 = w4",
+        "r4 -= 12345",
+        "r7 += r4",
+        "w7 *= w5",
+        "r5 <<= 2",
+        "r0 ^= r7",
+        "r6 += r5",
+        "w4 ^= 0x55",
+        "r3 &= r0",
+        "r6 -= r3",
     ];
     for i in 0..256 {
         s.push_str(body[i % body.len()]);
@@ -183,10 +196,7 @@ static RBPF_TABLE: [AtomicU64; TABLE_LEN] = [const { AtomicU64::new(0) }; TABLE_
 fn rbpf_array_lookup(_map: u64, key: u64, _a: u64, _b: u64, _c: u64) -> u64 {
     // SAFETY: the benchmark program always passes a pointer to 4 bytes of its stack.
     let k = unsafe { (key as *const u32).read_unaligned() } as usize;
-    RBPF_TABLE
-        .get(k)
-        .map(|v| v.as_ptr() as u64)
-        .unwrap_or(0)
+    RBPF_TABLE.get(k).map(|v| v.as_ptr() as u64).unwrap_or(0)
 }
 
 /// Resets rbpf's table to zeros.
@@ -211,7 +221,10 @@ impl Theirs {
             .expect("helper registers");
         let start = RBPF_TABLE.as_ptr() as u64;
         vm.register_allowed_memory(start..start + (TABLE_LEN * 8) as u64);
-        Theirs { vm, mem: mem_for(p) }
+        Theirs {
+            vm,
+            mem: mem_for(p),
+        }
     }
 
     /// One run.

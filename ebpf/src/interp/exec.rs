@@ -25,6 +25,10 @@ pub(crate) struct Mem<'a> {
     pub stack_span: u64,
     pub fixed: [Region; 3],
     pub maps: &'a [Region],
+    /// The last non-stack region a load hit: `(start, len)`, `len == 0` when none.
+    pub hot_r: (u64, u64),
+    /// The last writable non-stack region a store hit.
+    pub hot_w: (u64, u64),
 }
 
 #[inline(always)]
@@ -39,9 +43,56 @@ impl Mem<'_> {
         a.wrapping_sub(self.stack_lo) <= self.stack_span - n
     }
 
-    /// Whether `n` bytes at `a` may be accessed (any region).
+    /// Second fast path: the region the last load (or store) outside the stack hit.
+    #[inline(always)]
+    pub fn hot(&self, a: u64, n: u64, write: bool) -> bool {
+        let (start, len) = if write { self.hot_w } else { self.hot_r };
+        within(a, n, start, len)
+    }
+
+    /// Forgets the cached regions (when a ring buffer reservation is released).
+    pub fn forget_hot(&mut self) {
+        self.hot_r = (0, 0);
+        self.hot_w = (0, 0);
+    }
+
+    /// Whether `n` bytes at `a` may be accessed (any region); caches the region found.
     #[inline(never)]
-    pub fn slow(&self, a: u64, n: u64, write: bool, resv: &[Resv]) -> bool {
+    pub fn slow(&mut self, a: u64, n: u64, write: bool, resv: &[Resv]) -> bool {
+        if within(a, n, self.stack_lo, self.stack_span) {
+            return true;
+        }
+        let mut hit = None;
+        for r in self.fixed.iter().chain(self.maps) {
+            if within(a, n, r.start, r.len) {
+                if write && !r.writable {
+                    return false;
+                }
+                hit = Some((r.start, r.len));
+                break;
+            }
+        }
+        if hit.is_none() {
+            hit = resv
+                .iter()
+                .find(|r| within(a, n, r.start, r.len))
+                .map(|r| (r.start, r.len));
+        }
+        match hit {
+            Some(h) => {
+                if write {
+                    self.hot_w = h;
+                } else {
+                    self.hot_r = h;
+                }
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Whether `n` bytes at `a` may be accessed, without touching the caches.
+    pub fn allowed(&self, a: u64, n: u64, write: bool, resv: &[Resv]) -> bool {
         if within(a, n, self.stack_lo, self.stack_span) {
             return true;
         }
@@ -69,8 +120,10 @@ impl Mem<'_> {
     }
 
     /// Checks an access, with the error message the spec asks for.
+    #[inline]
     pub fn check(&self, a: u64, n: u64, write: bool, resv: &[Resv]) -> Result<(), String> {
-        if n == 0 || self.slow(a, n, write, resv) {
+        if n == 0 || within(a, n, self.stack_lo, self.stack_span) || self.allowed(a, n, write, resv)
+        {
             Ok(())
         } else {
             Err(self.describe(a, n, write, resv))
@@ -80,7 +133,7 @@ impl Mem<'_> {
     #[cold]
     pub fn describe(&self, a: u64, n: u64, write: bool, resv: &[Resv]) -> String {
         let what = if write { "write" } else { "read" };
-        let why = if write && self.slow(a, n, false, resv) {
+        let why = if write && self.allowed(a, n, false, resv) {
             let name = self.region_of(a, resv).map(|r| r.2).unwrap_or("region");
             format!("{name} is read-only")
         } else {
@@ -221,6 +274,8 @@ impl Vm {
             stack_span: FRAME_SIZE as u64,
             fixed,
             maps: &self.map_regions,
+            hot_r: (0, 0),
+            hot_w: (0, 0),
         };
         let mut regs = [0u64; 16];
         regs[1] = r1;
@@ -268,7 +323,7 @@ impl Vm {
         macro_rules! access {
             ($a:expr, $n:expr, $w:expr) => {{
                 let a = $a;
-                if !mem.stack(a, $n) && !mem.slow(a, $n, $w, &env.resv) {
+                if !mem.stack(a, $n) && !mem.hot(a, $n, $w) && !mem.slow(a, $n, $w, &env.resv) {
                     *budget = left;
                     return Err(self.mem_fault(pc - 1, a, $n, $w, mem, env));
                 }
@@ -580,10 +635,14 @@ impl Vm {
     }
 }
 
+/// A taken conditional jump. The opaque `black_box` keeps LLVM from turning the jump into a
+/// `cmov` on `pc`: a data-dependent `pc` would serialize the fetch of the next slot on the
+/// comparison, where a predicted branch lets the CPU run ahead.
 #[inline(always)]
 fn jump(pc: &mut usize, target: i32, cond: bool) {
     if cond {
         *pc = target as usize;
+        std::hint::black_box(());
     }
 }
 

@@ -46,6 +46,7 @@ impl Vm {
     }
 
     /// Checks `n` bytes at `a` and borrows them as a slice.
+    #[inline]
     fn bytes<'m>(
         &self,
         mem: &Mem,
@@ -91,7 +92,7 @@ impl Vm {
         &self,
         id: i32,
         regs: &mut [u64; 16],
-        mem: &Mem,
+        mem: &mut Mem,
         env: &mut Env,
         pc: usize,
         geo: Geo,
@@ -99,16 +100,16 @@ impl Vm {
         let bd = env.block_dim.max(1);
         let r0 = match id {
             h::MAP_LOOKUP_ELEM => {
-                let (_, m) = self.map_arg(regs[1], pc, "map_lookup_elem")?;
-                let ks = m.def().key_size as u64;
+                let (i, m) = self.map_arg(regs[1], pc, "map_lookup_elem")?;
+                let ks = self.map_sizes[i].0;
                 let key = self.bytes(mem, &env.resv, regs[2], ks, pc, "map_lookup_elem key")?;
                 m.lookup(key, env.thread)
                     .map(|p| p.as_ptr() as u64)
                     .unwrap_or(0)
             }
             h::MAP_UPDATE_ELEM => {
-                let (_, m) = self.map_arg(regs[1], pc, "map_update_elem")?;
-                let (ks, vs) = (m.def().key_size as u64, m.def().value_size as u64);
+                let (i, m) = self.map_arg(regs[1], pc, "map_update_elem")?;
+                let (ks, vs) = self.map_sizes[i];
                 let key = self.bytes(mem, &env.resv, regs[2], ks, pc, "map_update_elem key")?;
                 let val = self.bytes(mem, &env.resv, regs[3], vs, pc, "map_update_elem value")?;
                 match m.update(key, val, regs[4], env.thread) {
@@ -117,8 +118,8 @@ impl Vm {
                 }
             }
             h::MAP_DELETE_ELEM => {
-                let (_, m) = self.map_arg(regs[1], pc, "map_delete_elem")?;
-                let ks = m.def().key_size as u64;
+                let (i, m) = self.map_arg(regs[1], pc, "map_delete_elem")?;
+                let ks = self.map_sizes[i].0;
                 let key = self.bytes(mem, &env.resv, regs[2], ks, pc, "map_delete_elem key")?;
                 match m.delete(key) {
                     Ok(()) => 0,
@@ -186,6 +187,7 @@ impl Vm {
                     ));
                 };
                 let r = env.resv.swap_remove(k);
+                mem.forget_hot();
                 if let Some(p) = NonNull::new(r.start as *mut u8) {
                     self.maps[r.map].ringbuf_commit(p, id == h::RINGBUF_DISCARD);
                 }

@@ -166,6 +166,8 @@ pub struct Vm {
     prog: Program,
     code: Vec<decode::Slot>,
     maps: Vec<Arc<dyn MapOps>>,
+    /// `(key_size, value_size)` of each map, so helpers avoid a virtual call.
+    map_sizes: Vec<(u64, u64)>,
     map_regions: Vec<Region>,
 }
 
@@ -200,10 +202,15 @@ impl Vm {
             }
         }
         let code = decode::decode(prog, &maps)?;
+        let map_sizes = maps
+            .iter()
+            .map(|m| (m.def().key_size as u64, m.def().value_size as u64))
+            .collect();
         Ok(Vm {
             prog: prog.clone(),
             code,
             maps,
+            map_sizes,
             map_regions,
         })
     }

@@ -198,6 +198,21 @@ fn ringbuf_record_bounds_and_bad_submit() {
     );
     let e = v.run_mem(&mut [], &mut Env::new(0)).unwrap_err();
     assert!(e.msg.contains("not a live ring buffer reservation"), "{e}");
+    // A released record is no longer accessible (even right after a cached write to it).
+    let v = vm(
+        "r1 = map_idx[0] ll\nr2 = 8\nr3 = 0\ncall ringbuf_reserve\nif r0 == 0 goto out\nr6 = r0\n*(u64 *)(r6 + 0) = 1\nr1 = r6\nr2 = 0\ncall ringbuf_submit\n*(u64 *)(r6 + 0) = 2\nout:\nexit",
+        &[rb.clone()],
+        1,
+    );
+    let e = v.run_mem(&mut [], &mut Env::new(0)).unwrap_err();
+    assert!(
+        e.msg.contains("write of 8 bytes") && e.msg.contains("not in any region"),
+        "{e}"
+    );
+    assert_eq!(
+        v.maps()[0].drain_ringbuf(),
+        vec![1u64.to_le_bytes().to_vec()]
+    );
     // too large: NULL
     let v = vm(
         "r1 = map_idx[0] ll\nr2 = 100\nr3 = 0\ncall ringbuf_reserve\nexit",
