@@ -85,7 +85,7 @@ fn helper_pointer_arguments_are_checked() {
     let h = def("h", MapKind::Hash, 4, 8, 1);
     let v = vm(
         "r1 = map_idx[0] ll\nr2 = 0x1000 ll\ncall map_lookup_elem\nexit",
-        &[h.clone()],
+        std::slice::from_ref(&h),
         1,
     );
     let e = v.run_mem(&mut [], &mut Env::new(0)).unwrap_err();
@@ -186,14 +186,14 @@ fn ringbuf_record_bounds_and_bad_submit() {
     let rb = def("rb", MapKind::RingBuf, 0, 0, 64);
     let v = vm(
         "r1 = map_idx[0] ll\nr2 = 8\nr3 = 0\ncall ringbuf_reserve\nif r0 == 0 goto out\n*(u64 *)(r0 + 8) = 1\nout:\nexit",
-        &[rb.clone()],
+        std::slice::from_ref(&rb),
         1,
     );
     let e = v.run_mem(&mut [], &mut Env::new(0)).unwrap_err();
     assert!(e.msg.contains("write of 8 bytes"), "{e}");
     let v = vm(
         "r1 = r10\nr1 += -8\nr2 = 0\ncall ringbuf_submit\nexit",
-        &[rb.clone()],
+        std::slice::from_ref(&rb),
         1,
     );
     let e = v.run_mem(&mut [], &mut Env::new(0)).unwrap_err();
@@ -201,7 +201,7 @@ fn ringbuf_record_bounds_and_bad_submit() {
     // A released record is no longer accessible (even right after a cached write to it).
     let v = vm(
         "r1 = map_idx[0] ll\nr2 = 8\nr3 = 0\ncall ringbuf_reserve\nif r0 == 0 goto out\nr6 = r0\n*(u64 *)(r6 + 0) = 1\nr1 = r6\nr2 = 0\ncall ringbuf_submit\n*(u64 *)(r6 + 0) = 2\nout:\nexit",
-        &[rb.clone()],
+        std::slice::from_ref(&rb),
         1,
     );
     let e = v.run_mem(&mut [], &mut Env::new(0)).unwrap_err();
