@@ -16,8 +16,9 @@
 //! and region checks on the value accesses — strictly more work than rbpf's helper, which
 //! does not validate its pointer argument.
 //!
-//! Timing: per program and interpreter, a calibration sizes batches to about 5 ms, one
-//! warm-up batch runs, then the median over `batches` batches of the per-run time is kept.
+//! Timing: per program, a calibration sizes batches to about 5 ms for each interpreter, one
+//! warm-up batch each runs, then batches alternate between the two interpreters (so both
+//! see the same background load) and the median per-run time of each is kept.
 
 use ebpf::interp::{Env, Vm};
 use ebpf::isa::{Insn, insns_to_bytes};
@@ -235,37 +236,56 @@ impl Theirs {
     }
 }
 
-/// Median nanoseconds per call of `f` over `batches` batches (after calibration and one
-/// warm-up batch).
-pub fn measure(mut f: impl FnMut() -> u64, batches: usize) -> f64 {
-    let target = Duration::from_millis(5);
+/// Runs per batch so that one batch of `f` takes about `target`.
+fn calibrate(f: &mut impl FnMut() -> u64, target: Duration) -> u64 {
     let mut n = 1u64;
     loop {
         let t = Instant::now();
         for _ in 0..n {
             std::hint::black_box(f());
         }
-        if t.elapsed() >= target / 4 || n >= 1 << 30 {
-            let per = t.elapsed().as_nanos() as f64 / n as f64;
-            n = ((target.as_nanos() as f64 / per.max(1.0)) as u64).max(1);
-            break;
+        let el = t.elapsed();
+        if el >= target / 4 || n >= 1 << 30 {
+            let per = el.as_nanos() as f64 / n as f64;
+            return ((target.as_nanos() as f64 / per.max(1.0)) as u64).max(1);
         }
         n *= 4;
     }
+}
+
+fn batch(f: &mut impl FnMut() -> u64, n: u64) -> f64 {
+    let t = Instant::now();
     for _ in 0..n {
         std::hint::black_box(f());
     }
-    let mut samples: Vec<f64> = (0..batches)
-        .map(|_| {
-            let t = Instant::now();
-            for _ in 0..n {
-                std::hint::black_box(f());
-            }
-            t.elapsed().as_nanos() as f64 / n as f64
-        })
-        .collect();
-    samples.sort_by(f64::total_cmp);
-    samples[samples.len() / 2]
+    t.elapsed().as_nanos() as f64 / n as f64
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// Median nanoseconds per call of `f` and of `g`, measured in alternating batches of about
+/// 5 ms each (after calibration and one warm-up batch each), so that both see the same
+/// background load.
+pub fn measure_pair(
+    mut f: impl FnMut() -> u64,
+    mut g: impl FnMut() -> u64,
+    batches: usize,
+) -> (f64, f64) {
+    let target = Duration::from_millis(5);
+    let nf = calibrate(&mut f, target);
+    let ng = calibrate(&mut g, target);
+    batch(&mut f, nf);
+    batch(&mut g, ng);
+    let mut a = Vec::with_capacity(batches);
+    let mut b = Vec::with_capacity(batches);
+    for _ in 0..batches {
+        a.push(batch(&mut f, nf));
+        b.push(batch(&mut g, ng));
+    }
+    (median(a), median(b))
 }
 
 #[cfg(test)]
