@@ -331,20 +331,48 @@ impl Vm {
             }};
         }
 
+        // The budget is charged a straight-line run at a time, on entry (see
+        // `decode::run_lengths`): at the start, and after every jump, call and return.
+        let run_len: &[u32] = &self.run_len;
+        macro_rules! charge {
+            ($at:expr) => {{
+                // SAFETY: `pc` is a valid slot index here (see the loop invariant below) and
+                // run_len has one entry per slot.
+                let c = unsafe { *run_len.get_unchecked(pc) } as u64;
+                if left < c {
+                    *budget = 0;
+                    return Err(self.error(
+                        $at,
+                        format!(
+                            "instruction limit exceeded ({} instructions)",
+                            env.max_insns
+                        ),
+                    ));
+                }
+                left -= c;
+            }};
+        }
+        if left < run_len[0] as u64 {
+            *budget = 0;
+            return Err(self.error(
+                0,
+                format!(
+                    "instruction limit exceeded ({} instructions)",
+                    env.max_insns
+                ),
+            ));
+        }
+        left -= run_len[0] as u64;
+
         loop {
             // Every pc the loop reaches is < code.len(): jump targets were validated at
             // decode time and the last slot is a Fault sentinel that never falls through.
             debug_assert!(pc <= last);
             // SAFETY: see above.
             let s = unsafe { *code.get_unchecked(pc) };
+            let at = pc;
             pc += 1;
-            if left == 0 {
-                fault!(format!(
-                    "instruction limit exceeded ({} instructions)",
-                    env.max_insns
-                ));
-            }
-            left -= 1;
+
             let d = (s.dst & 15) as usize;
             let r = (s.src & 15) as usize;
             let imm = s.imm;
@@ -537,51 +565,186 @@ impl Vm {
                     }
                 }
 
-                Op::Ja => pc = s.off as usize,
-                Op::Jeq64I => jump(&mut pc, s.off, regs[d] == imm),
-                Op::Jeq64R => jump(&mut pc, s.off, regs[d] == regs[r]),
-                Op::Jgt64I => jump(&mut pc, s.off, regs[d] > imm),
-                Op::Jgt64R => jump(&mut pc, s.off, regs[d] > regs[r]),
-                Op::Jge64I => jump(&mut pc, s.off, regs[d] >= imm),
-                Op::Jge64R => jump(&mut pc, s.off, regs[d] >= regs[r]),
-                Op::Jset64I => jump(&mut pc, s.off, regs[d] & imm != 0),
-                Op::Jset64R => jump(&mut pc, s.off, regs[d] & regs[r] != 0),
-                Op::Jne64I => jump(&mut pc, s.off, regs[d] != imm),
-                Op::Jne64R => jump(&mut pc, s.off, regs[d] != regs[r]),
-                Op::Jsgt64I => jump(&mut pc, s.off, (regs[d] as i64) > imm as i64),
-                Op::Jsgt64R => jump(&mut pc, s.off, (regs[d] as i64) > regs[r] as i64),
-                Op::Jsge64I => jump(&mut pc, s.off, (regs[d] as i64) >= imm as i64),
-                Op::Jsge64R => jump(&mut pc, s.off, (regs[d] as i64) >= regs[r] as i64),
-                Op::Jlt64I => jump(&mut pc, s.off, regs[d] < imm),
-                Op::Jlt64R => jump(&mut pc, s.off, regs[d] < regs[r]),
-                Op::Jle64I => jump(&mut pc, s.off, regs[d] <= imm),
-                Op::Jle64R => jump(&mut pc, s.off, regs[d] <= regs[r]),
-                Op::Jslt64I => jump(&mut pc, s.off, (regs[d] as i64) < imm as i64),
-                Op::Jslt64R => jump(&mut pc, s.off, (regs[d] as i64) < regs[r] as i64),
-                Op::Jsle64I => jump(&mut pc, s.off, (regs[d] as i64) <= imm as i64),
-                Op::Jsle64R => jump(&mut pc, s.off, (regs[d] as i64) <= regs[r] as i64),
-                Op::Jeq32I => jump(&mut pc, s.off, regs[d] as u32 == imm as u32),
-                Op::Jeq32R => jump(&mut pc, s.off, regs[d] as u32 == regs[r] as u32),
-                Op::Jgt32I => jump(&mut pc, s.off, regs[d] as u32 > imm as u32),
-                Op::Jgt32R => jump(&mut pc, s.off, regs[d] as u32 > regs[r] as u32),
-                Op::Jge32I => jump(&mut pc, s.off, regs[d] as u32 >= imm as u32),
-                Op::Jge32R => jump(&mut pc, s.off, regs[d] as u32 >= regs[r] as u32),
-                Op::Jset32I => jump(&mut pc, s.off, regs[d] as u32 & imm as u32 != 0),
-                Op::Jset32R => jump(&mut pc, s.off, regs[d] as u32 & regs[r] as u32 != 0),
-                Op::Jne32I => jump(&mut pc, s.off, regs[d] as u32 != imm as u32),
-                Op::Jne32R => jump(&mut pc, s.off, regs[d] as u32 != regs[r] as u32),
-                Op::Jsgt32I => jump(&mut pc, s.off, (regs[d] as i32) > imm as i32),
-                Op::Jsgt32R => jump(&mut pc, s.off, (regs[d] as i32) > regs[r] as i32),
-                Op::Jsge32I => jump(&mut pc, s.off, (regs[d] as i32) >= imm as i32),
-                Op::Jsge32R => jump(&mut pc, s.off, (regs[d] as i32) >= regs[r] as i32),
-                Op::Jlt32I => jump(&mut pc, s.off, (regs[d] as u32) < imm as u32),
-                Op::Jlt32R => jump(&mut pc, s.off, (regs[d] as u32) < regs[r] as u32),
-                Op::Jle32I => jump(&mut pc, s.off, regs[d] as u32 <= imm as u32),
-                Op::Jle32R => jump(&mut pc, s.off, regs[d] as u32 <= regs[r] as u32),
-                Op::Jslt32I => jump(&mut pc, s.off, (regs[d] as i32) < imm as i32),
-                Op::Jslt32R => jump(&mut pc, s.off, (regs[d] as i32) < regs[r] as i32),
-                Op::Jsle32I => jump(&mut pc, s.off, (regs[d] as i32) <= imm as i32),
-                Op::Jsle32R => jump(&mut pc, s.off, (regs[d] as i32) <= regs[r] as i32),
+                Op::Ja => {
+                    pc = s.off as usize;
+                    charge!(at);
+                }
+                Op::Jeq64I => {
+                    jump(&mut pc, s.off, regs[d] == imm);
+                    charge!(at);
+                }
+                Op::Jeq64R => {
+                    jump(&mut pc, s.off, regs[d] == regs[r]);
+                    charge!(at);
+                }
+                Op::Jgt64I => {
+                    jump(&mut pc, s.off, regs[d] > imm);
+                    charge!(at);
+                }
+                Op::Jgt64R => {
+                    jump(&mut pc, s.off, regs[d] > regs[r]);
+                    charge!(at);
+                }
+                Op::Jge64I => {
+                    jump(&mut pc, s.off, regs[d] >= imm);
+                    charge!(at);
+                }
+                Op::Jge64R => {
+                    jump(&mut pc, s.off, regs[d] >= regs[r]);
+                    charge!(at);
+                }
+                Op::Jset64I => {
+                    jump(&mut pc, s.off, regs[d] & imm != 0);
+                    charge!(at);
+                }
+                Op::Jset64R => {
+                    jump(&mut pc, s.off, regs[d] & regs[r] != 0);
+                    charge!(at);
+                }
+                Op::Jne64I => {
+                    jump(&mut pc, s.off, regs[d] != imm);
+                    charge!(at);
+                }
+                Op::Jne64R => {
+                    jump(&mut pc, s.off, regs[d] != regs[r]);
+                    charge!(at);
+                }
+                Op::Jsgt64I => {
+                    jump(&mut pc, s.off, (regs[d] as i64) > imm as i64);
+                    charge!(at);
+                }
+                Op::Jsgt64R => {
+                    jump(&mut pc, s.off, (regs[d] as i64) > regs[r] as i64);
+                    charge!(at);
+                }
+                Op::Jsge64I => {
+                    jump(&mut pc, s.off, (regs[d] as i64) >= imm as i64);
+                    charge!(at);
+                }
+                Op::Jsge64R => {
+                    jump(&mut pc, s.off, (regs[d] as i64) >= regs[r] as i64);
+                    charge!(at);
+                }
+                Op::Jlt64I => {
+                    jump(&mut pc, s.off, regs[d] < imm);
+                    charge!(at);
+                }
+                Op::Jlt64R => {
+                    jump(&mut pc, s.off, regs[d] < regs[r]);
+                    charge!(at);
+                }
+                Op::Jle64I => {
+                    jump(&mut pc, s.off, regs[d] <= imm);
+                    charge!(at);
+                }
+                Op::Jle64R => {
+                    jump(&mut pc, s.off, regs[d] <= regs[r]);
+                    charge!(at);
+                }
+                Op::Jslt64I => {
+                    jump(&mut pc, s.off, (regs[d] as i64) < imm as i64);
+                    charge!(at);
+                }
+                Op::Jslt64R => {
+                    jump(&mut pc, s.off, (regs[d] as i64) < regs[r] as i64);
+                    charge!(at);
+                }
+                Op::Jsle64I => {
+                    jump(&mut pc, s.off, (regs[d] as i64) <= imm as i64);
+                    charge!(at);
+                }
+                Op::Jsle64R => {
+                    jump(&mut pc, s.off, (regs[d] as i64) <= regs[r] as i64);
+                    charge!(at);
+                }
+                Op::Jeq32I => {
+                    jump(&mut pc, s.off, regs[d] as u32 == imm as u32);
+                    charge!(at);
+                }
+                Op::Jeq32R => {
+                    jump(&mut pc, s.off, regs[d] as u32 == regs[r] as u32);
+                    charge!(at);
+                }
+                Op::Jgt32I => {
+                    jump(&mut pc, s.off, regs[d] as u32 > imm as u32);
+                    charge!(at);
+                }
+                Op::Jgt32R => {
+                    jump(&mut pc, s.off, regs[d] as u32 > regs[r] as u32);
+                    charge!(at);
+                }
+                Op::Jge32I => {
+                    jump(&mut pc, s.off, regs[d] as u32 >= imm as u32);
+                    charge!(at);
+                }
+                Op::Jge32R => {
+                    jump(&mut pc, s.off, regs[d] as u32 >= regs[r] as u32);
+                    charge!(at);
+                }
+                Op::Jset32I => {
+                    jump(&mut pc, s.off, regs[d] as u32 & imm as u32 != 0);
+                    charge!(at);
+                }
+                Op::Jset32R => {
+                    jump(&mut pc, s.off, regs[d] as u32 & regs[r] as u32 != 0);
+                    charge!(at);
+                }
+                Op::Jne32I => {
+                    jump(&mut pc, s.off, regs[d] as u32 != imm as u32);
+                    charge!(at);
+                }
+                Op::Jne32R => {
+                    jump(&mut pc, s.off, regs[d] as u32 != regs[r] as u32);
+                    charge!(at);
+                }
+                Op::Jsgt32I => {
+                    jump(&mut pc, s.off, (regs[d] as i32) > imm as i32);
+                    charge!(at);
+                }
+                Op::Jsgt32R => {
+                    jump(&mut pc, s.off, (regs[d] as i32) > regs[r] as i32);
+                    charge!(at);
+                }
+                Op::Jsge32I => {
+                    jump(&mut pc, s.off, (regs[d] as i32) >= imm as i32);
+                    charge!(at);
+                }
+                Op::Jsge32R => {
+                    jump(&mut pc, s.off, (regs[d] as i32) >= regs[r] as i32);
+                    charge!(at);
+                }
+                Op::Jlt32I => {
+                    jump(&mut pc, s.off, (regs[d] as u32) < imm as u32);
+                    charge!(at);
+                }
+                Op::Jlt32R => {
+                    jump(&mut pc, s.off, (regs[d] as u32) < regs[r] as u32);
+                    charge!(at);
+                }
+                Op::Jle32I => {
+                    jump(&mut pc, s.off, regs[d] as u32 <= imm as u32);
+                    charge!(at);
+                }
+                Op::Jle32R => {
+                    jump(&mut pc, s.off, regs[d] as u32 <= regs[r] as u32);
+                    charge!(at);
+                }
+                Op::Jslt32I => {
+                    jump(&mut pc, s.off, (regs[d] as i32) < imm as i32);
+                    charge!(at);
+                }
+                Op::Jslt32R => {
+                    jump(&mut pc, s.off, (regs[d] as i32) < regs[r] as i32);
+                    charge!(at);
+                }
+                Op::Jsle32I => {
+                    jump(&mut pc, s.off, (regs[d] as i32) <= imm as i32);
+                    charge!(at);
+                }
+                Op::Jsle32R => {
+                    jump(&mut pc, s.off, (regs[d] as i32) <= regs[r] as i32);
+                    charge!(at);
+                }
 
                 Op::Call => {
                     *budget = left;
@@ -610,6 +773,7 @@ impl Vm {
                     // env.stack (depth < MAX_FRAMES), which nothing else borrows now.
                     unsafe { std::ptr::write_bytes(mem.stack_lo as *mut u8, 0, FRAME_SIZE) };
                     pc = s.off as usize;
+                    charge!(at);
                 }
                 Op::Exit => {
                     if depth == 0 {
@@ -623,6 +787,7 @@ impl Vm {
                     mem.stack_lo += FRAME_SIZE as u64;
                     mem.stack_span -= FRAME_SIZE as u64;
                     pc = f.ret;
+                    charge!(at);
                 }
                 Op::Fault => {
                     if pc - 1 == last {

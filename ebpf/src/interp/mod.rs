@@ -165,6 +165,8 @@ pub(crate) struct Region {
 pub struct Vm {
     prog: Program,
     code: Vec<decode::Slot>,
+    /// [`decode::run_lengths`] of `code`.
+    run_len: Vec<u32>,
     maps: Vec<Arc<dyn MapOps>>,
     /// `(key_size, value_size)` of each map, so helpers avoid a virtual call.
     map_sizes: Vec<(u64, u64)>,
@@ -206,9 +208,11 @@ impl Vm {
             .iter()
             .map(|m| (m.def().key_size as u64, m.def().value_size as u64))
             .collect();
+        let run_len = decode::run_lengths(&code);
         Ok(Vm {
             prog: prog.clone(),
             code,
+            run_len,
             maps,
             map_sizes,
             map_regions,

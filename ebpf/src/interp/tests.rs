@@ -366,3 +366,27 @@ fn job_ctx_fields_and_insn_count() {
     );
     assert_eq!(env.last_insns, 4);
 }
+
+#[test]
+fn instruction_budget_is_exact_for_completed_runs() {
+    // 2 + 3 iterations x 3 + exit = 12 instructions; the local call adds 2 + 2 more.
+    let v = vm(
+        "r0 = 0\nr1 = 3\nloop:\nr0 += 1\nr1 -= 1\nif r1 != 0 goto loop\nexit",
+        &[],
+        1,
+    );
+    let mut env = Env::new(0).with_max_insns(12);
+    assert_eq!(v.run_mem(&mut [], &mut env).unwrap(), 3);
+    assert_eq!(env.last_insns, 12);
+    let mut env = Env::new(0).with_max_insns(11);
+    let e = v.run_mem(&mut [], &mut env).unwrap_err();
+    assert!(
+        e.msg
+            .contains("instruction limit exceeded (11 instructions)"),
+        "{e}"
+    );
+    let v = vm("r1 = 5 ll\ncall f\nexit\nf:\nr0 = r1\nexit", &[], 1);
+    let mut env = Env::new(0);
+    assert_eq!(v.run_mem(&mut [], &mut env).unwrap(), 5);
+    assert_eq!(env.last_insns, 5);
+}
