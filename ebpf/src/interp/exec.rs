@@ -43,6 +43,12 @@ impl Mem<'_> {
         a.wrapping_sub(self.stack_lo) <= self.stack_span - n
     }
 
+    /// Whether `n` bytes (any `n`) at `a` are inside the live stack.
+    #[inline(always)]
+    pub fn stack_range(&self, a: u64, n: u64) -> bool {
+        within(a, n, self.stack_lo, self.stack_span)
+    }
+
     /// Second fast path: the region the last load (or store) outside the stack hit.
     #[inline(always)]
     pub fn hot(&self, a: u64, n: u64, write: bool) -> bool {

@@ -46,7 +46,7 @@ impl Vm {
     }
 
     /// Checks `n` bytes at `a` and borrows them as a slice.
-    #[inline]
+    #[inline(always)]
     fn bytes<'m>(
         &self,
         mem: &Mem,
@@ -56,13 +56,28 @@ impl Vm {
         pc: usize,
         what: &str,
     ) -> Result<&'m [u8], ExecError> {
-        mem.check(a, n, false, resv)
-            .map_err(|m| self.error(pc, format!("{what}: {m}")))?;
         if n == 0 {
             return Ok(&[]);
         }
+        if !mem.stack_range(a, n) && !mem.allowed(a, n, false, resv) {
+            return Err(self.bad_arg(mem, resv, a, n, pc, what));
+        }
         // SAFETY: the check proved [a, a+n) is one readable region, alive for the run.
         Ok(unsafe { std::slice::from_raw_parts(a as *const u8, n as usize) })
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn bad_arg(
+        &self,
+        mem: &Mem,
+        resv: &[Resv],
+        a: u64,
+        n: u64,
+        pc: usize,
+        what: &str,
+    ) -> ExecError {
+        self.error(pc, format!("{what}: {}", mem.describe(a, n, false, resv)))
     }
 
     fn write3(

@@ -390,3 +390,32 @@ fn instruction_budget_is_exact_for_completed_runs() {
     assert_eq!(v.run_mem(&mut [], &mut env).unwrap(), 5);
     assert_eq!(env.last_insns, 5);
 }
+
+#[test]
+fn vm_is_shareable_across_worker_threads() {
+    fn send_sync<T: Send + Sync>() {}
+    fn send<T: Send>() {}
+    send_sync::<Vm>();
+    send::<Env>();
+    let a = def("a", MapKind::Array, 4, 8, 1);
+    let v = std::sync::Arc::new(vm(
+        "*(u32 *)(r10 - 4) = 0\nr1 = map_idx[0] ll\nr2 = r10\nr2 += -4\ncall map_lookup_elem\nif r0 == 0 goto out\nr1 = 1\nlock *(u64 *)(r0 + 0) += r1\nout:\nr0 = 0\nexit",
+        &[a],
+        1,
+    ));
+    let hs: Vec<_> = (0..4)
+        .map(|t| {
+            let v = v.clone();
+            std::thread::spawn(move || {
+                let mut env = Env::new(t);
+                for _ in 0..1000 {
+                    v.run_mem(&mut [], &mut env).unwrap();
+                }
+            })
+        })
+        .collect();
+    for h in hs {
+        h.join().unwrap();
+    }
+    assert_eq!(v.maps()[0].entries()[0].1, 4000u64.to_le_bytes().to_vec());
+}
