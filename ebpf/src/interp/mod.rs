@@ -6,7 +6,7 @@
 //!          run_job / run_mem ──▶ hot loop over slots ──▶ r0 | ExecError
 //! ```
 //!
-//! Decoding happens once in [`Vm::new`]: every slot becomes a 16-byte [`decode`] entry with
+//! Decoding happens once in [`Vm::new`]: every slot becomes a 16-byte `decode::Slot` with
 //! an internal opcode the hot loop matches on. Every load, store and atomic checks its
 //! address range against the regions the program may touch:
 //!
@@ -23,6 +23,12 @@
 //! ¹ read-only for `.rodata` global data. Helpers check their pointer arguments the same way.
 //! Semantics follow RFC 9669 (division by zero gives 0, modulo by zero leaves dst, shift
 //! counts masked, 32-bit results zero-extended).
+//!
+//! A [`Vm`] is immutable and `Send + Sync`: worker threads share one and each brings its own
+//! [`Env`] (worker id, stack, trace sink, random state). The instruction budget
+//! ([`Env::max_insns`]) is charged one straight-line run at a time, when control enters
+//! it, so the count is exact for runs that complete and a run that faults part-way is
+//! charged in full.
 
 mod decode;
 mod exec;
