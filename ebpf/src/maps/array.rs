@@ -78,7 +78,11 @@ impl ArrayMap {
         let k: [u8; 4] = key.get(..4)?.try_into().ok()?;
         let idx = u32::from_le_bytes(k);
         // A plain array has one slot set that every thread shares.
-        let thread = if self.def.kind == MapKind::PerThreadArray { thread } else { 0 };
+        let thread = if self.def.kind == MapKind::PerThreadArray {
+            thread
+        } else {
+            0
+        };
         if idx >= self.def.max_entries || thread >= self.threads {
             return None;
         }
