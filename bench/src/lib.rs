@@ -4,6 +4,7 @@
 //!
 //! | program      | what it stresses                                                    |
 //! |--------------|---------------------------------------------------------------------|
+//! | `exit_only`  | `r0 = 0; exit`: the fixed cost of one run (setup, stack, return)     |
 //! | `alu_line`   | 256 straight-line 32/64-bit ALU instructions (dispatch, no branches)|
 //! | `loop_sum`   | `sum 0..10000`: a 3-instruction loop (dispatch + taken branches)    |
 //! | `mem_sum`    | sum of 1024 `u32`s of a 4 KiB buffer (checked loads off r1)          |
@@ -118,6 +119,12 @@ next:
 pub fn programs() -> Vec<BenchProgram> {
     let asm = |s: &str| ebpf::asm::assemble(s).expect("benchmark programs assemble");
     vec![
+        BenchProgram {
+            name: "exit_only",
+            insns: asm("r0 = 0\nexit"),
+            maps: vec![],
+            mem_len: 8,
+        },
         BenchProgram {
             name: "alu_line",
             insns: asm(&alu_line()),
@@ -308,12 +315,13 @@ mod tests {
     #[test]
     fn expected_results() {
         let ps = programs();
-        assert_eq!(Ours::new(&ps[1]).run(), 9999 * 10000 / 2);
-        let mem_sum: u64 = mem_for(&ps[2])
+        assert_eq!(Ours::new(&ps[0]).run(), 0);
+        assert_eq!(Ours::new(&ps[2]).run(), 9999 * 10000 / 2);
+        let mem_sum: u64 = mem_for(&ps[3])
             .chunks(4)
             .map(|c| u32::from_le_bytes(c.try_into().unwrap()) as u64)
             .sum();
-        assert_eq!(Ours::new(&ps[2]).run(), mem_sum);
+        assert_eq!(Ours::new(&ps[3]).run(), mem_sum);
         // i in 0..1000, value[i & 63] += i; r7 sums the values after each update.
         let mut table = [0u64; 64];
         let mut acc = 0u64;
@@ -321,6 +329,6 @@ mod tests {
             table[(i & 63) as usize] += i;
             acc += table[(i & 63) as usize];
         }
-        assert_eq!(Ours::new(&ps[3]).run(), acc);
+        assert_eq!(Ours::new(&ps[4]).run(), acc);
     }
 }

@@ -184,8 +184,9 @@ pub(crate) enum Ctl {
     Exit,
 }
 
-#[derive(Clone, Copy, Default)]
-struct Frame {
+/// A saved caller frame of a local call.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Frame {
     ret: usize,
     saved: [u64; 4],
 }
@@ -288,7 +289,9 @@ impl Vm {
         regs[2] = r2;
         regs[10] = top;
         let mut budget = env.max_insns;
-        let result = self.exec(&mut regs, &mut mem, &mut budget, geo, env);
+        let result = self
+            .exec(&mut regs, &mut mem, &mut budget, geo, env)
+            .map_err(|e| *e);
         env.last_insns = env.max_insns - budget;
         for r in env.resv.drain(..) {
             if let Some(p) = NonNull::new(r.start as *mut u8) {
@@ -296,6 +299,12 @@ impl Vm {
             }
         }
         result
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn limit_error(&self, pc: usize, max: u64) -> Box<ExecError> {
+        Box::new(self.error(pc, format!("instruction limit exceeded ({max} instructions)")))
     }
 
     #[cold]
@@ -312,10 +321,11 @@ impl Vm {
         budget: &mut u64,
         geo: Geo,
         env: &mut Env,
-    ) -> Result<u64, ExecError> {
+    ) -> Result<u64, Box<ExecError>> {
+        // The error is boxed so the hot function returns in registers; a by-value
+        // `ExecError` (over 100 bytes) costs a stack copy on every successful run.
         let code: &[Slot] = &self.code;
         let last = code.len() - 1;
-        let mut frames = [Frame::default(); MAX_FRAMES];
         let mut depth = 0usize;
         let mut pc = 0usize;
         let mut left = *budget;
@@ -323,7 +333,7 @@ impl Vm {
         macro_rules! fault {
             ($msg:expr) => {{
                 *budget = left;
-                return Err(self.error(pc - 1, $msg));
+                return Err(Box::new(self.error(pc - 1, $msg)));
             }};
         }
         macro_rules! access {
@@ -331,7 +341,7 @@ impl Vm {
                 let a = $a;
                 if !mem.stack(a, $n) && !mem.hot(a, $n, $w) && !mem.slow(a, $n, $w, &env.resv) {
                     *budget = left;
-                    return Err(self.mem_fault(pc - 1, a, $n, $w, mem, env));
+                    return Err(Box::new(self.mem_fault(pc - 1, a, $n, $w, mem, env)));
                 }
                 a
             }};
@@ -347,26 +357,14 @@ impl Vm {
                 let c = unsafe { *run_len.get_unchecked(pc) } as u64;
                 if left < c {
                     *budget = 0;
-                    return Err(self.error(
-                        $at,
-                        format!(
-                            "instruction limit exceeded ({} instructions)",
-                            env.max_insns
-                        ),
-                    ));
+                    return Err(self.limit_error($at, env.max_insns));
                 }
                 left -= c;
             }};
         }
         if left < run_len[0] as u64 {
             *budget = 0;
-            return Err(self.error(
-                0,
-                format!(
-                    "instruction limit exceeded ({} instructions)",
-                    env.max_insns
-                ),
-            ));
+            return Err(self.limit_error(0, env.max_insns));
         }
         left -= run_len[0] as u64;
 
@@ -760,14 +758,14 @@ impl Vm {
                             *budget = left;
                             return Ok(0);
                         }
-                        Err(e) => return Err(e),
+                        Err(e) => return Err(Box::new(e)),
                     }
                 }
                 Op::CallLocal => {
                     if depth + 1 >= MAX_FRAMES {
                         fault!(format!("call stack too deep (max {MAX_FRAMES} frames)"));
                     }
-                    frames[depth] = Frame {
+                    env.frames[depth] = Frame {
                         ret: pc,
                         saved: [regs[6], regs[7], regs[8], regs[9]],
                     };
@@ -787,7 +785,7 @@ impl Vm {
                         return Ok(regs[0]);
                     }
                     depth -= 1;
-                    let f = frames[depth];
+                    let f = env.frames[depth];
                     regs[6..10].copy_from_slice(&f.saved);
                     regs[10] += FRAME_SIZE as u64;
                     mem.stack_lo += FRAME_SIZE as u64;

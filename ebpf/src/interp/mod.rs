@@ -91,6 +91,7 @@ pub struct Env {
     pub last_insns: u64,
     pub(crate) stack: Vec<u64>,
     pub(crate) resv: Vec<exec::Resv>,
+    pub(crate) frames: [exec::Frame; MAX_FRAMES],
 }
 
 impl Default for Env {
@@ -125,6 +126,7 @@ impl Env {
             last_insns: 0,
             stack: vec![0u64; MAX_FRAMES * FRAME_SIZE / 8],
             resv: Vec::with_capacity(8),
+            frames: [exec::Frame::default(); MAX_FRAMES],
         }
     }
 
