@@ -238,7 +238,10 @@ impl Vm {
         let r = self.run(ctx_addr, 0, fixed, Geo { index, n }, env);
         // Keep `ctx` (and the slices) alive until the run is over.
         std::hint::black_box(&ctx);
-        r
+        match r {
+            Ok(v) => Ok(v),
+            Err(e) => Err(*e),
+        }
     }
 
     /// Runs with r1 pointing to `mem` (read/write) and r2 = its length.
@@ -260,7 +263,10 @@ impl Vm {
             empty,
             empty,
         ];
-        self.run(start, mem.len() as u64, fixed, Geo { index: 0, n: 1 }, env)
+        match self.run(start, mem.len() as u64, fixed, Geo { index: 0, n: 1 }, env) {
+            Ok(v) => Ok(v),
+            Err(e) => Err(*e),
+        }
     }
 
     fn run(
@@ -270,7 +276,7 @@ impl Vm {
         fixed: [Region; 3],
         geo: Geo,
         env: &mut Env,
-    ) -> Result<u64, ExecError> {
+    ) -> Result<u64, Box<ExecError>> {
         env.resv.clear();
         let words = env.stack.len();
         debug_assert_eq!(words * 8, MAX_FRAMES * FRAME_SIZE);
@@ -289,9 +295,7 @@ impl Vm {
         regs[2] = r2;
         regs[10] = top;
         let mut budget = env.max_insns;
-        let result = self
-            .exec(&mut regs, &mut mem, &mut budget, geo, env)
-            .map_err(|e| *e);
+        let result = self.exec(&mut regs, &mut mem, &mut budget, geo, env);
         env.last_insns = env.max_insns - budget;
         for r in env.resv.drain(..) {
             if let Some(p) = NonNull::new(r.start as *mut u8) {
