@@ -308,7 +308,10 @@ impl Vm {
     #[cold]
     #[inline(never)]
     fn limit_error(&self, pc: usize, max: u64) -> Box<ExecError> {
-        Box::new(self.error(pc, format!("instruction limit exceeded ({max} instructions)")))
+        Box::new(self.error(
+            pc,
+            format!("instruction limit exceeded ({max} instructions)"),
+        ))
     }
 
     #[cold]
