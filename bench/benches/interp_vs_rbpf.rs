@@ -77,9 +77,14 @@ fn main() {
     std::fs::create_dir_all(&dir).expect("create bench/results");
     let json = serde_json::to_string_pretty(&rows).expect("serialize");
     std::fs::write(dir.join("interp_vs_rbpf.json"), json + "\n").expect("write json");
+    let load = std::fs::read_to_string("/proc/loadavg")
+        .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "unknown".into());
     let mut md = format!(
         "# Interpreter vs rbpf 0.4.1\n\nRelease build (`cargo bench -p bench`), {host}, {date}, commit {commit}.\n\
-         Median ns per program run; ratio = rbpf / ours (higher is better for ours).\n\n\
+         Median ns per program run over alternating batches; ratio = rbpf / ours (higher is better for ours).\n\
+         The machine is shared with other builds (load average at the end: {load}), so single runs\n\
+         vary; compare ratios, not absolute times.\n\n\
          | program | ours ns/run | rbpf ns/run | ratio (rbpf/ours) |\n|---|---:|---:|---:|\n"
     );
     for r in &rows {
