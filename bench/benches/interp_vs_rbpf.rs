@@ -1,7 +1,7 @@
 //! `cargo bench -p bench`: our interpreter vs rbpf 0.4.1's, same programs, same run.
 //! Prints a table and writes `bench/results/interp_vs_rbpf.{json,md}`.
 
-use bench::{Ours, Theirs, measure, programs, reset_rbpf_table};
+use bench::{Ours, Theirs, measure_pair, programs, reset_rbpf_table};
 use serde::Serialize;
 use std::path::Path;
 use std::process::Command;
@@ -34,7 +34,7 @@ fn main() {
     let batches = std::env::var("BENCH_BATCHES")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(21);
+        .unwrap_or(41);
     let date = cmd(&["date", "-u", "+%Y-%m-%dT%H:%M:%SZ"]);
     let commit = cmd(&["git", "rev-parse", "--short", "HEAD"]);
     let host = "2-core dev machine".to_string();
@@ -54,16 +54,7 @@ fn main() {
         let mut ours = Ours::new(&p);
         let mut theirs = Theirs::new(&p);
         assert_eq!(ours.run(), theirs.run(), "{}: results differ", p.name);
-        // Interleave to spread noise from other jobs on the machine over both.
-        let mut o = Vec::new();
-        let mut t = Vec::new();
-        for _ in 0..3 {
-            o.push(measure(|| ours.run(), batches));
-            t.push(measure(|| theirs.run(), batches));
-        }
-        o.sort_by(f64::total_cmp);
-        t.sort_by(f64::total_cmp);
-        let (ours_ns, rbpf_ns) = (o[1], t[1]);
+        let (ours_ns, rbpf_ns) = measure_pair(|| ours.run(), || theirs.run(), batches);
         let ratio = rbpf_ns / ours_ns;
         println!(
             "{:<12} {:>14.1} {:>14.1} {:>15.2}x",
@@ -86,9 +77,14 @@ fn main() {
     std::fs::create_dir_all(&dir).expect("create bench/results");
     let json = serde_json::to_string_pretty(&rows).expect("serialize");
     std::fs::write(dir.join("interp_vs_rbpf.json"), json + "\n").expect("write json");
+    let load = std::fs::read_to_string("/proc/loadavg")
+        .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "unknown".into());
     let mut md = format!(
         "# Interpreter vs rbpf 0.4.1\n\nRelease build (`cargo bench -p bench`), {host}, {date}, commit {commit}.\n\
-         Median ns per program run; ratio = rbpf / ours (higher is better for ours).\n\n\
+         Median ns per program run over alternating batches; ratio = rbpf / ours (higher is better for ours).\n\
+         The machine is shared with other builds (load average at the end: {load}), so single runs\n\
+         vary; compare ratios, not absolute times.\n\n\
          | program | ours ns/run | rbpf ns/run | ratio (rbpf/ours) |\n|---|---:|---:|---:|\n"
     );
     for r in &rows {

@@ -4,6 +4,7 @@
 //!
 //! | program      | what it stresses                                                    |
 //! |--------------|---------------------------------------------------------------------|
+//! | `exit_only`  | `r0 = 0; exit`: the fixed cost of one run (setup, stack, return)     |
 //! | `alu_line`   | 256 straight-line 32/64-bit ALU instructions (dispatch, no branches)|
 //! | `loop_sum`   | `sum 0..10000`: a 3-instruction loop (dispatch + taken branches)    |
 //! | `mem_sum`    | sum of 1024 `u32`s of a 4 KiB buffer (checked loads off r1)          |
@@ -16,8 +17,9 @@
 //! and region checks on the value accesses — strictly more work than rbpf's helper, which
 //! does not validate its pointer argument.
 //!
-//! Timing: per program and interpreter, a calibration sizes batches to about 5 ms, one
-//! warm-up batch runs, then the median over `batches` batches of the per-run time is kept.
+//! Timing: per program, a calibration sizes batches to about 5 ms for each interpreter, one
+//! warm-up batch each runs, then batches alternate between the two interpreters (so both
+//! see the same background load) and the median per-run time of each is kept.
 
 use ebpf::interp::{Env, Vm};
 use ebpf::isa::{Insn, insns_to_bytes};
@@ -117,6 +119,12 @@ next:
 pub fn programs() -> Vec<BenchProgram> {
     let asm = |s: &str| ebpf::asm::assemble(s).expect("benchmark programs assemble");
     vec![
+        BenchProgram {
+            name: "exit_only",
+            insns: asm("r0 = 0\nexit"),
+            maps: vec![],
+            mem_len: 8,
+        },
         BenchProgram {
             name: "alu_line",
             insns: asm(&alu_line()),
@@ -235,37 +243,56 @@ impl Theirs {
     }
 }
 
-/// Median nanoseconds per call of `f` over `batches` batches (after calibration and one
-/// warm-up batch).
-pub fn measure(mut f: impl FnMut() -> u64, batches: usize) -> f64 {
-    let target = Duration::from_millis(5);
+/// Runs per batch so that one batch of `f` takes about `target`.
+fn calibrate(f: &mut impl FnMut() -> u64, target: Duration) -> u64 {
     let mut n = 1u64;
     loop {
         let t = Instant::now();
         for _ in 0..n {
             std::hint::black_box(f());
         }
-        if t.elapsed() >= target / 4 || n >= 1 << 30 {
-            let per = t.elapsed().as_nanos() as f64 / n as f64;
-            n = ((target.as_nanos() as f64 / per.max(1.0)) as u64).max(1);
-            break;
+        let el = t.elapsed();
+        if el >= target / 4 || n >= 1 << 30 {
+            let per = el.as_nanos() as f64 / n as f64;
+            return ((target.as_nanos() as f64 / per.max(1.0)) as u64).max(1);
         }
         n *= 4;
     }
+}
+
+fn batch(f: &mut impl FnMut() -> u64, n: u64) -> f64 {
+    let t = Instant::now();
     for _ in 0..n {
         std::hint::black_box(f());
     }
-    let mut samples: Vec<f64> = (0..batches)
-        .map(|_| {
-            let t = Instant::now();
-            for _ in 0..n {
-                std::hint::black_box(f());
-            }
-            t.elapsed().as_nanos() as f64 / n as f64
-        })
-        .collect();
-    samples.sort_by(f64::total_cmp);
-    samples[samples.len() / 2]
+    t.elapsed().as_nanos() as f64 / n as f64
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// Median nanoseconds per call of `f` and of `g`, measured in alternating batches of about
+/// 5 ms each (after calibration and one warm-up batch each), so that both see the same
+/// background load.
+pub fn measure_pair(
+    mut f: impl FnMut() -> u64,
+    mut g: impl FnMut() -> u64,
+    batches: usize,
+) -> (f64, f64) {
+    let target = Duration::from_millis(5);
+    let nf = calibrate(&mut f, target);
+    let ng = calibrate(&mut g, target);
+    batch(&mut f, nf);
+    batch(&mut g, ng);
+    let mut a = Vec::with_capacity(batches);
+    let mut b = Vec::with_capacity(batches);
+    for _ in 0..batches {
+        a.push(batch(&mut f, nf));
+        b.push(batch(&mut g, ng));
+    }
+    (median(a), median(b))
 }
 
 #[cfg(test)]
@@ -288,12 +315,13 @@ mod tests {
     #[test]
     fn expected_results() {
         let ps = programs();
-        assert_eq!(Ours::new(&ps[1]).run(), 9999 * 10000 / 2);
-        let mem_sum: u64 = mem_for(&ps[2])
+        assert_eq!(Ours::new(&ps[0]).run(), 0);
+        assert_eq!(Ours::new(&ps[2]).run(), 9999 * 10000 / 2);
+        let mem_sum: u64 = mem_for(&ps[3])
             .chunks(4)
             .map(|c| u32::from_le_bytes(c.try_into().unwrap()) as u64)
             .sum();
-        assert_eq!(Ours::new(&ps[2]).run(), mem_sum);
+        assert_eq!(Ours::new(&ps[3]).run(), mem_sum);
         // i in 0..1000, value[i & 63] += i; r7 sums the values after each update.
         let mut table = [0u64; 64];
         let mut acc = 0u64;
@@ -301,6 +329,6 @@ mod tests {
             table[(i & 63) as usize] += i;
             acc += table[(i & 63) as usize];
         }
-        assert_eq!(Ours::new(&ps[3]).run(), acc);
+        assert_eq!(Ours::new(&ps[4]).run(), acc);
     }
 }

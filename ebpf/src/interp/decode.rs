@@ -483,3 +483,73 @@ pub(crate) fn decode(prog: &Program, maps: &[Arc<dyn MapOps>]) -> Result<Vec<Slo
     }
     Ok(code)
 }
+
+/// For every slot, the number of instructions from it to the end of its straight-line run
+/// (the next jump, call, exit or fault, inclusive; `ld_imm64` counts once). The interpreter
+/// charges the instruction budget a whole run at a time, when control enters it.
+pub(crate) fn run_lengths(code: &[Slot]) -> Vec<u32> {
+    let n = code.len();
+    let mut len = vec![1u32; n];
+    for pc in (0..n).rev() {
+        let ends = matches!(
+            code[pc].op,
+            Op::Ja
+                | Op::CallLocal
+                | Op::Exit
+                | Op::Fault
+                | Op::Jeq64I
+                | Op::Jeq64R
+                | Op::Jgt64I
+                | Op::Jgt64R
+                | Op::Jge64I
+                | Op::Jge64R
+                | Op::Jset64I
+                | Op::Jset64R
+                | Op::Jne64I
+                | Op::Jne64R
+                | Op::Jsgt64I
+                | Op::Jsgt64R
+                | Op::Jsge64I
+                | Op::Jsge64R
+                | Op::Jlt64I
+                | Op::Jlt64R
+                | Op::Jle64I
+                | Op::Jle64R
+                | Op::Jslt64I
+                | Op::Jslt64R
+                | Op::Jsle64I
+                | Op::Jsle64R
+                | Op::Jeq32I
+                | Op::Jeq32R
+                | Op::Jgt32I
+                | Op::Jgt32R
+                | Op::Jge32I
+                | Op::Jge32R
+                | Op::Jset32I
+                | Op::Jset32R
+                | Op::Jne32I
+                | Op::Jne32R
+                | Op::Jsgt32I
+                | Op::Jsgt32R
+                | Op::Jsge32I
+                | Op::Jsge32R
+                | Op::Jlt32I
+                | Op::Jlt32R
+                | Op::Jle32I
+                | Op::Jle32R
+                | Op::Jslt32I
+                | Op::Jslt32R
+                | Op::Jsle32I
+                | Op::Jsle32R
+        );
+        if !ends {
+            let next = if code[pc].op == Op::LdImm64 {
+                pc + 2
+            } else {
+                pc + 1
+            };
+            len[pc] = len.get(next).map_or(1, |l| l.saturating_add(1));
+        }
+    }
+    len
+}

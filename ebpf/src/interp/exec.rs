@@ -25,6 +25,10 @@ pub(crate) struct Mem<'a> {
     pub stack_span: u64,
     pub fixed: [Region; 3],
     pub maps: &'a [Region],
+    /// The last non-stack region a load hit: `(start, len)`, `len == 0` when none.
+    pub hot_r: (u64, u64),
+    /// The last writable non-stack region a store hit.
+    pub hot_w: (u64, u64),
 }
 
 #[inline(always)]
@@ -39,9 +43,62 @@ impl Mem<'_> {
         a.wrapping_sub(self.stack_lo) <= self.stack_span - n
     }
 
-    /// Whether `n` bytes at `a` may be accessed (any region).
+    /// Whether `n` bytes (any `n`) at `a` are inside the live stack.
+    #[inline(always)]
+    pub fn stack_range(&self, a: u64, n: u64) -> bool {
+        within(a, n, self.stack_lo, self.stack_span)
+    }
+
+    /// Second fast path: the region the last load (or store) outside the stack hit.
+    #[inline(always)]
+    pub fn hot(&self, a: u64, n: u64, write: bool) -> bool {
+        let (start, len) = if write { self.hot_w } else { self.hot_r };
+        within(a, n, start, len)
+    }
+
+    /// Forgets the cached regions (when a ring buffer reservation is released).
+    pub fn forget_hot(&mut self) {
+        self.hot_r = (0, 0);
+        self.hot_w = (0, 0);
+    }
+
+    /// Whether `n` bytes at `a` may be accessed (any region); caches the region found.
     #[inline(never)]
-    pub fn slow(&self, a: u64, n: u64, write: bool, resv: &[Resv]) -> bool {
+    pub fn slow(&mut self, a: u64, n: u64, write: bool, resv: &[Resv]) -> bool {
+        if within(a, n, self.stack_lo, self.stack_span) {
+            return true;
+        }
+        let mut hit = None;
+        for r in self.fixed.iter().chain(self.maps) {
+            if within(a, n, r.start, r.len) {
+                if write && !r.writable {
+                    return false;
+                }
+                hit = Some((r.start, r.len));
+                break;
+            }
+        }
+        if hit.is_none() {
+            hit = resv
+                .iter()
+                .find(|r| within(a, n, r.start, r.len))
+                .map(|r| (r.start, r.len));
+        }
+        match hit {
+            Some(h) => {
+                if write {
+                    self.hot_w = h;
+                } else {
+                    self.hot_r = h;
+                }
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Whether `n` bytes at `a` may be accessed, without touching the caches.
+    pub fn allowed(&self, a: u64, n: u64, write: bool, resv: &[Resv]) -> bool {
         if within(a, n, self.stack_lo, self.stack_span) {
             return true;
         }
@@ -69,8 +126,10 @@ impl Mem<'_> {
     }
 
     /// Checks an access, with the error message the spec asks for.
+    #[inline]
     pub fn check(&self, a: u64, n: u64, write: bool, resv: &[Resv]) -> Result<(), String> {
-        if n == 0 || self.slow(a, n, write, resv) {
+        if n == 0 || within(a, n, self.stack_lo, self.stack_span) || self.allowed(a, n, write, resv)
+        {
             Ok(())
         } else {
             Err(self.describe(a, n, write, resv))
@@ -80,7 +139,7 @@ impl Mem<'_> {
     #[cold]
     pub fn describe(&self, a: u64, n: u64, write: bool, resv: &[Resv]) -> String {
         let what = if write { "write" } else { "read" };
-        let why = if write && self.slow(a, n, false, resv) {
+        let why = if write && self.allowed(a, n, false, resv) {
             let name = self.region_of(a, resv).map(|r| r.2).unwrap_or("region");
             format!("{name} is read-only")
         } else {
@@ -125,8 +184,9 @@ pub(crate) enum Ctl {
     Exit,
 }
 
-#[derive(Clone, Copy, Default)]
-struct Frame {
+/// A saved caller frame of a local call.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Frame {
     ret: usize,
     saved: [u64; 4],
 }
@@ -178,7 +238,10 @@ impl Vm {
         let r = self.run(ctx_addr, 0, fixed, Geo { index, n }, env);
         // Keep `ctx` (and the slices) alive until the run is over.
         std::hint::black_box(&ctx);
-        r
+        match r {
+            Ok(v) => Ok(v),
+            Err(e) => Err(*e),
+        }
     }
 
     /// Runs with r1 pointing to `mem` (read/write) and r2 = its length.
@@ -200,7 +263,10 @@ impl Vm {
             empty,
             empty,
         ];
-        self.run(start, mem.len() as u64, fixed, Geo { index: 0, n: 1 }, env)
+        match self.run(start, mem.len() as u64, fixed, Geo { index: 0, n: 1 }, env) {
+            Ok(v) => Ok(v),
+            Err(e) => Err(*e),
+        }
     }
 
     fn run(
@@ -210,7 +276,7 @@ impl Vm {
         fixed: [Region; 3],
         geo: Geo,
         env: &mut Env,
-    ) -> Result<u64, ExecError> {
+    ) -> Result<u64, Box<ExecError>> {
         env.resv.clear();
         let words = env.stack.len();
         debug_assert_eq!(words * 8, MAX_FRAMES * FRAME_SIZE);
@@ -221,6 +287,8 @@ impl Vm {
             stack_span: FRAME_SIZE as u64,
             fixed,
             maps: &self.map_regions,
+            hot_r: (0, 0),
+            hot_w: (0, 0),
         };
         let mut regs = [0u64; 16];
         regs[1] = r1;
@@ -239,6 +307,15 @@ impl Vm {
 
     #[cold]
     #[inline(never)]
+    fn limit_error(&self, pc: usize, max: u64) -> Box<ExecError> {
+        Box::new(self.error(
+            pc,
+            format!("instruction limit exceeded ({max} instructions)"),
+        ))
+    }
+
+    #[cold]
+    #[inline(never)]
     fn mem_fault(&self, pc: usize, a: u64, n: u64, write: bool, mem: &Mem, env: &Env) -> ExecError {
         self.error(pc, mem.describe(a, n, write, &env.resv))
     }
@@ -251,10 +328,11 @@ impl Vm {
         budget: &mut u64,
         geo: Geo,
         env: &mut Env,
-    ) -> Result<u64, ExecError> {
+    ) -> Result<u64, Box<ExecError>> {
+        // The error is boxed so the hot function returns in registers; a by-value
+        // `ExecError` (over 100 bytes) costs a stack copy on every successful run.
         let code: &[Slot] = &self.code;
         let last = code.len() - 1;
-        let mut frames = [Frame::default(); MAX_FRAMES];
         let mut depth = 0usize;
         let mut pc = 0usize;
         let mut left = *budget;
@@ -262,19 +340,40 @@ impl Vm {
         macro_rules! fault {
             ($msg:expr) => {{
                 *budget = left;
-                return Err(self.error(pc - 1, $msg));
+                return Err(Box::new(self.error(pc - 1, $msg)));
             }};
         }
         macro_rules! access {
             ($a:expr, $n:expr, $w:expr) => {{
                 let a = $a;
-                if !mem.stack(a, $n) && !mem.slow(a, $n, $w, &env.resv) {
+                if !mem.stack(a, $n) && !mem.hot(a, $n, $w) && !mem.slow(a, $n, $w, &env.resv) {
                     *budget = left;
-                    return Err(self.mem_fault(pc - 1, a, $n, $w, mem, env));
+                    return Err(Box::new(self.mem_fault(pc - 1, a, $n, $w, mem, env)));
                 }
                 a
             }};
         }
+
+        // The budget is charged a straight-line run at a time, on entry (see
+        // `decode::run_lengths`): at the start, and after every jump, call and return.
+        let run_len: &[u32] = &self.run_len;
+        macro_rules! charge {
+            ($at:expr) => {{
+                // SAFETY: `pc` is a valid slot index here (see the loop invariant below) and
+                // run_len has one entry per slot.
+                let c = unsafe { *run_len.get_unchecked(pc) } as u64;
+                if left < c {
+                    *budget = 0;
+                    return Err(self.limit_error($at, env.max_insns));
+                }
+                left -= c;
+            }};
+        }
+        if left < run_len[0] as u64 {
+            *budget = 0;
+            return Err(self.limit_error(0, env.max_insns));
+        }
+        left -= run_len[0] as u64;
 
         loop {
             // Every pc the loop reaches is < code.len(): jump targets were validated at
@@ -282,14 +381,9 @@ impl Vm {
             debug_assert!(pc <= last);
             // SAFETY: see above.
             let s = unsafe { *code.get_unchecked(pc) };
+            let at = pc;
             pc += 1;
-            if left == 0 {
-                fault!(format!(
-                    "instruction limit exceeded ({} instructions)",
-                    env.max_insns
-                ));
-            }
-            left -= 1;
+
             let d = (s.dst & 15) as usize;
             let r = (s.src & 15) as usize;
             let imm = s.imm;
@@ -482,51 +576,186 @@ impl Vm {
                     }
                 }
 
-                Op::Ja => pc = s.off as usize,
-                Op::Jeq64I => jump(&mut pc, s.off, regs[d] == imm),
-                Op::Jeq64R => jump(&mut pc, s.off, regs[d] == regs[r]),
-                Op::Jgt64I => jump(&mut pc, s.off, regs[d] > imm),
-                Op::Jgt64R => jump(&mut pc, s.off, regs[d] > regs[r]),
-                Op::Jge64I => jump(&mut pc, s.off, regs[d] >= imm),
-                Op::Jge64R => jump(&mut pc, s.off, regs[d] >= regs[r]),
-                Op::Jset64I => jump(&mut pc, s.off, regs[d] & imm != 0),
-                Op::Jset64R => jump(&mut pc, s.off, regs[d] & regs[r] != 0),
-                Op::Jne64I => jump(&mut pc, s.off, regs[d] != imm),
-                Op::Jne64R => jump(&mut pc, s.off, regs[d] != regs[r]),
-                Op::Jsgt64I => jump(&mut pc, s.off, (regs[d] as i64) > imm as i64),
-                Op::Jsgt64R => jump(&mut pc, s.off, (regs[d] as i64) > regs[r] as i64),
-                Op::Jsge64I => jump(&mut pc, s.off, (regs[d] as i64) >= imm as i64),
-                Op::Jsge64R => jump(&mut pc, s.off, (regs[d] as i64) >= regs[r] as i64),
-                Op::Jlt64I => jump(&mut pc, s.off, regs[d] < imm),
-                Op::Jlt64R => jump(&mut pc, s.off, regs[d] < regs[r]),
-                Op::Jle64I => jump(&mut pc, s.off, regs[d] <= imm),
-                Op::Jle64R => jump(&mut pc, s.off, regs[d] <= regs[r]),
-                Op::Jslt64I => jump(&mut pc, s.off, (regs[d] as i64) < imm as i64),
-                Op::Jslt64R => jump(&mut pc, s.off, (regs[d] as i64) < regs[r] as i64),
-                Op::Jsle64I => jump(&mut pc, s.off, (regs[d] as i64) <= imm as i64),
-                Op::Jsle64R => jump(&mut pc, s.off, (regs[d] as i64) <= regs[r] as i64),
-                Op::Jeq32I => jump(&mut pc, s.off, regs[d] as u32 == imm as u32),
-                Op::Jeq32R => jump(&mut pc, s.off, regs[d] as u32 == regs[r] as u32),
-                Op::Jgt32I => jump(&mut pc, s.off, regs[d] as u32 > imm as u32),
-                Op::Jgt32R => jump(&mut pc, s.off, regs[d] as u32 > regs[r] as u32),
-                Op::Jge32I => jump(&mut pc, s.off, regs[d] as u32 >= imm as u32),
-                Op::Jge32R => jump(&mut pc, s.off, regs[d] as u32 >= regs[r] as u32),
-                Op::Jset32I => jump(&mut pc, s.off, regs[d] as u32 & imm as u32 != 0),
-                Op::Jset32R => jump(&mut pc, s.off, regs[d] as u32 & regs[r] as u32 != 0),
-                Op::Jne32I => jump(&mut pc, s.off, regs[d] as u32 != imm as u32),
-                Op::Jne32R => jump(&mut pc, s.off, regs[d] as u32 != regs[r] as u32),
-                Op::Jsgt32I => jump(&mut pc, s.off, (regs[d] as i32) > imm as i32),
-                Op::Jsgt32R => jump(&mut pc, s.off, (regs[d] as i32) > regs[r] as i32),
-                Op::Jsge32I => jump(&mut pc, s.off, (regs[d] as i32) >= imm as i32),
-                Op::Jsge32R => jump(&mut pc, s.off, (regs[d] as i32) >= regs[r] as i32),
-                Op::Jlt32I => jump(&mut pc, s.off, (regs[d] as u32) < imm as u32),
-                Op::Jlt32R => jump(&mut pc, s.off, (regs[d] as u32) < regs[r] as u32),
-                Op::Jle32I => jump(&mut pc, s.off, regs[d] as u32 <= imm as u32),
-                Op::Jle32R => jump(&mut pc, s.off, regs[d] as u32 <= regs[r] as u32),
-                Op::Jslt32I => jump(&mut pc, s.off, (regs[d] as i32) < imm as i32),
-                Op::Jslt32R => jump(&mut pc, s.off, (regs[d] as i32) < regs[r] as i32),
-                Op::Jsle32I => jump(&mut pc, s.off, (regs[d] as i32) <= imm as i32),
-                Op::Jsle32R => jump(&mut pc, s.off, (regs[d] as i32) <= regs[r] as i32),
+                Op::Ja => {
+                    pc = s.off as usize;
+                    charge!(at);
+                }
+                Op::Jeq64I => {
+                    jump(&mut pc, s.off, regs[d] == imm);
+                    charge!(at);
+                }
+                Op::Jeq64R => {
+                    jump(&mut pc, s.off, regs[d] == regs[r]);
+                    charge!(at);
+                }
+                Op::Jgt64I => {
+                    jump(&mut pc, s.off, regs[d] > imm);
+                    charge!(at);
+                }
+                Op::Jgt64R => {
+                    jump(&mut pc, s.off, regs[d] > regs[r]);
+                    charge!(at);
+                }
+                Op::Jge64I => {
+                    jump(&mut pc, s.off, regs[d] >= imm);
+                    charge!(at);
+                }
+                Op::Jge64R => {
+                    jump(&mut pc, s.off, regs[d] >= regs[r]);
+                    charge!(at);
+                }
+                Op::Jset64I => {
+                    jump(&mut pc, s.off, regs[d] & imm != 0);
+                    charge!(at);
+                }
+                Op::Jset64R => {
+                    jump(&mut pc, s.off, regs[d] & regs[r] != 0);
+                    charge!(at);
+                }
+                Op::Jne64I => {
+                    jump(&mut pc, s.off, regs[d] != imm);
+                    charge!(at);
+                }
+                Op::Jne64R => {
+                    jump(&mut pc, s.off, regs[d] != regs[r]);
+                    charge!(at);
+                }
+                Op::Jsgt64I => {
+                    jump(&mut pc, s.off, (regs[d] as i64) > imm as i64);
+                    charge!(at);
+                }
+                Op::Jsgt64R => {
+                    jump(&mut pc, s.off, (regs[d] as i64) > regs[r] as i64);
+                    charge!(at);
+                }
+                Op::Jsge64I => {
+                    jump(&mut pc, s.off, (regs[d] as i64) >= imm as i64);
+                    charge!(at);
+                }
+                Op::Jsge64R => {
+                    jump(&mut pc, s.off, (regs[d] as i64) >= regs[r] as i64);
+                    charge!(at);
+                }
+                Op::Jlt64I => {
+                    jump(&mut pc, s.off, regs[d] < imm);
+                    charge!(at);
+                }
+                Op::Jlt64R => {
+                    jump(&mut pc, s.off, regs[d] < regs[r]);
+                    charge!(at);
+                }
+                Op::Jle64I => {
+                    jump(&mut pc, s.off, regs[d] <= imm);
+                    charge!(at);
+                }
+                Op::Jle64R => {
+                    jump(&mut pc, s.off, regs[d] <= regs[r]);
+                    charge!(at);
+                }
+                Op::Jslt64I => {
+                    jump(&mut pc, s.off, (regs[d] as i64) < imm as i64);
+                    charge!(at);
+                }
+                Op::Jslt64R => {
+                    jump(&mut pc, s.off, (regs[d] as i64) < regs[r] as i64);
+                    charge!(at);
+                }
+                Op::Jsle64I => {
+                    jump(&mut pc, s.off, (regs[d] as i64) <= imm as i64);
+                    charge!(at);
+                }
+                Op::Jsle64R => {
+                    jump(&mut pc, s.off, (regs[d] as i64) <= regs[r] as i64);
+                    charge!(at);
+                }
+                Op::Jeq32I => {
+                    jump(&mut pc, s.off, regs[d] as u32 == imm as u32);
+                    charge!(at);
+                }
+                Op::Jeq32R => {
+                    jump(&mut pc, s.off, regs[d] as u32 == regs[r] as u32);
+                    charge!(at);
+                }
+                Op::Jgt32I => {
+                    jump(&mut pc, s.off, regs[d] as u32 > imm as u32);
+                    charge!(at);
+                }
+                Op::Jgt32R => {
+                    jump(&mut pc, s.off, regs[d] as u32 > regs[r] as u32);
+                    charge!(at);
+                }
+                Op::Jge32I => {
+                    jump(&mut pc, s.off, regs[d] as u32 >= imm as u32);
+                    charge!(at);
+                }
+                Op::Jge32R => {
+                    jump(&mut pc, s.off, regs[d] as u32 >= regs[r] as u32);
+                    charge!(at);
+                }
+                Op::Jset32I => {
+                    jump(&mut pc, s.off, regs[d] as u32 & imm as u32 != 0);
+                    charge!(at);
+                }
+                Op::Jset32R => {
+                    jump(&mut pc, s.off, regs[d] as u32 & regs[r] as u32 != 0);
+                    charge!(at);
+                }
+                Op::Jne32I => {
+                    jump(&mut pc, s.off, regs[d] as u32 != imm as u32);
+                    charge!(at);
+                }
+                Op::Jne32R => {
+                    jump(&mut pc, s.off, regs[d] as u32 != regs[r] as u32);
+                    charge!(at);
+                }
+                Op::Jsgt32I => {
+                    jump(&mut pc, s.off, (regs[d] as i32) > imm as i32);
+                    charge!(at);
+                }
+                Op::Jsgt32R => {
+                    jump(&mut pc, s.off, (regs[d] as i32) > regs[r] as i32);
+                    charge!(at);
+                }
+                Op::Jsge32I => {
+                    jump(&mut pc, s.off, (regs[d] as i32) >= imm as i32);
+                    charge!(at);
+                }
+                Op::Jsge32R => {
+                    jump(&mut pc, s.off, (regs[d] as i32) >= regs[r] as i32);
+                    charge!(at);
+                }
+                Op::Jlt32I => {
+                    jump(&mut pc, s.off, (regs[d] as u32) < imm as u32);
+                    charge!(at);
+                }
+                Op::Jlt32R => {
+                    jump(&mut pc, s.off, (regs[d] as u32) < regs[r] as u32);
+                    charge!(at);
+                }
+                Op::Jle32I => {
+                    jump(&mut pc, s.off, regs[d] as u32 <= imm as u32);
+                    charge!(at);
+                }
+                Op::Jle32R => {
+                    jump(&mut pc, s.off, regs[d] as u32 <= regs[r] as u32);
+                    charge!(at);
+                }
+                Op::Jslt32I => {
+                    jump(&mut pc, s.off, (regs[d] as i32) < imm as i32);
+                    charge!(at);
+                }
+                Op::Jslt32R => {
+                    jump(&mut pc, s.off, (regs[d] as i32) < regs[r] as i32);
+                    charge!(at);
+                }
+                Op::Jsle32I => {
+                    jump(&mut pc, s.off, (regs[d] as i32) <= imm as i32);
+                    charge!(at);
+                }
+                Op::Jsle32R => {
+                    jump(&mut pc, s.off, (regs[d] as i32) <= regs[r] as i32);
+                    charge!(at);
+                }
 
                 Op::Call => {
                     *budget = left;
@@ -536,14 +765,14 @@ impl Vm {
                             *budget = left;
                             return Ok(0);
                         }
-                        Err(e) => return Err(e),
+                        Err(e) => return Err(Box::new(e)),
                     }
                 }
                 Op::CallLocal => {
                     if depth + 1 >= MAX_FRAMES {
                         fault!(format!("call stack too deep (max {MAX_FRAMES} frames)"));
                     }
-                    frames[depth] = Frame {
+                    env.frames[depth] = Frame {
                         ret: pc,
                         saved: [regs[6], regs[7], regs[8], regs[9]],
                     };
@@ -555,6 +784,7 @@ impl Vm {
                     // env.stack (depth < MAX_FRAMES), which nothing else borrows now.
                     unsafe { std::ptr::write_bytes(mem.stack_lo as *mut u8, 0, FRAME_SIZE) };
                     pc = s.off as usize;
+                    charge!(at);
                 }
                 Op::Exit => {
                     if depth == 0 {
@@ -562,12 +792,13 @@ impl Vm {
                         return Ok(regs[0]);
                     }
                     depth -= 1;
-                    let f = frames[depth];
+                    let f = env.frames[depth];
                     regs[6..10].copy_from_slice(&f.saved);
                     regs[10] += FRAME_SIZE as u64;
                     mem.stack_lo += FRAME_SIZE as u64;
                     mem.stack_span -= FRAME_SIZE as u64;
                     pc = f.ret;
+                    charge!(at);
                 }
                 Op::Fault => {
                     if pc - 1 == last {
@@ -580,10 +811,14 @@ impl Vm {
     }
 }
 
+/// A taken conditional jump. The opaque `black_box` keeps LLVM from turning the jump into a
+/// `cmov` on `pc`: a data-dependent `pc` would serialize the fetch of the next slot on the
+/// comparison, where a predicted branch lets the CPU run ahead.
 #[inline(always)]
 fn jump(pc: &mut usize, target: i32, cond: bool) {
     if cond {
         *pc = target as usize;
+        std::hint::black_box(());
     }
 }
 

@@ -46,6 +46,7 @@ impl Vm {
     }
 
     /// Checks `n` bytes at `a` and borrows them as a slice.
+    #[inline(always)]
     fn bytes<'m>(
         &self,
         mem: &Mem,
@@ -55,13 +56,28 @@ impl Vm {
         pc: usize,
         what: &str,
     ) -> Result<&'m [u8], ExecError> {
-        mem.check(a, n, false, resv)
-            .map_err(|m| self.error(pc, format!("{what}: {m}")))?;
         if n == 0 {
             return Ok(&[]);
         }
+        if !mem.stack_range(a, n) && !mem.allowed(a, n, false, resv) {
+            return Err(self.bad_arg(mem, resv, a, n, pc, what));
+        }
         // SAFETY: the check proved [a, a+n) is one readable region, alive for the run.
         Ok(unsafe { std::slice::from_raw_parts(a as *const u8, n as usize) })
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn bad_arg(
+        &self,
+        mem: &Mem,
+        resv: &[Resv],
+        a: u64,
+        n: u64,
+        pc: usize,
+        what: &str,
+    ) -> ExecError {
+        self.error(pc, format!("{what}: {}", mem.describe(a, n, false, resv)))
     }
 
     fn write3(
@@ -91,7 +107,7 @@ impl Vm {
         &self,
         id: i32,
         regs: &mut [u64; 16],
-        mem: &Mem,
+        mem: &mut Mem,
         env: &mut Env,
         pc: usize,
         geo: Geo,
@@ -99,16 +115,16 @@ impl Vm {
         let bd = env.block_dim.max(1);
         let r0 = match id {
             h::MAP_LOOKUP_ELEM => {
-                let (_, m) = self.map_arg(regs[1], pc, "map_lookup_elem")?;
-                let ks = m.def().key_size as u64;
+                let (i, m) = self.map_arg(regs[1], pc, "map_lookup_elem")?;
+                let ks = self.map_sizes[i].0;
                 let key = self.bytes(mem, &env.resv, regs[2], ks, pc, "map_lookup_elem key")?;
                 m.lookup(key, env.thread)
                     .map(|p| p.as_ptr() as u64)
                     .unwrap_or(0)
             }
             h::MAP_UPDATE_ELEM => {
-                let (_, m) = self.map_arg(regs[1], pc, "map_update_elem")?;
-                let (ks, vs) = (m.def().key_size as u64, m.def().value_size as u64);
+                let (i, m) = self.map_arg(regs[1], pc, "map_update_elem")?;
+                let (ks, vs) = self.map_sizes[i];
                 let key = self.bytes(mem, &env.resv, regs[2], ks, pc, "map_update_elem key")?;
                 let val = self.bytes(mem, &env.resv, regs[3], vs, pc, "map_update_elem value")?;
                 match m.update(key, val, regs[4], env.thread) {
@@ -117,8 +133,8 @@ impl Vm {
                 }
             }
             h::MAP_DELETE_ELEM => {
-                let (_, m) = self.map_arg(regs[1], pc, "map_delete_elem")?;
-                let ks = m.def().key_size as u64;
+                let (i, m) = self.map_arg(regs[1], pc, "map_delete_elem")?;
+                let ks = self.map_sizes[i].0;
                 let key = self.bytes(mem, &env.resv, regs[2], ks, pc, "map_delete_elem key")?;
                 match m.delete(key) {
                     Ok(()) => 0,
@@ -186,6 +202,7 @@ impl Vm {
                     ));
                 };
                 let r = env.resv.swap_remove(k);
+                mem.forget_hot();
                 if let Some(p) = NonNull::new(r.start as *mut u8) {
                     self.maps[r.map].ringbuf_commit(p, id == h::RINGBUF_DISCARD);
                 }

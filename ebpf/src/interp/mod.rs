@@ -6,7 +6,7 @@
 //!          run_job / run_mem ──▶ hot loop over slots ──▶ r0 | ExecError
 //! ```
 //!
-//! Decoding happens once in [`Vm::new`]: every slot becomes a 16-byte [`decode`] entry with
+//! Decoding happens once in [`Vm::new`]: every slot becomes a 16-byte `decode::Slot` with
 //! an internal opcode the hot loop matches on. Every load, store and atomic checks its
 //! address range against the regions the program may touch:
 //!
@@ -23,6 +23,12 @@
 //! ¹ read-only for `.rodata` global data. Helpers check their pointer arguments the same way.
 //! Semantics follow RFC 9669 (division by zero gives 0, modulo by zero leaves dst, shift
 //! counts masked, 32-bit results zero-extended).
+//!
+//! A [`Vm`] is immutable and `Send + Sync`: worker threads share one and each brings its own
+//! [`Env`] (worker id, stack, trace sink, random state). The instruction budget
+//! ([`Env::max_insns`]) is charged one straight-line run at a time, when control enters
+//! it, so the count is exact for runs that complete and a run that faults part-way is
+//! charged in full.
 
 mod decode;
 mod exec;
@@ -85,6 +91,7 @@ pub struct Env {
     pub last_insns: u64,
     pub(crate) stack: Vec<u64>,
     pub(crate) resv: Vec<exec::Resv>,
+    pub(crate) frames: [exec::Frame; MAX_FRAMES],
 }
 
 impl Default for Env {
@@ -119,6 +126,7 @@ impl Env {
             last_insns: 0,
             stack: vec![0u64; MAX_FRAMES * FRAME_SIZE / 8],
             resv: Vec::with_capacity(8),
+            frames: [exec::Frame::default(); MAX_FRAMES],
         }
     }
 
@@ -165,7 +173,11 @@ pub(crate) struct Region {
 pub struct Vm {
     prog: Program,
     code: Vec<decode::Slot>,
+    /// [`decode::run_lengths`] of `code`.
+    run_len: Vec<u32>,
     maps: Vec<Arc<dyn MapOps>>,
+    /// `(key_size, value_size)` of each map, so helpers avoid a virtual call.
+    map_sizes: Vec<(u64, u64)>,
     map_regions: Vec<Region>,
 }
 
@@ -200,10 +212,17 @@ impl Vm {
             }
         }
         let code = decode::decode(prog, &maps)?;
+        let map_sizes = maps
+            .iter()
+            .map(|m| (m.def().key_size as u64, m.def().value_size as u64))
+            .collect();
+        let run_len = decode::run_lengths(&code);
         Ok(Vm {
             prog: prog.clone(),
             code,
+            run_len,
             maps,
+            map_sizes,
             map_regions,
         })
     }

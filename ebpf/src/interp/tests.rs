@@ -85,7 +85,7 @@ fn helper_pointer_arguments_are_checked() {
     let h = def("h", MapKind::Hash, 4, 8, 1);
     let v = vm(
         "r1 = map_idx[0] ll\nr2 = 0x1000 ll\ncall map_lookup_elem\nexit",
-        &[h.clone()],
+        std::slice::from_ref(&h),
         1,
     );
     let e = v.run_mem(&mut [], &mut Env::new(0)).unwrap_err();
@@ -186,18 +186,33 @@ fn ringbuf_record_bounds_and_bad_submit() {
     let rb = def("rb", MapKind::RingBuf, 0, 0, 64);
     let v = vm(
         "r1 = map_idx[0] ll\nr2 = 8\nr3 = 0\ncall ringbuf_reserve\nif r0 == 0 goto out\n*(u64 *)(r0 + 8) = 1\nout:\nexit",
-        &[rb.clone()],
+        std::slice::from_ref(&rb),
         1,
     );
     let e = v.run_mem(&mut [], &mut Env::new(0)).unwrap_err();
     assert!(e.msg.contains("write of 8 bytes"), "{e}");
     let v = vm(
         "r1 = r10\nr1 += -8\nr2 = 0\ncall ringbuf_submit\nexit",
-        &[rb.clone()],
+        std::slice::from_ref(&rb),
         1,
     );
     let e = v.run_mem(&mut [], &mut Env::new(0)).unwrap_err();
     assert!(e.msg.contains("not a live ring buffer reservation"), "{e}");
+    // A released record is no longer accessible (even right after a cached write to it).
+    let v = vm(
+        "r1 = map_idx[0] ll\nr2 = 8\nr3 = 0\ncall ringbuf_reserve\nif r0 == 0 goto out\nr6 = r0\n*(u64 *)(r6 + 0) = 1\nr1 = r6\nr2 = 0\ncall ringbuf_submit\n*(u64 *)(r6 + 0) = 2\nout:\nexit",
+        std::slice::from_ref(&rb),
+        1,
+    );
+    let e = v.run_mem(&mut [], &mut Env::new(0)).unwrap_err();
+    assert!(
+        e.msg.contains("write of 8 bytes") && e.msg.contains("not in any region"),
+        "{e}"
+    );
+    assert_eq!(
+        v.maps()[0].drain_ringbuf(),
+        vec![1u64.to_le_bytes().to_vec()]
+    );
     // too large: NULL
     let v = vm(
         "r1 = map_idx[0] ll\nr2 = 100\nr3 = 0\ncall ringbuf_reserve\nexit",
@@ -350,4 +365,57 @@ fn job_ctx_fields_and_insn_count() {
         15
     );
     assert_eq!(env.last_insns, 4);
+}
+
+#[test]
+fn instruction_budget_is_exact_for_completed_runs() {
+    // 2 + 3 iterations x 3 + exit = 12 instructions; the local call adds 2 + 2 more.
+    let v = vm(
+        "r0 = 0\nr1 = 3\nloop:\nr0 += 1\nr1 -= 1\nif r1 != 0 goto loop\nexit",
+        &[],
+        1,
+    );
+    let mut env = Env::new(0).with_max_insns(12);
+    assert_eq!(v.run_mem(&mut [], &mut env).unwrap(), 3);
+    assert_eq!(env.last_insns, 12);
+    let mut env = Env::new(0).with_max_insns(11);
+    let e = v.run_mem(&mut [], &mut env).unwrap_err();
+    assert!(
+        e.msg
+            .contains("instruction limit exceeded (11 instructions)"),
+        "{e}"
+    );
+    let v = vm("r1 = 5 ll\ncall f\nexit\nf:\nr0 = r1\nexit", &[], 1);
+    let mut env = Env::new(0);
+    assert_eq!(v.run_mem(&mut [], &mut env).unwrap(), 5);
+    assert_eq!(env.last_insns, 5);
+}
+
+#[test]
+fn vm_is_shareable_across_worker_threads() {
+    fn send_sync<T: Send + Sync>() {}
+    fn send<T: Send>() {}
+    send_sync::<Vm>();
+    send::<Env>();
+    let a = def("a", MapKind::Array, 4, 8, 1);
+    let v = std::sync::Arc::new(vm(
+        "*(u32 *)(r10 - 4) = 0\nr1 = map_idx[0] ll\nr2 = r10\nr2 += -4\ncall map_lookup_elem\nif r0 == 0 goto out\nr1 = 1\nlock *(u64 *)(r0 + 0) += r1\nout:\nr0 = 0\nexit",
+        &[a],
+        1,
+    ));
+    let hs: Vec<_> = (0..4)
+        .map(|t| {
+            let v = v.clone();
+            std::thread::spawn(move || {
+                let mut env = Env::new(t);
+                for _ in 0..1000 {
+                    v.run_mem(&mut [], &mut env).unwrap();
+                }
+            })
+        })
+        .collect();
+    for h in hs {
+        h.join().unwrap();
+    }
+    assert_eq!(v.maps()[0].entries()[0].1, 4000u64.to_le_bytes().to_vec());
 }

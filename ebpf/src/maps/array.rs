@@ -6,7 +6,7 @@
 
 use super::raw::RawBuf;
 use super::{BPF_EXIST, BPF_NOEXIST, MapError, MapOps, round8};
-use crate::program::MapDef;
+use crate::program::{MapDef, MapKind};
 use std::ptr::NonNull;
 
 /// An `Array` (one slot set) or `PerThreadArray` (one slot set per thread).
@@ -77,6 +77,12 @@ impl ArrayMap {
     fn offset(&self, key: &[u8], thread: usize) -> Option<usize> {
         let k: [u8; 4] = key.get(..4)?.try_into().ok()?;
         let idx = u32::from_le_bytes(k);
+        // A plain array has one slot set that every thread shares.
+        let thread = if self.def.kind == MapKind::PerThreadArray {
+            thread
+        } else {
+            0
+        };
         if idx >= self.def.max_entries || thread >= self.threads {
             return None;
         }
@@ -148,7 +154,7 @@ impl MapOps for ArrayMap {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::program::{MapKind, MapOrigin};
+    use crate::program::MapOrigin;
 
     fn def(kind: MapKind, vs: u32, n: u32) -> MapDef {
         MapDef {
@@ -201,6 +207,8 @@ mod tests {
         let e = m.entries();
         assert_eq!(e.len(), 3);
         assert_eq!(e[2], (2u32.to_le_bytes().to_vec(), vec![2; 12]));
+        // every worker thread sees the same plain-array slot
+        assert_eq!(m.lookup(&1u32.to_le_bytes(), 5), Some(p));
         let (start, len) = m.regions()[0];
         assert!(p.as_ptr() as usize >= start && (p.as_ptr() as usize) + 12 <= start + len);
     }

@@ -242,4 +242,44 @@ mod tests {
         }
         assert_eq!(m.entries().len(), 800);
     }
+
+    proptest::proptest! {
+        /// Random update/delete/lookup sequences agree with a model (`std` map + capacity).
+        #[test]
+        fn agrees_with_a_model(ops in proptest::collection::vec((0u8..4, 0u8..6, 0u64..3, proptest::num::u32::ANY), 1..200)) {
+            let m = HashMap::new(&def(1, 4, 3)).unwrap();
+            let mut model = std::collections::BTreeMap::new();
+            for (kind, key, flags, val) in ops {
+                let k = [key];
+                match kind {
+                    0 | 1 => {
+                        let want = match (model.contains_key(&key), flags) {
+                            (true, BPF_NOEXIST) => Err(-17),
+                            (false, BPF_EXIST) => Err(-2),
+                            (false, _) if model.len() == 3 => Err(-7),
+                            _ => Ok(()),
+                        };
+                        let got = m.update(&k, &val.to_le_bytes(), flags, 0).map_err(|e| e.errno());
+                        proptest::prop_assert_eq!(got, want);
+                        if want.is_ok() {
+                            model.insert(key, val);
+                        }
+                    }
+                    2 => {
+                        let want = if model.remove(&key).is_some() { Ok(()) } else { Err(-2) };
+                        proptest::prop_assert_eq!(m.delete(&k).map_err(|e| e.errno()), want);
+                    }
+                    _ => {
+                        let got = m.lookup(&k, 0).map(|p| {
+                            // SAFETY: lookup pointers cover value_size (4) bytes.
+                            u32::from_le_bytes(unsafe { *p.as_ptr().cast::<[u8; 4]>() })
+                        });
+                        proptest::prop_assert_eq!(got, model.get(&key).copied());
+                    }
+                }
+            }
+            let want: Vec<_> = model.iter().map(|(k, v)| (vec![*k], v.to_le_bytes().to_vec())).collect();
+            proptest::prop_assert_eq!(m.entries(), want);
+        }
+    }
 }

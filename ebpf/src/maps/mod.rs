@@ -4,12 +4,14 @@
 //! program runs against in-process storage (this module), shared memory, or a GPU backend.
 //! A value pointer returned by [`MapOps::lookup`] stays valid for the map's lifetime, and
 //! [`MapOps::regions`] names the address ranges such pointers fall into, which is what the
-//! interpreter's memory checks allow.
+//! interpreter's memory checks allow. As in the kernel, programs on several threads access
+//! value memory through raw pointers without locks; only the map's own bookkeeping (hash
+//! index, ring buffer positions) is synchronised.
 //!
 //! | kind             | storage                                 | key            | module      |
 //! |------------------|-----------------------------------------|----------------|-------------|
-//! | `Array`          | `max_entries` values, zeroed or `init`   | `u32` index    | [`array`]   |
-//! | `PerThreadArray` | one array per thread (`thread` selects) | `u32` index    | [`array`]   |
+//! | `Array`          | `max_entries` values, zeroed or `init`   | `u32` index    | [`array`](mod@array)   |
+//! | `PerThreadArray` | one array per thread (`thread` selects) | `u32` index    | [`array`](mod@array)   |
 //! | `Hash`           | preallocated value slab + locked index  | `key_size` raw | [`hash`]    |
 //! | `RingBuf`        | power-of-two data area, 8-byte headers  | none           | [`ringbuf`] |
 

@@ -47,10 +47,11 @@ impl RawBuf {
         self.layout.size()
     }
 
-    /// Pointer to byte `off`; the caller keeps `off` in bounds.
+    /// Pointer to byte `off` (`off == len` gives the one-past-the-end pointer of an empty
+    /// record); the caller keeps `off` in bounds.
     pub(crate) fn at(&self, off: usize) -> NonNull<u8> {
-        debug_assert!(off < self.len());
-        // SAFETY: callers pass offsets inside the allocation.
+        debug_assert!(off <= self.len());
+        // SAFETY: callers pass offsets inside the allocation or one past its end.
         unsafe { self.ptr.add(off) }
     }
 
