@@ -65,7 +65,9 @@ fn parse_map(spec: &str, idx: usize) -> MapDef {
     let mut entries = 1u32;
     let mut name = format!("map{idx}");
     for kv in rest.split_whitespace() {
-        let (k, v) = kv.split_once('=').unwrap_or_else(|| panic!("bad map field {kv}"));
+        let (k, v) = kv
+            .split_once('=')
+            .unwrap_or_else(|| panic!("bad map field {kv}"));
         match k {
             "key" => key = v.parse().unwrap(),
             "value" => value = v.parse().unwrap(),
@@ -90,7 +92,11 @@ fn parse_map(spec: &str, idx: usize) -> MapDef {
             value = init.as_ref().map(|i| i.len() as u32).unwrap_or(0);
         }
         if name.starts_with("map") {
-            name = if kind_word == "rodata" { ".rodata".into() } else { ".data".into() };
+            name = if kind_word == "rodata" {
+                ".rodata".into()
+            } else {
+                ".data".into()
+            };
         }
     }
     MapDef {
@@ -115,7 +121,9 @@ fn load(path: &Path) -> Case {
     let mut error = None;
     let mut at = None;
     for line in text.lines() {
-        let Some(c) = line.trim().strip_prefix(';') else { continue };
+        let Some(c) = line.trim().strip_prefix(';') else {
+            continue;
+        };
         let c = c.trim();
         if let Some(v) = c.strip_prefix("error:") {
             error = Some(v.trim().to_string());
@@ -123,7 +131,12 @@ fn load(path: &Path) -> Case {
             at = Some(v.trim().parse().unwrap());
         } else if let Some(v) = c.strip_prefix("ctx:") {
             let v = v.trim();
-            let len = v.strip_prefix("mem").expect("ctx: mem N").trim().parse().unwrap();
+            let len = v
+                .strip_prefix("mem")
+                .expect("ctx: mem N")
+                .trim()
+                .parse()
+                .unwrap();
             opts.ctx = CtxKind::Mem { len };
         } else if let Some(v) = c.strip_prefix("max_insns:") {
             opts.max_insns = v.trim().parse().unwrap();
@@ -144,7 +157,9 @@ fn load(path: &Path) -> Case {
 }
 
 fn files(dir: &str) -> Vec<PathBuf> {
-    let d = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/verifier").join(dir);
+    let d = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/verifier")
+        .join(dir);
     let mut v: Vec<PathBuf> = std::fs::read_dir(&d)
         .unwrap()
         .map(|e| e.unwrap().path())
@@ -161,7 +176,11 @@ fn accept_corpus() {
     let mut bad = Vec::new();
     for f in &fs {
         let c = load(f);
-        assert!(c.error.is_none(), "{}: accept case with an error header", f.display());
+        assert!(
+            c.error.is_none(),
+            "{}: accept case with an error header",
+            f.display()
+        );
         match verify(&c.prog, &c.opts) {
             Ok(v) => {
                 assert!(v.insns_processed > 0);
@@ -191,7 +210,11 @@ fn reject_corpus() {
                 } else if let Some(pc) = c.at
                     && e.loc.pc != pc
                 {
-                    bad.push(format!("{}: error at pc {}, expected {pc}: {e}", f.display(), e.loc.pc));
+                    bad.push(format!(
+                        "{}: error at pc {}, expected {pc}: {e}",
+                        f.display(),
+                        e.loc.pc
+                    ));
                 }
                 // The error names location and instruction.
                 let shown = e.to_string();
@@ -204,7 +227,8 @@ fn reject_corpus() {
 
 #[test]
 fn stack_depths_and_log() {
-    let c = load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/verifier/accept/call_stack_ptr.s"));
+    let c =
+        load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/verifier/accept/call_stack_ptr.s"));
     let v = verify(&c.prog, &c.opts).unwrap();
     // main uses fp-16..fp-1 (16 bytes); the callee writes 8 bytes of its own frame.
     assert_eq!(v.stack_depths[0], (0, 16));
@@ -224,6 +248,97 @@ fn error_display_format() {
         "t.o:raw: insn 0: r0 = r5: R5 !read_ok (register read before it was written)"
     );
     assert_eq!(e.kind, ebpf::verifier::ErrorKind::Uninit);
+}
+
+/// Malformed slots the assembler cannot produce: (slots, pc, expected message).
+#[test]
+fn structural_raw_cases() {
+    let exit = Insn::new(0x95, 0, 0, 0, 0);
+    let mov0 = Insn::new(0xb7, 0, 0, 0, 0);
+    let cases: Vec<(Vec<Insn>, usize, &str)> = vec![
+        (
+            vec![mov0, Insn::new(0x00, 0, 0, 0, 0), exit],
+            1,
+            "unknown opcode 0x00",
+        ),
+        (
+            vec![Insn::new(0xff, 0, 0, 0, 0), exit],
+            0,
+            "unknown opcode 0xff",
+        ),
+        (
+            vec![Insn::new(0x3f, 0, 1, 2, 0), exit],
+            0,
+            "does not allow off = 2",
+        ),
+        (
+            vec![Insn::new(0x07, 0, 3, 0, 1), exit],
+            0,
+            "reserved field src must be 0, found 3",
+        ),
+        (
+            vec![mov0, Insn::new(0x07, 0, 0, 5, 1), exit],
+            1,
+            "reserved field off must be 0, found 5",
+        ),
+        (
+            vec![mov0, Insn::new(0x0f, 0, 1, 0, 9), exit],
+            1,
+            "reserved field imm must be 0, found 9",
+        ),
+        (
+            vec![mov0, Insn::new(0x95, 0, 0, 0, 1)],
+            1,
+            "reserved field imm must be 0, found 1",
+        ),
+        (
+            vec![Insn::new(0xb7, 11, 0, 0, 0), exit],
+            0,
+            "invalid register r11",
+        ),
+        (
+            vec![Insn::new(0xbf, 0, 13, 0, 0), exit],
+            0,
+            "invalid register r13",
+        ),
+        (
+            vec![
+                Insn::new(0x18, 0, 0, 0, 1),
+                Insn::new(0x07, 0, 0, 0, 0),
+                exit,
+            ],
+            0,
+            "second slot",
+        ),
+        (
+            vec![mov0, Insn::new(0x18, 0, 0, 0, 1)],
+            1,
+            "missing its second slot",
+        ),
+        (
+            vec![Insn::new(0x18, 0, 7, 0, 1), Insn::new(0, 0, 0, 0, 0), exit],
+            0,
+            "does not allow src = 7",
+        ),
+        (
+            vec![Insn::new(0x61, 0, 1, 0, 3), exit],
+            0,
+            "reserved field imm must be 0",
+        ),
+        (vec![], 0, "empty program"),
+    ];
+    for (insns, pc, want) in cases {
+        let prog = Program::from_insns("raw", insns.clone());
+        let e = verify(&prog, &VerifyOptions::default())
+            .err()
+            .unwrap_or_else(|| panic!("{insns:?} accepted, expected `{want}`"));
+        assert!(
+            e.msg.contains(want),
+            "{insns:?}: got `{e}`, expected `{want}`"
+        );
+        assert_eq!(e.loc.pc, pc, "{e}");
+        assert_eq!(e.kind, ebpf::verifier::ErrorKind::Structure, "{e}");
+    }
 }
 
 #[test]
@@ -264,11 +379,17 @@ fn budget_counts_processed_insns() {
         },
     )
     .unwrap_err();
-    assert!(e.msg.contains("program too complex: processed 51 instructions"), "{e}");
+    assert!(
+        e.msg
+            .contains("program too complex: processed 51 instructions"),
+        "{e}"
+    );
 }
 
 fn alu_line(op: u8, dst: u8, src: u8, imm: i32, wide: bool) -> String {
-    let ops = ["+=", "-=", "*=", "/=", "%=", "|=", "&=", "^=", "<<=", ">>=", "s>>=", "s/=", "s%=", "="];
+    let ops = [
+        "+=", "-=", "*=", "/=", "%=", "|=", "&=", "^=", "<<=", ">>=", "s>>=", "s/=", "s%=", "=",
+    ];
     let o = ops[op as usize % ops.len()];
     let r = if wide { 'r' } else { 'w' };
     if imm % 2 == 0 {

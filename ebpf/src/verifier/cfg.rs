@@ -139,7 +139,10 @@ pub fn analyze(prog: &Program) -> Result<Cfg, Fail> {
         let op = Opcode::decode(insn).map_err(|e| fail(pc, e.to_string()))?;
         for (name, r) in [("dst", insn.dst), ("src", insn.src)] {
             if r > 10 {
-                return Err(fail(pc, format!("invalid register r{r} in {name} (expected r0..r10)")));
+                return Err(fail(
+                    pc,
+                    format!("invalid register r{r} in {name} (expected r0..r10)"),
+                ));
             }
         }
         check_fields(pc, insn, op)?;
@@ -149,7 +152,10 @@ pub fn analyze(prog: &Program) -> Result<Cfg, Fail> {
         ops[pc] = Some(op);
         if let OpKind::Ld64(kind) = op.kind() {
             let Some(next) = insns.get(pc + 1) else {
-                return Err(fail(pc, "ld_imm64 in the last slot: missing its second slot"));
+                return Err(fail(
+                    pc,
+                    "ld_imm64 in the last slot: missing its second slot",
+                ));
             };
             if next.code != 0 || next.dst != 0 || next.src != 0 || next.off != 0 {
                 return Err(fail(
@@ -187,7 +193,10 @@ pub fn analyze(prog: &Program) -> Result<Cfg, Fail> {
                     ));
                 }
                 Ld64Kind::VarAddr => {
-                    return Err(fail(pc, "ld_imm64 with src=3 (BTF variable address) is not supported"));
+                    return Err(fail(
+                        pc,
+                        "ld_imm64 with src=3 (BTF variable address) is not supported",
+                    ));
                 }
             }
             middle[pc + 1] = true;
@@ -198,7 +207,10 @@ pub fn analyze(prog: &Program) -> Result<Cfg, Fail> {
                     return Err(fail(pc, format!("unknown helper {}", insn.imm)));
                 }
                 OpKind::CallKfunc => {
-                    return Err(fail(pc, format!("kfunc calls are not supported (btf id {})", insn.imm)));
+                    return Err(fail(
+                        pc,
+                        format!("kfunc calls are not supported (btf id {})", insn.imm),
+                    ));
                 }
                 _ => {}
             }
@@ -210,10 +222,16 @@ pub fn analyze(prog: &Program) -> Result<Cfg, Fail> {
     let target_of = |pc: usize, rel: i64| -> Result<usize, Fail> {
         let t = pc as i64 + rel + 1;
         if t < 0 || t >= n as i64 {
-            return Err(fail(pc, format!("jump out of range: target {t}, program has {n} slots")));
+            return Err(fail(
+                pc,
+                format!("jump out of range: target {t}, program has {n} slots"),
+            ));
         }
         if middle[t as usize] {
-            return Err(fail(pc, format!("jump into the middle of ld_imm64 at {}", t - 1)));
+            return Err(fail(
+                pc,
+                format!("jump into the middle of ld_imm64 at {}", t - 1),
+            ));
         }
         Ok(t as usize)
     };
@@ -259,7 +277,10 @@ pub fn analyze(prog: &Program) -> Result<Cfg, Fail> {
         if can_fall_through(insn, op) {
             let next = if op.is_wide() { pc + 2 } else { pc + 1 };
             if next >= n {
-                return Err(fail(pc, "falls off the end of the program: expected exit or jump"));
+                return Err(fail(
+                    pc,
+                    "falls off the end of the program: expected exit or jump",
+                ));
             }
         }
     }
@@ -278,8 +299,7 @@ pub fn analyze(prog: &Program) -> Result<Cfg, Fail> {
                 pc,
                 format!(
                     "jump from function at {} to {t} crosses into function at {}",
-                    funcs[func_of[pc]],
-                    funcs[func_of[t]]
+                    funcs[func_of[pc]], funcs[func_of[t]]
                 ),
             ));
         }

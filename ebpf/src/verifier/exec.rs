@@ -107,7 +107,7 @@ fn end_of(k: PtrKind) -> Option<PtrKind> {
 
 fn var_text(p: &Ptr, total: i64) -> String {
     match p.const_var() {
-        Some(v) => format!("{}", total + v),
+        Some(v) => format!("{}", total.wrapping_add(v)),
         None => format!("{total}+[{},{}]", p.var.smin, p.var.smax),
     }
 }
@@ -413,7 +413,10 @@ impl<'a> Explorer<'a> {
                             return Err(fail(
                                 pc,
                                 ErrorKind::Access,
-                                format!("map '{}' is a ring buffer: it has no value to address", m.name),
+                                format!(
+                                    "map '{}' is a ring buffer: it has no value to address",
+                                    m.name
+                                ),
                             ));
                         }
                         if next < 0 || next as i64 > m.value_size as i64 {
@@ -450,7 +453,10 @@ impl<'a> Explorer<'a> {
                 let base = self.read_reg(st, pc, d)?;
                 let (val, vr) = match src {
                     Src::Imm => (Reg::Scalar(Scalar::konst(insn.imm as i64 as u64)), None),
-                    Src::Reg => (self.read_reg(st, pc, insn.src as usize)?, Some(insn.src as usize)),
+                    Src::Reg => (
+                        self.read_reg(st, pc, insn.src as usize)?,
+                        Some(insn.src as usize),
+                    ),
                 };
                 self.store(st, pc, d, base, insn.off as i64, size.bytes(), val, vr)?;
                 Ok(Step::Next(pc + 1))
@@ -491,7 +497,11 @@ impl<'a> Explorer<'a> {
                 });
                 Ok(Step::Next(target))
             }
-            OpKind::CallKfunc => Err(fail(pc, ErrorKind::Structure, "kfunc calls are not supported")),
+            OpKind::CallKfunc => Err(fail(
+                pc,
+                ErrorKind::Structure,
+                "kfunc calls are not supported",
+            )),
             OpKind::Exit => self.exit(st, pc),
         }
     }
@@ -608,7 +618,11 @@ impl<'a> Explorer<'a> {
                             format!(
                                 "R{} pointer arithmetic with {} prohibited: 32-bit or sign-extending move of a pointer (type={})",
                                 insn.src,
-                                if width == Width::W32 { "32-bit mov" } else { "movsx" },
+                                if width == Width::W32 {
+                                    "32-bit mov"
+                                } else {
+                                    "movsx"
+                                },
                                 p.kind.name()
                             ),
                         ));
@@ -643,9 +657,8 @@ impl<'a> Explorer<'a> {
 
     fn ptr_alu(&mut self, pc: usize, d: usize, op: AluOp, dv: Reg, sv: Reg) -> Result<Reg, Fail> {
         match (op, dv, sv) {
-            (AluOp::Add, Reg::Ptr(p), Reg::Scalar(s)) | (AluOp::Add, Reg::Scalar(s), Reg::Ptr(p)) => {
-                self.ptr_add(pc, d, p, s, false)
-            }
+            (AluOp::Add, Reg::Ptr(p), Reg::Scalar(s))
+            | (AluOp::Add, Reg::Scalar(s), Reg::Ptr(p)) => self.ptr_add(pc, d, p, s, false),
             (AluOp::Sub, Reg::Ptr(p), Reg::Scalar(s)) => self.ptr_add(pc, d, p, s, true),
             (AluOp::Sub, Reg::Ptr(a), Reg::Ptr(b)) => {
                 let same = match (a.kind, b.kind) {
@@ -665,9 +678,9 @@ impl<'a> Explorer<'a> {
                     ));
                 }
                 let diff = match (a.const_var(), b.const_var()) {
-                    (Some(x), Some(y)) if a.kind == b.kind && a.id == b.id => Some(
-                        (a.off + x).wrapping_sub(b.off + y),
-                    ),
+                    (Some(x), Some(y)) if a.kind == b.kind && a.id == b.id => {
+                        Some(a.off.wrapping_add(x).wrapping_sub(b.off.wrapping_add(y)))
+                    }
                     _ => None,
                 };
                 Ok(Reg::Scalar(match diff {
@@ -696,7 +709,14 @@ impl<'a> Explorer<'a> {
         }
     }
 
-    fn ptr_add(&mut self, pc: usize, d: usize, mut p: Ptr, s: Scalar, neg: bool) -> Result<Reg, Fail> {
+    fn ptr_add(
+        &mut self,
+        pc: usize,
+        d: usize,
+        mut p: Ptr,
+        s: Scalar,
+        neg: bool,
+    ) -> Result<Reg, Fail> {
         let name = p.kind.name();
         match p.kind {
             PtrKind::Map { .. } | PtrKind::DataEnd | PtrKind::OutEnd => {
@@ -717,9 +737,13 @@ impl<'a> Explorer<'a> {
         }
         if let Some(c) = s.as_const() {
             let c = c as i64;
-            let off = if neg { p.off.checked_sub(c) } else { p.off.checked_add(c) };
+            let off = if neg {
+                p.off.checked_sub(c)
+            } else {
+                p.off.checked_add(c)
+            };
             match off {
-                Some(o) if o.abs() <= MAX_VAR_OFF => p.off = o,
+                Some(o) if o.unsigned_abs() <= MAX_VAR_OFF as u64 => p.off = o,
                 _ => {
                     return Err(fail(
                         pc,
@@ -747,6 +771,10 @@ impl<'a> Explorer<'a> {
             ..p.var.alu(op, Width::W64, &s)
         };
         if p.kind.is_pkt() {
+            if p.id == 0 {
+                // Var-less pointers measure their range from the region start.
+                p.base_range = p.range;
+            }
             p.id = self.fresh_id();
             p.range = 0;
         }
@@ -793,7 +821,14 @@ impl<'a> Explorer<'a> {
     }
 
     /// Checks an access to data/out against the range proven by bounds checks.
-    pub(super) fn pkt_bounds(&self, pc: usize, r: usize, p: &Ptr, off: i64, size: u64) -> Result<(), Fail> {
+    pub(super) fn pkt_bounds(
+        &self,
+        pc: usize,
+        r: usize,
+        p: &Ptr,
+        off: i64,
+        size: u64,
+    ) -> Result<(), Fail> {
         let (what, end) = if p.kind == PtrKind::Data {
             ("input data", "data_end")
         } else {
@@ -811,7 +846,8 @@ impl<'a> Explorer<'a> {
         }
         let lo = p.off + off;
         let hi = lo + size as i64;
-        if lo + p.var.smin < 0 || hi > p.range as i64 {
+        let in_range = hi <= p.range as i64 || hi + p.var.smax <= p.base_range as i64;
+        if lo + p.var.smin < 0 || !in_range {
             return Err(fail(
                 pc,
                 ErrorKind::Access,
@@ -825,7 +861,13 @@ impl<'a> Explorer<'a> {
         Ok(())
     }
 
-    pub(super) fn check_ref_live(&self, st: &State, pc: usize, r: usize, p: &Ptr) -> Result<(), Fail> {
+    pub(super) fn check_ref_live(
+        &self,
+        st: &State,
+        pc: usize,
+        r: usize,
+        p: &Ptr,
+    ) -> Result<(), Fail> {
         if p.ref_id != 0 && !st.refs.iter().any(|(id, _)| *id == p.ref_id) {
             return Err(fail(
                 pc,
@@ -881,17 +923,31 @@ impl<'a> Explorer<'a> {
             return Err(self.not_ptr(pc, r, &base));
         };
         match p.kind {
-            PtrKind::MapValueOrNull { .. } | PtrKind::MemOrNull { .. } => Err(self.null_deref(pc, r, &p)),
+            PtrKind::MapValueOrNull { .. } | PtrKind::MemOrNull { .. } => {
+                Err(self.null_deref(pc, r, &p))
+            }
             PtrKind::Map { .. } | PtrKind::DataEnd | PtrKind::OutEnd => Err(fail(
                 pc,
                 ErrorKind::Access,
-                format!("R{r} invalid memory access: {} cannot be dereferenced", p.kind.name()),
+                format!(
+                    "R{r} invalid memory access: {} cannot be dereferenced",
+                    p.kind.name()
+                ),
             )),
             PtrKind::Ctx => self.ctx_load(pc, &p, off, size, sx),
             PtrKind::Stack { frame } => self.stack_read(st, pc, frame as usize, &p, off, size, sx),
             PtrKind::MapValue { map } => {
                 let m = &self.prog.maps[map as usize];
-                self.bounds(pc, r, &p, off, size as u64, m.value_size as u64, "map value", "value_size")?;
+                self.bounds(
+                    pc,
+                    r,
+                    &p,
+                    off,
+                    size as u64,
+                    m.value_size as u64,
+                    "map value",
+                    "value_size",
+                )?;
                 if !m.writable_by_prog()
                     && let (Some(init), Some(v)) = (&m.init, p.const_var())
                 {
@@ -976,8 +1032,13 @@ impl<'a> Explorer<'a> {
         sx: bool,
     ) -> Result<Reg, Fail> {
         let sz = size as i64;
-        let (lo, hi) = (p.off + off + p.var.smin, p.off + off + p.var.smax + sz);
-        if p.var.smin < -MAX_VAR_OFF || p.var.smax > MAX_VAR_OFF || lo < -(STACK_SIZE as i64) || hi > 0 {
+        let bounded = p.var.smin >= -MAX_VAR_OFF && p.var.smax <= MAX_VAR_OFF;
+        let (lo, hi) = if bounded {
+            (p.off + off + p.var.smin, p.off + off + p.var.smax + sz)
+        } else {
+            (i64::MIN, i64::MAX)
+        };
+        if !bounded || lo < -(STACK_SIZE as i64) || hi > 0 {
             return Err(fail(
                 pc,
                 ErrorKind::Access,
@@ -1057,8 +1118,8 @@ impl<'a> Explorer<'a> {
                 ),
             ));
         };
-        let o = p.off + off + v;
-        if o < -(STACK_SIZE as i64) || o + size as i64 > 0 {
+        let o = p.off.saturating_add(off).saturating_add(v);
+        if o < -(STACK_SIZE as i64) || o.saturating_add(size as i64) > 0 {
             return Err(fail(
                 pc,
                 ErrorKind::Access,
@@ -1081,7 +1142,9 @@ impl<'a> Explorer<'a> {
                 return Err(fail(
                     pc,
                     ErrorKind::Pointer,
-                    format!("partial or misaligned spill of a pointer prohibited (off {o}, size {size})"),
+                    format!(
+                        "partial or misaligned spill of a pointer prohibited (off {o}, size {size})"
+                    ),
                 ));
             }
         }
@@ -1133,7 +1196,9 @@ impl<'a> Explorer<'a> {
             Ok(())
         };
         match p.kind {
-            PtrKind::MapValueOrNull { .. } | PtrKind::MemOrNull { .. } => Err(self.null_deref(pc, r, &p)),
+            PtrKind::MapValueOrNull { .. } | PtrKind::MemOrNull { .. } => {
+                Err(self.null_deref(pc, r, &p))
+            }
             PtrKind::Ctx => Err(fail(
                 pc,
                 ErrorKind::Access,
@@ -1147,20 +1212,37 @@ impl<'a> Explorer<'a> {
             PtrKind::Map { .. } | PtrKind::DataEnd | PtrKind::OutEnd => Err(fail(
                 pc,
                 ErrorKind::Access,
-                format!("R{r} invalid memory access: {} cannot be dereferenced", p.kind.name()),
+                format!(
+                    "R{r} invalid memory access: {} cannot be dereferenced",
+                    p.kind.name()
+                ),
             )),
-            PtrKind::Stack { frame } => self.stack_write(st, pc, frame as usize, &p, off, size, val),
+            PtrKind::Stack { frame } => {
+                self.stack_write(st, pc, frame as usize, &p, off, size, val)
+            }
             PtrKind::MapValue { map } => {
                 let m = &self.prog.maps[map as usize];
                 if !m.writable_by_prog() {
                     return Err(fail(
                         pc,
                         ErrorKind::Access,
-                        format!("cannot write into read-only map '{}' (read-only global data)", m.name),
+                        format!(
+                            "cannot write into read-only map '{}' (read-only global data)",
+                            m.name
+                        ),
                     ));
                 }
                 leak("map value")?;
-                self.bounds(pc, r, &p, off, size as u64, m.value_size as u64, "map value", "value_size")
+                self.bounds(
+                    pc,
+                    r,
+                    &p,
+                    off,
+                    size as u64,
+                    m.value_size as u64,
+                    "map value",
+                    "value_size",
+                )
             }
             PtrKind::Out => {
                 leak("output")?;
@@ -1241,10 +1323,22 @@ impl<'a> Explorer<'a> {
                     return Err(fail(
                         pc,
                         ErrorKind::Access,
-                        format!("cannot write into read-only map '{}' (read-only global data)", m.name),
+                        format!(
+                            "cannot write into read-only map '{}' (read-only global data)",
+                            m.name
+                        ),
                     ));
                 }
-                self.bounds(pc, d, &p, off, size as u64, m.value_size as u64, "map value", "value_size")?;
+                self.bounds(
+                    pc,
+                    d,
+                    &p,
+                    off,
+                    size as u64,
+                    m.value_size as u64,
+                    "map value",
+                    "value_size",
+                )?;
                 if misaligned {
                     return Err(self.misaligned(pc, &p, off, size));
                 }
@@ -1274,7 +1368,11 @@ impl<'a> Explorer<'a> {
             }
         }
         if fetch {
-            let r = if op == crate::isa::AtomicOp::Cmpxchg { 0 } else { s };
+            let r = if op == crate::isa::AtomicOp::Cmpxchg {
+                0
+            } else {
+                s
+            };
             st.cur_mut().regs[r] = Reg::Scalar(unknown);
         }
         Ok(())
@@ -1312,7 +1410,10 @@ impl<'a> Explorer<'a> {
                 };
                 (Reg::Scalar(Scalar::konst(v)), None)
             }
-            Src::Reg => (self.read_reg(st, pc, insn.src as usize)?, Some(insn.src as usize)),
+            Src::Reg => (
+                self.read_reg(st, pc, insn.src as usize)?,
+                Some(insn.src as usize),
+            ),
         };
         match (a, b) {
             (Reg::Scalar(x), Reg::Scalar(y)) => {
@@ -1372,7 +1473,10 @@ impl<'a> Explorer<'a> {
                     return Err(fail(
                         pc,
                         ErrorKind::Pointer,
-                        format!("32-bit comparison of a pointer prohibited ({})", p.kind.name()),
+                        format!(
+                            "32-bit comparison of a pointer prohibited ({})",
+                            p.kind.name()
+                        ),
                     ));
                 }
                 if y.as_const() != Some(0) {

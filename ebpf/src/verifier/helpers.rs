@@ -32,9 +32,8 @@ fn kind_name(k: MapKind) -> &'static str {
 
 impl Explorer<'_> {
     pub(super) fn call_helper(&mut self, st: &mut State, pc: usize, id: i32) -> Result<Step, Fail> {
-        let proto = helpers::proto(id).ok_or_else(|| {
-            fail(pc, ErrorKind::Structure, format!("unknown helper {id}"))
-        })?;
+        let proto = helpers::proto(id)
+            .ok_or_else(|| fail(pc, ErrorKind::Structure, format!("unknown helper {id}")))?;
         let hname = proto.name;
         let mut map: Option<u32> = None;
         let mut ref_arg: Option<u32> = None;
@@ -87,7 +86,11 @@ impl Explorer<'_> {
                                 "R{r} map '{}' of kind {} is not allowed for {hname} (expected {})",
                                 md.name,
                                 kind_name(md.kind),
-                                if rb_helper { "a ringbuf map" } else { "a hash or array map" }
+                                if rb_helper {
+                                    "a ringbuf map"
+                                } else {
+                                    "a hash or array map"
+                                }
                             ),
                         ));
                     }
@@ -125,7 +128,15 @@ impl Explorer<'_> {
                     self.check_size(pc, r, &s)?;
                 }
                 ArgType::WriteU64 => {
-                    self.helper_mem(st, pc, r, reg, 8, true, "pointer to 8 writable bytes (u64 *)")?;
+                    self.helper_mem(
+                        st,
+                        pc,
+                        r,
+                        reg,
+                        8,
+                        true,
+                        "pointer to 8 writable bytes (u64 *)",
+                    )?;
                 }
                 ArgType::ConstStr => self.const_str(pc, r, reg)?,
                 ArgType::RingbufMem => {
@@ -275,8 +286,8 @@ impl Explorer<'_> {
                         format!("R{r} variable-offset stack pointer passed as {what}"),
                     ));
                 };
-                let o = p.off + v;
-                if o < -(STACK_SIZE as i64) || o + size as i64 > 0 {
+                let o = p.off.saturating_add(v);
+                if o < -(STACK_SIZE as i64) || o.saturating_add(size as i64) > 0 {
                     return Err(fail(
                         pc,
                         ErrorKind::Access,
@@ -298,7 +309,9 @@ impl Explorer<'_> {
                                 return Err(fail(
                                     pc,
                                     ErrorKind::Pointer,
-                                    format!("R{r} helper would overwrite part of a spilled pointer"),
+                                    format!(
+                                        "R{r} helper would overwrite part of a spilled pointer"
+                                    ),
                                 ));
                             }
                             let mut bytes = slot.bytes();
@@ -337,10 +350,22 @@ impl Explorer<'_> {
                     return Err(fail(
                         pc,
                         ErrorKind::Access,
-                        format!("cannot write into read-only map '{}' (read-only global data)", m.name),
+                        format!(
+                            "cannot write into read-only map '{}' (read-only global data)",
+                            m.name
+                        ),
                     ));
                 }
-                self.bounds(pc, r, &p, 0, size, m.value_size as u64, "map value", "value_size")
+                self.bounds(
+                    pc,
+                    r,
+                    &p,
+                    0,
+                    size,
+                    m.value_size as u64,
+                    "map value",
+                    "value_size",
+                )
             }
             PtrKind::Data if write => Err(fail(
                 pc,
@@ -393,13 +418,16 @@ impl Explorer<'_> {
                 format!("R{r} {expected}: the offset must be constant, found {var}"),
             ));
         };
-        let o = off + v as i64;
+        let o = off.saturating_add(v as i64);
         let vs = md.value_size as i64;
         if o < 0 || o >= vs {
             return Err(fail(
                 pc,
                 ErrorKind::Access,
-                format!("R{r} string offset {o} outside the value of '{}' ({vs} bytes)", md.name),
+                format!(
+                    "R{r} string offset {o} outside the value of '{}' ({vs} bytes)",
+                    md.name
+                ),
             ));
         }
         let init = md.init.as_deref().unwrap_or(&[]);

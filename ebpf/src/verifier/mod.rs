@@ -127,9 +127,13 @@ pub(crate) struct Fail {
 }
 
 /// Verifies `prog`.
+// The error type is the skeleton's public API (others match on its fields); it is built once
+// per rejected program, so its size does not matter.
+#[allow(clippy::result_large_err)]
 pub fn verify(prog: &Program, opts: &VerifyOptions) -> Result<Verified, VerifyError> {
     let mut trail = log::Trail::new(opts.log);
-    let result = cfg::analyze(prog).and_then(|cfg| exec::Explorer::new(prog, opts, cfg, &mut trail).run());
+    let result =
+        cfg::analyze(prog).and_then(|cfg| exec::Explorer::new(prog, opts, cfg, &mut trail).run());
     match result {
         Ok(mut v) => {
             v.log = trail.finish(&format!(

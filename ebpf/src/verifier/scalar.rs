@@ -360,8 +360,8 @@ impl Scalar {
     }
 
     fn div(&self, b: &Scalar) -> Scalar {
-        if b.umin > 0 {
-            Scalar::urange(self.umin / b.umax, self.umax / b.umin)
+        if let Some(hi) = self.umax.checked_div(b.umin) {
+            Scalar::urange(self.umin / b.umax, hi)
         } else {
             // Division by zero gives 0.
             Scalar::urange(0, self.umax)
@@ -735,7 +735,10 @@ impl std::fmt::Display for Scalar {
             parts.push(format!("smax={}", self.smax));
         }
         if self.tn != Tnum::UNKNOWN && self.tn != Tnum::range(self.umin, self.umax) {
-            parts.push(format!("var_off=({:#x}; {:#x})", self.tn.value, self.tn.mask));
+            parts.push(format!(
+                "var_off=({:#x}; {:#x})",
+                self.tn.value, self.tn.mask
+            ));
         }
         write!(f, "{})", parts.join(","))
     }
@@ -773,7 +776,17 @@ mod tests {
 
     #[test]
     fn alu_sound_on_samples() {
-        let samples = [0u64, 1, 7, 255, 256, 1 << 31, u32::MAX as u64, 1 << 63, u64::MAX];
+        let samples = [
+            0u64,
+            1,
+            7,
+            255,
+            256,
+            1 << 31,
+            u32::MAX as u64,
+            1 << 63,
+            u64::MAX,
+        ];
         let ops = [
             AluOp::Add,
             AluOp::Sub,

@@ -82,7 +82,10 @@ impl PtrKind {
 
     /// Whether the pointer may be NULL.
     pub fn or_null(self) -> bool {
-        matches!(self, PtrKind::MapValueOrNull { .. } | PtrKind::MemOrNull { .. })
+        matches!(
+            self,
+            PtrKind::MapValueOrNull { .. } | PtrKind::MemOrNull { .. }
+        )
     }
 }
 
@@ -99,6 +102,10 @@ pub struct Ptr {
     pub id: u32,
     /// Bytes proven accessible past `base + var` (data/out pointers).
     pub range: u64,
+    /// Bytes proven accessible past the region start itself, remembered when a variable
+    /// part was added (data/out pointers): access is fine while `off + var.max + size`
+    /// stays within it.
+    pub base_range: u64,
     /// Reference id for ring buffer memory (0: not a reference).
     pub ref_id: u32,
 }
@@ -112,6 +119,7 @@ impl Ptr {
             var: Scalar::konst(0),
             id: 0,
             range: 0,
+            base_range: 0,
             ref_id: 0,
         }
     }
@@ -179,6 +187,9 @@ impl std::fmt::Display for Reg {
                 }
                 if p.kind.is_pkt() {
                     write!(f, ",r={}", p.range)?;
+                    if p.base_range != 0 {
+                        write!(f, ",base_r={}", p.base_range)?;
+                    }
                 }
                 if p.ref_id != 0 {
                     write!(f, ",ref={}", p.ref_id)?;
@@ -275,7 +286,9 @@ impl State {
 
     /// The current frame, mutably.
     pub fn cur_mut(&mut self) -> &mut Frame {
-        self.frames.last_mut().expect("a state has at least one frame")
+        self.frames
+            .last_mut()
+            .expect("a state has at least one frame")
     }
 
     /// Applies `f` to every register and spilled register in every frame.
@@ -391,9 +404,9 @@ impl Cmp {
                     a.var.contains(&b.var)
                 };
                 let range_ok = if self.exact {
-                    a.range == b.range
+                    a.range == b.range && a.base_range == b.base_range
                 } else {
-                    b.range >= a.range
+                    b.range >= a.range && b.base_range >= a.base_range
                 };
                 var_ok
                     && range_ok

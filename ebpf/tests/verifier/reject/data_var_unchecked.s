@@ -1,4 +1,4 @@
-; error: proven range=0
+; error: invalid access to input data: off=1+[0,7] size=2, proven range=0
 ; at: 9
   r2 = *(u64 *)(r1 + 0)
   r3 = *(u64 *)(r1 + 8)
@@ -9,7 +9,7 @@
   r5 &= 7
   r2 += r5
   r0 = 0
-  r0 = *(u8 *)(r2 + 0)
+  r0 = *(u16 *)(r2 + 1)
 out:
   r0 = 0
   exit
