@@ -358,6 +358,10 @@ fn straight_line_4096_is_fast() {
     let t = std::time::Instant::now();
     let v = verify(&prog, &VerifyOptions::default()).unwrap();
     let dt = t.elapsed();
+    eprintln!(
+        "{} straight-line insns verified in {dt:?}",
+        prog.insns.len()
+    );
     assert_eq!(v.insns_processed, prog.insns.len());
     // 100 ms is the target in release builds; debug builds get headroom.
     let limit = if cfg!(debug_assertions) { 1000 } else { 100 };

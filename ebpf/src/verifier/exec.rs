@@ -169,10 +169,18 @@ impl<'a> Explorer<'a> {
             mut parent,
         }) = work.pop()
         {
+            if self.trail.on() && self.processed > 0 {
+                self.trail
+                    .push(format!("-- resuming a pending branch at {pc}"));
+            }
             loop {
                 if self.cfg.prune[pc] {
                     match self.visit(&st, pc, parent)? {
                         Visit::Pruned => {
+                            if self.trail.on() {
+                                self.trail
+                                    .push(format!("{pc}: safe (covered by an explored state)"));
+                            }
                             self.finish(parent);
                             break;
                         }

@@ -811,7 +811,7 @@ mod tests {
                     for op in ops {
                         for w in [Width::W64, Width::W32] {
                             let r = a.alu(op, w, &Scalar::konst(k));
-                            for v in [lo, hi, lo / 2 + hi / 2] {
+                            for v in [lo, hi, lo + (hi - lo) / 2, lo + (hi - lo) / 3] {
                                 let c = alu_concrete(op, w, v, k);
                                 assert!(members(&r, c), "{op:?} {w:?} {v} {k}: {r:?} lacks {c}");
                             }
@@ -819,6 +819,109 @@ mod tests {
                     }
                 }
             }
+        }
+    }
+
+    fn pick(lo: u64, hi: u64, t: u64) -> u64 {
+        if hi - lo == u64::MAX {
+            t
+        } else {
+            lo + t % (hi - lo + 1)
+        }
+    }
+
+    fn interesting() -> impl Strategy<Value = u64> {
+        prop_oneof![
+            0u64..300,
+            any::<u64>(),
+            (0u32..64).prop_map(|k| 1u64 << k),
+            (0u32..64).prop_map(|k| (1u64 << k).wrapping_sub(1)),
+            (0u64..300).prop_map(|v| v.wrapping_neg()),
+        ]
+    }
+
+    const OPS: [AluOp; 18] = [
+        AluOp::Add,
+        AluOp::Sub,
+        AluOp::Mul,
+        AluOp::Div,
+        AluOp::Sdiv,
+        AluOp::Or,
+        AluOp::And,
+        AluOp::Lsh,
+        AluOp::Rsh,
+        AluOp::Neg,
+        AluOp::Mod,
+        AluOp::Smod,
+        AluOp::Xor,
+        AluOp::Mov,
+        AluOp::Movsx8,
+        AluOp::Movsx16,
+        AluOp::Movsx32,
+        AluOp::Arsh,
+    ];
+
+    const CONDS: [JmpCond; 11] = [
+        JmpCond::Eq,
+        JmpCond::Gt,
+        JmpCond::Ge,
+        JmpCond::Set,
+        JmpCond::Ne,
+        JmpCond::Sgt,
+        JmpCond::Sge,
+        JmpCond::Lt,
+        JmpCond::Le,
+        JmpCond::Slt,
+        JmpCond::Sle,
+    ];
+
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(3000))]
+
+        /// Every concrete result of an operation on members is a member of the abstract result.
+        #[test]
+        fn alu_is_sound(
+            a in (interesting(), interesting()), b in (interesting(), interesting()),
+            ta in any::<u64>(), tb in any::<u64>(), and_mask in interesting(),
+            op in 0usize..18, w64 in any::<bool>(),
+        ) {
+            let (alo, ahi) = (a.0.min(a.1), a.0.max(a.1));
+            let (blo, bhi) = (b.0.min(b.1), b.0.max(b.1));
+            // Tnum-shaped inputs too: the range masked by a constant.
+            let sa = Scalar::urange(alo, ahi).alu(AluOp::And, Width::W64, &Scalar::konst(and_mask));
+            let sb = Scalar::urange(blo, bhi);
+            let x = pick(alo, ahi, ta) & and_mask;
+            let y = pick(blo, bhi, tb);
+            prop_assert!(members(&sa, x));
+            prop_assert!(members(&sb, y));
+            let op = OPS[op];
+            let w = if w64 { Width::W64 } else { Width::W32 };
+            if w == Width::W32 && op == AluOp::Movsx32 {
+                return Ok(());
+            }
+            let r = sa.alu(op, w, &sb);
+            let c = alu_concrete(op, w, x, y);
+            prop_assert!(members(&r, c), "{:?} {:?} {} {}: {:?} lacks {}", op, w, x, y, r, c);
+        }
+
+        /// Refinement never drops a pair of members for which the outcome holds.
+        #[test]
+        fn refine_is_sound(
+            a in (interesting(), interesting()), b in (interesting(), interesting()),
+            ta in any::<u64>(), tb in any::<u64>(), cond in 0usize..11,
+        ) {
+            let (alo, ahi) = (a.0.min(a.1), a.0.max(a.1));
+            let (blo, bhi) = (b.0.min(b.1), b.0.max(b.1));
+            let (sa, sb) = (Scalar::urange(alo, ahi), Scalar::urange(blo, bhi));
+            let (x, y) = (pick(alo, ahi, ta), pick(blo, bhi, tb));
+            let cond = CONDS[cond];
+            let holds = cond.eval64(x, y);
+            let r = refine(cond, &sa, &sb, holds);
+            prop_assert!(r.is_some(), "{:?} {} {} holds={} pruned", cond, x, y, holds);
+            let (ra, rb) = r.unwrap();
+            prop_assert!(members(&ra, x) && members(&rb, y), "{:?} {} {}: {:?} {:?}", cond, x, y, ra, rb);
         }
     }
 }
