@@ -1105,6 +1105,59 @@ impl<'a> Explorer<'a> {
         }))
     }
 
+    /// A write at a variable stack offset: every byte it may touch becomes initialized
+    /// data (as for privileged Linux programs); pointers cannot be stored this way.
+    #[allow(clippy::too_many_arguments)]
+    fn stack_write_var(
+        &mut self,
+        st: &mut State,
+        pc: usize,
+        frame: usize,
+        p: &Ptr,
+        off: i64,
+        size: usize,
+        val: Reg,
+    ) -> Result<(), Fail> {
+        let bounded = p.var.smin >= -MAX_VAR_OFF && p.var.smax <= MAX_VAR_OFF;
+        let lo = p.off + off + p.var.smin;
+        let hi = p.off + off + p.var.smax + size as i64;
+        if !bounded || lo < -(STACK_SIZE as i64) || hi > 0 {
+            return Err(fail(
+                pc,
+                ErrorKind::Access,
+                format!(
+                    "invalid write to stack off {} size {size}: outside the {STACK_SIZE}-byte frame",
+                    var_text(p, p.off + off)
+                ),
+            ));
+        }
+        if let Reg::Ptr(vp) = val {
+            return Err(fail(
+                pc,
+                ErrorKind::Pointer,
+                format!(
+                    "spill of a pointer ({}) at a variable stack offset prohibited",
+                    vp.kind.name()
+                ),
+            ));
+        }
+        self.note_depth(st, frame, lo);
+        let zero = matches!(val, Reg::Scalar(s) if s.as_const() == Some(0));
+        let fr = &mut st.frames[frame];
+        for i in lo..hi {
+            let (idx, b) = slot_of(i);
+            let slot = fr.slot_mut(idx);
+            let mut bytes = slot.bytes();
+            bytes[b] = if zero && bytes[b] == ByteKind::Zero {
+                ByteKind::Zero
+            } else {
+                ByteKind::Misc
+            };
+            *slot = Slot::Bytes(bytes);
+        }
+        Ok(())
+    }
+
     #[allow(clippy::too_many_arguments)]
     pub(super) fn stack_write(
         &mut self,
@@ -1117,14 +1170,7 @@ impl<'a> Explorer<'a> {
         val: Reg,
     ) -> Result<(), Fail> {
         let Some(v) = p.const_var() else {
-            return Err(fail(
-                pc,
-                ErrorKind::Access,
-                format!(
-                    "invalid write to stack off {} size {size}: variable-offset stack writes are not supported",
-                    var_text(p, p.off + off)
-                ),
-            ));
+            return self.stack_write_var(st, pc, frame, p, off, size, val);
         };
         let o = p.off.saturating_add(off).saturating_add(v);
         if o < -(STACK_SIZE as i64) || o.saturating_add(size as i64) > 0 {

@@ -279,30 +279,32 @@ impl Explorer<'_> {
             )),
             PtrKind::Stack { frame } => {
                 let frame = frame as usize;
-                let Some(v) = p.const_var() else {
-                    return Err(fail(
-                        pc,
-                        ErrorKind::Helper,
-                        format!("R{r} variable-offset stack pointer passed as {what}"),
-                    ));
+                let bounded = p.var.smin >= -MAX_VAR_OFF && p.var.smax <= MAX_VAR_OFF;
+                let (o, hi) = if bounded {
+                    (p.off + p.var.smin, p.off + p.var.smax + size as i64)
+                } else {
+                    (i64::MIN, i64::MAX)
                 };
-                let o = p.off.saturating_add(v);
-                if o < -(STACK_SIZE as i64) || o.saturating_add(size as i64) > 0 {
+                if o < -(STACK_SIZE as i64) || hi > 0 {
+                    let at = match p.const_var() {
+                        Some(v) => format!("{}", p.off.wrapping_add(v)),
+                        None => format!("{}+[{},{}]", p.off, p.var.smin, p.var.smax),
+                    };
                     return Err(fail(
                         pc,
                         ErrorKind::Access,
                         format!(
-                            "invalid stack access off {o} size {size} for R{r} ({what}): outside the {STACK_SIZE}-byte frame"
+                            "invalid stack access off {at} size {size} for R{r} ({what}): outside the {STACK_SIZE}-byte frame"
                         ),
                     ));
                 }
                 self.note_depth(st, frame, o);
                 let fr = &mut st.frames[frame];
                 if write {
-                    if size == 8 && o % 8 == 0 {
+                    if size == 8 && o % 8 == 0 && p.const_var().is_some() {
                         *fr.slot_mut(slot_of(o).0) = Slot::Spill(Reg::Scalar(Scalar::unknown()));
                     } else {
-                        for i in o..o + size as i64 {
+                        for i in o..hi {
                             let (idx, b) = slot_of(i);
                             let slot = fr.slot_mut(idx);
                             if let Slot::Spill(Reg::Ptr(_)) = slot {
@@ -321,7 +323,7 @@ impl Explorer<'_> {
                     }
                     return Ok(());
                 }
-                for i in o..o + size as i64 {
+                for i in o..hi {
                     let (idx, b) = slot_of(i);
                     let slot = fr.slot(idx);
                     if let Slot::Spill(Reg::Ptr(_)) = slot {
