@@ -1067,6 +1067,27 @@ impl<'a> Explorer<'a> {
             {
                 return Ok(reg);
             }
+            // The low bytes of a spilled scalar (little-endian) keep its bounds when they
+            // hold the whole value.
+            if size < 8
+                && b == 0
+                && let Slot::Spill(Reg::Scalar(sc)) = fr.slot(idx)
+            {
+                let bits = 8 * size as u32;
+                let lim = if sx { 1u64 << (bits - 1) } else { 1u64 << bits };
+                if sc.umax < lim {
+                    return Ok(Reg::Scalar(Scalar { id: 0, ..sc }));
+                }
+                if let Some(c) = sc.as_const() {
+                    let sh = 64 - bits;
+                    let v = if sx {
+                        (((c << sh) as i64) >> sh) as u64
+                    } else {
+                        (c << sh) >> sh
+                    };
+                    return Ok(Reg::Scalar(Scalar::konst(v)));
+                }
+            }
         }
         let mut all_zero = true;
         for o in lo..hi {
