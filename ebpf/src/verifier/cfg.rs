@@ -12,12 +12,13 @@
 //! | jumps land on instructions              | `jump out of range`, `jump into the middle of ld_imm64` |
 //! | no fall-through off the end / into the next function, no jump across functions |  |
 //!
-//! It also finds the functions (slot 0 and every `call pc+N` target) and the prune points
-//! (jump targets, the slot after a conditional jump, call return sites, function entries).
+//! It also finds the functions (slot 0 and every `call pc+N` target), the prune points
+//! (jump targets, the slot after a conditional jump, call return sites, function entries)
+//! and register liveness per slot (for state comparison).
 
 use super::{ErrorKind, Fail};
 use crate::helpers;
-use crate::isa::{Discr, Insn, Ld64Kind, OpKind, Opcode, Src};
+use crate::isa::{AluOp, AtomicOp, Discr, Insn, Ld64Kind, OpKind, Opcode, Src};
 use crate::program::Program;
 
 /// Result of the structural pass.
@@ -30,6 +31,9 @@ pub struct Cfg {
     pub func_of: Vec<usize>,
     /// Whether states are checkpointed at this pc.
     pub prune: Vec<bool>,
+    /// Registers live on entry to each pc (bit `r`): read on some path before being
+    /// written. Dead registers are ignored when comparing states.
+    pub live: Vec<u16>,
 }
 
 fn fail(pc: usize, msg: impl Into<String>) -> Fail {
@@ -317,10 +321,93 @@ pub fn analyze(prog: &Program) -> Result<Cfg, Fail> {
         }
         prune[start] = true;
     }
+    let live = liveness(insns, &ops);
     Ok(Cfg {
         ops,
         funcs,
         func_of,
         prune,
+        live,
     })
+}
+
+/// Registers an instruction reads and writes, as bit masks.
+fn use_def(insn: &Insn, op: Opcode) -> (u16, u16) {
+    let d = 1u16 << insn.dst;
+    let s = 1u16 << insn.src;
+    let args = 0b11_1110u16;
+    match op.kind() {
+        OpKind::Alu { op, src, .. } => {
+            let reads_dst = !matches!(
+                op,
+                AluOp::Mov | AluOp::Movsx8 | AluOp::Movsx16 | AluOp::Movsx32
+            );
+            let mut u = if reads_dst { d } else { 0 };
+            if src == Src::Reg {
+                u |= s;
+            }
+            (u, d)
+        }
+        OpKind::End { .. } => (d, d),
+        OpKind::Ld64(_) => (0, d),
+        OpKind::Load { .. } => (s, d),
+        OpKind::Store { src, .. } => (if src == Src::Reg { d | s } else { d }, 0),
+        OpKind::Atomic { op, fetch, .. } => {
+            if op == AtomicOp::Cmpxchg {
+                (d | s | 1, 1)
+            } else if fetch {
+                (d | s, s)
+            } else {
+                (d | s, 0)
+            }
+        }
+        OpKind::Ja | OpKind::JaLong => (0, 0),
+        OpKind::Jmp { src, .. } => (if src == Src::Reg { d | s } else { d }, 0),
+        OpKind::Call => {
+            let mut u = 0;
+            if let Some(p) = helpers::proto(insn.imm) {
+                for (i, a) in p.args.iter().enumerate() {
+                    if *a != helpers::ArgType::None {
+                        u |= 1 << (i + 1);
+                    }
+                }
+            }
+            (u, args | 1)
+        }
+        OpKind::CallLocal | OpKind::CallKfunc => (args, args | 1),
+        OpKind::Exit => (1, 0),
+    }
+}
+
+/// Backward liveness over all slots (each function on its own; a call reads r1..r5).
+fn liveness(insns: &[Insn], ops: &[Option<Opcode>]) -> Vec<u16> {
+    let n = insns.len();
+    let mut live = vec![0u16; n];
+    let fp = 1u16 << 10;
+    let mut changed = true;
+    while changed {
+        changed = false;
+        for pc in (0..n).rev() {
+            let Some(op) = ops[pc] else { continue };
+            let insn = &insns[pc];
+            let next = if op.is_wide() { pc + 2 } else { pc + 1 };
+            let get = |t: usize| live.get(t).copied().unwrap_or(0);
+            let target = |rel: i64| (pc as i64 + rel + 1) as usize;
+            let out = match op.kind() {
+                OpKind::Exit => 0,
+                OpKind::Ja => get(target(insn.off as i64)),
+                OpKind::JaLong => get(target(insn.imm as i64)),
+                OpKind::Jmp { .. } => get(next) | get(target(insn.off as i64)),
+                OpKind::Call if helpers::proto(insn.imm).is_some_and(|p| p.terminates) => 0,
+                _ => get(next),
+            };
+            let (u, d) = use_def(insn, op);
+            let inn = u | (out & !d) | fp;
+            if inn != live[pc] {
+                live[pc] = inn;
+                changed = true;
+            }
+        }
+    }
+    live
 }

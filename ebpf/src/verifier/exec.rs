@@ -245,13 +245,25 @@ impl<'a> Explorer<'a> {
     }
 
     fn visit(&mut self, st: &State, pc: usize, parent: Option<usize>) -> Result<Visit, Fail> {
+        // Live registers per frame: the top frame at `pc`, callers at their return sites
+        // (where r0..r5 are about to be overwritten).
+        let nf = st.frames.len();
+        let live: Vec<u16> = (0..nf)
+            .map(|i| {
+                if i + 1 == nf {
+                    self.cfg.live[pc]
+                } else {
+                    self.cfg.live[st.frames[i + 1].ret_pc] & !0b11_1111
+                }
+            })
+            .collect();
         for &i in &self.explored[pc] {
             let cp = &self.cps[i];
             if cp.branches == 0 {
-                if covers(&cp.state, st, false) {
+                if covers(&cp.state, st, false, &live) {
                     return Ok(Visit::Pruned);
                 }
-            } else if covers(&cp.state, st, true) && self.is_ancestor(i, parent) {
+            } else if covers(&cp.state, st, true, &live) && self.is_ancestor(i, parent) {
                 return Err(fail(
                     pc,
                     ErrorKind::Loop,

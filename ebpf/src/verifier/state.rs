@@ -450,8 +450,9 @@ impl Cmp {
 }
 
 /// Whether `old` covers `cur`: every behaviour possible from `cur` is possible from `old`
-/// (`exact`: the two are equal up to id renaming).
-pub fn covers(old: &State, cur: &State, exact: bool) -> bool {
+/// (`exact`: the two are equal up to id renaming). `live[i]` masks the registers of frame
+/// `i` that may still be read; the others are not compared.
+pub fn covers(old: &State, cur: &State, exact: bool, live: &[u16]) -> bool {
     if old.frames.len() != cur.frames.len() || old.refs.len() != cur.refs.len() {
         return false;
     }
@@ -465,8 +466,11 @@ pub fn covers(old: &State, cur: &State, exact: bool) -> bool {
         if a.entry != b.entry || a.ret_pc != b.ret_pc {
             return false;
         }
-        for (ra, rb) in a.regs.iter().zip(b.regs.iter()) {
-            if !c.reg(ra, rb) {
+    }
+    for (fi, (a, b)) in old.frames.iter().zip(cur.frames.iter()).enumerate() {
+        let mask = live.get(fi).copied().unwrap_or(u16::MAX);
+        for (r, (ra, rb)) in a.regs.iter().zip(b.regs.iter()).enumerate() {
+            if mask & (1 << r) != 0 && !c.reg(ra, rb) {
                 return false;
             }
         }
