@@ -303,19 +303,42 @@ impl<'a> Explorer<'a> {
 
     fn summary(&self) -> Result<Verified, Fail> {
         let depths: Vec<usize> = self.depth.iter().map(|d| d.div_ceil(8) * 8).collect();
-        // Call graph edges: (caller func, callee func, call pc).
-        let mut edges = Vec::new();
+        // Call graph edges, one per (caller, callee): (callee func, first call pc).
+        let nf = self.cfg.funcs.len();
+        let mut edges: Vec<Vec<(usize, usize)>> = vec![Vec::new(); nf];
         for (pc, op) in self.cfg.ops.iter().enumerate() {
             if let Some(op) = op
                 && op.kind() == OpKind::CallLocal
             {
                 let t = (pc as i64 + self.prog.insns[pc].imm as i64 + 1) as usize;
-                edges.push((self.cfg.func_of[pc], self.cfg.func_of[t], pc));
+                let (from, to) = (self.cfg.func_of[pc], self.cfg.func_of[t]);
+                if !edges[from].iter().any(|(g, _)| *g == to) {
+                    edges[from].push((to, pc));
+                }
             }
         }
-        let mut max = 0;
-        let mut chain = vec![0usize];
-        self.chain_depth(0, depths[0], &depths, &edges, &mut chain, &mut max)?;
+        let mut memo = vec![None; nf];
+        let mut visiting = vec![false; nf];
+        let (max, path) = longest(0, &depths, &edges, &mut memo, &mut visiting);
+        if max > STACK_SIZE {
+            // Report at the call where the running total first exceeds the limit.
+            let mut total = depths[0];
+            let mut names = vec![format!("func@{}({})", self.cfg.funcs[0], depths[0])];
+            for &(g, pc) in &path {
+                total += depths[g];
+                names.push(format!("func@{}({})", self.cfg.funcs[g], depths[g]));
+                if total > STACK_SIZE {
+                    return Err(fail(
+                        pc,
+                        ErrorKind::Stack,
+                        format!(
+                            "combined stack size of calls {} is {total} bytes, exceeds {STACK_SIZE}",
+                            names.join(" -> ")
+                        ),
+                    ));
+                }
+            }
+        }
         Ok(Verified {
             insns_processed: self.processed,
             stack_depths: self
@@ -328,42 +351,6 @@ impl<'a> Explorer<'a> {
             max_stack_depth: max,
             log: String::new(),
         })
-    }
-
-    fn chain_depth(
-        &self,
-        f: usize,
-        total: usize,
-        depths: &[usize],
-        edges: &[(usize, usize, usize)],
-        chain: &mut Vec<usize>,
-        max: &mut usize,
-    ) -> Result<(), Fail> {
-        *max = (*max).max(total);
-        for &(from, to, pc) in edges {
-            if from != f || chain.contains(&to) {
-                continue;
-            }
-            let t = total + depths[to];
-            chain.push(to);
-            if t > STACK_SIZE {
-                let names: Vec<String> = chain
-                    .iter()
-                    .map(|&g| format!("func@{}({})", self.cfg.funcs[g], depths[g]))
-                    .collect();
-                return Err(fail(
-                    pc,
-                    ErrorKind::Stack,
-                    format!(
-                        "combined stack size of calls {} is {t} bytes, exceeds {STACK_SIZE}",
-                        names.join(" -> ")
-                    ),
-                ));
-            }
-            self.chain_depth(to, t, depths, edges, chain, max)?;
-            chain.pop();
-        }
-        Ok(())
     }
 
     pub(super) fn read_reg(&self, st: &State, pc: usize, r: usize) -> Result<Reg, Fail> {
@@ -429,13 +416,13 @@ impl<'a> Explorer<'a> {
                     )),
                     Ld64Kind::MapIdxValue => {
                         let m = &self.prog.maps[insn.imm as u32 as usize];
-                        if m.kind == MapKind::RingBuf {
+                        if !matches!(m.kind, MapKind::Array | MapKind::PerThreadArray) {
                             return Err(fail(
                                 pc,
                                 ErrorKind::Access,
                                 format!(
-                                    "map '{}' is a ring buffer: it has no value to address",
-                                    m.name
+                                    "map_idx_value needs an array map, found map '{}' of kind {:?}",
+                                    m.name, m.kind
                                 ),
                             ));
                         }
@@ -1715,4 +1702,33 @@ fn set_range(st: &mut State, kind: PtrKind, id: u32, range: u64) {
             p.range = p.range.max(range);
         }
     });
+}
+
+/// The deepest stack use starting in function `f`, and the calls along it
+/// (`(callee, call pc)`); memoized, cycles (unreachable recursion) cut.
+fn longest(
+    f: usize,
+    depths: &[usize],
+    edges: &[Vec<(usize, usize)>],
+    memo: &mut Vec<Option<(usize, Vec<(usize, usize)>)>>,
+    visiting: &mut Vec<bool>,
+) -> (usize, Vec<(usize, usize)>) {
+    if let Some(m) = &memo[f] {
+        return m.clone();
+    }
+    visiting[f] = true;
+    let mut best = (depths[f], Vec::new());
+    for &(g, pc) in &edges[f] {
+        if visiting[g] {
+            continue;
+        }
+        let (d, mut path) = longest(g, depths, edges, memo, visiting);
+        if depths[f] + d > best.0 {
+            path.insert(0, (g, pc));
+            best = (depths[f] + d, path);
+        }
+    }
+    visiting[f] = false;
+    memo[f] = Some(best.clone());
+    best
 }
