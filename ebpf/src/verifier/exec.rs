@@ -1704,15 +1704,18 @@ fn set_range(st: &mut State, kind: PtrKind, id: u32, range: u64) {
     });
 }
 
+/// A call chain's depth and its calls `(callee, call pc)`.
+type Chain = (usize, Vec<(usize, usize)>);
+
 /// The deepest stack use starting in function `f`, and the calls along it
 /// (`(callee, call pc)`); memoized, cycles (unreachable recursion) cut.
 fn longest(
     f: usize,
     depths: &[usize],
     edges: &[Vec<(usize, usize)>],
-    memo: &mut Vec<Option<(usize, Vec<(usize, usize)>)>>,
-    visiting: &mut Vec<bool>,
-) -> (usize, Vec<(usize, usize)>) {
+    memo: &mut [Option<Chain>],
+    visiting: &mut [bool],
+) -> Chain {
     if let Some(m) = &memo[f] {
         return m.clone();
     }
