@@ -17,6 +17,19 @@
 //! | `helpers`   | helper argument checks and return types                     |
 //! | `log`       | the `--log` trail                                           |
 
+//!
+//! Known imprecision (safe, but may reject valid programs):
+//! - no precision tracking: every live scalar is compared by range when pruning (dead
+//!   registers are ignored), so values that differ only in irrelevant scalars multiply
+//!   states;
+//! - stack bytes written with partial (< 8 byte) stores lose their values (only "initialized"
+//!   or "zero" is kept); 8-byte spills keep full register state;
+//! - JMP32 conditions refine bounds only when both operands are known to fit in 31/32 bits;
+//! - `sdiv`/`smod`/`arsh` on 32-bit and non-constant shift counts give unknown results;
+//! - data/out pointers with a variable part must stay non-negative; the range proven before
+//!   adding the variable part is kept (`base_range`), later checks on the variable pointer
+//!   give `range`.
+
 mod cfg;
 mod exec;
 mod helpers;

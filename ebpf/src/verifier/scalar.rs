@@ -667,6 +667,15 @@ pub fn refine(cond: JmpCond, a: &Scalar, b: &Scalar, holds: bool) -> Option<(Sca
             if (x.tn.value | x.tn.mask) & (y.tn.value | y.tn.mask) == 0 {
                 return None;
             }
+            // A single-bit mask that is set makes that bit known.
+            if let Some(k) = y.as_const()
+                && k.is_power_of_two()
+            {
+                x.tn = Tnum {
+                    value: x.tn.value | k,
+                    mask: x.tn.mask & !k,
+                };
+            }
         }
         JmpCond::Gt => gt(&mut x, &mut y, false)?,
         JmpCond::Ge => gt(&mut x, &mut y, true)?,
