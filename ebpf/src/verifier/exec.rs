@@ -248,22 +248,22 @@ impl<'a> Explorer<'a> {
         // Live registers per frame: the top frame at `pc`, callers at their return sites
         // (where r0..r5 are about to be overwritten).
         let nf = st.frames.len();
-        let live: Vec<u16> = (0..nf)
-            .map(|i| {
-                if i + 1 == nf {
-                    self.cfg.live[pc]
-                } else {
-                    self.cfg.live[st.frames[i + 1].ret_pc] & !0b11_1111
-                }
-            })
-            .collect();
+        let mut live = [0u16; MAX_FRAMES];
+        for (i, l) in live.iter_mut().enumerate().take(nf) {
+            *l = if i + 1 == nf {
+                self.cfg.live[pc]
+            } else {
+                self.cfg.live[st.frames[i + 1].ret_pc] & !0b11_1111
+            };
+        }
+        let live = &live[..nf];
         for &i in &self.explored[pc] {
             let cp = &self.cps[i];
             if cp.branches == 0 {
-                if covers(&cp.state, st, false, &live) {
+                if covers(&cp.state, st, false, live) {
                     return Ok(Visit::Pruned);
                 }
-            } else if covers(&cp.state, st, true, &live) && self.is_ancestor(i, parent) {
+            } else if covers(&cp.state, st, true, live) && self.is_ancestor(i, parent) {
                 return Err(fail(
                     pc,
                     ErrorKind::Loop,

@@ -10,7 +10,6 @@
 //! Stack slot `i` of a frame covers bytes `fp-8(i+1) .. fp-8i`.
 
 use super::scalar::Scalar;
-use std::collections::HashMap;
 
 /// What a pointer points to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -345,24 +344,22 @@ impl State {
     }
 }
 
-/// Consistent renaming of ids between an old (explored) state and the current one.
+/// Consistent renaming of ids between an old (explored) state and the current one (a few
+/// ids per state, so a linear list beats hashing).
 #[derive(Default)]
 struct IdMap {
-    fwd: HashMap<u32, u32>,
-    back: HashMap<u32, u32>,
+    pairs: Vec<(u32, u32)>,
 }
 
 impl IdMap {
     fn check(&mut self, old: u32, cur: u32) -> bool {
-        match (self.fwd.get(&old), self.back.get(&cur)) {
-            (Some(&c), _) if c != cur => false,
-            (_, Some(&o)) if o != old => false,
-            _ => {
-                self.fwd.insert(old, cur);
-                self.back.insert(cur, old);
-                true
+        for &(o, c) in &self.pairs {
+            if o == old || c == cur {
+                return o == old && c == cur;
             }
         }
+        self.pairs.push((old, cur));
+        true
     }
 }
 
