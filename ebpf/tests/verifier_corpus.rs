@@ -240,6 +240,24 @@ fn stack_depths_and_log() {
 }
 
 #[test]
+fn error_log_is_bounded_and_ends_at_the_error() {
+    let c =
+        load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/verifier/reject/too_complex.s"));
+    let e = verify(&c.prog, &c.opts).unwrap_err();
+    let lines: Vec<&str> = e.log.lines().collect();
+    assert_eq!(lines.len(), 200, "{}", e.log);
+    let last = lines.last().unwrap();
+    assert!(last.starts_with(&format!("{}: ", e.loc.pc)), "{last}");
+    assert!(last.contains(" ; R1="), "{last}");
+    // Without logging, no trail is kept.
+    let quiet = VerifyOptions {
+        log: false,
+        ..c.opts.clone()
+    };
+    assert!(verify(&c.prog, &quiet).unwrap_err().log.is_empty());
+}
+
+#[test]
 fn error_display_format() {
     let prog = Program::from_insns("t.o", assemble("r0 = r5\nexit\n").unwrap());
     let e = verify(&prog, &VerifyOptions::default()).unwrap_err();

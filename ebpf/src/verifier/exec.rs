@@ -187,6 +187,14 @@ impl<'a> Explorer<'a> {
                         Visit::New(id) => parent = Some(id),
                     }
                 }
+                if self.trail.on() {
+                    let line = format!(
+                        "{pc}: {} ; {}",
+                        disasm_insn(&self.prog.insns, pc),
+                        st.describe()
+                    );
+                    self.trail.push(line);
+                }
                 self.processed += 1;
                 if self.processed > self.opts.max_insns {
                     return Err(fail(
@@ -197,14 +205,6 @@ impl<'a> Explorer<'a> {
                             self.processed, self.opts.max_insns
                         ),
                     ));
-                }
-                if self.trail.on() {
-                    let line = format!(
-                        "{pc}: {} ; {}",
-                        disasm_insn(&self.prog.insns, pc),
-                        st.describe()
-                    );
-                    self.trail.push(line);
                 }
                 match self.step(&mut st, pc)? {
                     Step::Next(n) => pc = n,
