@@ -1139,9 +1139,12 @@ impl<'a> Explorer<'a> {
         val: Reg,
     ) -> Result<(), Fail> {
         let bounded = p.var.smin >= -MAX_VAR_OFF && p.var.smax <= MAX_VAR_OFF;
-        let lo = p.off + off + p.var.smin;
-        let hi = p.off + off + p.var.smax + size as i64;
-        if !bounded || lo < -(STACK_SIZE as i64) || hi > 0 {
+        let (lo, hi) = if bounded {
+            (p.off + off + p.var.smin, p.off + off + p.var.smax + size as i64)
+        } else {
+            (i64::MIN, i64::MAX)
+        };
+        if lo < -(STACK_SIZE as i64) || hi > 0 {
             return Err(fail(
                 pc,
                 ErrorKind::Access,
