@@ -1140,7 +1140,10 @@ impl<'a> Explorer<'a> {
     ) -> Result<(), Fail> {
         let bounded = p.var.smin >= -MAX_VAR_OFF && p.var.smax <= MAX_VAR_OFF;
         let (lo, hi) = if bounded {
-            (p.off + off + p.var.smin, p.off + off + p.var.smax + size as i64)
+            (
+                p.off + off + p.var.smin,
+                p.off + off + p.var.smax + size as i64,
+            )
         } else {
             (i64::MIN, i64::MAX)
         };
