@@ -1,5 +1,41 @@
-//! The verifier: abstract interpretation over the control-flow graph (API skeleton; the
-//! implementation lands with the verifier work).
+//! The verifier: abstract interpretation over the control-flow graph, in the spirit of the
+//! Linux verifier.
+//!
+//! ```text
+//! Program ─▶ cfg::analyze ─▶ exec::Explorer (DFS over paths, branch stack, pruning) ─▶ Verified
+//!            structure,       per insn: types (state.rs), scalars (scalar.rs),
+//!            functions,       memory checks, helper protos (helpers.rs), trail (log.rs)
+//!            prune points
+//! ```
+//!
+//! | module      | owns                                                        |
+//! |-------------|-------------------------------------------------------------|
+//! | `cfg`       | decoding, reserved fields, jump targets, functions          |
+//! | `scalar`    | ranges + tnum, ALU transfer functions, branch refinement   |
+//! | `state`     | register/pointer types, stack slots, frames, subsumption    |
+//! | `exec`      | exploration, per-instruction checks, pruning, loops         |
+//! | `helpers`   | helper argument checks and return types                     |
+//! | `log`       | the `--log` trail                                           |
+
+//!
+//! Known imprecision (safe, but may reject valid programs):
+//! - no precision tracking: every live scalar is compared by range when pruning (dead
+//!   registers are ignored), so values that differ only in irrelevant scalars multiply
+//!   states;
+//! - stack bytes written with partial (< 8 byte) stores lose their values (only "initialized"
+//!   or "zero" is kept); 8-byte spills keep full register state;
+//! - JMP32 conditions refine bounds only when both operands are known to fit in 31/32 bits;
+//! - `sdiv`/`smod`/`arsh` on 32-bit and non-constant shift counts give unknown results;
+//! - data/out pointers with a variable part must stay non-negative; the range proven before
+//!   adding the variable part is kept (`base_range`), later checks on the variable pointer
+//!   give `range`.
+
+mod cfg;
+mod exec;
+mod helpers;
+mod log;
+pub mod scalar;
+pub mod state;
 
 use crate::program::{InsnLoc, Program};
 
@@ -49,6 +85,29 @@ pub struct Verified {
     pub log: String,
 }
 
+/// The class of a verification failure.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// Malformed program: decoding, reserved fields, jumps, unsupported forms.
+    Structure,
+    /// A register or stack byte read before it was written.
+    Uninit,
+    /// An out-of-bounds, misaligned, or forbidden memory access.
+    Access,
+    /// A forbidden operation on a pointer (arithmetic, comparison, leak, return).
+    Pointer,
+    /// A helper argument of the wrong type or size.
+    Helper,
+    /// A reference (ring buffer reservation) leaked or released twice.
+    Reference,
+    /// A loop that cannot terminate.
+    Loop,
+    /// The exploration budget ran out.
+    TooComplex,
+    /// Call depth or combined stack size exceeded.
+    Stack,
+}
+
 /// A rejected program: where, which instruction, and why.
 #[derive(Clone, Debug, thiserror::Error)]
 #[error("{loc}: {insn}: {msg}")]
@@ -61,10 +120,52 @@ pub struct VerifyError {
     pub msg: String,
     /// The state trail that led there (filled when logging was asked for).
     pub log: String,
+    /// The class of the failure.
+    pub kind: ErrorKind,
+}
+
+impl VerifyError {
+    /// The pc of the offending instruction.
+    pub fn pc(&self) -> usize {
+        self.loc.pc
+    }
+}
+
+/// An internal failure before it gets its location and log.
+#[derive(Debug)]
+pub(crate) struct Fail {
+    pub pc: usize,
+    pub kind: ErrorKind,
+    pub msg: String,
 }
 
 /// Verifies `prog`.
+// The error type is the skeleton's public API (others match on its fields); it is built once
+// per rejected program, so its size does not matter.
+#[allow(clippy::result_large_err)]
 pub fn verify(prog: &Program, opts: &VerifyOptions) -> Result<Verified, VerifyError> {
-    let _ = (prog, opts);
-    todo!("verifier")
+    let mut trail = log::Trail::new(opts.log);
+    let result =
+        cfg::analyze(prog).and_then(|cfg| exec::Explorer::new(prog, opts, cfg, &mut trail).run());
+    match result {
+        Ok(mut v) => {
+            v.log = trail.finish(&format!(
+                "processed {} insns, max stack depth {} bytes",
+                v.insns_processed, v.max_stack_depth
+            ));
+            tracing::debug!(prog = %prog.name, insns = v.insns_processed, "verified");
+            Ok(v)
+        }
+        Err(f) => {
+            let e = VerifyError {
+                loc: prog.loc(f.pc),
+                insn: crate::asm::disasm_insn(&prog.insns, f.pc),
+                msg: f.msg,
+                log: trail.tail(),
+                kind: f.kind,
+            };
+            tracing::debug!(error = %e, "verification failed");
+            Err(e)
+        }
+    }
 }

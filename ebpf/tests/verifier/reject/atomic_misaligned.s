@@ -1,0 +1,15 @@
+; error: misaligned atomic access: off=4 size=8
+; at: 9
+; map: array key=4 value=16 entries=4
+  r1 = 0
+  *(u32 *)(r10 - 4) = r1
+  r1 = map_idx[0] ll
+  r2 = r10
+  r2 += -4
+  call map_lookup_elem
+  if r0 == 0 goto out
+  r1 = 1
+  lock *(u64 *)(r0 + 4) += r1
+out:
+  r0 = 0
+  exit

@@ -1,0 +1,13 @@
+; error: invalid stack access off -8 size 16
+; at: 8
+  r1 = 0
+  *(u64 *)(r10 - 8) = r1
+  r1 = r10
+  r1 += -8
+  r2 = 16
+  r3 = 0
+  r4 = 0
+  r5 = 0
+  call trace_printk
+  r0 = 0
+  exit
