@@ -4,6 +4,9 @@
 //! [`HelperProto::ret`]; the interpreter implements each id (see `interp::helpers`); the
 //! disassembler prints names. Ids 1–133 are the Linux ones; 501–511 are the GPU helpers that
 //! bpftime defined (see `include/bpftime_super.h`).
+//!
+//! As in Linux, `trace_printk` declares only its format arguments: r3–r5 carry the values
+//! to print and are not checked (a program may leave them unset when the format has none).
 
 /// What a helper argument must be.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -111,7 +114,7 @@ helpers! {
     2 MAP_UPDATE_ELEM "map_update_elem" (ConstMapPtr, MapKey, MapValue, Scalar) -> Scalar;
     3 MAP_DELETE_ELEM "map_delete_elem" (ConstMapPtr, MapKey) -> Scalar;
     5 KTIME_GET_NS "ktime_get_ns" () -> Scalar;
-    6 TRACE_PRINTK "trace_printk" (ReadMem, ConstSize, Scalar, Scalar, Scalar) -> Scalar;
+    6 TRACE_PRINTK "trace_printk" (ReadMem, ConstSize) -> Scalar;
     7 GET_PRANDOM_U32 "get_prandom_u32" () -> Scalar;
     130 RINGBUF_OUTPUT "ringbuf_output" (ConstMapPtr, ReadMem, ConstSize, Scalar) -> Scalar;
     131 RINGBUF_RESERVE "ringbuf_reserve" (ConstMapPtr, ConstAllocSize, Scalar) -> RingbufMemOrNull;

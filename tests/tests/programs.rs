@@ -154,7 +154,7 @@ fn several_programs_by_name() {
         ("on_foo", 3),
         ("xdp_pass", 2),
         ("pair_a", 10),
-        ("pair_b", 20),
+        ("pair_b", 30),
     ] {
         let Some(l) = load("multi", Some(name)) else {
             return;
