@@ -659,7 +659,7 @@ mod tests {
             .store((w & 0xffff_ffff) | ((dead as u64) << 32), Ordering::Relaxed);
         assert_eq!(h.len(), 2);
         m.update(&key(2), &[2; 8], BPF_ANY, 0).unwrap();
-        assert_eq!(kind(h.state(s).load(Ordering::Relaxed)) == BUSY, false);
+        assert_ne!(kind(h.state(s).load(Ordering::Relaxed)), BUSY);
         let mut e = m.entries();
         e.sort();
         assert_eq!(
@@ -672,20 +672,20 @@ mod tests {
     /// exactly when its net insert count is 1.
     #[test]
     fn threads_keep_keys_unique() {
-        let d = def(MapKind::Hash, 8, 16, 24);
+        let d = def(MapKind::Hash, 8, 16, 6);
         let m = Arc::new(make(&d, 1));
         let nets: Vec<Vec<i64>> = std::thread::scope(|sc| {
             let hs: Vec<_> = (0..3u64)
                 .map(|t| {
                     let m = m.clone();
                     sc.spawn(move || {
-                        let mut net = vec![0i64; 32];
+                        let mut net = vec![0i64; 8];
                         let mut x = 0x9e37_79b9_7f4a_7c15u64 ^ t;
-                        for i in 0..20_000u64 {
+                        for i in 0..50_000u64 {
                             x ^= x << 13;
                             x ^= x >> 7;
                             x ^= x << 17;
-                            let k = x % 32;
+                            let k = x % 8;
                             let mut v = [0u8; 16];
                             v[..8].copy_from_slice(&k.to_ne_bytes());
                             v[8..].copy_from_slice(&(k ^ i).to_ne_bytes());
@@ -721,12 +721,34 @@ mod tests {
             .map(|(k, _)| u64::from_ne_bytes(k[..8].try_into().unwrap()))
             .collect();
         assert_eq!(present.len(), m.entries().len(), "duplicate keys");
-        for k in 0..32u64 {
+        for k in 0..8u64 {
             let net: i64 = nets.iter().map(|n| n[k as usize]).sum();
             assert_eq!(net, present.contains(&k) as i64, "key {k}");
         }
         let ShmMap::Hash(h) = &*m else { panic!() };
         assert_eq!(h.len(), present.len() as u64);
+    }
+
+    /// Threads insert the same keys in the same order: each key is won by exactly one.
+    #[test]
+    fn racing_inserts_of_one_key_have_one_winner() {
+        let d = def(MapKind::Hash, 8, 8, 32768);
+        let m = Arc::new(make(&d, 1));
+        let won: u64 = std::thread::scope(|sc| {
+            let hs: Vec<_> = (0..3u64)
+                .map(|t| {
+                    let m = m.clone();
+                    sc.spawn(move || {
+                        (0..20_000u64)
+                            .filter(|&k| m.update(&key(k), &key(t), BPF_NOEXIST, 0).is_ok())
+                            .count() as u64
+                    })
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).sum()
+        });
+        assert_eq!(won, 20_000);
+        assert_eq!(m.entries().len(), 20_000);
     }
 
     #[derive(Clone, Debug)]

@@ -126,7 +126,7 @@ impl Storage {
 
     /// The 64-bit atomic at `off` (8-aligned, inside the range).
     pub(crate) fn u64_at(&self, off: u64) -> &AtomicU64 {
-        debug_assert!(off % 8 == 0 && off + 8 <= self.len);
+        debug_assert!(off.is_multiple_of(8) && off + 8 <= self.len);
         // SAFETY: the word is aligned and in bounds, and this module only accesses it
         // atomically; it lives as long as `self`.
         unsafe { AtomicU64::from_ptr(self.at(off).as_ptr().cast()) }
@@ -134,7 +134,7 @@ impl Storage {
 
     /// The 32-bit atomic at `off` (4-aligned, inside the range).
     pub(crate) fn u32_at(&self, off: u64) -> &crate::sync::AtomicU32 {
-        debug_assert!(off % 4 == 0 && off + 4 <= self.len);
+        debug_assert!(off.is_multiple_of(4) && off + 4 <= self.len);
         // SAFETY: as in `u64_at`.
         unsafe { crate::sync::AtomicU32::from_ptr(self.at(off).as_ptr().cast()) }
     }
@@ -189,7 +189,7 @@ fn invalid(def: &MapDef, why: impl std::fmt::Display) -> MapError {
 
 /// Checks `base`/`len` against a layout of `need` bytes.
 fn check_range(def: &MapDef, base: NonNull<u8>, len: u64, need: u64) -> Result<(), MapError> {
-    if base.as_ptr() as usize % MAP_ALIGN as usize != 0 {
+    if !(base.as_ptr() as usize).is_multiple_of(MAP_ALIGN as usize) {
         return Err(invalid(
             def,
             format_args!(

@@ -244,7 +244,9 @@ impl MapOps for ShmRingBuf {
     fn ringbuf_commit(&self, ptr: NonNull<u8>, discard: bool) {
         let start = self.st.at(DATA_OFF).as_ptr() as usize;
         let a = ptr.as_ptr() as usize;
-        if a < start + HDR_SIZE as usize || a >= start + self.size as usize || (a - start) % 8 != 0
+        if a < start + HDR_SIZE as usize
+            || a >= start + self.size as usize
+            || !(a - start).is_multiple_of(8)
         {
             tracing::warn!(map = %self.def.name, "commit of a pointer outside the ring buffer");
             return;
