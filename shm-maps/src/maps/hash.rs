@@ -42,6 +42,10 @@
 //! A pointer returned by `lookup` may outlive the entry: a deleted slot's storage stays valid
 //! memory and may be reused by a later insert (as Linux's preallocated hash maps).
 //!
+//! **Dumps** (`entries`) read slot by slot, each value under its sequence lock, so every
+//! pair is consistent, but a dump taken while others write is not a snapshot: a key deleted
+//! and re-inserted further along the probe meanwhile may show twice.
+//!
 //! **Robustness.** A writer that dies holding a stripe lock loses it to the next writer
 //! (see [`super::lock`]); a dead updater's odd sequence word is taken over the same way.
 //! A `BUSY` slot whose inserter is dead is turned into `TOMB` (releasing its unit of `count`)

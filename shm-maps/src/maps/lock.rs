@@ -14,6 +14,9 @@
 //! there is no better value to offer). Whatever the dead holder was protecting is in the
 //! state it left it; each map documents what that means for it.
 //!
+//! A [`SeqLock`] reader completes only between two writes: under a continuous stream of
+//! writes to one value it retries until the writers pause (writers never wait for readers).
+//!
 //! Limits: liveness is by pid only, so a pid reused by a new process between the death and
 //! the check keeps the word held until that process exits. Threads of one process share
 //! a pid: a thread that panics while holding a word is not detected (its process is alive).

@@ -10,8 +10,8 @@
 //!
 //! | kind             | module       | storage                                           | writers                          | readers                 |
 //! |------------------|--------------|---------------------------------------------------|----------------------------------|-------------------------|
-//! | `Array`          | [`array`]    | seq words, then contiguous values                 | per-entry [`lock::SeqLock`]      | pointer; dumps retry    |
-//! | `PerThreadArray` | [`array`]    | as `Array`, one value set per thread              | the owning thread, no RMW atomics | pointer; dumps retry    |
+//! | `Array`          | [`array`](mod@array) | seq words, then contiguous values                 | per-entry [`lock::SeqLock`]      | pointer; dumps retry    |
+//! | `PerThreadArray` | [`array`](mod@array) | as `Array`, one value set per thread              | the owning thread, no RMW atomics | pointer; dumps retry    |
 //! | `Hash`           | [`hash`]     | striped pid locks, open-addressing slot array     | bucket [`lock::PidLock`] + seqlock | lock-free probe         |
 //! | `RingBuf`        | [`ringbuf`]  | producer line, consumer line, power-of-two data   | producer [`lock::PidLock`]       | one consumer at a time  |
 //!
