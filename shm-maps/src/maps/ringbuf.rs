@@ -245,7 +245,7 @@ impl MapOps for ShmRingBuf {
         let start = self.st.at(DATA_OFF).as_ptr() as usize;
         let a = ptr.as_ptr() as usize;
         if a < start + HDR_SIZE as usize
-            || a >= start + self.size as usize
+            || a - start - HDR_SIZE as usize >= self.size as usize
             || !(a - start).is_multiple_of(8)
         {
             tracing::warn!(map = %self.def.name, "commit of a pointer outside the ring buffer");
@@ -437,6 +437,19 @@ mod tests {
         assert_eq!(m.drain_ringbuf(), vec![vec![6; 24]]);
     }
 
+    /// A zero-length record in the last 8 bytes: its data pointer is the end of the area,
+    /// and its commit must still count.
+    #[test]
+    fn empty_record_at_the_end() {
+        let m = rb(64);
+        m.ringbuf_output(&[1; 24], 0).unwrap();
+        m.ringbuf_output(&[2; 16], 0).unwrap();
+        let p = m.ringbuf_reserve(0).unwrap();
+        assert_eq!(p, inner(&m).st.at(DATA_OFF + 64));
+        m.ringbuf_commit(p, false);
+        assert_eq!(m.drain_ringbuf(), vec![vec![1; 24], vec![2; 16], vec![]]);
+    }
+
     #[test]
     fn bad_defs() {
         for bad in [
@@ -464,6 +477,90 @@ mod tests {
         // The stale pointer no longer commits anything.
         m.ringbuf_commit(p, false);
         assert!(m.drain_ringbuf().is_empty());
+    }
+
+    #[derive(Clone, Debug)]
+    enum Op {
+        Output(u8),
+        Reserve(u8),
+        Commit(usize, bool),
+        Drain,
+    }
+
+    fn op() -> impl proptest::strategy::Strategy<Value = Op> {
+        use proptest::prelude::*;
+        prop_oneof![
+            (0u8..60).prop_map(Op::Output),
+            (0u8..60).prop_map(Op::Reserve),
+            (0usize..4, any::<bool>()).prop_map(|(i, d)| Op::Commit(i, d)),
+            Just(Op::Drain),
+        ]
+    }
+
+    proptest::proptest! {
+        /// Against a model that knows nothing of positions or padding: records come out in
+        /// reservation order, up to the first uncommitted one, without the discarded ones;
+        /// and an empty buffer always takes a record of up to half its size.
+        #[test]
+        fn behaves_like_a_queue_of_records(ops in proptest::collection::vec(op(), 1..150)) {
+            use proptest::prop_assert_eq;
+            let m = rb(128);
+            // Model: records in reservation order: (bytes, Some(discard) once committed).
+            let mut model: std::collections::VecDeque<(u32, Vec<u8>, Option<bool>)> = Default::default();
+            let mut pending: Vec<(NonNull<u8>, u32)> = Vec::new();
+            let mut id = 0u32;
+            let mut stamp = 0u8;
+            for op in ops {
+                match op {
+                    Op::Output(n) => {
+                        stamp = stamp.wrapping_add(1);
+                        let rec = vec![stamp; n as usize];
+                        match m.ringbuf_output(&rec, 0) {
+                            Ok(()) => {
+                                id += 1;
+                                model.push_back((id, rec, Some(false)))
+                            }
+                            Err(MapError::Again) => {
+                                proptest::prop_assert!(!model.is_empty(), "empty buffer refused {n} bytes");
+                            }
+                            Err(MapError::TooBig(_)) => proptest::prop_assert!(n as u64 + 8 > 64),
+                            Err(e) => panic!("{e}"),
+                        }
+                    }
+                    Op::Reserve(n) => {
+                        stamp = stamp.wrapping_add(1);
+                        let rec = vec![stamp; n as usize];
+                        if let Some(p) = m.ringbuf_reserve(n as u64) {
+                            // SAFETY: a live reservation of `n` bytes.
+                            unsafe { p.as_ptr().copy_from(rec.as_ptr(), rec.len()) };
+                            id += 1;
+                            model.push_back((id, rec, None));
+                            pending.push((p, id));
+                        } else {
+                            proptest::prop_assert!(!model.is_empty() || n as u64 + 8 > 64);
+                        }
+                    }
+                    Op::Commit(i, discard) => {
+                        if i < pending.len() {
+                            let (p, rid) = pending.remove(i);
+                            m.ringbuf_commit(p, discard);
+                            let slot = model.iter_mut().find(|(r, _, _)| *r == rid).unwrap();
+                            slot.2 = Some(discard);
+                        }
+                    }
+                    Op::Drain => {
+                        let mut want = Vec::new();
+                        while let Some((_, _, Some(_))) = model.front() {
+                            let (_, r, st) = model.pop_front().unwrap();
+                            if st == Some(false) {
+                                want.push(r);
+                            }
+                        }
+                        prop_assert_eq!(m.drain_ringbuf(), want);
+                    }
+                }
+            }
+        }
     }
 
     #[test]
