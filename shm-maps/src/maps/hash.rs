@@ -26,7 +26,9 @@
 //! | `TOMB`  | deleted; probes go on past it    | `BUSY` (claim CAS, generation + 1)           |
 //!
 //! A slot never returns to `EMPTY`, so a probe that reaches `EMPTY` has seen every slot the
-//! key could be in.
+//! key could be in. The price: tombstones are reused by inserts but never cleared (that
+//! would need a rehash, which lock-free readers rule out), so after heavy churn a lookup of
+//! an absent key may probe every slot (`O(slots)`, `slots <= 4 · max_entries`).
 //!
 //! **Writers** (`update`, `delete`) take the key's stripe lock, so all writers of one key
 //! are serialized: an insert first probes for the key (finding it means update in place
