@@ -444,7 +444,11 @@ fn accepted_programs_run_safely_in_rbpf() {
         assert!(vm.execute_program(&mut mem).is_err());
     }
     let (mut accepted, mut total) = (0usize, 0usize);
-    for _ in 0..3000 {
+    let rounds: usize = std::env::var("ROUNDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(3000);
+    for _ in 0..rounds {
         let steps = rng.gen_range(4..24);
         let mut body: Vec<String> = Vec::new();
         let mut labels: Vec<(usize, String)> = Vec::new();
@@ -453,7 +457,19 @@ fn accepted_programs_run_safely_in_rbpf() {
             let x = scal(&mut rng);
             let y = scal(&mut rng);
             let w = if rng.gen_bool(0.3) { 'w' } else { 'r' };
-            let line = match rng.gen_range(0..14) {
+            let line = match rng.gen_range(0..17) {
+                // A diamond leaving one of two constants in a register; the join is a
+                // prune point where only precision tracking tells them apart.
+                14 | 15 => format!(
+                    "if {w}{y} > {} goto da{i}\nr{x} = {}\ngoto db{i}\nda{i}:\nr{x} = {}\ndb{i}:",
+                    rng.gen_range(0..8),
+                    rng.gen_range(0..70),
+                    rng.gen_range(0..70)
+                ),
+                16 => format!(
+                    "r6 = r1\nr6 += r{x}\nr{y} = *({} *)(r6 + 0)",
+                    ["u8", "u16", "u32", "u64"][rng.gen_range(0..4)]
+                ),
                 0 => format!("r{x} = {}", rng.gen_range(-8i32..80)),
                 1 => format!("r{x} = *(u8 *)(r1 + {})", rng.gen_range(0..LEN as i32 + 4)),
                 2 => {
@@ -596,7 +612,13 @@ fn accepted_job_programs_run_safely_in_rbpf() {
             if rng.gen_bool(0.9) {
                 text.push_str(&format!("r8 = r{base}\n"));
             }
-            if rng.gen_bool(0.5) {
+            if rng.gen_bool(0.25) {
+                // Two constant offsets meeting at a prune point.
+                let (a, c) = (rng.gen_range(0..24), rng.gen_range(0..24));
+                text.push_str(&format!(
+                    "r6 = *(u64 *)(r1 + 32)\nif r6 > 3 goto ja{b}\nr6 = {a}\ngoto jb{b}\nja{b}:\nr6 = {c}\njb{b}:\nr8 += r6\n"
+                ));
+            } else if rng.gen_bool(0.5) {
                 let arg = [32, 40, 48, 56, 64, 72][rng.gen_range(0..6)];
                 let mask = [3, 7, 15, 31, 0xff, -1][rng.gen_range(0..6)];
                 text.push_str(&format!(
