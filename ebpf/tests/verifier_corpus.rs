@@ -443,7 +443,7 @@ fn accepted_programs_run_safely_in_rbpf() {
         let mut mem = vec![0u8; LEN];
         assert!(vm.execute_program(&mut mem).is_err());
     }
-    let (mut accepted, mut total) = (0usize, 0usize);
+    let (mut accepted, mut total, mut with_calls) = (0usize, 0usize, 0usize);
     let rounds: usize = std::env::var("ROUNDS")
         .ok()
         .and_then(|s| s.parse().ok())
@@ -457,7 +457,13 @@ fn accepted_programs_run_safely_in_rbpf() {
             let x = scal(&mut rng);
             let y = scal(&mut rng);
             let w = if rng.gen_bool(0.3) { 'w' } else { 'r' };
-            let line = match rng.gen_range(0..17) {
+            let line = match rng.gen_range(0..18) {
+                // A bpf-to-bpf call whose callee uses r2 as an offset into the block.
+                // (`sub2` only passes the value back: the result carries its precision.)
+                17 => format!(
+                    "*(u64 *)(r10 - 64) = r1\n*(u64 *)(r10 - 72) = r0\nr2 = r{x}\nr3 = r10\nr3 += -8\ncall {}\nr1 = *(u64 *)(r10 - 64)\nr3 = r0\nr0 = *(u64 *)(r10 - 72)\nr4 = 1\nr5 = 2",
+                    if rng.gen_bool(0.5) { "sub" } else { "sub2" }
+                ),
                 // A diamond leaving one of two constants in a register; the join is a
                 // prune point where only precision tracking tells them apart.
                 14 | 15 => format!(
@@ -546,6 +552,10 @@ fn accepted_programs_run_safely_in_rbpf() {
             }
         }
         text.push_str("r0 = r3\nexit\n");
+        text.push_str(
+            "sub:\nr1 += r2\nr0 = *(u8 *)(r1 + 0)\n*(u64 *)(r3 + 0) = r0\nr0 += r2\nexit\n",
+        );
+        text.push_str("sub2:\nr0 = r2\nr0 += 1\nexit\n");
         let insns = assemble(&text).unwrap_or_else(|e| panic!("{text}\n{e}"));
         let prog = Program::from_insns("rand", insns.clone());
         total += 1;
@@ -557,6 +567,9 @@ fn accepted_programs_run_safely_in_rbpf() {
             continue;
         }
         accepted += 1;
+        if text.contains("call sub") {
+            with_calls += 1;
+        }
         let bytes = ebpf::isa::insns_to_bytes(&insns);
         let mut vm = rbpf::EbpfVmRaw::new(None).unwrap();
         vm.set_verifier(|_| Ok(())).unwrap();
@@ -571,7 +584,13 @@ fn accepted_programs_run_safely_in_rbpf() {
     }
     // The generator must exercise the accepting side too.
     assert!(accepted * 10 > total, "only {accepted} of {total} accepted");
-    eprintln!("{accepted} of {total} random programs accepted and ran safely");
+    assert!(
+        with_calls * 50 > accepted,
+        "only {with_calls} accepted programs call"
+    );
+    eprintln!(
+        "{accepted} of {total} random programs ({with_calls} with calls) accepted and ran safely"
+    );
 }
 
 /// The same differential check for the job ctx: data/out pointers, XDP-style checks with
@@ -594,7 +613,7 @@ fn accepted_job_programs_run_safely_in_rbpf() {
             .and_then(|s| s.parse().ok())
             .unwrap_or(0x0bad_cafe),
     );
-    let (mut accepted, mut total) = (0usize, 0usize);
+    let (mut accepted, mut total, mut with_calls) = (0usize, 0usize, 0usize);
     let rounds: usize = std::env::var("ROUNDS")
         .ok()
         .and_then(|s| s.parse().ok())
