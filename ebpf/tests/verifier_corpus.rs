@@ -613,7 +613,7 @@ fn accepted_job_programs_run_safely_in_rbpf() {
             .and_then(|s| s.parse().ok())
             .unwrap_or(0x0bad_cafe),
     );
-    let (mut accepted, mut total, mut with_calls) = (0usize, 0usize, 0usize);
+    let (mut accepted, mut total) = (0usize, 0usize);
     let rounds: usize = std::env::var("ROUNDS")
         .ok()
         .and_then(|s| s.parse().ok())
