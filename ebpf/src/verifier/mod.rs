@@ -17,12 +17,11 @@
 //! | `helpers`   | helper argument checks and return types                     |
 //! | `precise`   | precision tracking (which scalars pruning must compare)     |
 //! | `log`       | the `--log` trail                                           |
-
 //!
 //! Known imprecision (safe, but may reject valid programs):
 //! - precision tracking is path-based but coarse: any conditional jump met while walking
-//!   back marks its operands precise, and calls/variable stack loads may fall back to
-//!   "everything precise";
+//!   back marks its operands precise, and a variable-offset stack load of a traced value
+//!   falls back to "everything precise" for the path;
 //! - stack bytes written with partial (< 8 byte) stores lose their values (only "initialized"
 //!   or "zero" is kept); 8-byte spills keep full register state;
 //! - JMP32 conditions refine bounds only when both operands are known to fit in 31/32 bits;
