@@ -443,8 +443,12 @@ fn accepted_programs_run_safely_in_rbpf() {
         let mut mem = vec![0u8; LEN];
         assert!(vm.execute_program(&mut mem).is_err());
     }
-    let (mut accepted, mut total) = (0usize, 0usize);
-    for _ in 0..3000 {
+    let (mut accepted, mut total, mut with_calls) = (0usize, 0usize, 0usize);
+    let rounds: usize = std::env::var("ROUNDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(3000);
+    for _ in 0..rounds {
         let steps = rng.gen_range(4..24);
         let mut body: Vec<String> = Vec::new();
         let mut labels: Vec<(usize, String)> = Vec::new();
@@ -453,7 +457,25 @@ fn accepted_programs_run_safely_in_rbpf() {
             let x = scal(&mut rng);
             let y = scal(&mut rng);
             let w = if rng.gen_bool(0.3) { 'w' } else { 'r' };
-            let line = match rng.gen_range(0..14) {
+            let line = match rng.gen_range(0..18) {
+                // A bpf-to-bpf call whose callee uses r2 as an offset into the block.
+                // (`sub2` only passes the value back: the result carries its precision.)
+                17 => format!(
+                    "*(u64 *)(r10 - 64) = r1\n*(u64 *)(r10 - 72) = r0\nr2 = r{x}\nr3 = r10\nr3 += -8\ncall {}\nr1 = *(u64 *)(r10 - 64)\nr3 = r0\nr0 = *(u64 *)(r10 - 72)\nr4 = 1\nr5 = 2",
+                    if rng.gen_bool(0.5) { "sub" } else { "sub2" }
+                ),
+                // A diamond leaving one of two constants in a register; the join is a
+                // prune point where only precision tracking tells them apart.
+                14 | 15 => format!(
+                    "if {w}{y} > {} goto da{i}\nr{x} = {}\ngoto db{i}\nda{i}:\nr{x} = {}\ndb{i}:",
+                    rng.gen_range(0..8),
+                    rng.gen_range(0..70),
+                    rng.gen_range(0..70)
+                ),
+                16 => format!(
+                    "r6 = r1\nr6 += r{x}\nr{y} = *({} *)(r6 + 0)",
+                    ["u8", "u16", "u32", "u64"][rng.gen_range(0..4)]
+                ),
                 0 => format!("r{x} = {}", rng.gen_range(-8i32..80)),
                 1 => format!("r{x} = *(u8 *)(r1 + {})", rng.gen_range(0..LEN as i32 + 4)),
                 2 => {
@@ -530,6 +552,10 @@ fn accepted_programs_run_safely_in_rbpf() {
             }
         }
         text.push_str("r0 = r3\nexit\n");
+        text.push_str(
+            "sub:\nr1 += r2\nr0 = *(u8 *)(r1 + 0)\n*(u64 *)(r3 + 0) = r0\nr0 += r2\nexit\n",
+        );
+        text.push_str("sub2:\nr0 = r2\nr0 += 1\nexit\n");
         let insns = assemble(&text).unwrap_or_else(|e| panic!("{text}\n{e}"));
         let prog = Program::from_insns("rand", insns.clone());
         total += 1;
@@ -541,6 +567,9 @@ fn accepted_programs_run_safely_in_rbpf() {
             continue;
         }
         accepted += 1;
+        if text.contains("call sub") {
+            with_calls += 1;
+        }
         let bytes = ebpf::isa::insns_to_bytes(&insns);
         let mut vm = rbpf::EbpfVmRaw::new(None).unwrap();
         vm.set_verifier(|_| Ok(())).unwrap();
@@ -555,7 +584,151 @@ fn accepted_programs_run_safely_in_rbpf() {
     }
     // The generator must exercise the accepting side too.
     assert!(accepted * 10 > total, "only {accepted} of {total} accepted");
-    eprintln!("{accepted} of {total} random programs accepted and ran safely");
+    assert!(
+        with_calls * 50 > accepted,
+        "only {with_calls} accepted programs call"
+    );
+    eprintln!(
+        "{accepted} of {total} random programs ({with_calls} with calls) accepted and ran safely"
+    );
+}
+
+/// The same differential check for the job ctx: data/out pointers, XDP-style checks with
+/// random conditions and operand orders, variable offsets. The input lives in its own
+/// exactly-sized buffer and the output right after the 80-byte ctx in rbpf's metadata
+/// buffer, so any access past `data_end`/`out_end` leaves the regions rbpf allows.
+#[test]
+fn accepted_job_programs_run_safely_in_rbpf() {
+    use rand::{Rng, SeedableRng, rngs::StdRng};
+    let moff = |o: i32| {
+        if o < 0 {
+            format!("- {}", -o)
+        } else {
+            format!("+ {o}")
+        }
+    };
+    let mut rng = StdRng::seed_from_u64(
+        std::env::var("SEED")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(0x0bad_cafe),
+    );
+    let (mut accepted, mut total) = (0usize, 0usize);
+    let rounds: usize = std::env::var("ROUNDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(3000);
+    for _ in 0..rounds {
+        let mut text = String::from(
+            "r2 = *(u64 *)(r1 + 0)\nr3 = *(u64 *)(r1 + 8)\nr4 = *(u64 *)(r1 + 16)\nr5 = *(u64 *)(r1 + 24)\nr6 = 0\nr7 = 1\nr8 = r2\n",
+        );
+        let blocks = rng.gen_range(1..5);
+        for b in 0..blocks {
+            let out = rng.gen_bool(0.5);
+            let (base, end) = if out { (4, 5) } else { (2, 3) };
+            // Occasionally mix up the end pointer or keep the previous base.
+            let end = if rng.gen_bool(0.1) { 8 - end } else { end };
+            if rng.gen_bool(0.9) {
+                text.push_str(&format!("r8 = r{base}\n"));
+            }
+            if rng.gen_bool(0.25) {
+                // Two constant offsets meeting at a prune point.
+                let (a, c) = (rng.gen_range(0..24), rng.gen_range(0..24));
+                text.push_str(&format!(
+                    "r6 = *(u64 *)(r1 + 32)\nif r6 > 3 goto ja{b}\nr6 = {a}\ngoto jb{b}\nja{b}:\nr6 = {c}\njb{b}:\nr8 += r6\n"
+                ));
+            } else if rng.gen_bool(0.5) {
+                let arg = [32, 40, 48, 56, 64, 72][rng.gen_range(0..6)];
+                let mask = [3, 7, 15, 31, 0xff, -1][rng.gen_range(0..6)];
+                text.push_str(&format!(
+                    "r6 = *(u64 *)(r1 + {arg})\nr6 &= {mask}\nr8 += r6\n"
+                ));
+            }
+            if rng.gen_bool(0.3) {
+                text.push_str(&format!("r8 += {}\n", rng.gen_range(-2i32..8)));
+            }
+            let k = rng.gen_range(0..24);
+            let skip = if rng.gen_bool(0.8) {
+                format!("s{b}")
+            } else {
+                format!("s{}", rng.gen_range(b..blocks))
+            };
+            let (c, swap) = if rng.gen_bool(0.7) {
+                if rng.gen_bool(0.5) {
+                    (">", false)
+                } else {
+                    ("<", true)
+                }
+            } else {
+                (
+                    ["> ", ">=", "<", "<=", "==", "!="][rng.gen_range(0..6)].trim(),
+                    rng.gen_bool(0.5),
+                )
+            };
+            text.push_str(&format!("r9 = r8\nr9 += {k}\n"));
+            if swap {
+                text.push_str(&format!("if r{end} {c} r9 goto {skip}\n"));
+            } else {
+                text.push_str(&format!("if r9 {c} r{end} goto {skip}\n"));
+            }
+            for _ in 0..rng.gen_range(1..4) {
+                let sz = ["u8", "u16", "u32", "u64"][rng.gen_range(0..4)];
+                let off = moff(rng.gen_range(-1i32..k.max(1) + 2));
+                if out && rng.gen_bool(0.7) {
+                    text.push_str(&format!("*({sz} *)(r8 {off}) = r7\n"));
+                } else {
+                    text.push_str(&format!("r7 = *({sz} *)(r8 {off})\n"));
+                }
+            }
+            text.push_str(&format!("s{b}:\n"));
+        }
+        text.push_str("r0 = 0\nexit\n");
+        let insns = assemble(&text).unwrap_or_else(|e| panic!("{text}\n{e}"));
+        total += 1;
+        if let Err(e) = verify(
+            &Program::from_insns("job", insns.clone()),
+            &VerifyOptions::default(),
+        ) {
+            if std::env::var("HIST").is_ok() {
+                let m: String = e.msg.chars().take(45).collect();
+                eprintln!("REJ {m}");
+            }
+            continue;
+        }
+        accepted += 1;
+        let bytes = ebpf::isa::insns_to_bytes(&insns);
+        for _ in 0..4 {
+            let dlen = rng.gen_range(0..40);
+            let olen = rng.gen_range(0..40);
+            let data = vec![0x5au8; dlen];
+            let mut mbuff = vec![0u8; 80 + olen];
+            let d = data.as_ptr() as u64;
+            let o = mbuff.as_ptr() as u64 + 80;
+            let args: [u64; 6] = [
+                rng.gen_range(0..64),
+                rng.r#gen(),
+                rng.gen_range(0..8),
+                rng.r#gen(),
+                rng.gen_range(0..300),
+                u64::MAX - rng.gen_range(0..4),
+            ];
+            let fields = [d, d + dlen as u64, o, o + olen as u64];
+            for (i, v) in fields.iter().chain(args.iter()).enumerate() {
+                mbuff[i * 8..i * 8 + 8].copy_from_slice(&v.to_le_bytes());
+            }
+            let mut vm = rbpf::EbpfVmMbuff::new(None).unwrap();
+            vm.set_verifier(|_| Ok(())).unwrap();
+            vm.set_program(&bytes).unwrap();
+            let r = vm.execute_program(&data, &mbuff);
+            assert!(
+                r.is_ok(),
+                "accepted but unsafe in rbpf (dlen {dlen}, olen {olen}): {:?}\n{text}",
+                r.err()
+            );
+        }
+    }
+    assert!(accepted * 20 > total, "only {accepted} of {total} accepted");
+    eprintln!("{accepted} of {total} random job programs accepted and ran safely");
 }
 
 fn alu_line(op: u8, dst: u8, src: u8, imm: i32, wide: bool) -> String {

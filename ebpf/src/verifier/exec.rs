@@ -12,6 +12,7 @@
 
 use super::cfg::Cfg;
 use super::log::Trail;
+use super::precise::{Hist, Track, back_insn};
 use super::scalar::{Scalar, refine};
 use super::state::{ByteKind, Frame, Ptr, PtrKind, Reg, Slot, State, covers, slot_of};
 use super::{CtxKind, ErrorKind, Fail, Verified, VerifyOptions};
@@ -36,12 +37,19 @@ struct Checkpoint {
     state: State,
     parent: Option<usize>,
     branches: u32,
+    /// Instructions from the parent checkpoint to this one.
+    hist: Vec<Hist>,
+    /// Scalars whose values the explored future relied on.
+    prec: Track,
+    /// Everything is precise (backtracking gave up).
+    all_precise: bool,
 }
 
 struct Path {
     st: State,
     pc: usize,
     parent: Option<usize>,
+    hist: Vec<Hist>,
 }
 
 pub(super) enum Step {
@@ -70,6 +78,12 @@ pub struct Explorer<'a> {
     next_id: u32,
     processed: usize,
     depth: Vec<usize>,
+    /// Precision demanded by the instruction being processed.
+    demands: Track,
+    /// Constant-offset stack slot touched by the instruction being processed.
+    last_stack: Option<(u8, u8, u8, bool)>,
+    /// Whether it touched the stack at a variable offset.
+    last_var_stack: bool,
 }
 
 fn alu_name(op: AluOp) -> &'static str {
@@ -127,6 +141,9 @@ impl<'a> Explorer<'a> {
             next_id: 1,
             processed: 0,
             depth: vec![0; nf],
+            demands: Track::default(),
+            last_stack: None,
+            last_var_stack: false,
         }
     }
 
@@ -162,11 +179,13 @@ impl<'a> Explorer<'a> {
             st: self.initial_state(),
             pc: 0,
             parent: None,
+            hist: Vec::new(),
         }];
         while let Some(Path {
             mut st,
             mut pc,
             mut parent,
+            mut hist,
         }) = work.pop()
         {
             if self.trail.on() && self.processed > 0 {
@@ -175,7 +194,7 @@ impl<'a> Explorer<'a> {
             }
             loop {
                 if self.cfg.prune[pc] {
-                    match self.visit(&st, pc, parent)? {
+                    match self.visit(&st, pc, parent, &mut hist)? {
                         Visit::Pruned => {
                             if self.trail.on() {
                                 self.trail
@@ -206,7 +225,22 @@ impl<'a> Explorer<'a> {
                         ),
                     ));
                 }
-                match self.step(&mut st, pc)? {
+                self.demands = Track::default();
+                self.last_stack = None;
+                self.last_var_stack = false;
+                let frame = (st.frames.len() - 1) as u8;
+                let step = self.step(&mut st, pc)?;
+                if !self.demands.is_empty() {
+                    let t = self.demands;
+                    self.backtrack(&hist, parent, t);
+                }
+                hist.push(Hist {
+                    pc: pc as u32,
+                    frame,
+                    stack: self.last_stack,
+                    var_stack: self.last_var_stack,
+                });
+                match step {
                     Step::Next(n) => pc = n,
                     Step::Jump {
                         taken,
@@ -221,6 +255,7 @@ impl<'a> Explorer<'a> {
                                 st: t,
                                 pc: target,
                                 parent,
+                                hist: hist.clone(),
                             });
                             pc += 1;
                         }
@@ -244,7 +279,13 @@ impl<'a> Explorer<'a> {
         self.summary()
     }
 
-    fn visit(&mut self, st: &State, pc: usize, parent: Option<usize>) -> Result<Visit, Fail> {
+    fn visit(
+        &mut self,
+        st: &State,
+        pc: usize,
+        parent: Option<usize>,
+        hist: &mut Vec<Hist>,
+    ) -> Result<Visit, Fail> {
         // Live registers per frame: the top frame at `pc`, callers at their return sites
         // (where r0..r5 are about to be overwritten).
         let nf = st.frames.len();
@@ -257,13 +298,16 @@ impl<'a> Explorer<'a> {
             };
         }
         let live = &live[..nf];
+        let mut pruned_by = None;
         for &i in &self.explored[pc] {
             let cp = &self.cps[i];
             if cp.branches == 0 {
-                if covers(&cp.state, st, false, live) {
-                    return Ok(Visit::Pruned);
+                let prec = (!cp.all_precise).then_some(&cp.prec);
+                if covers(&cp.state, st, false, live, prec) {
+                    pruned_by = Some(i);
+                    break;
                 }
-            } else if covers(&cp.state, st, true, live) && self.is_ancestor(i, parent) {
+            } else if covers(&cp.state, st, true, live, None) && self.is_ancestor(i, parent) {
                 return Err(fail(
                     pc,
                     ErrorKind::Loop,
@@ -271,14 +315,86 @@ impl<'a> Explorer<'a> {
                 ));
             }
         }
+        if let Some(i) = pruned_by {
+            // What the explored future relied on, this path relies on too.
+            if self.cps[i].all_precise {
+                self.all_precise_up(parent);
+            } else {
+                let mut t = self.cps[i].prec;
+                for (f, l) in live.iter().enumerate() {
+                    t.regs[f] &= *l;
+                }
+                if !t.is_empty() {
+                    self.backtrack(hist, parent, t);
+                }
+            }
+            return Ok(Visit::Pruned);
+        }
         let id = self.cps.len();
         self.cps.push(Checkpoint {
             state: st.clone(),
             parent,
             branches: 1,
+            hist: std::mem::take(hist),
+            prec: Track::default(),
+            all_precise: false,
         });
         self.explored[pc].push(id);
         Ok(Visit::New(id))
+    }
+
+    /// Marks the sources of the traced values precise in every checkpoint up the path.
+    fn backtrack(&mut self, hist: &[Hist], parent: Option<usize>, mut t: Track) {
+        if !self.back_segment(hist, &mut t) {
+            self.all_precise_up(parent);
+            return;
+        }
+        let mut c = parent;
+        while let Some(i) = c {
+            if t.is_empty() || self.cps[i].all_precise || t.subset_of(&self.cps[i].prec) {
+                return;
+            }
+            self.cps[i].prec.merge(&t);
+            let seg = std::mem::take(&mut self.cps[i].hist);
+            let ok = self.back_segment(&seg, &mut t);
+            self.cps[i].hist = seg;
+            if !ok {
+                self.all_precise_up(self.cps[i].parent);
+                return;
+            }
+            c = self.cps[i].parent;
+        }
+    }
+
+    fn back_segment(&self, hist: &[Hist], t: &mut Track) -> bool {
+        for h in hist.iter().rev() {
+            if t.is_empty() {
+                return true;
+            }
+            let Some(op) = self.cfg.ops[h.pc as usize] else {
+                continue;
+            };
+            if !back_insn(self.prog, op.kind(), h, t) {
+                return false;
+            }
+        }
+        true
+    }
+
+    fn all_precise_up(&mut self, mut c: Option<usize>) {
+        while let Some(i) = c {
+            if self.cps[i].all_precise {
+                return;
+            }
+            self.cps[i].all_precise = true;
+            c = self.cps[i].parent;
+        }
+    }
+
+    /// The current instruction relies on the exact value of `reg` in the current frame.
+    pub(super) fn demand(&mut self, st: &State, reg: usize) {
+        let f = st.frames.len() - 1;
+        self.demands.regs[f] |= 1 << reg;
     }
 
     fn is_ancestor(&self, i: usize, mut c: Option<usize>) -> bool {
@@ -643,6 +759,11 @@ impl<'a> Explorer<'a> {
         let result = match (dv, sval) {
             (Reg::Scalar(a), Reg::Scalar(b)) => Reg::Scalar(a.alu(op, width, &b)),
             (dv, sv) => {
+                // Pointer arithmetic: the scalar operand becomes part of the offset.
+                self.demand(st, d);
+                if src == Src::Reg {
+                    self.demand(st, insn.src as usize);
+                }
                 if width == Width::W32 {
                     return Err(fail(
                         pc,
@@ -893,6 +1014,22 @@ impl<'a> Explorer<'a> {
         self.depth[f] = self.depth[f].max((-off) as usize);
     }
 
+    /// Records the stack slots an access at constant offset `o` touches (for backtracking).
+    fn note_stack(&mut self, frame: usize, o: i64, size: usize, constant: bool) {
+        if !constant {
+            self.last_var_stack = true;
+            return;
+        }
+        let hi = slot_of(o).0;
+        let lo = slot_of(o + size as i64 - 1).0;
+        self.last_stack = Some((
+            frame as u8,
+            lo as u8,
+            hi as u8,
+            size == 8 && o.rem_euclid(8) == 0,
+        ));
+    }
+
     fn null_deref(&self, pc: usize, r: usize, p: &Ptr) -> Fail {
         fail(
             pc,
@@ -1056,6 +1193,7 @@ impl<'a> Explorer<'a> {
             ));
         }
         self.note_depth(st, frame, lo);
+        self.note_stack(frame, lo, size, p.const_var().is_some());
         let fr = &st.frames[frame];
         if let Some(v) = p.const_var() {
             let o = p.off + off + v;
@@ -1168,6 +1306,7 @@ impl<'a> Explorer<'a> {
             ));
         }
         self.note_depth(st, frame, lo);
+        self.last_var_stack = true;
         let zero = matches!(val, Reg::Scalar(s) if s.as_const() == Some(0));
         let fr = &mut st.frames[frame];
         for i in lo..hi {
@@ -1229,6 +1368,7 @@ impl<'a> Explorer<'a> {
             }
         }
         self.note_depth(st, frame, o);
+        self.note_stack(frame, o, size, p.const_var().is_some());
         let fr = &mut st.frames[frame];
         let (idx, b) = slot_of(o);
         if size == 8 && b == 0 {
@@ -1510,6 +1650,10 @@ impl<'a> Explorer<'a> {
                 };
                 if !refinable {
                     if let (Some(xv), Some(yv)) = (x.as_const(), y.as_const()) {
+                        self.demand(st, d);
+                        if let Some(sr) = bsrc {
+                            self.demand(st, sr);
+                        }
                         return Ok(if cond.eval32(xv, yv) {
                             Step::Next(target)
                         } else {
@@ -1524,6 +1668,13 @@ impl<'a> Explorer<'a> {
                 }
                 let t = refine(cond, &x, &y, true);
                 let f = refine(cond, &x, &y, false);
+                if t.is_none() || f.is_none() {
+                    // Only one side is feasible: the operands' values decided that.
+                    self.demand(st, d);
+                    if let Some(sr) = bsrc {
+                        self.demand(st, sr);
+                    }
+                }
                 let taken = t.map(|(x2, y2)| {
                     let mut s2 = st.clone();
                     self.set_scalar(&mut s2, d, x2);
@@ -1549,6 +1700,11 @@ impl<'a> Explorer<'a> {
                 })
             }
             (Reg::Ptr(p), Reg::Scalar(y)) | (Reg::Scalar(y), Reg::Ptr(p)) => {
+                // The scalar must be exactly 0 for this to be a null check.
+                self.demand(st, d);
+                if let Some(sr) = bsrc {
+                    self.demand(st, sr);
+                }
                 if width == Width::W32 {
                     return Err(fail(
                         pc,

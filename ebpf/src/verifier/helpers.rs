@@ -118,6 +118,7 @@ impl Explorer<'_> {
                             format!("R{sr} type={}, expected a scalar size", size.type_name()),
                         ));
                     };
+                    self.demand(st, sr);
                     self.check_size(pc, sr, &s)?;
                     self.helper_mem(st, pc, r, reg, s.umax, false, "pointer to readable memory")?;
                 }
@@ -125,6 +126,7 @@ impl Explorer<'_> {
                     let Reg::Scalar(s) = reg else {
                         return Err(wrong("scalar size"));
                     };
+                    self.demand(st, r);
                     self.check_size(pc, r, &s)?;
                 }
                 ArgType::WriteU64 => {
@@ -182,6 +184,7 @@ impl Explorer<'_> {
                     let Reg::Scalar(s) = reg else {
                         return Err(wrong("constant size"));
                     };
+                    self.demand(st, r);
                     match s.as_const() {
                         Some(v) if v > 0 && v <= MAX_VAR_OFF as u64 => alloc = Some(v),
                         _ => {

@@ -15,13 +15,13 @@
 //! | `state`     | register/pointer types, stack slots, frames, subsumption    |
 //! | `exec`      | exploration, per-instruction checks, pruning, loops         |
 //! | `helpers`   | helper argument checks and return types                     |
+//! | `precise`   | precision tracking (which scalars pruning must compare)     |
 //! | `log`       | the `--log` trail                                           |
-
 //!
 //! Known imprecision (safe, but may reject valid programs):
-//! - no precision tracking: every live scalar is compared by range when pruning (dead
-//!   registers are ignored), so values that differ only in irrelevant scalars multiply
-//!   states;
+//! - precision tracking is path-based but coarse: any conditional jump met while walking
+//!   back marks its operands precise, and a variable-offset stack load of a traced value
+//!   falls back to "everything precise" for the path;
 //! - stack bytes written with partial (< 8 byte) stores lose their values (only "initialized"
 //!   or "zero" is kept); 8-byte spills keep full register state;
 //! - JMP32 conditions refine bounds only when both operands are known to fit in 31/32 bits;
@@ -34,6 +34,7 @@ mod cfg;
 mod exec;
 mod helpers;
 mod log;
+mod precise;
 pub mod scalar;
 pub mod state;
 

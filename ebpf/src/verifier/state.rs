@@ -448,8 +448,15 @@ impl Cmp {
 
 /// Whether `old` covers `cur`: every behaviour possible from `cur` is possible from `old`
 /// (`exact`: the two are equal up to id renaming). `live[i]` masks the registers of frame
-/// `i` that may still be read; the others are not compared.
-pub fn covers(old: &State, cur: &State, exact: bool, live: &[u16]) -> bool {
+/// `i` that may still be read; the others are not compared. `precise` names the scalars
+/// whose values matter (`None`: all of them); the others only need to be scalars.
+pub fn covers(
+    old: &State,
+    cur: &State,
+    exact: bool,
+    live: &[u16],
+    precise: Option<&super::precise::Track>,
+) -> bool {
     if old.frames.len() != cur.frames.len() || old.refs.len() != cur.refs.len() {
         return false;
     }
@@ -466,14 +473,44 @@ pub fn covers(old: &State, cur: &State, exact: bool, live: &[u16]) -> bool {
     }
     for (fi, (a, b)) in old.frames.iter().zip(cur.frames.iter()).enumerate() {
         let mask = live.get(fi).copied().unwrap_or(u16::MAX);
+        let (preg, pslot) = match (exact, precise) {
+            (false, Some(p)) => (p.regs[fi], p.slots[fi]),
+            _ => (u16::MAX, u64::MAX),
+        };
         for (r, (ra, rb)) in a.regs.iter().zip(b.regs.iter()).enumerate() {
-            if mask & (1 << r) != 0 && !c.reg(ra, rb) {
+            if mask & (1 << r) == 0 {
+                continue;
+            }
+            if preg & (1 << r) == 0 && matches!((ra, rb), (Reg::Scalar(_), Reg::Scalar(_))) {
+                continue;
+            }
+            if !c.reg(ra, rb) {
                 return false;
             }
         }
         let n = a.stack.len().max(b.stack.len());
         for i in 0..n {
-            if !c.slot(&a.slot(i), &b.slot(i)) {
+            let (sa, sb) = (a.slot(i), b.slot(i));
+            if i >= 64 || pslot & (1 << i) != 0 {
+                if !c.slot(&sa, &sb) {
+                    return false;
+                }
+                continue;
+            }
+            // An imprecise slot: its value does not matter, only what can be read from it.
+            let ok = match (sa, sb) {
+                (Slot::Spill(Reg::Scalar(_)), Slot::Spill(Reg::Scalar(_))) => true,
+                (Slot::Spill(Reg::Scalar(_)), Slot::Bytes(bb)) => {
+                    bb.iter().all(|k| *k != ByteKind::Invalid)
+                }
+                (Slot::Bytes(_), Slot::Spill(Reg::Scalar(_))) => true,
+                (Slot::Bytes(ba), Slot::Bytes(bb)) => ba
+                    .iter()
+                    .zip(bb.iter())
+                    .all(|(o, c)| *o == ByteKind::Invalid || *c != ByteKind::Invalid),
+                _ => c.slot(&sa, &sb),
+            };
+            if !ok {
                 return false;
             }
         }
