@@ -22,6 +22,8 @@ use crate::program::{JobCtx, MapKind, Program};
 
 /// Maximum call frames (the main function included).
 pub const MAX_FRAMES: usize = 8;
+/// How many of the latest checkpoints at an instruction a new state is compared with.
+pub const PRUNE_WINDOW: usize = 64;
 /// Largest variable offset accepted for a memory access.
 pub const MAX_VAR_OFF: i64 = 1 << 29;
 
@@ -279,6 +281,7 @@ impl<'a> Explorer<'a> {
         self.summary()
     }
 
+    #[inline]
     fn visit(
         &mut self,
         st: &State,
@@ -299,7 +302,12 @@ impl<'a> Explorer<'a> {
         }
         let live = &live[..nf];
         let mut pruned_by = None;
-        for &i in &self.explored[pc] {
+        // Only the most recent checkpoints are compared: a long bounded loop leaves one per
+        // iteration here, and comparing against all of them would make exploration quadratic.
+        // Ancestors on the current path are the most recent entries, so a loop that repeats
+        // a state within the window is still caught; one with a longer period runs into the
+        // instruction budget instead. Both ways are sound.
+        for &i in self.explored[pc].iter().rev().take(PRUNE_WINDOW) {
             let cp = &self.cps[i];
             if cp.branches == 0 {
                 let prec = (!cp.all_precise).then_some(&cp.prec);
