@@ -229,7 +229,7 @@ impl JobResult {
 /// A connection to a service.
 pub struct Client {
     name: String,
-    region: ShmRegion,
+    region: std::sync::Arc<ShmRegion>,
     id: ClientId,
     sock: Option<(BufReader<UnixStream>, UnixStream)>,
     free: Vec<u32>,
@@ -243,6 +243,7 @@ impl Client {
             name: name.into(),
             source,
         })?;
+        let region = std::sync::Arc::new(region);
         let id = attach(&region)?;
         let free = region.completion_range(id.slot).rev().collect();
         Ok(Client {
@@ -408,6 +409,35 @@ impl Client {
             .into_iter()
             .find(|p| p.name == name || p.id.to_string() == name)
             .ok_or_else(|| ClientError::Service(format!("no program `{name}` is loaded")))
+    }
+
+    /// Attaches directly to a map in shared memory by its directory name `program:map`.
+    /// Reads and writes go straight to the region, concurrently with running jobs (with the
+    /// consistency rules of `shm_maps::maps`), without the control socket.
+    pub fn open_map(
+        &self,
+        name: &str,
+    ) -> Result<std::sync::Arc<dyn ebpf::maps::MapOps>, ClientError> {
+        let e = self
+            .region
+            .find_map(name)
+            .ok_or_else(|| ClientError::Service(format!("no map `{name}` in the directory")))?;
+        let kind = ebpf::MapKind::from_id(e.kind).ok_or_else(|| {
+            ClientError::Protocol(format!("map `{name}` has unknown kind {}", e.kind))
+        })?;
+        let map = name.split_once(':').map_or(name, |(_, m)| m);
+        let def = ebpf::MapDef {
+            name: map.to_string(),
+            kind,
+            key_size: e.key_size,
+            value_size: e.value_size,
+            max_entries: e.max_entries,
+            flags: e.flags,
+            origin: ebpf::MapOrigin::Manual,
+            init: None,
+        };
+        shm_maps::maps::open_in(&self.region, e.data_off, &def, e.threads)
+            .map_err(|err| ClientError::Service(format!("cannot attach to map `{name}`: {err}")))
     }
 
     /// A map's contents.

@@ -317,7 +317,8 @@ pub struct MapEntry {
     pub data_len: u64,
     /// Name length.
     pub name_len: u32,
-    _pad: u32,
+    /// Slot sets of a per-thread array (the service's worker count); 1 otherwise.
+    pub threads: u32,
     /// Name bytes.
     pub name: [u8; 64],
 }

@@ -554,6 +554,83 @@ impl ShmRegion {
         })
     }
 
+    fn map_entry_ptr(&self, i: u32) -> Option<*mut MapEntry> {
+        self.map_entry(i)?;
+        let h = self.header();
+        Some(
+            self.at::<MapEntry>(h.maps_off + i as u64 * size_of::<MapEntry>() as u64)
+                as *mut MapEntry,
+        )
+    }
+
+    /// Service side: publishes a map in the directory so clients can attach to it by name.
+    /// Returns the entry index, or `None` when the directory is full or the name too long.
+    pub fn register_map(&self, e: &DirEntry) -> Option<u32> {
+        if e.name.len() > 64 {
+            return None;
+        }
+        for i in 0..self.header().max_maps {
+            let entry = self.map_entry(i)?;
+            if entry.generation.load(Ordering::Acquire) != 0 {
+                continue;
+            }
+            let p = self.map_entry_ptr(i)?;
+            // SAFETY: the entry is inside the directory and free (generation 0); only the
+            // service writes the directory, from its control thread.
+            unsafe {
+                std::ptr::addr_of_mut!((*p).kind).write(e.kind);
+                std::ptr::addr_of_mut!((*p).key_size).write(e.key_size);
+                std::ptr::addr_of_mut!((*p).value_size).write(e.value_size);
+                std::ptr::addr_of_mut!((*p).max_entries).write(e.max_entries);
+                std::ptr::addr_of_mut!((*p).flags).write(e.flags);
+                std::ptr::addr_of_mut!((*p).data_off).write(e.data_off);
+                std::ptr::addr_of_mut!((*p).data_len).write(e.data_len);
+                std::ptr::addr_of_mut!((*p).threads).write(e.threads);
+                std::ptr::addr_of_mut!((*p).name_len).write(e.name.len() as u32);
+                let name = std::ptr::addr_of_mut!((*p).name) as *mut u8;
+                std::ptr::copy_nonoverlapping(e.name.as_ptr(), name, e.name.len());
+            }
+            // ORDERING: release publishes the fields; pairs with the acquire in `find_map`.
+            entry.generation.store(1, Ordering::Release);
+            return Some(i);
+        }
+        None
+    }
+
+    /// Service side: removes directory entry `i`.
+    pub fn unregister_map(&self, i: u32) {
+        if let Some(e) = self.map_entry(i) {
+            e.generation.store(0, Ordering::Release);
+        }
+    }
+
+    /// Client side: the directory entry called `name`.
+    pub fn find_map(&self, name: &str) -> Option<DirEntry> {
+        for i in 0..self.header().max_maps {
+            let entry = self.map_entry(i)?;
+            // ORDERING: acquire pairs with the release in `register_map`.
+            if entry.generation.load(Ordering::Acquire) == 0 {
+                continue;
+            }
+            let len = (entry.name_len as usize).min(64);
+            if &entry.name[..len] != name.as_bytes() {
+                continue;
+            }
+            return Some(DirEntry {
+                name: name.to_string(),
+                kind: entry.kind,
+                key_size: entry.key_size,
+                value_size: entry.value_size,
+                max_entries: entry.max_entries,
+                flags: entry.flags,
+                data_off: entry.data_off,
+                data_len: entry.data_len,
+                threads: entry.threads,
+            });
+        }
+        None
+    }
+
     /// Pointer to `len` arena bytes at arena offset `off`, if the range is inside the arena.
     ///
     /// The arena is shared memory: who may read or write a range at a given moment is
@@ -682,6 +759,29 @@ impl ShmRegion {
             d.completion
         )
     }
+}
+
+/// A map directory entry, copied in or out.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DirEntry {
+    /// `prog:map`.
+    pub name: String,
+    /// `MapKind::id()`.
+    pub kind: u32,
+    /// Key size.
+    pub key_size: u32,
+    /// Value size.
+    pub value_size: u32,
+    /// Entries.
+    pub max_entries: u32,
+    /// Flags.
+    pub flags: u32,
+    /// Arena offset of the storage.
+    pub data_off: u64,
+    /// Storage bytes.
+    pub data_len: u64,
+    /// Slot sets (per-thread arrays).
+    pub threads: u32,
 }
 
 /// The plain fields of a [`Completion`], copied in or out.

@@ -46,6 +46,11 @@ pub fn clang_available() -> bool {
 
 /// Compiles `tests/programs/<name>.bpf.c` (or `examples/<name>.bpf.c`) and returns the object.
 pub fn compile(name: &str) -> Option<PathBuf> {
+    compile_with(name, &[], name)
+}
+
+/// Like [`compile`], with `-D` defines, into `target/bpf-programs/<out>.bpf.o`.
+pub fn compile_with(name: &str, defines: &[&str], out: &str) -> Option<PathBuf> {
     if !clang_available() {
         return None;
     }
@@ -62,7 +67,7 @@ pub fn compile(name: &str) -> Option<PathBuf> {
         .unwrap_or_else(|| root.join("target"))
         .join("bpf-programs");
     std::fs::create_dir_all(&out_dir).expect("create target/bpf-programs");
-    let obj = out_dir.join(format!("{name}.bpf.o"));
+    let obj = out_dir.join(format!("{out}.bpf.o"));
     let fresh = match (obj.metadata(), src.metadata()) {
         (Ok(o), Ok(s)) => o.modified().ok() >= s.modified().ok(),
         _ => false,
@@ -72,7 +77,7 @@ pub fn compile(name: &str) -> Option<PathBuf> {
     }
     // Several test threads may build the same object: write a private file, then rename.
     let tmp = out_dir.join(format!(
-        "{name}.{}.{:?}.tmp.o",
+        "{out}.{}.{:?}.tmp.o",
         std::process::id(),
         std::thread::current().id()
     ));
@@ -80,6 +85,7 @@ pub fn compile(name: &str) -> Option<PathBuf> {
         .args(["-O2", "-g", "-target", "bpf", "-Wall", "-Werror"])
         .arg("-I/usr/include/x86_64-linux-gnu")
         .arg(format!("-I{}", root.join("include").display()))
+        .args(defines.iter().map(|d| format!("-D{d}")))
         .arg("-c")
         .arg(&src)
         .arg("-o")

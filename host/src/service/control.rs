@@ -332,7 +332,7 @@ fn load(
             p.id
         ));
     }
-    let maps = match super::maps::bind(svc, &program, old.as_deref()) {
+    let maps = match super::maps::bind(svc, &mut st, &install_name, &program, old.as_deref()) {
         Ok(m) => m,
         Err(e) => return err(e),
     };

@@ -88,6 +88,7 @@ pub fn socket_path(name: &str) -> PathBuf {
 pub(crate) struct ControlState {
     pub next_id: u32,
     pub arena: Arena,
+    pub placed: Vec<maps::Placed>,
 }
 
 /// A running service.
@@ -131,6 +132,7 @@ impl Service {
             state: Mutex::new(ControlState {
                 next_id: 1,
                 arena: Arena::new(arena_size, ARENA_ALIGN),
+                placed: Vec::new(),
             }),
             backend: Mutex::new(Some(backend)),
             started: Instant::now(),
@@ -213,6 +215,10 @@ impl Service {
         while !self.stopping.load(Ordering::Acquire) {
             self.region.heartbeat();
             self.reap_clients();
+            maps::collect(
+                self,
+                &mut self.state.lock().unwrap_or_else(|p| p.into_inner()),
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
     }

@@ -1,0 +1,157 @@
+//! Maps of the running service: shared-memory maps updated concurrently by programs, by
+//! `map update` and by clients attached directly, without torn values; and map carry-over
+//! rules of `replace`.
+
+use host::client::{Client, ClientError, Job};
+use host::service::{BackendChoice, Service, ServiceConfig};
+use shm_maps::RegionConfig;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+const T: Duration = Duration::from_secs(30);
+
+fn start(tag: &str) -> (Arc<Service>, String) {
+    let name = format!("bpftime-m-{}-{tag}", std::process::id());
+    let svc = Service::start(ServiceConfig {
+        name: name.clone(),
+        backend: BackendChoice::Cpu,
+        workers: 1,
+        mode: 0o600,
+        recover: false,
+        region: RegionConfig {
+            arena_size: 16 << 20,
+            max_clients: 8,
+            completions_per_client: 256,
+            ..RegionConfig::default()
+        },
+        metrics: None,
+        max_insns: 1_000_000,
+    })
+    .unwrap();
+    (svc, name)
+}
+
+fn halves_equal(v: &[u8]) -> bool {
+    v[..8] == v[8..16]
+}
+
+#[test]
+fn concurrent_map_updates_never_tear() {
+    let Some(obj) = bpftime_tests::compile("pairs") else {
+        return;
+    };
+    let (svc, name) = start("tear");
+    let mut c = Client::connect(&name).unwrap();
+    let p = c.load_file(&obj, None).unwrap();
+    let input = c.alloc(8).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    // A second client updates through the control socket (`map update`).
+    let updater = {
+        let (name, stop) = (name.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut c = Client::connect(&name).unwrap();
+            let mut x = 1u64 << 40;
+            let mut n = 0;
+            while !stop.load(Ordering::Relaxed) {
+                x += 1;
+                let v = [x.to_le_bytes(), x.to_le_bytes()].concat();
+                c.map_update("write_pair:pairs", &((x & 3) as u32).to_le_bytes(), &v, 0)
+                    .unwrap();
+                n += 1;
+            }
+            n
+        })
+    };
+    // A third reads the shared map directly.
+    let reader = {
+        let (name, stop) = (name.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let c = Client::connect(&name).unwrap();
+            let m = c.open_map("write_pair:pairs").unwrap();
+            let mut dumps = 0;
+            while !stop.load(Ordering::Relaxed) {
+                for (k, v) in m.entries() {
+                    assert!(halves_equal(&v), "torn value at key {k:?}: {v:?}");
+                }
+                dumps += 1;
+            }
+            dumps
+        })
+    };
+    // The programs update too.
+    for i in 0..3000u64 {
+        let r = c
+            .run(
+                &Job::new(p.id, 4)
+                    .input(&input, 2)
+                    .args([i * 1000 + 7, 0, 0, 0]),
+                T,
+            )
+            .unwrap();
+        assert!(r.ok(), "{r:?}");
+        assert_eq!(r.r0, 1);
+    }
+    stop.store(true, Ordering::Relaxed);
+    assert!(updater.join().unwrap() > 0);
+    assert!(reader.join().unwrap() > 0);
+    let d = c.map_dump("pairs").unwrap();
+    assert_eq!(d.map, "write_pair:pairs");
+    assert_eq!(d.entries.len(), 4);
+    for (_, v) in &d.entries {
+        assert_eq!(v[..16], v[16..32], "torn value in dump: {v}");
+    }
+    drop(c);
+    svc.stop(false);
+}
+
+#[test]
+fn replace_keeps_compatible_maps_and_refuses_incompatible_ones() {
+    let (Some(v1), Some(v2), Some(hash)) = (
+        bpftime_tests::compile("pairs"),
+        bpftime_tests::compile_with("pairs", &["PAIRS_V2"], "pairs_v2"),
+        bpftime_tests::compile_with("pairs", &["PAIRS_HASH"], "pairs_hash"),
+    ) else {
+        return;
+    };
+    let (svc, name) = start("swap");
+    let mut c = Client::connect(&name).unwrap();
+    let p = c.load_file(&v1, None).unwrap();
+    let input = c.alloc(8).unwrap();
+    let r = c
+        .run(&Job::new(p.id, 1).input(&input, 8).args([77, 0, 0, 0]), T)
+        .unwrap();
+    assert_eq!((r.r0, r.prog_version), (1, 1));
+    // Compatible: same id, next version, and the map keeps its contents.
+    let p2 = c.replace_file("write_pair", &v2, None).unwrap();
+    assert_eq!((p2.id, p2.version), (p.id, 2));
+    let d = c.map_dump("write_pair:pairs").unwrap();
+    let want = [77u64.to_le_bytes(), 77u64.to_le_bytes()].concat();
+    assert_eq!(d.entries[0].1, host::hex::encode(&want), "map carried over");
+    let r = c.run(&Job::new(p.id, 1).input(&input, 8), T).unwrap();
+    assert_eq!((r.r0, r.prog_version), (2, 2));
+    // Incompatible: refused, naming the map, and version 2 keeps serving.
+    match c.replace_file("write_pair", &hash, None) {
+        Err(ClientError::Service(m)) => {
+            assert!(m.contains("replace refused: map `pairs`"), "{m}");
+            assert!(m.contains("Array") && m.contains("Hash"), "{m}");
+        }
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    let r = c.run(&Job::new(p.id, 1).input(&input, 8), T).unwrap();
+    assert_eq!((r.r0, r.prog_version), (2, 2));
+    // Unload frees the maps' storage once no job uses them.
+    let used = c.status().unwrap().arena_used;
+    c.unload("write_pair").unwrap();
+    let t0 = std::time::Instant::now();
+    while c.status().unwrap().arena_used >= used {
+        assert!(t0.elapsed() < T, "map storage not freed");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(
+        c.open_map("write_pair:pairs").is_err(),
+        "gone from the directory"
+    );
+    drop(c);
+    svc.stop(false);
+}
