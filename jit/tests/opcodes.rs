@@ -107,13 +107,18 @@ fn every_opcode_compiles_and_assembles() {
             insns.push(Opcode::Exit.insn(0, 0, 0, 0));
             let p = Program::from_insns("bad", insns);
             let e = jit::compile(&p, &JitOptions::default()).unwrap_err();
-            assert!(matches!(e, jit::CompileError::Unsupported { .. }), "{op:?}: {e}");
+            assert!(
+                matches!(e, jit::CompileError::Unsupported { .. }),
+                "{op:?}: {e}"
+            );
             continue;
         };
         let m = jit::compile(&p, &opts_for(&p)).unwrap_or_else(|e| panic!("{op:?}: {e}"));
         let text = m.text();
         assert!(text.contains(".entry bpf_entry_"), "{op:?}");
-        assert!(text.contains(&format!(".visible .func (.param .b64 ret0) bpf_prog_{op:?}")));
+        assert!(text.contains(&format!(
+            ".visible .func (.param .b64 ret0) bpf_prog_{op:?}"
+        )));
         all.push(text);
         count += 1;
     }

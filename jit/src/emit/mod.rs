@@ -86,7 +86,7 @@ pub fn function(s: &mut String, f: &Function) {
         match st {
             Stmt::Inst(i) => inst(s, &f.name, i),
             Stmt::Label(l) => {
-                let _ = writeln!(s, "$L{}_{}:", short(&f.name), l.0);
+                let _ = writeln!(s, "$L_{}:", l.0);
             }
             Stmt::Call { func, args, ret } => {
                 s.push_str("\t{\n");
@@ -116,12 +116,7 @@ pub fn function(s: &mut String, f: &Function) {
                 }
                 s.push_str(";\n");
                 if let Some(r) = ret {
-                    let _ = writeln!(
-                        s,
-                        "\tld.param.b64 {}{}, [retval0];",
-                        r.class.prefix(),
-                        r.n
-                    );
+                    let _ = writeln!(s, "\tld.param.b64 {}{}, [retval0];", r.class.prefix(), r.n);
                 }
                 s.push_str("\t}\n");
             }
@@ -134,17 +129,16 @@ pub fn function(s: &mut String, f: &Function) {
     s.push_str("}\n");
 }
 
-/// Label prefix unique per function: labels are function-local in PTX, but a short tag
-/// keeps them readable.
-fn short(name: &str) -> &str {
-    let _ = name;
-    ""
-}
-
 fn inst(s: &mut String, fname: &str, i: &Inst) {
     s.push('\t');
     if let Some((p, when)) = i.guard {
-        let _ = write!(s, "@{}{}{} ", if when { "" } else { "!" }, p.class.prefix(), p.n);
+        let _ = write!(
+            s,
+            "@{}{}{} ",
+            if when { "" } else { "!" },
+            p.class.prefix(),
+            p.n
+        );
     }
     s.push_str(&i.op);
     for (k, a) in i.args.iter().enumerate() {
@@ -166,18 +160,18 @@ fn operand(s: &mut String, fname: &str, a: &Operand) {
             if *off == 0 {
                 let _ = write!(s, "[{}{}]", r.class.prefix(), r.n);
             } else {
-                let _ = write!(s, "[{}{}{:+}]", r.class.prefix(), r.n, off);
+                let _ = write!(s, "[{}{}+{}]", r.class.prefix(), r.n, off);
             }
         }
         Operand::SymAddr(n, off) => {
             if *off == 0 {
                 let _ = write!(s, "[{n}]");
             } else {
-                let _ = write!(s, "[{n}{off:+}]");
+                let _ = write!(s, "[{n}+{off}]");
             }
         }
         Operand::Label(l) => {
-            let _ = write!(s, "$L{}_{}", short(fname), l.0);
+            let _ = write!(s, "$L_{}", l.0);
         }
         Operand::Sym(n) => s.push_str(n),
         Operand::Vec2(a, b) => {

@@ -243,7 +243,11 @@ pub fn stack_depth(insns: &[Insn], start: usize, end: usize) -> u32 {
                     }
                 }
             }
-            OpKind::Alu { op: aop, width, src } => {
+            OpKind::Alu {
+                op: aop,
+                width,
+                src,
+            } => {
                 if src == Src::Reg && derived[s].is_some() && d != s {
                     match (aop, width) {
                         (AluOp::Mov, Width::W64) => {
@@ -350,14 +354,20 @@ fn lower_function(cx: &mut Ctx, start: usize, end: usize) -> Result<Function, Co
                 ));
             }
             if cx.dec[t as usize].is_none() {
-                return Err(cx.err(pc, format!("jump target {t} is the second slot of a ld_imm64")));
+                return Err(cx.err(
+                    pc,
+                    format!("jump target {t} is the second slot of a ld_imm64"),
+                ));
             }
             targets.insert(t as usize);
         }
     }
     // Prologue.
     if is_entry {
-        f.push("ld.param.b64", vec![r(1).into(), Operand::SymAddr("ctx".into(), 0)]);
+        f.push(
+            "ld.param.b64",
+            vec![r(1).into(), Operand::SymAddr("ctx".into(), 0)],
+        );
         f.push("mov.b64", vec![r(2).into(), imm(0)]);
     } else {
         for i in 1..=5u8 {
@@ -367,8 +377,14 @@ fn lower_function(cx: &mut Ctx, start: usize, end: usize) -> Result<Function, Co
             );
         }
     }
-    f.push("cvta.local.u64", vec![r(10).into(), Operand::Sym("stack".into())]);
-    f.push("add.s64", vec![r(10).into(), r(10).into(), imm(depth as i64)]);
+    f.push(
+        "cvta.local.u64",
+        vec![r(10).into(), Operand::Sym("stack".into())],
+    );
+    f.push(
+        "add.s64",
+        vec![r(10).into(), r(10).into(), imm(depth as i64)],
+    );
     f.push("mov.b64", vec![r(0).into(), imm(0)]);
 
     // Which map each register is known to hold (straight-line tracking, reset at labels).
@@ -457,10 +473,7 @@ fn lower_insn(
                     }
                     prelude::array_value_addr(b, 0, 0).wrapping_add(d.next_imm as i64 as u64)
                 }
-                Ld64Kind::MapFd
-                | Ld64Kind::MapValue
-                | Ld64Kind::VarAddr
-                | Ld64Kind::CodeAddr => {
+                Ld64Kind::MapFd | Ld64Kind::MapValue | Ld64Kind::VarAddr | Ld64Kind::CodeAddr => {
                     return Err(cx.err(
                         pc,
                         format!(
@@ -481,7 +494,10 @@ fn lower_insn(
                 (Size::H, true) => "ld.s16",
                 (Size::W, true) => "ld.s32",
             };
-            f.push(op, vec![r(dst).into(), Operand::Addr(r(src), insn.off as i64)]);
+            f.push(
+                op,
+                vec![r(dst).into(), Operand::Addr(r(src), insn.off as i64)],
+            );
         }
         OpKind::Store { size, src: s } => {
             let op = match size {
@@ -510,9 +526,16 @@ fn lower_insn(
                 }
             }
         }
-        OpKind::Ja => f.bra(crate::ptx::Label((pc as i64 + 1 + insn.off as i64) as u32), None),
+        OpKind::Ja => f.bra(
+            crate::ptx::Label((pc as i64 + 1 + insn.off as i64) as u32),
+            None,
+        ),
         OpKind::JaLong => f.bra(crate::ptx::Label((pc as i64 + 1 + imm64) as u32), None),
-        OpKind::Jmp { cond, width, src: s } => {
+        OpKind::Jmp {
+            cond,
+            width,
+            src: s,
+        } => {
             let target = crate::ptx::Label((pc as i64 + 1 + insn.off as i64) as u32);
             let p = cond_pred(f, cond, width, r(dst), s, src, insn.imm);
             f.bra(target, Some((p, true)));
@@ -523,7 +546,10 @@ fn lower_insn(
         }
         OpKind::CallLocal => {
             let t = (pc as i64 + 1 + imm64) as usize;
-            let name = cx.func_name(t).expect("call targets are function starts").to_string();
+            let name = cx
+                .func_name(t)
+                .expect("call targets are function starts")
+                .to_string();
             f.call(name, (1..=5).map(r).collect(), Some(r(0)));
             *known = [None; 11];
         }
@@ -531,7 +557,10 @@ fn lower_insn(
             return Err(cx.err(pc, "kfunc calls are not supported"));
         }
         OpKind::Exit => {
-            f.push("st.param.b64", vec![Operand::SymAddr("ret0".into(), 0), r(0).into()]);
+            f.push(
+                "st.param.b64",
+                vec![Operand::SymAddr("ret0".into(), 0), r(0).into()],
+            );
             f.push("ret", vec![]);
         }
     }
@@ -622,13 +651,24 @@ fn divmod(f: &mut Function, op: AluOp, d: Reg, s: Operand, src: Src, imm: i64, w
         Src::Reg => {
             // s' = (s == 0 || (signed && s == -1)) ? 1 : s; q = d op s'; then fix up.
             let pz = f.reg(RegClass::Pred);
-            f.push(format!("setp.eq{b}"), vec![pz.into(), s.clone(), Operand::Imm(0)]);
+            f.push(
+                format!("setp.eq{b}"),
+                vec![pz.into(), s.clone(), Operand::Imm(0)],
+            );
             let safe = f.reg(cls);
-            f.push(format!("selp{b}"), vec![safe.into(), Operand::Imm(1), s.clone(), pz.into()]);
+            f.push(
+                format!("selp{b}"),
+                vec![safe.into(), Operand::Imm(1), s.clone(), pz.into()],
+            );
             let pm = if signed {
                 let pm = f.reg(RegClass::Pred);
                 f.push(format!("setp.eq{b}"), vec![pm.into(), s, Operand::Imm(-1)]);
-                f.push_if(pm, true, format!("mov{b}"), vec![safe.into(), Operand::Imm(1)]);
+                f.push_if(
+                    pm,
+                    true,
+                    format!("mov{b}"),
+                    vec![safe.into(), Operand::Imm(1)],
+                );
                 Some(pm)
             } else {
                 None
@@ -641,10 +681,16 @@ fn divmod(f: &mut Function, op: AluOp, d: Reg, s: Operand, src: Src, imm: i64, w
                     // d / -1 = -d (wrapping: MIN / -1 = MIN).
                     f.push_if(pm, true, format!("neg{sg}"), vec![q.into(), dd.clone()]);
                 }
-                f.push(format!("selp{b}"), vec![dd, Operand::Imm(0), q.into(), pz.into()]);
+                f.push(
+                    format!("selp{b}"),
+                    vec![dd, Operand::Imm(0), q.into(), pz.into()],
+                );
             } else {
                 // d % -1 = 0, which d % 1 already gave; d % 0 = d.
-                f.push(format!("selp{b}"), vec![dd.clone(), dd, q.into(), pz.into()]);
+                f.push(
+                    format!("selp{b}"),
+                    vec![dd.clone(), dd, q.into(), pz.into()],
+                );
             }
         }
     }
@@ -729,7 +775,10 @@ fn end(f: &mut Function, op: EndOp, bits: u8, d: Reg) {
         (true, 16) | (true, 32) => {
             let t = f.reg(RegClass::B32);
             f.push("cvt.u32.u64", vec![t.into(), dd.clone()]);
-            f.push("prmt.b32", vec![t.into(), t.into(), t.into(), Operand::Sym("0x0123".into())]);
+            f.push(
+                "prmt.b32",
+                vec![t.into(), t.into(), t.into(), Operand::Sym("0x0123".into())],
+            );
             if bits == 16 {
                 f.push("shr.u32", vec![t.into(), t.into(), imm(16)]);
             }
@@ -739,14 +788,33 @@ fn end(f: &mut Function, op: EndOp, bits: u8, d: Reg) {
             let lo = f.reg(RegClass::B32);
             let hi = f.reg(RegClass::B32);
             f.push("mov.b64", vec![Operand::Vec2(lo, hi), dd.clone()]);
-            f.push("prmt.b32", vec![lo.into(), lo.into(), lo.into(), Operand::Sym("0x0123".into())]);
-            f.push("prmt.b32", vec![hi.into(), hi.into(), hi.into(), Operand::Sym("0x0123".into())]);
+            f.push(
+                "prmt.b32",
+                vec![
+                    lo.into(),
+                    lo.into(),
+                    lo.into(),
+                    Operand::Sym("0x0123".into()),
+                ],
+            );
+            f.push(
+                "prmt.b32",
+                vec![
+                    hi.into(),
+                    hi.into(),
+                    hi.into(),
+                    Operand::Sym("0x0123".into()),
+                ],
+            );
             f.push("mov.b64", vec![dd, Operand::Vec2(hi, lo)]);
         }
     }
 }
 
-#[expect(clippy::too_many_arguments, reason = "one call site, all distinct operands")]
+#[expect(
+    clippy::too_many_arguments,
+    reason = "one call site, all distinct operands"
+)]
 fn atomic(
     f: &mut Function,
     scope: &str,
@@ -766,7 +834,11 @@ fn atomic(
     } else {
         (r(src), f.reg(RegClass::B64))
     };
-    let (bits, ty_add) = if w32 { (".b32", ".u32") } else { (".b64", ".u64") };
+    let (bits, ty_add) = if w32 {
+        (".b32", ".u32")
+    } else {
+        (".b64", ".u64")
+    };
     let opname = match op {
         AtomicOp::Add => format!("add{ty_add}"),
         AtomicOp::Or => format!("or{bits}"),
@@ -793,7 +865,10 @@ fn atomic(
             vec![old.into(), addr, cmp.into(), v.into()],
         );
     } else {
-        f.push(format!("atom.acq_rel{scope}.{opname}"), vec![old.into(), addr, v.into()]);
+        f.push(
+            format!("atom.acq_rel{scope}.{opname}"),
+            vec![old.into(), addr, v.into()],
+        );
     }
     if w32 {
         f.push("cvt.u64.u32", vec![r(dst).into(), old.into()]);
@@ -944,7 +1019,10 @@ fn entry_wrapper(name: &str, prog_func: &str) -> Function {
     });
     let p = |f: &mut Function, n: &'static str| {
         let t = f.reg(RegClass::B64);
-        f.push("ld.param.u64", vec![t.into(), Operand::SymAddr(n.into(), 0)]);
+        f.push(
+            "ld.param.u64",
+            vec![t.into(), Operand::SymAddr(n.into(), 0)],
+        );
         t
     };
     let (tid, ntid, ctaid) = (
@@ -954,7 +1032,10 @@ fn entry_wrapper(name: &str, prog_func: &str) -> Function {
     );
     f.push("mov.u32", vec![tid.into(), Operand::Sym("%tid.x".into())]);
     f.push("mov.u32", vec![ntid.into(), Operand::Sym("%ntid.x".into())]);
-    f.push("mov.u32", vec![ctaid.into(), Operand::Sym("%ctaid.x".into())]);
+    f.push(
+        "mov.u32",
+        vec![ctaid.into(), Operand::Sym("%ctaid.x".into())],
+    );
     let i = f.reg(RegClass::B64);
     f.push("mul.wide.u32", vec![i.into(), ctaid.into(), ntid.into()]);
     let t = f.reg(RegClass::B64);
@@ -966,7 +1047,10 @@ fn entry_wrapper(name: &str, prog_func: &str) -> Function {
     f.push("setp.ge.u64", vec![pr.into(), i.into(), n.into()]);
     f.bra(out, Some((pr, true)));
     let st = |f: &mut Function, off: i64, v: Reg| {
-        f.push("st.local.u64", vec![Operand::SymAddr("jobctx".into(), off), v.into()]);
+        f.push(
+            "st.local.u64",
+            vec![Operand::SymAddr("jobctx".into(), off), v.into()],
+        );
     };
     for (base, size, off) in [
         ("in_base", "in_size", JobCtx::DATA),
@@ -975,7 +1059,10 @@ fn entry_wrapper(name: &str, prog_func: &str) -> Function {
         let b = p(&mut f, base);
         let s = p(&mut f, size);
         let start = f.reg(RegClass::B64);
-        f.push("mad.lo.s64", vec![start.into(), i.into(), s.into(), b.into()]);
+        f.push(
+            "mad.lo.s64",
+            vec![start.into(), i.into(), s.into(), b.into()],
+        );
         let endp = f.reg(RegClass::B64);
         f.push("add.s64", vec![endp.into(), start.into(), s.into()]);
         st(&mut f, off, start);
@@ -991,18 +1078,35 @@ fn entry_wrapper(name: &str, prog_func: &str) -> Function {
     let no_res = f.reg(RegClass::Pred);
     f.push("setp.eq.u64", vec![no_res.into(), res.into(), imm(0)]);
     let slot = f.reg(RegClass::B64);
-    f.push("mad.lo.s64", vec![slot.into(), i.into(), imm(8), res.into()]);
+    f.push(
+        "mad.lo.s64",
+        vec![slot.into(), i.into(), imm(8), res.into()],
+    );
     let zero = f.reg(RegClass::B64);
     f.push("mov.b64", vec![zero.into(), imm(0)]);
     // Result 0 first, for programs that end the thread with helper 507.
-    f.push_if(no_res, false, "st.u64", vec![Operand::Addr(slot, 0), zero.into()]);
+    f.push_if(
+        no_res,
+        false,
+        "st.u64",
+        vec![Operand::Addr(slot, 0), zero.into()],
+    );
     let ctx = f.reg(RegClass::B64);
-    f.push("cvta.local.u64", vec![ctx.into(), Operand::Sym("jobctx".into())]);
+    f.push(
+        "cvta.local.u64",
+        vec![ctx.into(), Operand::Sym("jobctx".into())],
+    );
     let r0 = f.reg(RegClass::B64);
     f.call(prog_func, vec![ctx], Some(r0));
-    f.push_if(no_res, false, "st.u64", vec![Operand::Addr(slot, 0), r0.into()]);
+    f.push_if(
+        no_res,
+        false,
+        "st.u64",
+        vec![Operand::Addr(slot, 0), r0.into()],
+    );
     f.place(out);
     f.push("ret", vec![]);
-    f.body.insert(0, Stmt::Raw("\t// one thread per record".into()));
+    f.body
+        .insert(0, Stmt::Raw("\t// one thread per record".into()));
     f
 }

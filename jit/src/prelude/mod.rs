@@ -87,27 +87,176 @@ const RINGBUF: &[MapKind] = &[MapKind::RingBuf];
 
 /// The helper table: every helper the GPU provides.
 pub static HELPERS: &[HelperDef] = &[
-    HelperDef { id: h::MAP_LOOKUP_ELEM, name: "map_lookup_elem", nargs: 2, map_kinds: MAPS, inline_exit: false, body: map_lookup },
-    HelperDef { id: h::MAP_UPDATE_ELEM, name: "map_update_elem", nargs: 4, map_kinds: MAPS, inline_exit: false, body: map_update },
-    HelperDef { id: h::MAP_DELETE_ELEM, name: "map_delete_elem", nargs: 2, map_kinds: MAPS, inline_exit: false, body: map_delete },
-    HelperDef { id: h::KTIME_GET_NS, name: "ktime_get_ns", nargs: 0, map_kinds: &[], inline_exit: false, body: globaltimer },
-    HelperDef { id: h::TRACE_PRINTK, name: "trace_printk", nargs: 5, map_kinds: &[], inline_exit: false, body: trace_printk },
-    HelperDef { id: h::GET_PRANDOM_U32, name: "get_prandom_u32", nargs: 0, map_kinds: &[], inline_exit: false, body: prandom },
-    HelperDef { id: h::RINGBUF_OUTPUT, name: "ringbuf_output", nargs: 4, map_kinds: RINGBUF, inline_exit: false, body: ringbuf_output },
-    HelperDef { id: h::RINGBUF_RESERVE, name: "ringbuf_reserve", nargs: 3, map_kinds: RINGBUF, inline_exit: false, body: ringbuf_reserve },
-    HelperDef { id: h::RINGBUF_SUBMIT, name: "ringbuf_submit", nargs: 2, map_kinds: &[], inline_exit: false, body: ringbuf_submit },
-    HelperDef { id: h::RINGBUF_DISCARD, name: "ringbuf_discard", nargs: 2, map_kinds: &[], inline_exit: false, body: ringbuf_discard },
-    HelperDef { id: h::PUTS, name: "puts", nargs: 1, map_kinds: &[], inline_exit: false, body: puts },
-    HelperDef { id: h::GET_GLOBALTIMER, name: "get_globaltimer", nargs: 0, map_kinds: &[], inline_exit: false, body: globaltimer },
-    HelperDef { id: h::GET_BLOCK_IDX, name: "get_block_idx", nargs: 3, map_kinds: &[], inline_exit: false, body: |_| xyz("%ctaid") },
-    HelperDef { id: h::GET_BLOCK_DIM, name: "get_block_dim", nargs: 3, map_kinds: &[], inline_exit: false, body: |_| xyz("%ntid") },
-    HelperDef { id: h::GET_THREAD_IDX, name: "get_thread_idx", nargs: 3, map_kinds: &[], inline_exit: false, body: |_| xyz("%tid") },
-    HelperDef { id: h::MEMBAR, name: "membar", nargs: 0, map_kinds: &[], inline_exit: false, body: |_| "\tmembar.sys;\n".into() },
-    HelperDef { id: h::EXIT, name: "exit", nargs: 0, map_kinds: &[], inline_exit: true, body: |_| String::new() },
-    HelperDef { id: h::GET_GRID_DIM, name: "get_grid_dim", nargs: 3, map_kinds: &[], inline_exit: false, body: |_| xyz("%nctaid") },
-    HelperDef { id: h::GET_SM_ID, name: "get_sm_id", nargs: 0, map_kinds: &[], inline_exit: false, body: |_| "\tmov.u32 %r1, %smid;\n\tcvt.u64.u32 %rd0, %r1;\n".into() },
-    HelperDef { id: h::GET_WARP_ID, name: "get_warp_id", nargs: 0, map_kinds: &[], inline_exit: false, body: |_| "\tmov.u32 %r1, %tid.x;\n\tshr.u32 %r1, %r1, 5;\n\tcvt.u64.u32 %rd0, %r1;\n".into() },
-    HelperDef { id: h::GET_LANE_ID, name: "get_lane_id", nargs: 0, map_kinds: &[], inline_exit: false, body: |_| "\tmov.u32 %r1, %laneid;\n\tcvt.u64.u32 %rd0, %r1;\n".into() },
+    HelperDef {
+        id: h::MAP_LOOKUP_ELEM,
+        name: "map_lookup_elem",
+        nargs: 2,
+        map_kinds: MAPS,
+        inline_exit: false,
+        body: map_lookup,
+    },
+    HelperDef {
+        id: h::MAP_UPDATE_ELEM,
+        name: "map_update_elem",
+        nargs: 4,
+        map_kinds: MAPS,
+        inline_exit: false,
+        body: map_update,
+    },
+    HelperDef {
+        id: h::MAP_DELETE_ELEM,
+        name: "map_delete_elem",
+        nargs: 2,
+        map_kinds: MAPS,
+        inline_exit: false,
+        body: map_delete,
+    },
+    HelperDef {
+        id: h::KTIME_GET_NS,
+        name: "ktime_get_ns",
+        nargs: 0,
+        map_kinds: &[],
+        inline_exit: false,
+        body: globaltimer,
+    },
+    HelperDef {
+        id: h::TRACE_PRINTK,
+        name: "trace_printk",
+        nargs: 5,
+        map_kinds: &[],
+        inline_exit: false,
+        body: trace_printk,
+    },
+    HelperDef {
+        id: h::GET_PRANDOM_U32,
+        name: "get_prandom_u32",
+        nargs: 0,
+        map_kinds: &[],
+        inline_exit: false,
+        body: prandom,
+    },
+    HelperDef {
+        id: h::RINGBUF_OUTPUT,
+        name: "ringbuf_output",
+        nargs: 4,
+        map_kinds: RINGBUF,
+        inline_exit: false,
+        body: ringbuf_output,
+    },
+    HelperDef {
+        id: h::RINGBUF_RESERVE,
+        name: "ringbuf_reserve",
+        nargs: 3,
+        map_kinds: RINGBUF,
+        inline_exit: false,
+        body: ringbuf_reserve,
+    },
+    HelperDef {
+        id: h::RINGBUF_SUBMIT,
+        name: "ringbuf_submit",
+        nargs: 2,
+        map_kinds: &[],
+        inline_exit: false,
+        body: ringbuf_submit,
+    },
+    HelperDef {
+        id: h::RINGBUF_DISCARD,
+        name: "ringbuf_discard",
+        nargs: 2,
+        map_kinds: &[],
+        inline_exit: false,
+        body: ringbuf_discard,
+    },
+    HelperDef {
+        id: h::PUTS,
+        name: "puts",
+        nargs: 1,
+        map_kinds: &[],
+        inline_exit: false,
+        body: puts,
+    },
+    HelperDef {
+        id: h::GET_GLOBALTIMER,
+        name: "get_globaltimer",
+        nargs: 0,
+        map_kinds: &[],
+        inline_exit: false,
+        body: globaltimer,
+    },
+    HelperDef {
+        id: h::GET_BLOCK_IDX,
+        name: "get_block_idx",
+        nargs: 3,
+        map_kinds: &[],
+        inline_exit: false,
+        body: |_| xyz("%ctaid"),
+    },
+    HelperDef {
+        id: h::GET_BLOCK_DIM,
+        name: "get_block_dim",
+        nargs: 3,
+        map_kinds: &[],
+        inline_exit: false,
+        body: |_| xyz("%ntid"),
+    },
+    HelperDef {
+        id: h::GET_THREAD_IDX,
+        name: "get_thread_idx",
+        nargs: 3,
+        map_kinds: &[],
+        inline_exit: false,
+        body: |_| xyz("%tid"),
+    },
+    HelperDef {
+        id: h::MEMBAR,
+        name: "membar",
+        nargs: 0,
+        map_kinds: &[],
+        inline_exit: false,
+        body: |_| "\tmembar.sys;\n".into(),
+    },
+    HelperDef {
+        id: h::EXIT,
+        name: "exit",
+        nargs: 0,
+        map_kinds: &[],
+        inline_exit: true,
+        body: |_| String::new(),
+    },
+    HelperDef {
+        id: h::GET_GRID_DIM,
+        name: "get_grid_dim",
+        nargs: 3,
+        map_kinds: &[],
+        inline_exit: false,
+        body: |_| xyz("%nctaid"),
+    },
+    HelperDef {
+        id: h::GET_SM_ID,
+        name: "get_sm_id",
+        nargs: 0,
+        map_kinds: &[],
+        inline_exit: false,
+        body: |_| "\tmov.u32 %r1, %smid;\n\tcvt.u64.u32 %rd0, %r1;\n".into(),
+    },
+    HelperDef {
+        id: h::GET_WARP_ID,
+        name: "get_warp_id",
+        nargs: 0,
+        map_kinds: &[],
+        inline_exit: false,
+        body: |_| {
+            "\tmov.u32 %r1, %tid.x;\n\tshr.u32 %r1, %r1, 5;\n\tcvt.u64.u32 %rd0, %r1;\n".into()
+        },
+    },
+    HelperDef {
+        id: h::GET_LANE_ID,
+        name: "get_lane_id",
+        nargs: 0,
+        map_kinds: &[],
+        inline_exit: false,
+        body: |_| "\tmov.u32 %r1, %laneid;\n\tcvt.u64.u32 %rd0, %r1;\n".into(),
+    },
 ];
 
 /// The table row of helper `id`.
@@ -403,12 +552,12 @@ fn map_update(g: &Gen) -> String {
 	setp.eq.u64 %p1, %rd4, 2;
 	@%p1 bra $Lunlock;
 	mov.b64 %rd0, -7;
+	mov.b64 %rd33, @COUNT@;
 $Lrc:
-	ld.relaxed.sys.u64 %rd31, [@COUNT@];
+	ld.relaxed.sys.u64 %rd31, [%rd33];
 	setp.ge.u64 %p2, %rd31, @MAX@;
 	@%p2 bra $Lunlock;
 	add.s64 %rd32, %rd31, 1;
-	mov.b64 %rd33, @COUNT@;
 	atom.relaxed.sys.cas.b64 %rd34, [%rd33], %rd31, %rd32;
 	setp.ne.u64 %p2, %rd34, %rd31;
 	@%p2 bra $Lrc;
@@ -570,7 +719,10 @@ fn ringbuf_output(g: &Gen) -> String {
     );
     s.push_str(&rb_reserve(b, g.opts.lock_pid));
     s.push_str("\tmov.b64 %rd19, %rd0;\n");
-    s.push_str(&copy("%rd18", "%rd19", 0, "o").replace("setp.ge.u64 %p10, %rd40, 0;", "setp.ge.u64 %p10, %rd40, %rd3;"));
+    s.push_str(&copy("%rd18", "%rd19", 0, "o").replace(
+        "setp.ge.u64 %p10, %rd40, 0;",
+        "setp.ge.u64 %p10, %rd40, %rd3;",
+    ));
     s.push_str("\tld.relaxed.sys.u32 %r3, [%rd19+-8];\n\tand.b32 %r3, %r3, 1073741823;\n\tst.release.sys.u32 [%rd19+-8], %r3;\n\tmov.b64 %rd0, 0;\n\tbra.uni $Ldone;\n$Lbig:\n\tmov.b64 %rd0, -7;\n\tbra.uni $Ldone;\n$Lfull:\n\tmov.b64 %rd0, -11;\n");
     s
 }

@@ -22,7 +22,9 @@ pub fn ptxas() -> Option<PathBuf> {
         if std::env::var_os("BPFTIME_REQUIRE_PTXAS").is_some() {
             panic!("ptxas is required (BPFTIME_REQUIRE_PTXAS is set) but was not found");
         }
-        eprintln!("SKIPPING ptxas check: ptxas not found (pip install --user nvidia-cuda-nvcc-cu12)");
+        eprintln!(
+            "SKIPPING ptxas check: ptxas not found (pip install --user nvidia-cuda-nvcc-cu12)"
+        );
     }
     found
 }

@@ -1,0 +1,75 @@
+//! Every C test program (`tests/programs/*.bpf.c`), built with clang, goes through the JIT
+//! and the PTX assembles with ptxas (all in one ptxas run).
+
+mod common;
+
+use jit::{JitOptions, MapBinding};
+
+const PROGRAMS: &[(&str, &[&str])] = &[
+    ("add", &["add"]),
+    ("calls", &["calls"]),
+    ("counter", &["counter"]),
+    ("filter", &["filter"]),
+    ("globals", &["globals"]),
+    ("gpu_helpers", &["gpu_probe"]),
+    ("legacy_map", &["legacy"]),
+    ("loop", &["loop"]),
+    ("minimal", &["minimal"]),
+    (
+        "multi",
+        &[
+            "on_entry", "on_exit", "on_foo", "xdp_pass", "pair_a", "pair_b",
+        ],
+    ),
+    ("printk", &["printk"]),
+    ("reject_unchecked", &["unchecked_read"]),
+    ("ringbuf", &["ringbuf"]),
+    ("vec_add", &["vec_add"]),
+];
+
+#[test]
+fn every_c_program_compiles_and_assembles() {
+    // Every file of tests/programs is listed above.
+    let dir = bpftime_tests::repo_root().join("tests/programs");
+    let mut on_disk: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .filter_map(|e| {
+            let n = e.unwrap().file_name().to_string_lossy().into_owned();
+            n.strip_suffix(".bpf.c").map(str::to_string)
+        })
+        .collect();
+    on_disk.sort();
+    let listed: Vec<String> = PROGRAMS.iter().map(|(f, _)| f.to_string()).collect();
+    assert_eq!(on_disk, listed, "tests/programs changed: update PROGRAMS");
+
+    let mut modules = Vec::new();
+    for (file, progs) in PROGRAMS {
+        let Some((path, bytes)) = bpftime_tests::compile_bytes(file) else {
+            return;
+        };
+        let fname = path.file_name().unwrap().to_string_lossy().into_owned();
+        for prog in *progs {
+            let p = ebpf::elf::load(&bytes, &fname, Some(prog))
+                .unwrap_or_else(|e| panic!("{file}/{prog}: {e}"));
+            let opts = JitOptions {
+                maps: p
+                    .maps
+                    .iter()
+                    .enumerate()
+                    .map(|(i, d)| {
+                        MapBinding::for_def(d, 0x7f00_0000_0000 + 0x100_0000 * i as u64, 64)
+                    })
+                    .collect(),
+                trace_buf: 0x7e00_0000_0000,
+                lock_pid: 4242,
+                ..JitOptions::default()
+            };
+            let m = jit::compile(&p, &opts).unwrap_or_else(|e| panic!("{file}/{prog}: {e}"));
+            let text = m.text();
+            assert!(text.contains(m.prog_func()));
+            modules.push(text);
+        }
+    }
+    assert_eq!(modules.len(), 19);
+    common::assemble(&common::merge(&modules), "c_programs");
+}
