@@ -84,9 +84,11 @@ pub fn function(s: &mut String, f: &Function) {
     }
     for st in &f.body {
         match st {
-            Stmt::Inst(i) => inst(s, &f.name, i),
+            Stmt::Inst(i) => inst(s, i),
             Stmt::Label(l) => {
-                let _ = writeln!(s, "$L_{}:", l.0);
+                s.push_str("$L_");
+                push_u64(s, l.0 as u64);
+                s.push_str(":\n");
             }
             Stmt::Call { func, args, ret } => {
                 s.push_str("\t{\n");
@@ -129,60 +131,84 @@ pub fn function(s: &mut String, f: &Function) {
     s.push_str("}\n");
 }
 
-fn inst(s: &mut String, fname: &str, i: &Inst) {
+fn push_int(s: &mut String, v: i64) {
+    if v < 0 {
+        s.push('-');
+    }
+    push_u64(s, v.unsigned_abs());
+}
+
+fn push_u64(s: &mut String, mut v: u64) {
+    let mut buf = [0u8; 20];
+    let mut i = buf.len();
+    loop {
+        i -= 1;
+        buf[i] = b'0' + (v % 10) as u8;
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    // The bytes are ASCII digits.
+    s.push_str(std::str::from_utf8(&buf[i..]).unwrap_or("0"));
+}
+
+fn push_reg(s: &mut String, r: crate::ptx::Reg) {
+    s.push_str(r.class.prefix());
+    push_u64(s, r.n as u64);
+}
+
+fn inst(s: &mut String, i: &Inst) {
     s.push('\t');
     if let Some((p, when)) = i.guard {
-        let _ = write!(
-            s,
-            "@{}{}{} ",
-            if when { "" } else { "!" },
-            p.class.prefix(),
-            p.n
-        );
+        s.push('@');
+        if !when {
+            s.push('!');
+        }
+        push_reg(s, p);
+        s.push(' ');
     }
     s.push_str(&i.op);
     for (k, a) in i.args.iter().enumerate() {
         s.push_str(if k == 0 { " " } else { ", " });
-        operand(s, fname, a);
+        operand(s, a);
     }
     s.push_str(";\n");
 }
 
-fn operand(s: &mut String, fname: &str, a: &Operand) {
+fn operand(s: &mut String, a: &Operand) {
     match a {
-        Operand::Reg(r) => {
-            let _ = write!(s, "{}{}", r.class.prefix(), r.n);
-        }
-        Operand::Imm(v) => {
-            let _ = write!(s, "{v}");
-        }
+        Operand::Reg(r) => push_reg(s, *r),
+        Operand::Imm(v) => push_int(s, *v),
         Operand::Addr(r, off) => {
-            if *off == 0 {
-                let _ = write!(s, "[{}{}]", r.class.prefix(), r.n);
-            } else {
-                let _ = write!(s, "[{}{}+{}]", r.class.prefix(), r.n, off);
+            s.push('[');
+            push_reg(s, *r);
+            if *off != 0 {
+                s.push('+');
+                push_int(s, *off);
             }
+            s.push(']');
         }
         Operand::SymAddr(n, off) => {
-            if *off == 0 {
-                let _ = write!(s, "[{n}]");
-            } else {
-                let _ = write!(s, "[{n}+{off}]");
+            s.push('[');
+            s.push_str(n);
+            if *off != 0 {
+                s.push('+');
+                push_int(s, *off);
             }
+            s.push(']');
         }
         Operand::Label(l) => {
-            let _ = write!(s, "$L_{}", l.0);
+            s.push_str("$L_");
+            push_u64(s, l.0 as u64);
         }
         Operand::Sym(n) => s.push_str(n),
         Operand::Vec2(a, b) => {
-            let _ = write!(
-                s,
-                "{{{}{}, {}{}}}",
-                a.class.prefix(),
-                a.n,
-                b.class.prefix(),
-                b.n
-            );
+            s.push('{');
+            push_reg(s, *a);
+            s.push_str(", ");
+            push_reg(s, *b);
+            s.push('}');
         }
     }
 }

@@ -286,12 +286,10 @@ pub fn stack_depth(insns: &[Insn], start: usize, end: usize) -> u32 {
                 derived[d] = None;
             }
             OpKind::Call | OpKind::CallLocal | OpKind::CallKfunc => {
-                for (r, v) in derived.iter_mut().enumerate().take(6) {
-                    if let Some(o) = *v {
+                // Pointers passed in r1..r5 may be used by the callee; r0..r5 die.
+                for v in derived.iter_mut().take(6) {
+                    if let Some(o) = v.take() {
                         note(o);
-                    }
-                    if r == 0 || r > 0 {
-                        *v = None;
                     }
                 }
             }
