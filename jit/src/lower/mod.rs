@@ -271,11 +271,10 @@ pub fn stack_depth(insns: &[Insn], start: usize, end: usize) -> u32 {
                         derived[d] = Some(v);
                     }
                     (_, _, _, Some(_)) if d == 10 => return STACK_SIZE as u32,
-                    (_, _, _, Some(o)) => {
-                        // A derived pointer turned into something else: keep what it reached.
-                        note(o);
-                        derived[d] = None;
-                    }
+                    // Overwritten: the pointer is gone (what it reached is noted).
+                    (AluOp::Mov, _, _, Some(_)) => derived[d] = None,
+                    // Any other arithmetic on a stack pointer: not followed.
+                    (_, _, _, Some(_)) => return STACK_SIZE as u32,
                     _ => derived[d] = None,
                 }
             }

@@ -1,0 +1,63 @@
+//! Small checks with hand-computed expectations: the stack scan, the helper table, errors.
+
+use ebpf::asm::assemble;
+use ebpf::program::Program;
+use jit::{CompileError, JitOptions};
+
+#[test]
+fn stack_depth_scan() {
+    let p = assemble("r0 = *(u64 *)(r10 - 24)\nexit").unwrap();
+    // Deepest byte -24, plus 8 for the access width, rounded up to 16.
+    assert_eq!(jit::lower::stack_depth(&p, 0, p.len()), 32);
+    let p = assemble("r2 = r10\nr2 += -100\n*(u32 *)(r2 + 0) = 1\nexit").unwrap();
+    assert_eq!(jit::lower::stack_depth(&p, 0, p.len()), 112);
+    // Pointer arithmetic the scan cannot follow: the whole 512 bytes.
+    let p = assemble("r2 = r10\nr2 += r1\nr0 = 0\nexit").unwrap();
+    assert_eq!(jit::lower::stack_depth(&p, 0, p.len()), 512);
+    let p = assemble("r0 = 0\nexit").unwrap();
+    assert_eq!(jit::lower::stack_depth(&p, 0, p.len()), 16);
+}
+
+#[test]
+fn every_helper_has_a_gpu_implementation() {
+    for h in ebpf::helpers::HELPERS {
+        let d = jit::prelude::def(h.id).unwrap_or_else(|| panic!("helper {} missing", h.name));
+        assert_eq!(d.name, h.name);
+    }
+}
+
+#[test]
+fn stack_size_option_sets_the_frame() {
+    let p = Program::from_insns("s", assemble("r0 = 0\nexit").unwrap());
+    let opts = JitOptions {
+        stack_size: Some(200),
+        ptx_version: (8, 5),
+        sm: 89,
+        ..JitOptions::default()
+    };
+    let t = jit::compile(&p, &opts).unwrap().text();
+    assert!(t.contains(".local .align 16 .b8 stack[208];"), "{t}");
+    assert!(t.contains(".version 8.5\n.target sm_89\n"));
+}
+
+#[test]
+fn errors_name_the_instruction() {
+    let p = Program::from_insns("k", assemble("call kfunc[7]\nexit").unwrap());
+    match jit::compile(&p, &JitOptions::default()).unwrap_err() {
+        CompileError::Unsupported { loc, insn, .. } => {
+            assert_eq!(loc.pc, 0);
+            assert!(insn.contains("kfunc"), "{insn}");
+        }
+        e => panic!("unexpected {e}"),
+    }
+    let p = Program::from_insns("m", assemble("r1 = map_idx[0] ll\nexit").unwrap());
+    assert!(matches!(
+        jit::compile(&p, &JitOptions::default()).unwrap_err(),
+        CompileError::Unsupported { .. }
+    ));
+    let p = Program::from_insns("e", vec![]);
+    assert!(matches!(
+        jit::compile(&p, &JitOptions::default()).unwrap_err(),
+        CompileError::Empty { .. }
+    ));
+}
