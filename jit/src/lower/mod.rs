@@ -316,6 +316,7 @@ fn lower_function(cx: &mut Ctx, start: usize, end: usize) -> Result<Function, Co
         .expect("every start has a name")
         .to_string();
     let mut f = Function::new(name, FuncKind::Func);
+    f.body.reserve((end - start) * 3 + 16);
     f.visible = start == 0;
     f.ret = Some("ret0".into());
     f.reserve_labels(end as u32 + 1);
@@ -335,7 +336,7 @@ fn lower_function(cx: &mut Ctx, start: usize, end: usize) -> Result<Function, Co
         size: depth,
     });
     // Jump targets inside the function.
-    let mut targets = BTreeSet::new();
+    let mut targets = vec![false; end - start];
     for pc in start..end {
         let Some(d) = cx.dec[pc] else { continue };
         let t = match d.op.kind() {
@@ -356,33 +357,27 @@ fn lower_function(cx: &mut Ctx, start: usize, end: usize) -> Result<Function, Co
                     format!("jump target {t} is the second slot of a ld_imm64"),
                 ));
             }
-            targets.insert(t as usize);
+            targets[t as usize - start] = true;
         }
     }
     // Prologue.
     if is_entry {
-        f.push(
-            "ld.param.b64",
-            vec![r(1).into(), Operand::SymAddr("ctx".into(), 0)],
-        );
-        f.push("mov.b64", vec![r(2).into(), imm(0)]);
+        f.push("ld.param.b64", [r(1).into(), Operand::SymAddr("ctx", 0)]);
+        f.push("mov.b64", [r(2).into(), imm(0)]);
     } else {
         for i in 1..=5u8 {
             f.push(
                 "ld.param.b64",
-                vec![r(i).into(), Operand::SymAddr(format!("a{i}").into(), 0)],
+                [
+                    r(i).into(),
+                    Operand::SymAddr(["a1", "a2", "a3", "a4", "a5"][i as usize - 1], 0),
+                ],
             );
         }
     }
-    f.push(
-        "cvta.local.u64",
-        vec![r(10).into(), Operand::Sym("stack".into())],
-    );
-    f.push(
-        "add.s64",
-        vec![r(10).into(), r(10).into(), imm(depth as i64)],
-    );
-    f.push("mov.b64", vec![r(0).into(), imm(0)]);
+    f.push("cvta.local.u64", [r(10).into(), Operand::Sym("stack")]);
+    f.push("add.s64", [r(10).into(), r(10).into(), imm(depth as i64)]);
+    f.push("mov.b64", [r(0).into(), imm(0)]);
 
     // Which map each register is known to hold (straight-line tracking, reset at labels).
     let mut known: [Option<usize>; 11] = [None; 11];
@@ -392,7 +387,7 @@ fn lower_function(cx: &mut Ctx, start: usize, end: usize) -> Result<Function, Co
             pc += 1;
             continue;
         };
-        if targets.contains(&pc) {
+        if targets[pc - start] {
             f.place(crate::ptx::Label(pc as u32));
             known = [None; 11];
         }
@@ -400,7 +395,7 @@ fn lower_function(cx: &mut Ctx, start: usize, end: usize) -> Result<Function, Co
         pc += if d.op.is_wide() { 2 } else { 1 };
     }
     // Falling off the end is impossible in a verified program; trap rather than run on.
-    f.push("trap", vec![]);
+    f.push("trap", []);
     Ok(f)
 }
 
@@ -479,7 +474,7 @@ fn lower_insn(
                     ));
                 }
             };
-            f.push("mov.b64", vec![r(dst).into(), imm(v as i64)]);
+            f.push("mov.b64", [r(dst).into(), imm(v as i64)]);
         }
         OpKind::Load { size, sign_extend } => {
             let op = match (size, sign_extend) {
@@ -491,10 +486,7 @@ fn lower_insn(
                 (Size::H, true) => "ld.s16",
                 (Size::W, true) => "ld.s32",
             };
-            f.push(
-                op,
-                vec![r(dst).into(), Operand::Addr(r(src), insn.off as i64)],
-            );
+            f.push(op, [r(dst).into(), Operand::Addr(r(src), insn.off as i64)]);
         }
         OpKind::Store { size, src: s } => {
             let op = match size {
@@ -507,11 +499,11 @@ fn lower_insn(
                 Src::Reg => r(src),
                 Src::Imm => {
                     let t = f.reg(RegClass::B64);
-                    f.push("mov.b64", vec![t.into(), imm(imm64)]);
+                    f.push("mov.b64", [t.into(), imm(imm64)]);
                     t
                 }
             };
-            f.push(op, vec![Operand::Addr(r(dst), insn.off as i64), v.into()]);
+            f.push(op, [Operand::Addr(r(dst), insn.off as i64), v.into()]);
         }
         OpKind::Atomic { op, size, fetch } => {
             atomic(f, cx.scope, op, size, fetch, r(dst), insn.off as i64, src);
@@ -554,11 +546,8 @@ fn lower_insn(
             return Err(cx.err(pc, "kfunc calls are not supported"));
         }
         OpKind::Exit => {
-            f.push(
-                "st.param.b64",
-                vec![Operand::SymAddr("ret0".into(), 0), r(0).into()],
-            );
-            f.push("ret", vec![]);
+            f.push("st.param.b64", [Operand::SymAddr("ret0", 0), r(0).into()]);
+            f.push("ret", []);
         }
     }
     Ok(())
@@ -568,14 +557,14 @@ fn lower_insn(
 fn alu64(f: &mut Function, op: AluOp, d: Reg, s: Operand, src: Src, imm64: i64) {
     let dd: Operand = d.into();
     match op {
-        AluOp::Add => f.push("add.s64", vec![dd.clone(), dd, s]),
-        AluOp::Sub => f.push("sub.s64", vec![dd.clone(), dd, s]),
-        AluOp::Mul => f.push("mul.lo.s64", vec![dd.clone(), dd, s]),
-        AluOp::Or => f.push("or.b64", vec![dd.clone(), dd, s]),
-        AluOp::And => f.push("and.b64", vec![dd.clone(), dd, s]),
-        AluOp::Xor => f.push("xor.b64", vec![dd.clone(), dd, s]),
-        AluOp::Mov => f.push("mov.b64", vec![dd, s]),
-        AluOp::Neg => f.push("neg.s64", vec![dd.clone(), dd]),
+        AluOp::Add => f.push("add.s64", [dd.clone(), dd, s]),
+        AluOp::Sub => f.push("sub.s64", [dd.clone(), dd, s]),
+        AluOp::Mul => f.push("mul.lo.s64", [dd.clone(), dd, s]),
+        AluOp::Or => f.push("or.b64", [dd.clone(), dd, s]),
+        AluOp::And => f.push("and.b64", [dd.clone(), dd, s]),
+        AluOp::Xor => f.push("xor.b64", [dd.clone(), dd, s]),
+        AluOp::Mov => f.push("mov.b64", [dd, s]),
+        AluOp::Neg => f.push("neg.s64", [dd.clone(), dd]),
         AluOp::Lsh | AluOp::Rsh | AluOp::Arsh => {
             let opc = match op {
                 AluOp::Lsh => "shl.b64",
@@ -583,7 +572,7 @@ fn alu64(f: &mut Function, op: AluOp, d: Reg, s: Operand, src: Src, imm64: i64) 
                 _ => "shr.s64",
             };
             let cnt = shift_count(f, s, src, imm64, 63);
-            f.push(opc, vec![dd.clone(), dd, cnt]);
+            f.push(opc, [dd.clone(), dd, cnt]);
         }
         AluOp::Div | AluOp::Mod | AluOp::Sdiv | AluOp::Smod => {
             divmod(f, op, d, s, src, imm64, false);
@@ -591,13 +580,13 @@ fn alu64(f: &mut Function, op: AluOp, d: Reg, s: Operand, src: Src, imm64: i64) 
         AluOp::Movsx8 | AluOp::Movsx16 => {
             let sh = if op == AluOp::Movsx8 { 56 } else { 48 };
             let t = f.reg(RegClass::B64);
-            f.push("shl.b64", vec![t.into(), s, imm(sh)]);
-            f.push("shr.s64", vec![dd, t.into(), imm(sh)]);
+            f.push("shl.b64", [t.into(), s, imm(sh)]);
+            f.push("shr.s64", [dd, t.into(), imm(sh)]);
         }
         AluOp::Movsx32 => {
             let t = f.reg(RegClass::B32);
-            f.push("cvt.u32.u64", vec![t.into(), s]);
-            f.push("cvt.s64.s32", vec![dd, t.into()]);
+            f.push("cvt.u32.u64", [t.into(), s]);
+            f.push("cvt.s64.s32", [dd, t.into()]);
         }
     }
 }
@@ -607,87 +596,78 @@ fn shift_count(f: &mut Function, s: Operand, src: Src, imm64: i64, mask: i64) ->
         Src::Imm => imm(imm64 & mask),
         Src::Reg => {
             let c = f.reg(RegClass::B32);
-            f.push("cvt.u32.u64", vec![c.into(), s]);
-            f.push("and.b32", vec![c.into(), c.into(), imm(mask)]);
+            f.push("cvt.u32.u64", [c.into(), s]);
+            f.push("and.b32", [c.into(), c.into(), imm(mask)]);
             c.into()
         }
     }
 }
 
+/// Picks the 32- or 64-bit spelling of an opcode.
+fn wsel(w32: bool, o32: &'static str, o64: &'static str) -> &'static str {
+    if w32 { o32 } else { o64 }
+}
+
 /// Division and modulo with the eBPF rules, 64-bit (`w32 == false`, `d` and `s` are the
 /// 64-bit operands) or 32-bit (`d`, `s` are already `.b32` registers / a 32-bit imm).
 fn divmod(f: &mut Function, op: AluOp, d: Reg, s: Operand, src: Src, imm: i64, w32: bool) {
-    let (u, sg, b, cls, zero) = if w32 {
-        (".u32", ".s32", ".b32", RegClass::B32, 0)
-    } else {
-        (".u64", ".s64", ".b64", RegClass::B64, 0)
-    };
+    let cls = if w32 { RegClass::B32 } else { RegClass::B64 };
     let dd: Operand = d.into();
     let signed = matches!(op, AluOp::Sdiv | AluOp::Smod);
     let is_div = matches!(op, AluOp::Div | AluOp::Sdiv);
-    let opc = |base: &str| format!("{base}{}", if signed { sg } else { u });
+    let mov = wsel(w32, "mov.b32", "mov.b64");
+    let neg = wsel(w32, "neg.s32", "neg.s64");
+    let setp_eq = wsel(w32, "setp.eq.b32", "setp.eq.b64");
+    let selp = wsel(w32, "selp.b32", "selp.b64");
+    let opc = match (is_div, signed) {
+        (true, false) => wsel(w32, "div.u32", "div.u64"),
+        (true, true) => wsel(w32, "div.s32", "div.s64"),
+        (false, false) => wsel(w32, "rem.u32", "rem.u64"),
+        (false, true) => wsel(w32, "rem.s32", "rem.s64"),
+    };
     match src {
         Src::Imm => {
             let v = if w32 { imm as i32 as i64 } else { imm };
             if v == 0 {
                 if is_div {
-                    f.push(format!("mov{b}"), vec![dd, Operand::Imm(zero)]);
+                    f.push(mov, [dd, Operand::Imm(0)]);
                 }
                 // Modulo by zero leaves dst unchanged.
             } else if signed && v == -1 {
                 if is_div {
-                    f.push(format!("neg{sg}"), vec![dd.clone(), dd]);
+                    f.push(neg, [dd.clone(), dd]);
                 } else {
-                    f.push(format!("mov{b}"), vec![dd, Operand::Imm(0)]);
+                    f.push(mov, [dd, Operand::Imm(0)]);
                 }
             } else {
-                let base = if is_div { "div" } else { "rem" };
-                f.push(opc(base), vec![dd.clone(), dd, Operand::Imm(v)]);
+                f.push(opc, [dd.clone(), dd, Operand::Imm(v)]);
             }
         }
         Src::Reg => {
             // s' = (s == 0 || (signed && s == -1)) ? 1 : s; q = d op s'; then fix up.
             let pz = f.reg(RegClass::Pred);
-            f.push(
-                format!("setp.eq{b}"),
-                vec![pz.into(), s.clone(), Operand::Imm(0)],
-            );
+            f.push(setp_eq, [pz.into(), s.clone(), Operand::Imm(0)]);
             let safe = f.reg(cls);
-            f.push(
-                format!("selp{b}"),
-                vec![safe.into(), Operand::Imm(1), s.clone(), pz.into()],
-            );
+            f.push(selp, [safe.into(), Operand::Imm(1), s.clone(), pz.into()]);
             let pm = if signed {
                 let pm = f.reg(RegClass::Pred);
-                f.push(format!("setp.eq{b}"), vec![pm.into(), s, Operand::Imm(-1)]);
-                f.push_if(
-                    pm,
-                    true,
-                    format!("mov{b}"),
-                    vec![safe.into(), Operand::Imm(1)],
-                );
+                f.push(setp_eq, [pm.into(), s, Operand::Imm(-1)]);
+                f.push_if(pm, true, mov, [safe.into(), Operand::Imm(1)]);
                 Some(pm)
             } else {
                 None
             };
             let q = f.reg(cls);
-            let base = if is_div { "div" } else { "rem" };
-            f.push(opc(base), vec![q.into(), dd.clone(), safe.into()]);
+            f.push(opc, [q.into(), dd.clone(), safe.into()]);
             if is_div {
                 if let Some(pm) = pm {
                     // d / -1 = -d (wrapping: MIN / -1 = MIN).
-                    f.push_if(pm, true, format!("neg{sg}"), vec![q.into(), dd.clone()]);
+                    f.push_if(pm, true, neg, [q.into(), dd.clone()]);
                 }
-                f.push(
-                    format!("selp{b}"),
-                    vec![dd, Operand::Imm(0), q.into(), pz.into()],
-                );
+                f.push(selp, [dd, Operand::Imm(0), q.into(), pz.into()]);
             } else {
                 // d % -1 = 0, which d % 1 already gave; d % 0 = d.
-                f.push(
-                    format!("selp{b}"),
-                    vec![dd.clone(), dd, q.into(), pz.into()],
-                );
+                f.push(selp, [dd.clone(), dd, q.into(), pz.into()]);
             }
         }
     }
@@ -699,41 +679,41 @@ fn alu32(f: &mut Function, op: AluOp, d: Reg, src: u8, s: Src, imm32: i32) {
     match op {
         AluOp::Mov | AluOp::Movsx32 => {
             match s {
-                Src::Imm => f.push("mov.b64", vec![dd, imm(imm32 as u32 as i64)]),
-                Src::Reg => f.push("and.b64", vec![dd, r(src).into(), imm(0xffff_ffff)]),
+                Src::Imm => f.push("mov.b64", [dd, imm(imm32 as u32 as i64)]),
+                Src::Reg => f.push("and.b64", [dd, r(src).into(), imm(0xffff_ffff)]),
             }
             return;
         }
         AluOp::Movsx8 | AluOp::Movsx16 => {
             let sh = if op == AluOp::Movsx8 { 24 } else { 16 };
             let t = f.reg(RegClass::B32);
-            f.push("cvt.u32.u64", vec![t.into(), r(src).into()]);
-            f.push("shl.b32", vec![t.into(), t.into(), imm(sh)]);
-            f.push("shr.s32", vec![t.into(), t.into(), imm(sh)]);
-            f.push("cvt.u64.u32", vec![dd, t.into()]);
+            f.push("cvt.u32.u64", [t.into(), r(src).into()]);
+            f.push("shl.b32", [t.into(), t.into(), imm(sh)]);
+            f.push("shr.s32", [t.into(), t.into(), imm(sh)]);
+            f.push("cvt.u64.u32", [dd, t.into()]);
             return;
         }
         _ => {}
     }
     let a = f.reg(RegClass::B32);
-    f.push("cvt.u32.u64", vec![a.into(), dd.clone()]);
+    f.push("cvt.u32.u64", [a.into(), dd.clone()]);
     let b: Operand = match s {
         Src::Imm => imm(imm32 as i64),
         Src::Reg => {
             let b = f.reg(RegClass::B32);
-            f.push("cvt.u32.u64", vec![b.into(), r(src).into()]);
+            f.push("cvt.u32.u64", [b.into(), r(src).into()]);
             b.into()
         }
     };
     let aa: Operand = a.into();
     match op {
-        AluOp::Add => f.push("add.s32", vec![aa.clone(), aa, b]),
-        AluOp::Sub => f.push("sub.s32", vec![aa.clone(), aa, b]),
-        AluOp::Mul => f.push("mul.lo.s32", vec![aa.clone(), aa, b]),
-        AluOp::Or => f.push("or.b32", vec![aa.clone(), aa, b]),
-        AluOp::And => f.push("and.b32", vec![aa.clone(), aa, b]),
-        AluOp::Xor => f.push("xor.b32", vec![aa.clone(), aa, b]),
-        AluOp::Neg => f.push("neg.s32", vec![aa.clone(), aa]),
+        AluOp::Add => f.push("add.s32", [aa.clone(), aa, b]),
+        AluOp::Sub => f.push("sub.s32", [aa.clone(), aa, b]),
+        AluOp::Mul => f.push("mul.lo.s32", [aa.clone(), aa, b]),
+        AluOp::Or => f.push("or.b32", [aa.clone(), aa, b]),
+        AluOp::And => f.push("and.b32", [aa.clone(), aa, b]),
+        AluOp::Xor => f.push("xor.b32", [aa.clone(), aa, b]),
+        AluOp::Neg => f.push("neg.s32", [aa.clone(), aa]),
         AluOp::Lsh | AluOp::Rsh | AluOp::Arsh => {
             let opc = match op {
                 AluOp::Lsh => "shl.b32",
@@ -743,11 +723,11 @@ fn alu32(f: &mut Function, op: AluOp, d: Reg, src: u8, s: Src, imm32: i32) {
             let cnt = match s {
                 Src::Imm => imm(imm32 as i64 & 31),
                 Src::Reg => {
-                    f.push("and.b32", vec![b.clone(), b.clone(), imm(31)]);
+                    f.push("and.b32", [b.clone(), b.clone(), imm(31)]);
                     b
                 }
             };
-            f.push(opc, vec![aa.clone(), aa, cnt]);
+            f.push(opc, [aa.clone(), aa, cnt]);
         }
         AluOp::Div | AluOp::Mod | AluOp::Sdiv | AluOp::Smod => {
             divmod(f, op, a, b, s, imm32 as i64, true);
@@ -756,7 +736,7 @@ fn alu32(f: &mut Function, op: AluOp, d: Reg, src: u8, s: Src, imm32: i32) {
             unreachable!("handled above")
         }
     }
-    f.push("cvt.u64.u32", vec![dd, a.into()]);
+    f.push("cvt.u64.u32", [dd, a.into()]);
 }
 
 fn end(f: &mut Function, op: EndOp, bits: u8, d: Reg) {
@@ -766,44 +746,34 @@ fn end(f: &mut Function, op: EndOp, bits: u8, d: Reg) {
         EndOp::Be | EndOp::Bswap => true,
     };
     match (swap, bits) {
-        (false, 16) => f.push("and.b64", vec![dd.clone(), dd, imm(0xffff)]),
-        (false, 32) => f.push("and.b64", vec![dd.clone(), dd, imm(0xffff_ffff)]),
+        (false, 16) => f.push("and.b64", [dd.clone(), dd, imm(0xffff)]),
+        (false, 32) => f.push("and.b64", [dd.clone(), dd, imm(0xffff_ffff)]),
         (false, _) => {}
         (true, 16) | (true, 32) => {
             let t = f.reg(RegClass::B32);
-            f.push("cvt.u32.u64", vec![t.into(), dd.clone()]);
+            f.push("cvt.u32.u64", [t.into(), dd.clone()]);
             f.push(
                 "prmt.b32",
-                vec![t.into(), t.into(), t.into(), Operand::Sym("0x0123".into())],
+                [t.into(), t.into(), t.into(), Operand::Sym("0x0123")],
             );
             if bits == 16 {
-                f.push("shr.u32", vec![t.into(), t.into(), imm(16)]);
+                f.push("shr.u32", [t.into(), t.into(), imm(16)]);
             }
-            f.push("cvt.u64.u32", vec![dd, t.into()]);
+            f.push("cvt.u64.u32", [dd, t.into()]);
         }
         (true, _) => {
             let lo = f.reg(RegClass::B32);
             let hi = f.reg(RegClass::B32);
-            f.push("mov.b64", vec![Operand::Vec2(lo, hi), dd.clone()]);
+            f.push("mov.b64", [Operand::Vec2(lo, hi), dd.clone()]);
             f.push(
                 "prmt.b32",
-                vec![
-                    lo.into(),
-                    lo.into(),
-                    lo.into(),
-                    Operand::Sym("0x0123".into()),
-                ],
+                [lo.into(), lo.into(), lo.into(), Operand::Sym("0x0123")],
             );
             f.push(
                 "prmt.b32",
-                vec![
-                    hi.into(),
-                    hi.into(),
-                    hi.into(),
-                    Operand::Sym("0x0123".into()),
-                ],
+                [hi.into(), hi.into(), hi.into(), Operand::Sym("0x0123")],
             );
-            f.push("mov.b64", vec![dd, Operand::Vec2(hi, lo)]);
+            f.push("mov.b64", [dd, Operand::Vec2(hi, lo)]);
         }
     }
 }
@@ -826,7 +796,7 @@ fn atomic(
     let addr = Operand::Addr(base, off);
     let (v, old) = if w32 {
         let v = f.reg(RegClass::B32);
-        f.push("cvt.u32.u64", vec![v.into(), r(src).into()]);
+        f.push("cvt.u32.u64", [v.into(), r(src).into()]);
         (v, f.reg(RegClass::B32))
     } else {
         (r(src), f.reg(RegClass::B64))
@@ -845,32 +815,32 @@ fn atomic(
         AtomicOp::Cmpxchg => format!("cas{bits}"),
     };
     if !fetch {
-        f.push(format!("red.relaxed{scope}.{opname}"), vec![addr, v.into()]);
+        f.push(format!("red.relaxed{scope}.{opname}"), [addr, v.into()]);
         return;
     }
     let dst = if op == AtomicOp::Cmpxchg { 0 } else { src };
     if op == AtomicOp::Cmpxchg {
         let cmp = if w32 {
             let c = f.reg(RegClass::B32);
-            f.push("cvt.u32.u64", vec![c.into(), r(0).into()]);
+            f.push("cvt.u32.u64", [c.into(), r(0).into()]);
             c
         } else {
             r(0)
         };
         f.push(
             format!("atom.acq_rel{scope}.{opname}"),
-            vec![old.into(), addr, cmp.into(), v.into()],
+            [old.into(), addr, cmp.into(), v.into()],
         );
     } else {
         f.push(
             format!("atom.acq_rel{scope}.{opname}"),
-            vec![old.into(), addr, v.into()],
+            [old.into(), addr, v.into()],
         );
     }
     if w32 {
-        f.push("cvt.u64.u32", vec![r(dst).into(), old.into()]);
+        f.push("cvt.u64.u32", [r(dst).into(), old.into()]);
     } else {
-        f.push("mov.b64", vec![r(dst).into(), old.into()]);
+        f.push("mov.b64", [r(dst).into(), old.into()]);
     }
 }
 
@@ -886,12 +856,12 @@ fn cond_pred(
     let w32 = width == Width::W32;
     let (a, b): (Operand, Operand) = if w32 {
         let a = f.reg(RegClass::B32);
-        f.push("cvt.u32.u64", vec![a.into(), d.into()]);
+        f.push("cvt.u32.u64", [a.into(), d.into()]);
         let b = match s {
             Src::Imm => imm(imm32 as i64),
             Src::Reg => {
                 let b = f.reg(RegClass::B32);
-                f.push("cvt.u32.u64", vec![b.into(), r(src).into()]);
+                f.push("cvt.u32.u64", [b.into(), r(src).into()]);
                 b.into()
             }
         };
@@ -903,32 +873,30 @@ fn cond_pred(
         };
         (d.into(), b)
     };
-    let (u, sg, bb) = if w32 {
-        (".u32", ".s32", ".b32")
-    } else {
-        (".u64", ".s64", ".b64")
-    };
     let p = f.reg(RegClass::Pred);
-    let (cmp, ty) = match cond {
-        JmpCond::Eq => ("eq", u),
-        JmpCond::Ne => ("ne", u),
-        JmpCond::Gt => ("gt", u),
-        JmpCond::Ge => ("ge", u),
-        JmpCond::Lt => ("lt", u),
-        JmpCond::Le => ("le", u),
-        JmpCond::Sgt => ("gt", sg),
-        JmpCond::Sge => ("ge", sg),
-        JmpCond::Slt => ("lt", sg),
-        JmpCond::Sle => ("le", sg),
+    let op = match cond {
+        JmpCond::Eq => wsel(w32, "setp.eq.u32", "setp.eq.u64"),
+        JmpCond::Ne => wsel(w32, "setp.ne.u32", "setp.ne.u64"),
+        JmpCond::Gt => wsel(w32, "setp.gt.u32", "setp.gt.u64"),
+        JmpCond::Ge => wsel(w32, "setp.ge.u32", "setp.ge.u64"),
+        JmpCond::Lt => wsel(w32, "setp.lt.u32", "setp.lt.u64"),
+        JmpCond::Le => wsel(w32, "setp.le.u32", "setp.le.u64"),
+        JmpCond::Sgt => wsel(w32, "setp.gt.s32", "setp.gt.s64"),
+        JmpCond::Sge => wsel(w32, "setp.ge.s32", "setp.ge.s64"),
+        JmpCond::Slt => wsel(w32, "setp.lt.s32", "setp.lt.s64"),
+        JmpCond::Sle => wsel(w32, "setp.le.s32", "setp.le.s64"),
         JmpCond::Set => {
             let cls = if w32 { RegClass::B32 } else { RegClass::B64 };
             let t = f.reg(cls);
-            f.push(format!("and{bb}"), vec![t.into(), a, b]);
-            f.push(format!("setp.ne{u}"), vec![p.into(), t.into(), imm(0)]);
+            f.push(wsel(w32, "and.b32", "and.b64"), [t.into(), a, b]);
+            f.push(
+                wsel(w32, "setp.ne.u32", "setp.ne.u64"),
+                [p.into(), t.into(), imm(0)],
+            );
             return p;
         }
     };
-    f.push(format!("setp.{cmp}{ty}"), vec![p.into(), a, b]);
+    f.push(op, [p.into(), a, b]);
     p
 }
 
@@ -945,7 +913,7 @@ fn call_helper(
     let args: Vec<Reg> = (1..=def.nargs).map(r).collect();
     if def.inline_exit {
         // 507: end the thread; the entry wrapper stored result 0 before the call.
-        f.push("exit", vec![]);
+        f.push("exit", []);
         return Ok(());
     }
     if def.map_kinds.is_empty() {
@@ -986,14 +954,14 @@ fn call_helper(
         let p = f.reg(RegClass::Pred);
         f.push(
             "setp.ne.u64",
-            vec![p.into(), r(1).into(), imm(cx.opts.maps[i].base_addr as i64)],
+            [p.into(), r(1).into(), imm(cx.opts.maps[i].base_addr as i64)],
         );
         f.bra(next, Some((p, true)));
         f.call(prelude::func_name(id, Some(i)), args.clone(), Some(r(0)));
         f.bra(done, None);
         f.place(next);
     }
-    f.push("mov.b64", vec![r(0).into(), imm(-22)]);
+    f.push("mov.b64", [r(0).into(), imm(-22)]);
     f.place(done);
     Ok(())
 }
@@ -1016,10 +984,7 @@ fn entry_wrapper(name: &str, prog_func: &str) -> Function {
     });
     let p = |f: &mut Function, n: &'static str| {
         let t = f.reg(RegClass::B64);
-        f.push(
-            "ld.param.u64",
-            vec![t.into(), Operand::SymAddr(n.into(), 0)],
-        );
+        f.push("ld.param.u64", [t.into(), Operand::SymAddr(n, 0)]);
         t
     };
     let (tid, ntid, ctaid) = (
@@ -1027,27 +992,21 @@ fn entry_wrapper(name: &str, prog_func: &str) -> Function {
         f.reg(RegClass::B32),
         f.reg(RegClass::B32),
     );
-    f.push("mov.u32", vec![tid.into(), Operand::Sym("%tid.x".into())]);
-    f.push("mov.u32", vec![ntid.into(), Operand::Sym("%ntid.x".into())]);
-    f.push(
-        "mov.u32",
-        vec![ctaid.into(), Operand::Sym("%ctaid.x".into())],
-    );
+    f.push("mov.u32", [tid.into(), Operand::Sym("%tid.x")]);
+    f.push("mov.u32", [ntid.into(), Operand::Sym("%ntid.x")]);
+    f.push("mov.u32", [ctaid.into(), Operand::Sym("%ctaid.x")]);
     let i = f.reg(RegClass::B64);
-    f.push("mul.wide.u32", vec![i.into(), ctaid.into(), ntid.into()]);
+    f.push("mul.wide.u32", [i.into(), ctaid.into(), ntid.into()]);
     let t = f.reg(RegClass::B64);
-    f.push("cvt.u64.u32", vec![t.into(), tid.into()]);
-    f.push("add.s64", vec![i.into(), i.into(), t.into()]);
+    f.push("cvt.u64.u32", [t.into(), tid.into()]);
+    f.push("add.s64", [i.into(), i.into(), t.into()]);
     let n = p(&mut f, "n");
     let out = f.label();
     let pr = f.reg(RegClass::Pred);
-    f.push("setp.ge.u64", vec![pr.into(), i.into(), n.into()]);
+    f.push("setp.ge.u64", [pr.into(), i.into(), n.into()]);
     f.bra(out, Some((pr, true)));
     let st = |f: &mut Function, off: i64, v: Reg| {
-        f.push(
-            "st.local.u64",
-            vec![Operand::SymAddr("jobctx".into(), off), v.into()],
-        );
+        f.push("st.local.u64", [Operand::SymAddr("jobctx", off), v.into()]);
     };
     for (base, size, off) in [
         ("in_base", "in_size", JobCtx::DATA),
@@ -1056,12 +1015,9 @@ fn entry_wrapper(name: &str, prog_func: &str) -> Function {
         let b = p(&mut f, base);
         let s = p(&mut f, size);
         let start = f.reg(RegClass::B64);
-        f.push(
-            "mad.lo.s64",
-            vec![start.into(), i.into(), s.into(), b.into()],
-        );
+        f.push("mad.lo.s64", [start.into(), i.into(), s.into(), b.into()]);
         let endp = f.reg(RegClass::B64);
-        f.push("add.s64", vec![endp.into(), start.into(), s.into()]);
+        f.push("add.s64", [endp.into(), start.into(), s.into()]);
         st(&mut f, off, start);
         st(&mut f, off + 8, endp);
     }
@@ -1073,36 +1029,25 @@ fn entry_wrapper(name: &str, prog_func: &str) -> Function {
     }
     let res = p(&mut f, "results");
     let no_res = f.reg(RegClass::Pred);
-    f.push("setp.eq.u64", vec![no_res.into(), res.into(), imm(0)]);
+    f.push("setp.eq.u64", [no_res.into(), res.into(), imm(0)]);
     let slot = f.reg(RegClass::B64);
-    f.push(
-        "mad.lo.s64",
-        vec![slot.into(), i.into(), imm(8), res.into()],
-    );
+    f.push("mad.lo.s64", [slot.into(), i.into(), imm(8), res.into()]);
     let zero = f.reg(RegClass::B64);
-    f.push("mov.b64", vec![zero.into(), imm(0)]);
+    f.push("mov.b64", [zero.into(), imm(0)]);
     // Result 0 first, for programs that end the thread with helper 507.
     f.push_if(
         no_res,
         false,
         "st.u64",
-        vec![Operand::Addr(slot, 0), zero.into()],
+        [Operand::Addr(slot, 0), zero.into()],
     );
     let ctx = f.reg(RegClass::B64);
-    f.push(
-        "cvta.local.u64",
-        vec![ctx.into(), Operand::Sym("jobctx".into())],
-    );
+    f.push("cvta.local.u64", [ctx.into(), Operand::Sym("jobctx")]);
     let r0 = f.reg(RegClass::B64);
     f.call(prog_func, vec![ctx], Some(r0));
-    f.push_if(
-        no_res,
-        false,
-        "st.u64",
-        vec![Operand::Addr(slot, 0), r0.into()],
-    );
+    f.push_if(no_res, false, "st.u64", [Operand::Addr(slot, 0), r0.into()]);
     f.place(out);
-    f.push("ret", vec![]);
+    f.push("ret", []);
     f.body
         .insert(0, Stmt::Raw("\t// one thread per record".into()));
     f

@@ -76,11 +76,11 @@ pub enum Operand {
     /// A memory address `[base+off]`.
     Addr(Reg, i64),
     /// A memory address `[sym+off]` (locals, params).
-    SymAddr(Cow<'static, str>, i64),
+    SymAddr(&'static str, i64),
     /// A label.
     Label(Label),
     /// A symbol or special register (`%tid.x`, a local array name).
-    Sym(Cow<'static, str>),
+    Sym(&'static str),
     /// A vector `{a, b}` (for `mov.b64 {lo, hi}`).
     Vec2(Reg, Reg),
 }
@@ -105,7 +105,40 @@ pub struct Inst {
     /// Opcode with all its modifiers, e.g. `add.s64`, `atom.sys.global.add.u64`.
     pub op: Cow<'static, str>,
     /// Operands, destination first.
-    pub args: Vec<Operand>,
+    pub args: Args,
+}
+
+/// Up to four operands, stored inline (no allocation per instruction).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Args {
+    len: u8,
+    items: [Operand; 4],
+}
+
+impl std::ops::Deref for Args {
+    type Target = [Operand];
+    fn deref(&self) -> &[Operand] {
+        &self.items[..self.len as usize]
+    }
+}
+
+impl<const N: usize> From<[Operand; N]> for Args {
+    fn from(a: [Operand; N]) -> Self {
+        const { assert!(N <= 4, "at most 4 operands") };
+        let mut items = [
+            Operand::Imm(0),
+            Operand::Imm(0),
+            Operand::Imm(0),
+            Operand::Imm(0),
+        ];
+        for (slot, v) in items.iter_mut().zip(a) {
+            *slot = v;
+        }
+        Args {
+            len: N as u8,
+            items,
+        }
+    }
 }
 
 /// One statement of a function body.
@@ -218,11 +251,11 @@ impl Function {
     }
 
     /// Appends an instruction.
-    pub fn push(&mut self, op: impl Into<Cow<'static, str>>, args: Vec<Operand>) {
+    pub fn push(&mut self, op: impl Into<Cow<'static, str>>, args: impl Into<Args>) {
         self.body.push(Stmt::Inst(Inst {
             guard: None,
             op: op.into(),
-            args,
+            args: args.into(),
         }));
     }
 
@@ -232,12 +265,12 @@ impl Function {
         pred: Reg,
         when: bool,
         op: impl Into<Cow<'static, str>>,
-        args: Vec<Operand>,
+        args: impl Into<Args>,
     ) {
         self.body.push(Stmt::Inst(Inst {
             guard: Some((pred, when)),
             op: op.into(),
-            args,
+            args: args.into(),
         }));
     }
 
@@ -251,7 +284,7 @@ impl Function {
         self.body.push(Stmt::Inst(Inst {
             guard,
             op: Cow::Borrowed("bra.uni"),
-            args: vec![Operand::Label(l)],
+            args: [Operand::Label(l)].into(),
         }));
     }
 
