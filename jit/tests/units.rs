@@ -61,3 +61,21 @@ fn errors_name_the_instruction() {
         CompileError::Empty { .. }
     ));
 }
+
+#[test]
+fn writes_to_r10_are_rejected() {
+    for src in [
+        "r10 = 5\nexit",
+        "r10 = r1\nexit",
+        "r10 = *(u64 *)(r1 + 0)\nexit",
+    ] {
+        let p = Program::from_insns("fp", assemble(src).unwrap());
+        assert!(
+            matches!(
+                jit::compile(&p, &JitOptions::default()),
+                Err(CompileError::Unsupported { .. })
+            ),
+            "{src}"
+        );
+    }
+}

@@ -416,14 +416,13 @@ fn lower_insn(
     );
     let before = known[src as usize];
     if writes_dst {
+        if dst == FRAME_PTR {
+            return Err(cx.err(pc, "r10 (frame pointer) is read-only"));
+        }
         known[dst as usize] = None;
     }
     match d.op.kind() {
         OpKind::Alu { op, width, src: s } => {
-            if (dst == FRAME_PTR) && !matches!(op, AluOp::Mov) {
-                // r10 is read-only in verified programs.
-                return Err(cx.err(pc, "r10 (frame pointer) is read-only"));
-            }
             let opnd = match s {
                 Src::Imm => imm(imm64),
                 Src::Reg => r(src).into(),
