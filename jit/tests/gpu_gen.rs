@@ -238,18 +238,6 @@ r9 += r3
 r8 = *(u64 *)(r0 + 0)
 r9 += r8
 out1:
-*(u32 *)(r10 - 4) = 2
-r1 = map_idx[1] ll
-r2 = r10
-r2 += -4
-call map_lookup_elem
-if r0 == 0 goto out2
-r8 = *(u64 *)(r0 + 0)
-r9 += r8
-*(u64 *)(r0 + 0) = r6
-r8 = *(u64 *)(r0 + 0)
-r9 += r8
-out2:
 *(u32 *)(r10 - 4) = 99
 r1 = map_idx[0] ll
 r2 = r10
@@ -279,6 +267,44 @@ r2 = r10
 r2 += -4
 call map_delete_elem
 r9 += r0
+r0 = r9
+exit
+";
+
+/// Per-thread array: the interpreter's worker id must be the record index here.
+const PER_THREAD_CASE: &str = "
+r6 = *(u64 *)(r1 + 32)
+r9 = 0
+*(u32 *)(r10 - 4) = 2
+r1 = map_idx[0] ll
+r2 = r10
+r2 += -4
+call map_lookup_elem
+if r0 == 0 goto out2
+r8 = *(u64 *)(r0 + 0)
+r9 += r8
+*(u64 *)(r0 + 0) = r6
+r8 = *(u64 *)(r0 + 0)
+r9 += r8
+r8 = r6
+r8 *= 9
+*(u64 *)(r10 - 16) = r8
+r1 = map_idx[0] ll
+r2 = r10
+r2 += -4
+r3 = r10
+r3 += -16
+r4 = 2
+call map_update_elem
+r9 += r0
+r1 = map_idx[0] ll
+r2 = r10
+r2 += -4
+call map_lookup_elem
+if r0 == 0 goto out2
+r8 = *(u64 *)(r0 + 0)
+r9 += r8
+out2:
 r0 = r9
 exit
 ";
@@ -443,10 +469,15 @@ fn gpu_gen() {
         named(
             "array",
             ARRAY_CASE,
-            vec![
-                map("a", MapKind::Array, 4, 8, 64),
-                map("p", MapKind::PerThreadArray, 4, 8, 4),
-            ],
+            vec![map("a", MapKind::Array, 4, 8, 64)],
+        ),
+        String::new(),
+    ));
+    cases.push((
+        named(
+            "per_thread",
+            PER_THREAD_CASE,
+            vec![map("p", MapKind::PerThreadArray, 4, 8, 4)],
         ),
         String::new(),
     ));
@@ -478,6 +509,17 @@ fn gpu_gen() {
         cases.push((random_program(&mut rng, &name), String::new()));
     }
 
+    if let Ok(which) = std::env::var("BPFTIME_GPU_DUMP") {
+        for (p, _) in cases
+            .iter()
+            .filter(|(p, _)| which.split(',').any(|w| w == p.name))
+        {
+            eprintln!("== {}\n{}", p.name, ebpf::asm::disasm(&p.insns));
+        }
+    }
+    if let Ok(only) = std::env::var("BPFTIME_GPU_ONLY") {
+        cases.retain(|(p, _)| only.split(',').any(|w| w == p.name));
+    }
     let mut modules = Vec::new();
     let mut txt = String::new();
     for (k, (p, _)) in cases.iter().enumerate() {
@@ -513,7 +555,10 @@ fn gpu_gen() {
             .collect();
         let vm = Vm::new(p, live).unwrap_or_else(|e| panic!("{}: {e}", p.name));
         for i in 0..N {
-            let mut env = Env::new(i as usize);
+            // The interpreter's in-process Array refuses worker ids other than 0 (its value
+            // set count is 1), so only per-thread maps get the record index as worker id.
+            let per_thread = p.maps.iter().any(|d| d.kind == MapKind::PerThreadArray);
+            let mut env = Env::new(if per_thread { i as usize } else { 0 });
             env.block_dim = N;
             let r0 = vm
                 .run_job(&[], &mut [], i, N, args, &mut env)

@@ -79,3 +79,28 @@ fn writes_to_r10_are_rejected() {
         );
     }
 }
+
+#[test]
+fn stack_atomics_are_plain_memory_operations() {
+    // PTX atomics on local memory are undefined: through r10 the JIT emits ld/op/st only;
+    // through another register it checks the address space at run time.
+    let p = Program::from_insns(
+        "sa",
+        assemble("r1 = 1\n*(u64 *)(r10 - 8) = r1\nlock *(u64 *)(r10 - 8) += r1\nr0 = atomic_fetch_add((u64 *)(r10 - 8), r1)\nexit").unwrap(),
+    );
+    let t = jit::compile(&p, &JitOptions::default()).unwrap().text();
+    assert!(
+        !t.contains("atom.") && !t.contains("red.") && !t.contains("isspacep"),
+        "{t}"
+    );
+    let p = Program::from_insns(
+        "ga",
+        assemble("r1 = *(u64 *)(r1 + 16)\nr2 = 1\nlock *(u64 *)(r1 + 0) += r2\nr0 = 0\nexit")
+            .unwrap(),
+    );
+    let t = jit::compile(&p, &JitOptions::default()).unwrap().text();
+    assert!(
+        t.contains("isspacep.local") && t.contains("red.relaxed.sys.add.u64"),
+        "{t}"
+    );
+}

@@ -23,8 +23,9 @@ exit
 ; 	.param .b64 ctx)
 ; {
 ; 	.local .align 16 .b8 stack[16];
+; 	.reg .pred %p<3>;
 ; 	.reg .b32 %r<1>;
-; 	.reg .b64 %rd<14>;
+; 	.reg .b64 %rd<16>;
 ; 	ld.param.b64 %rd1, [ctx];
 ; 	mov.b64 %rd2, 0;
 ; 	cvta.local.u64 %rd10, stack;
@@ -35,9 +36,26 @@ exit
 ; 	mov.b64 %rd11, 1;
 ; 	st.u64 [%rd2], %rd11;
 ; 	mov.b64 %rd3, 1;
+; 	isspacep.local %p0, %rd2;
+; 	@!%p0 bra.uni $L_10;
+; 	ld.u64 %rd12, [%rd2];
+; 	add.s64 %rd13, %rd12, %rd3;
+; 	st.u64 [%rd2], %rd13;
+; 	bra.uni $L_9;
+; $L_10:
 ; 	red.relaxed.sys.add.u64 [%rd2], %rd3;
-; 	atom.acq_rel.sys.cas.b64 %rd13, [%rd2], %rd0, %rd3;
-; 	mov.b64 %rd0, %rd13;
+; $L_9:
+; 	isspacep.local %p1, %rd2;
+; 	@!%p1 bra.uni $L_12;
+; 	ld.u64 %rd14, [%rd2];
+; 	setp.eq.b64 %p2, %rd14, %rd0;
+; 	selp.b64 %rd15, %rd3, %rd14, %p2;
+; 	st.u64 [%rd2], %rd15;
+; 	bra.uni $L_11;
+; $L_12:
+; 	atom.acq_rel.sys.cas.b64 %rd14, [%rd2], %rd0, %rd3;
+; $L_11:
+; 	mov.b64 %rd0, %rd14;
 ; 	cvt.u32.u64 %r0, %rd0;
 ; 	prmt.b32 %r0, %r0, %r0, 0x0123;
 ; 	cvt.u64.u32 %rd0, %r0;

@@ -777,6 +777,10 @@ fn end(f: &mut Function, op: EndOp, bits: u8, d: Reg) {
     }
 }
 
+/// An atomic read-modify-write. PTX atomics on local memory are undefined, and the eBPF
+/// stack lives there: an access through r10 is lowered to a plain load/op/store (the stack
+/// is private to the thread), and one through any other register checks `isspacep.local`
+/// at run time and takes the plain path for stack addresses, `atom`/`red` otherwise.
 #[expect(
     clippy::too_many_arguments,
     reason = "one call site, all distinct operands"
@@ -793,12 +797,24 @@ fn atomic(
 ) {
     let w32 = size != Size::Dw;
     let addr = Operand::Addr(base, off);
+    let cls = if w32 { RegClass::B32 } else { RegClass::B64 };
     let (v, old) = if w32 {
         let v = f.reg(RegClass::B32);
         f.push("cvt.u32.u64", [v.into(), r(src).into()]);
         (v, f.reg(RegClass::B32))
     } else {
         (r(src), f.reg(RegClass::B64))
+    };
+    let cmp = if op == AtomicOp::Cmpxchg {
+        Some(if w32 {
+            let c = f.reg(RegClass::B32);
+            f.push("cvt.u32.u64", [c.into(), r(0).into()]);
+            c
+        } else {
+            r(0)
+        })
+    } else {
+        None
     };
     let (bits, ty_add) = if w32 {
         (".b32", ".u32")
@@ -813,33 +829,67 @@ fn atomic(
         AtomicOp::Xchg => format!("exch{bits}"),
         AtomicOp::Cmpxchg => format!("cas{bits}"),
     };
-    if !fetch {
-        f.push(format!("red.relaxed{scope}.{opname}"), [addr, v.into()]);
-        return;
-    }
-    let dst = if op == AtomicOp::Cmpxchg { 0 } else { src };
-    if op == AtomicOp::Cmpxchg {
-        let cmp = if w32 {
-            let c = f.reg(RegClass::B32);
-            f.push("cvt.u32.u64", [c.into(), r(0).into()]);
-            c
+    let on_stack = base == r(FRAME_PTR);
+    let done = f.label();
+    let global = f.label();
+    if !on_stack {
+        let a = if off == 0 {
+            base
         } else {
-            r(0)
+            let a = f.reg(RegClass::B64);
+            f.push("add.s64", [a.into(), base.into(), imm(off)]);
+            a
         };
-        f.push(
-            format!("atom.acq_rel{scope}.{opname}"),
-            [old.into(), addr, cmp.into(), v.into()],
-        );
-    } else {
-        f.push(
-            format!("atom.acq_rel{scope}.{opname}"),
-            [old.into(), addr, v.into()],
-        );
+        let p = f.reg(RegClass::Pred);
+        f.push("isspacep.local", [p.into(), a.into()]);
+        f.bra(global, Some((p, false)));
     }
-    if w32 {
-        f.push("cvt.u64.u32", [r(dst).into(), old.into()]);
-    } else {
-        f.push("mov.b64", [r(dst).into(), old.into()]);
+    // Plain path: the thread's own stack.
+    f.push(wsel(w32, "ld.u32", "ld.u64"), [old.into(), addr.clone()]);
+    let new = f.reg(cls);
+    let (o, n, vv): (Operand, Operand, Operand) = (old.into(), new.into(), v.into());
+    match op {
+        AtomicOp::Add => f.push(wsel(w32, "add.s32", "add.s64"), [n, o, vv]),
+        AtomicOp::Or => f.push(wsel(w32, "or.b32", "or.b64"), [n, o, vv]),
+        AtomicOp::And => f.push(wsel(w32, "and.b32", "and.b64"), [n, o, vv]),
+        AtomicOp::Xor => f.push(wsel(w32, "xor.b32", "xor.b64"), [n, o, vv]),
+        AtomicOp::Xchg => f.push(wsel(w32, "mov.b32", "mov.b64"), [n, vv]),
+        AtomicOp::Cmpxchg => {
+            let c = cmp.expect("cmpxchg has a comparand");
+            let p = f.reg(RegClass::Pred);
+            f.push(
+                wsel(w32, "setp.eq.b32", "setp.eq.b64"),
+                [p.into(), o.clone(), c.into()],
+            );
+            f.push(wsel(w32, "selp.b32", "selp.b64"), [n, vv, o, p.into()]);
+        }
+    }
+    f.push(wsel(w32, "st.u32", "st.u64"), [addr.clone(), new.into()]);
+    if !on_stack {
+        f.bra(done, None);
+        f.place(global);
+        if !fetch {
+            f.push(format!("red.relaxed{scope}.{opname}"), [addr, v.into()]);
+        } else if let Some(c) = cmp {
+            f.push(
+                format!("atom.acq_rel{scope}.{opname}"),
+                [old.into(), addr, c.into(), v.into()],
+            );
+        } else {
+            f.push(
+                format!("atom.acq_rel{scope}.{opname}"),
+                [old.into(), addr, v.into()],
+            );
+        }
+        f.place(done);
+    }
+    if fetch {
+        let dst = if op == AtomicOp::Cmpxchg { 0 } else { src };
+        if w32 {
+            f.push("cvt.u64.u32", [r(dst).into(), old.into()]);
+        } else {
+            f.push("mov.b64", [r(dst).into(), old.into()]);
+        }
     }
 }
 
