@@ -86,7 +86,7 @@ fn stack_atomics_are_plain_memory_operations() {
     // through another register it checks the address space at run time.
     let p = Program::from_insns(
         "sa",
-        assemble("r1 = 1\n*(u64 *)(r10 - 8) = r1\nlock *(u64 *)(r10 - 8) += r1\nr0 = atomic_fetch_add((u64 *)(r10 - 8), r1)\nexit").unwrap(),
+        assemble("r1 = 1\n*(u64 *)(r10 - 8) = r1\nlock *(u64 *)(r10 - 8) += r1\nr1 = atomic_fetch_add((u64 *)(r10 - 8), r1)\nr0 = r1\nexit").unwrap(),
     );
     let t = jit::compile(&p, &JitOptions::default()).unwrap().text();
     assert!(
