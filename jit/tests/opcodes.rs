@@ -120,6 +120,14 @@ fn every_opcode_compiles_and_assembles() {
             ".visible .func (.param .b64 ret0) bpf_prog_{op:?}"
         )));
         all.push(text);
+        // Again with byte-split memory accesses.
+        let mut pu = p.clone();
+        pu.name = format!("{op:?}_u");
+        let ou = JitOptions {
+            unaligned: true,
+            ..opts_for(&p)
+        };
+        all.push(jit::compile(&pu, &ou).unwrap().text());
         count += 1;
     }
     // CallKfunc and the four fd/BTF forms of ld_imm64 are the unsupported ones.

@@ -104,3 +104,24 @@ fn stack_atomics_are_plain_memory_operations() {
         "{t}"
     );
 }
+
+#[test]
+fn unaligned_option_splits_accesses_into_bytes() {
+    let src = "r2 = *(u32 *)(r1 + 1)\n*(u16 *)(r1 + 3) = r2\nr3 = *(s16 *)(r1 + 5)\nr0 = *(u64 *)(r10 - 8)\nexit";
+    let p = Program::from_insns("u", assemble(src).unwrap());
+    let aligned = jit::compile(&p, &JitOptions::default()).unwrap().text();
+    assert!(aligned.contains("ld.u32 %rd2, [%rd1+1];"), "{aligned}");
+    let opts = JitOptions {
+        unaligned: true,
+        ..JitOptions::default()
+    };
+    let t = jit::compile(&p, &opts).unwrap().text();
+    assert!(
+        !t.contains("ld.u32") && !t.contains("st.u16") && !t.contains("ld.s16"),
+        "{t}"
+    );
+    assert_eq!(t.matches("ld.u8").count(), 4 + 2, "{t}");
+    assert_eq!(t.matches("st.u8").count(), 2, "{t}");
+    // Stack accesses stay whole: r10-relative offsets are aligned by the verifier.
+    assert!(t.contains("ld.u64 %rd0, [%rd10+-8];"), "{t}");
+}

@@ -485,7 +485,11 @@ fn lower_insn(
                 (Size::H, true) => "ld.s16",
                 (Size::W, true) => "ld.s32",
             };
-            f.push(op, [r(dst).into(), Operand::Addr(r(src), insn.off as i64)]);
+            if cx.opts.unaligned && size != Size::B && src != FRAME_PTR {
+                load_bytes(f, r(dst), r(src), insn.off as i64, size, sign_extend);
+            } else {
+                f.push(op, [r(dst).into(), Operand::Addr(r(src), insn.off as i64)]);
+            }
         }
         OpKind::Store { size, src: s } => {
             let op = match size {
@@ -502,7 +506,11 @@ fn lower_insn(
                     t
                 }
             };
-            f.push(op, [Operand::Addr(r(dst), insn.off as i64), v.into()]);
+            if cx.opts.unaligned && size != Size::B && dst != FRAME_PTR {
+                store_bytes(f, r(dst), insn.off as i64, size, v);
+            } else {
+                f.push(op, [Operand::Addr(r(dst), insn.off as i64), v.into()]);
+            }
         }
         OpKind::Atomic { op, size, fetch } => {
             atomic(f, cx.scope, op, size, fetch, r(dst), insn.off as i64, src);
@@ -550,6 +558,36 @@ fn lower_insn(
         }
     }
     Ok(())
+}
+
+/// A load assembled from byte loads (little-endian), for [`JitOptions::unaligned`].
+fn load_bytes(f: &mut Function, d: Reg, base: Reg, off: i64, size: Size, sign_extend: bool) {
+    let n = size.bytes() as i64;
+    let acc = f.reg(RegClass::B64);
+    f.push("ld.u8", [acc.into(), Operand::Addr(base, off)]);
+    for k in 1..n {
+        let t = f.reg(RegClass::B64);
+        f.push("ld.u8", [t.into(), Operand::Addr(base, off + k)]);
+        f.push("shl.b64", [t.into(), t.into(), imm(8 * k)]);
+        f.push("or.b64", [acc.into(), acc.into(), t.into()]);
+    }
+    if sign_extend && n < 8 {
+        let sh = 64 - 8 * n;
+        f.push("shl.b64", [acc.into(), acc.into(), imm(sh)]);
+        f.push("shr.s64", [d.into(), acc.into(), imm(sh)]);
+    } else {
+        f.push("mov.b64", [d.into(), acc.into()]);
+    }
+}
+
+/// A store split into byte stores (little-endian), for [`JitOptions::unaligned`].
+fn store_bytes(f: &mut Function, base: Reg, off: i64, size: Size, v: Reg) {
+    f.push("st.u8", [Operand::Addr(base, off), v.into()]);
+    for k in 1..size.bytes() as i64 {
+        let t = f.reg(RegClass::B64);
+        f.push("shr.u64", [t.into(), v.into(), imm(8 * k)]);
+        f.push("st.u8", [Operand::Addr(base, off + k), t.into()]);
+    }
 }
 
 /// Immediate as the 64-bit operand value (sign-extended).
