@@ -73,3 +73,60 @@ fn every_c_program_compiles_and_assembles() {
     assert_eq!(modules.len(), 20);
     common::assemble(&common::merge(&modules), "c_programs");
 }
+
+/// Every accepted-program file of the verifier's test suite (`ebpf/tests/verifier/accept/`),
+/// when that directory exists: `.s` files are eBPF assembly (`;` lines are comments), `.o`
+/// files ELF objects. Skipped with a message while the directory does not exist.
+#[test]
+fn verifier_accept_programs_compile_and_assemble() {
+    let dir = bpftime_tests::repo_root().join("ebpf/tests/verifier/accept");
+    let Ok(entries) = std::fs::read_dir(&dir) else {
+        eprintln!("SKIPPING: {} does not exist yet", dir.display());
+        return;
+    };
+    let mut files: Vec<_> = entries.map(|e| e.unwrap().path()).collect();
+    files.sort();
+    let mut modules = Vec::new();
+    for (k, f) in files.iter().enumerate() {
+        let ext = f.extension().and_then(|e| e.to_str()).unwrap_or("");
+        let name = format!("accept{k}");
+        let p = match ext {
+            "s" => {
+                let text: String = std::fs::read_to_string(f)
+                    .unwrap()
+                    .lines()
+                    .filter(|l| !l.trim_start().starts_with(';'))
+                    .map(|l| format!("{l}\n"))
+                    .collect();
+                let insns =
+                    ebpf::asm::assemble(&text).unwrap_or_else(|e| panic!("{}: {e}", f.display()));
+                ebpf::program::Program::from_insns(&name, insns)
+            }
+            "o" => {
+                let bytes = std::fs::read(f).unwrap();
+                let mut p = ebpf::elf::load(&bytes, &f.display().to_string(), None)
+                    .unwrap_or_else(|e| panic!("{}: {e}", f.display()));
+                p.name = name;
+                p
+            }
+            _ => {
+                eprintln!("skipping {} (not .s or .o)", f.display());
+                continue;
+            }
+        };
+        let opts = JitOptions {
+            maps: p
+                .maps
+                .iter()
+                .enumerate()
+                .map(|(i, d)| MapBinding::for_def(d, 0x7f00_0000_0000 + 0x100_0000 * i as u64, 64))
+                .collect(),
+            ..JitOptions::default()
+        };
+        let m = jit::compile(&p, &opts).unwrap_or_else(|e| panic!("{}: {e}", f.display()));
+        modules.push(m.text());
+    }
+    if !modules.is_empty() {
+        common::assemble(&common::merge(&modules), "verifier_accept");
+    }
+}
