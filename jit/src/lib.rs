@@ -1,0 +1,256 @@
+//! The eBPF → PTX compiler of bpftime-super.
+//!
+//! ```text
+//! ebpf::Program → [lower] → ptx::Module → [passes] → [emit] → PTX text
+//!                    │
+//!                    └── prelude: helper .func bodies, only those the program calls
+//! ```
+//!
+//! The input is a *verified* program: the JIT trusts the verifier and emits no memory bounds
+//! checks (the interpreter checks every access; the JIT does not). Arithmetic semantics equal
+//! the interpreter's (`ebpf::interp`) bit for bit.
+//!
+//! | stage        | module        | what it does                                                     |
+//! |--------------|---------------|------------------------------------------------------------------|
+//! | lower        | [`lower`]     | one PTX `.func` per eBPF function, every opcode of `Opcode::ALL`  |
+//! | prelude      | [`prelude`]   | helpers (maps, ring buffer, time, trace, GPU ids) as `.func`s     |
+//! | passes       | [`passes`]    | clean-ups on the IR (unused labels)                               |
+//! | emit         | [`emit`]      | prints the module                                                 |
+//!
+//! The output holds, for a program `name`:
+//! - `.visible .func (.param .b64 r0) bpf_prog_<name>(.param .b64 ctx)`: one run, callable by a
+//!   persistent runtime in the same module;
+//! - `.visible .entry bpf_entry_<name>(in_base, in_size, out_base, out_size, n, arg0..arg3,
+//!   results)`: one thread per record; it builds a [`ebpf::program::JobCtx`] in local memory
+//!   and writes r0 to `results[i]` when `results` is not 0.
+//!
+//! Maps are addressed by the 64-bit base addresses in [`JitOptions::maps`], baked in as
+//! immediates: the module never references another module's globals (GPU-FACTS §3).
+//!
+//! Testing: every opcode, every C test program and random programs assemble with `ptxas`
+//! (`scripts/ptxas`); `tests/gpu_gen.rs` + `gpu/run_cases.cu` compare the GPU's r0 with the
+//! interpreter's for random programs and map/helper programs, thread by thread (run on an
+//! H100: all cases equal).
+
+#![deny(missing_docs)]
+
+pub mod emit;
+pub mod lower;
+pub mod passes;
+pub mod prelude;
+pub mod ptx;
+
+use ebpf::program::{InsnLoc, MapKind, Program};
+
+/// Memory scope of atomic operations.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum AtomicScope {
+    /// `.sys`: coherent with the host and other GPUs (maps in host-mapped memory).
+    #[default]
+    Sys,
+    /// `.gpu`: coherent within the device (maps in device memory, not touched by the host
+    /// while the program runs).
+    Gpu,
+    /// `.cta`: coherent within one thread block.
+    Cta,
+}
+
+impl AtomicScope {
+    /// The PTX scope qualifier.
+    pub fn ptx(self) -> &'static str {
+        match self {
+            AtomicScope::Sys => ".sys",
+            AtomicScope::Gpu => ".gpu",
+            AtomicScope::Cta => ".cta",
+        }
+    }
+
+    fn rank(self) -> u8 {
+        match self {
+            AtomicScope::Cta => 0,
+            AtomicScope::Gpu => 1,
+            AtomicScope::Sys => 2,
+        }
+    }
+}
+
+/// Where a map of the program lives, as the device sees it.
+///
+/// The layouts at `base_addr` are those of `shm-maps` (`shm-maps/src/maps/`): a 64-byte
+/// header, then the kind's storage; see [`prelude`] for the offsets the helpers use.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MapBinding {
+    /// Map kind (must equal the program's map definition).
+    pub kind: MapKind,
+    /// Device-visible address of the map's header (64-byte aligned).
+    pub base_addr: u64,
+    /// Key size in bytes.
+    pub key_size: u32,
+    /// Value size in bytes.
+    pub value_size: u32,
+    /// Entries (ring buffer: data bytes, a power of two).
+    pub max_entries: u32,
+    /// Value sets of a per-thread array (1 for the others).
+    pub threads: u32,
+    /// Scope of the atomics that touch this map.
+    pub scope: AtomicScope,
+}
+
+impl MapBinding {
+    /// A binding for `def` at `base_addr`, with `threads` value sets (per-thread arrays) and
+    /// `.sys` atomics.
+    pub fn for_def(def: &ebpf::program::MapDef, base_addr: u64, threads: u32) -> Self {
+        MapBinding {
+            kind: def.kind,
+            base_addr,
+            key_size: def.key_size,
+            value_size: def.value_size,
+            max_entries: def.max_entries,
+            threads: if def.kind == MapKind::PerThreadArray {
+                threads.max(1)
+            } else {
+                1
+            },
+            scope: AtomicScope::Sys,
+        }
+    }
+}
+
+/// Options of one compilation.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JitOptions {
+    /// PTX ISA version, `(major, minor)`; default 8.0.
+    pub ptx_version: (u32, u32),
+    /// SM architecture number: 90 gives `.target sm_90` (the default).
+    pub sm: u32,
+    /// Stack bytes of each frame, from the verifier. `None`: computed by a conservative scan
+    /// of r10-relative accesses ([`lower::stack_depth`]).
+    pub stack_size: Option<u32>,
+    /// Maps, indexed like `Program::maps`.
+    pub maps: Vec<MapBinding>,
+    /// Device address of the trace ring ([`prelude`] documents its layout) for
+    /// `trace_printk`/`puts`; 0: those helpers drop their records and return 0.
+    pub trace_buf: u64,
+    /// The pid the device writes into shared-map lock words: the host process that owns the
+    /// CUDA context (its death ends the device's work too, so stealing the lock is right).
+    pub lock_pid: u32,
+    /// Emit the `.entry bpf_entry_<name>` stand-alone wrapper (default true).
+    pub entry: bool,
+    /// Split 2-, 4- and 8-byte loads and stores not based on r10 into byte accesses. GPUs
+    /// fault (and kill the context) on misaligned accesses, which the CPU interpreter
+    /// allows; set this when records are not 8-byte aligned (record sizes that are not
+    /// multiples of 8) or programs read packed data at odd offsets. Default false.
+    pub unaligned: bool,
+}
+
+impl Default for JitOptions {
+    fn default() -> Self {
+        JitOptions {
+            ptx_version: (8, 0),
+            sm: 90,
+            stack_size: None,
+            maps: Vec::new(),
+            trace_buf: 0,
+            lock_pid: 0,
+            entry: true,
+            unaligned: false,
+        }
+    }
+}
+
+impl JitOptions {
+    /// Scope used by eBPF atomic instructions: the widest scope among the bound maps (`.sys`
+    /// when none is bound), since the JIT cannot always tell which map a pointer points into.
+    pub fn insn_atomic_scope(&self) -> AtomicScope {
+        self.maps
+            .iter()
+            .map(|m| m.scope)
+            .max_by_key(|s| s.rank())
+            .unwrap_or(AtomicScope::Sys)
+    }
+}
+
+/// Why a program could not be compiled.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CompileError {
+    /// An instruction the JIT does not support (or a malformed one).
+    #[error("{loc}: {insn}: {what}")]
+    Unsupported {
+        /// Where.
+        loc: InsnLoc,
+        /// The instruction, disassembled.
+        insn: String,
+        /// What is unsupported, and what was expected.
+        what: String,
+    },
+    /// A map of the program has no usable binding in [`JitOptions::maps`].
+    #[error("map {index} `{name}`: {what}")]
+    MapBinding {
+        /// Map index.
+        index: usize,
+        /// Map name.
+        name: String,
+        /// What is wrong.
+        what: String,
+    },
+    /// The program is empty.
+    #[error("program `{name}` has no instructions")]
+    Empty {
+        /// Program name.
+        name: String,
+    },
+}
+
+/// Compiled PTX.
+#[derive(Clone, Debug)]
+pub struct PtxModule {
+    module: ptx::Module,
+    prog_func: String,
+    entry_func: Option<String>,
+}
+
+impl PtxModule {
+    /// The PTX text.
+    pub fn text(&self) -> String {
+        emit::module(&self.module)
+    }
+
+    /// The IR.
+    pub fn module(&self) -> &ptx::Module {
+        &self.module
+    }
+
+    /// Name of the `.func` running one job: `bpf_prog_<name>`.
+    pub fn prog_func(&self) -> &str {
+        &self.prog_func
+    }
+
+    /// Name of the stand-alone `.entry`, when emitted: `bpf_entry_<name>`.
+    pub fn entry_func(&self) -> Option<&str> {
+        self.entry_func.as_deref()
+    }
+}
+
+/// Compiles a verified program to PTX.
+pub fn compile(prog: &Program, opts: &JitOptions) -> Result<PtxModule, CompileError> {
+    let lowered = lower::lower(prog, opts)?;
+    let mut module = lowered.module;
+    passes::run(&mut module);
+    Ok(PtxModule {
+        module,
+        prog_func: lowered.prog_func,
+        entry_func: lowered.entry_func,
+    })
+}
+
+/// A PTX identifier made from `name`: characters other than `[A-Za-z0-9_]` become `_`.
+pub fn sanitize(name: &str) -> String {
+    let mut s: String = name
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+        .collect();
+    if s.is_empty() {
+        s.push('_');
+    }
+    s
+}

@@ -1,0 +1,1141 @@
+//! Lowering: eBPF instructions → PTX IR, one `.func` per eBPF function.
+//!
+//! ```text
+//! Program.insns ──split at call targets──▶ functions [start, end)
+//!     each: labels at jump targets, r0..r10 = %rd0..%rd10, r10 = cvta.local(stack) + N
+//!     each insn: `match` on OpKind (no `_ =>` arm) ──▶ PTX instructions
+//! ```
+//!
+//! | eBPF                       | PTX                                                         |
+//! |----------------------------|-------------------------------------------------------------|
+//! | ALU64 / ALU32              | `add.s64` …; 32-bit ops on `cvt.u32.u64` halves, result `cvt.u64.u32` (zero-extends) |
+//! | div / mod                  | divisor 0 replaced by 1, result selected (`/0 → 0`, `%0 → dst`); `sdiv` by −1 is `neg` (so `MIN / −1 = MIN`, `MIN % −1 = 0`) |
+//! | shifts                     | count `& 63` / `& 31`                                        |
+//! | `movsx`                    | `shl` + `shr.s` (8, 16 bits), `cvt.s64.s32`                  |
+//! | `le` / `be` / `bswap`      | `and` (truncate), `prmt.b32 …, 0x0123` per 32-bit half        |
+//! | `ld_imm64`                 | `mov.b64` of the constant, the map's base address, or its value address |
+//! | load / store               | generic `ld.u8…u64` / `ld.s8…s32` / `st` at `[reg+off]`       |
+//! | atomics                    | `atom.acq_rel<scope>` (fetch, xchg, `atom.cas`), `red.relaxed<scope>` (no fetch) |
+//! | jumps (64 and 32 bits)     | `setp` + `@p bra`                                             |
+//! | `call` helper              | `call.uni` of a prelude `.func` (per map when r1's map is known, else a compare chain over the bound maps) |
+//! | `call` local               | `call.uni` of the callee's `.func` with r1..r5; r0 comes back |
+//! | `exit`                     | `st.param.b64 [r0]`, `ret`                                    |
+//!
+//! No bounds checks are emitted: the verifier proved every access.
+
+use crate::prelude;
+use crate::ptx::{FuncKind, Function, LocalArray, Module, Operand, Reg, RegClass, Stmt};
+use crate::{CompileError, JitOptions, sanitize};
+use ebpf::isa::{
+    AluOp, AtomicOp, EndOp, FRAME_PTR, Insn, JmpCond, Ld64Kind, OpKind, Opcode, STACK_SIZE, Size,
+    Src, Width,
+};
+use ebpf::program::{JobCtx, MapKind, Program};
+use std::collections::BTreeSet;
+
+/// The result of lowering.
+pub struct Lowered {
+    /// The module, prelude included.
+    pub module: Module,
+    /// `bpf_prog_<name>`.
+    pub prog_func: String,
+    /// `bpf_entry_<name>`, when emitted.
+    pub entry_func: Option<String>,
+}
+
+/// A decoded slot: opcode, instruction, and for `ld_imm64` the second slot's imm.
+#[derive(Clone, Copy)]
+struct Dec {
+    op: Opcode,
+    insn: Insn,
+    next_imm: i32,
+}
+
+struct Ctx<'a> {
+    prog: &'a Program,
+    opts: &'a JitOptions,
+    dec: Vec<Option<Dec>>,
+    used: BTreeSet<prelude::Use>,
+    func_names: Vec<(usize, String)>,
+    scope: &'static str,
+}
+
+impl Ctx<'_> {
+    fn err(&self, pc: usize, what: impl Into<String>) -> CompileError {
+        CompileError::Unsupported {
+            loc: self.prog.loc(pc),
+            insn: if pc < self.prog.insns.len() {
+                ebpf::asm::disasm_insn(&self.prog.insns, pc)
+            } else {
+                "<end of program>".to_string()
+            },
+            what: what.into(),
+        }
+    }
+
+    fn func_name(&self, start: usize) -> Option<&str> {
+        self.func_names
+            .iter()
+            .find(|(s, _)| *s == start)
+            .map(|(_, n)| n.as_str())
+    }
+}
+
+/// Lowers `prog`.
+pub fn lower(prog: &Program, opts: &JitOptions) -> Result<Lowered, CompileError> {
+    let n = prog.insns.len();
+    if n == 0 {
+        return Err(CompileError::Empty {
+            name: prog.name.clone(),
+        });
+    }
+    check_bindings(prog, opts)?;
+    let mut cx = Ctx {
+        prog,
+        opts,
+        dec: vec![None; n],
+        used: BTreeSet::new(),
+        func_names: Vec::new(),
+        scope: opts.insn_atomic_scope().ptx(),
+    };
+    // Decode every slot once.
+    let mut pc = 0;
+    let mut starts = BTreeSet::from([0usize]);
+    while pc < n {
+        let insn = prog.insns[pc];
+        let op = Opcode::decode(&insn).map_err(|e| cx.err(pc, e.to_string()))?;
+        if insn.dst > 10 || insn.src > 10 {
+            return Err(cx.err(pc, "register out of range (expected r0..r10)"));
+        }
+        let mut next_imm = 0;
+        if op.is_wide() {
+            let Some(next) = prog.insns.get(pc + 1) else {
+                return Err(cx.err(pc, "ld_imm64 is missing its second slot"));
+            };
+            next_imm = next.imm;
+        }
+        if op == Opcode::CallLocal {
+            let t = pc as i64 + 1 + insn.imm as i64;
+            if t < 0 || t >= n as i64 {
+                return Err(cx.err(pc, format!("call target {t} outside the program (0..{n})")));
+            }
+            starts.insert(t as usize);
+        }
+        cx.dec[pc] = Some(Dec { op, insn, next_imm });
+        pc += if op.is_wide() { 2 } else { 1 };
+    }
+    let base = sanitize(&prog.name);
+    let prog_func = format!("bpf_prog_{base}");
+    let starts: Vec<usize> = starts.into_iter().collect();
+    for &s in &starts {
+        if cx.dec[s].is_none() {
+            return Err(cx.err(s, "call target is the second slot of a ld_imm64"));
+        }
+        let name = if s == 0 {
+            prog_func.clone()
+        } else {
+            format!("bpf_sub_{base}_{s}")
+        };
+        cx.func_names.push((s, name));
+    }
+    let mut functions = Vec::with_capacity(starts.len() + 1);
+    for (k, &s) in starts.iter().enumerate() {
+        let e = starts.get(k + 1).copied().unwrap_or(n);
+        functions.push(lower_function(&mut cx, s, e)?);
+    }
+    let entry_func = if opts.entry {
+        let name = format!("bpf_entry_{base}");
+        functions.push(entry_wrapper(&name, &prog_func));
+        Some(name)
+    } else {
+        None
+    };
+    let (prelude_protos, prelude) = prelude::generate(&cx.used, opts);
+    Ok(Lowered {
+        module: Module {
+            version: opts.ptx_version,
+            target: format!("sm_{}", opts.sm),
+            prelude,
+            prelude_protos,
+            functions,
+        },
+        prog_func,
+        entry_func,
+    })
+}
+
+fn check_bindings(prog: &Program, opts: &JitOptions) -> Result<(), CompileError> {
+    for (i, d) in prog.maps.iter().enumerate() {
+        let bad = |what: String| CompileError::MapBinding {
+            index: i,
+            name: d.name.clone(),
+            what,
+        };
+        let Some(b) = opts.maps.get(i) else {
+            return Err(bad(format!(
+                "no binding in JitOptions::maps ({} bound)",
+                opts.maps.len()
+            )));
+        };
+        if b.kind != d.kind {
+            return Err(bad(format!(
+                "bound as {:?}, the program declares {:?}",
+                b.kind, d.kind
+            )));
+        }
+        if b.key_size != d.key_size || b.value_size != d.value_size {
+            return Err(bad(format!(
+                "bound with key/value size {}/{}, the program declares {}/{}",
+                b.key_size, b.value_size, d.key_size, d.value_size
+            )));
+        }
+        if b.base_addr % 64 != 0 {
+            return Err(bad(format!(
+                "base address {:#x} is not 64-byte aligned",
+                b.base_addr
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// A conservative stack depth for the function `[start, end)`: the deepest r10-relative
+/// byte any access or derived pointer reaches, rounded up to 16; `STACK_SIZE` when r10
+/// escapes in a way the scan cannot follow.
+pub fn stack_depth(insns: &[Insn], start: usize, end: usize) -> u32 {
+    let mut deepest: i64 = 0;
+    // Registers known to hold r10 + offset, on the straight-line path.
+    let mut derived: [Option<i64>; 11] = [None; 11];
+    derived[10] = Some(0);
+    let mut slack: i64 = 0;
+    let mut pc = start;
+    while pc < end {
+        let insn = insns[pc];
+        let Ok(op) = Opcode::decode(&insn) else {
+            return STACK_SIZE as u32;
+        };
+        let (d, s) = (insn.dst as usize & 15, insn.src as usize & 15);
+        if d > 10 || s > 10 {
+            return STACK_SIZE as u32;
+        }
+        let mut note = |v: i64| deepest = deepest.min(v);
+        match op.kind() {
+            OpKind::Load { size, .. } => {
+                match derived[s] {
+                    Some(o) => note(o + insn.off as i64),
+                    None if insn.off < 0 => slack = slack.max(-(insn.off as i64)),
+                    None => {}
+                }
+                let _ = size;
+                derived[d] = None;
+            }
+            OpKind::Store { .. } | OpKind::Atomic { .. } => {
+                match derived[d] {
+                    Some(o) => note(o + insn.off as i64),
+                    None if insn.off < 0 => slack = slack.max(-(insn.off as i64)),
+                    None => {}
+                }
+                if let OpKind::Atomic { op, fetch, .. } = op.kind() {
+                    if op == AtomicOp::Cmpxchg {
+                        derived[0] = None;
+                    } else if fetch {
+                        derived[s] = None;
+                    }
+                }
+            }
+            OpKind::Alu {
+                op: aop,
+                width,
+                src,
+            } => {
+                if src == Src::Reg && derived[s].is_some() && d != s {
+                    match (aop, width) {
+                        (AluOp::Mov, Width::W64) => {
+                            derived[d] = derived[s];
+                            pc += 1;
+                            continue;
+                        }
+                        // Pointer arithmetic the scan cannot follow.
+                        _ => return STACK_SIZE as u32,
+                    }
+                }
+                match (aop, width, src, derived[d]) {
+                    (AluOp::Add, Width::W64, Src::Imm, Some(o)) => {
+                        let v = o + insn.imm as i64;
+                        note(v);
+                        derived[d] = Some(v);
+                    }
+                    (AluOp::Sub, Width::W64, Src::Imm, Some(o)) => {
+                        let v = o - insn.imm as i64;
+                        note(v);
+                        derived[d] = Some(v);
+                    }
+                    (_, _, _, Some(_)) if d == 10 => return STACK_SIZE as u32,
+                    // Overwritten: the pointer is gone (what it reached is noted).
+                    (AluOp::Mov, _, _, Some(_)) => derived[d] = None,
+                    // Any other arithmetic on a stack pointer: not followed.
+                    (_, _, _, Some(_)) => return STACK_SIZE as u32,
+                    _ => derived[d] = None,
+                }
+            }
+            OpKind::End { .. } | OpKind::Ld64(_) => {
+                if d == 10 {
+                    return STACK_SIZE as u32;
+                }
+                derived[d] = None;
+            }
+            OpKind::Call | OpKind::CallLocal | OpKind::CallKfunc => {
+                // Pointers passed in r1..r5 may be used by the callee; r0..r5 die.
+                for v in derived.iter_mut().take(6) {
+                    if let Some(o) = v.take() {
+                        note(o);
+                    }
+                }
+            }
+            OpKind::Ja | OpKind::JaLong | OpKind::Jmp { .. } | OpKind::Exit => {}
+        }
+        pc += if op.is_wide() { 2 } else { 1 };
+    }
+    // Up to 8 more bytes past the deepest address (the widest access), plus what unknown
+    // bases with negative offsets might reach.
+    let need = (-deepest + 8 + slack).min(STACK_SIZE as i64);
+    (((need + 15) / 16) * 16).clamp(16, STACK_SIZE as i64) as u32
+}
+
+fn r(n: u8) -> Reg {
+    Function::ebpf_reg(n)
+}
+
+fn imm(v: i64) -> Operand {
+    Operand::Imm(v)
+}
+
+fn lower_function(cx: &mut Ctx, start: usize, end: usize) -> Result<Function, CompileError> {
+    let name = cx
+        .func_name(start)
+        .expect("every start has a name")
+        .to_string();
+    let mut f = Function::new(name, FuncKind::Func);
+    f.body.reserve((end - start) * 3 + 16);
+    f.visible = start == 0;
+    f.ret = Some("ret0".into());
+    f.reserve_labels(end as u32 + 1);
+    let is_entry = start == 0;
+    if is_entry {
+        f.params = vec!["ctx".into()];
+    } else {
+        f.params = (1..=5).map(|i| format!("a{i}")).collect();
+    }
+    let depth = match cx.opts.stack_size {
+        Some(s) => s.clamp(16, STACK_SIZE as u32).next_multiple_of(16),
+        None => stack_depth(&cx.prog.insns, start, end),
+    };
+    f.locals.push(LocalArray {
+        name: "stack".into(),
+        align: 16,
+        size: depth,
+    });
+    // Jump targets inside the function.
+    let mut targets = vec![false; end - start];
+    for pc in start..end {
+        let Some(d) = cx.dec[pc] else { continue };
+        let t = match d.op.kind() {
+            OpKind::Ja | OpKind::Jmp { .. } => Some(pc as i64 + 1 + d.insn.off as i64),
+            OpKind::JaLong => Some(pc as i64 + 1 + d.insn.imm as i64),
+            _ => None,
+        };
+        if let Some(t) = t {
+            if t < start as i64 || t >= end as i64 {
+                return Err(cx.err(
+                    pc,
+                    format!("jump target {t} outside its function ({start}..{end})"),
+                ));
+            }
+            if cx.dec[t as usize].is_none() {
+                return Err(cx.err(
+                    pc,
+                    format!("jump target {t} is the second slot of a ld_imm64"),
+                ));
+            }
+            targets[t as usize - start] = true;
+        }
+    }
+    // Prologue.
+    if is_entry {
+        f.push("ld.param.b64", [r(1).into(), Operand::SymAddr("ctx", 0)]);
+        f.push("mov.b64", [r(2).into(), imm(0)]);
+    } else {
+        for i in 1..=5u8 {
+            f.push(
+                "ld.param.b64",
+                [
+                    r(i).into(),
+                    Operand::SymAddr(["a1", "a2", "a3", "a4", "a5"][i as usize - 1], 0),
+                ],
+            );
+        }
+    }
+    f.push("cvta.local.u64", [r(10).into(), Operand::Sym("stack")]);
+    f.push("add.s64", [r(10).into(), r(10).into(), imm(depth as i64)]);
+    f.push("mov.b64", [r(0).into(), imm(0)]);
+
+    // Which map each register is known to hold (straight-line tracking, reset at labels).
+    let mut known: [Option<usize>; 11] = [None; 11];
+    let mut pc = start;
+    while pc < end {
+        let Some(d) = cx.dec[pc] else {
+            pc += 1;
+            continue;
+        };
+        if targets[pc - start] {
+            f.place(crate::ptx::Label(pc as u32));
+            known = [None; 11];
+        }
+        lower_insn(cx, &mut f, pc, d, &mut known)?;
+        pc += if d.op.is_wide() { 2 } else { 1 };
+    }
+    // Falling off the end is impossible in a verified program; trap rather than run on.
+    f.push("trap", []);
+    Ok(f)
+}
+
+fn lower_insn(
+    cx: &mut Ctx,
+    f: &mut Function,
+    pc: usize,
+    d: Dec,
+    known: &mut [Option<usize>; 11],
+) -> Result<(), CompileError> {
+    let insn = d.insn;
+    let (dst, src) = (insn.dst, insn.src);
+    let imm64 = insn.imm as i64;
+    // Any write to dst forgets its map, unless set below.
+    let writes_dst = matches!(
+        d.op.kind(),
+        OpKind::Alu { .. } | OpKind::End { .. } | OpKind::Ld64(_) | OpKind::Load { .. }
+    );
+    let before = known[src as usize];
+    if writes_dst {
+        if dst == FRAME_PTR {
+            return Err(cx.err(pc, "r10 (frame pointer) is read-only"));
+        }
+        known[dst as usize] = None;
+    }
+    match d.op.kind() {
+        OpKind::Alu { op, width, src: s } => {
+            let opnd = match s {
+                Src::Imm => imm(imm64),
+                Src::Reg => r(src).into(),
+            };
+            match width {
+                Width::W64 => {
+                    if op == AluOp::Mov && s == Src::Reg {
+                        known[dst as usize] = before;
+                    }
+                    alu64(f, op, r(dst), opnd, s, imm64)
+                }
+                Width::W32 => alu32(f, op, r(dst), src, s, insn.imm),
+            }
+        }
+        OpKind::End { op, bits } => end(f, op, bits, r(dst)),
+        OpKind::Ld64(kind) => {
+            let lo = insn.imm as u32 as u64;
+            let hi = d.next_imm as u32 as u64;
+            let v: u64 = match kind {
+                Ld64Kind::Imm => lo | (hi << 32),
+                Ld64Kind::MapIdx => {
+                    let i = insn.imm as u32 as usize;
+                    let Some(b) = cx.opts.maps.get(i).filter(|_| i < cx.prog.maps.len()) else {
+                        return Err(cx.err(pc, format!("map index {i} has no binding")));
+                    };
+                    known[dst as usize] = Some(i);
+                    b.base_addr
+                }
+                Ld64Kind::MapIdxValue => {
+                    let i = insn.imm as u32 as usize;
+                    let Some(b) = cx.opts.maps.get(i).filter(|_| i < cx.prog.maps.len()) else {
+                        return Err(cx.err(pc, format!("map index {i} has no binding")));
+                    };
+                    if b.kind != MapKind::Array {
+                        return Err(cx.err(
+                            pc,
+                            format!("map_idx_value needs an array map, map {i} is {:?}", b.kind),
+                        ));
+                    }
+                    prelude::array_value_addr(b, 0, 0).wrapping_add(d.next_imm as i64 as u64)
+                }
+                Ld64Kind::MapFd | Ld64Kind::MapValue | Ld64Kind::VarAddr | Ld64Kind::CodeAddr => {
+                    return Err(cx.err(
+                        pc,
+                        format!(
+                            "ld_imm64 form {kind:?} is not supported (expected an immediate or the map index forms, src 0, 5 or 6)"
+                        ),
+                    ));
+                }
+            };
+            f.push("mov.b64", [r(dst).into(), imm(v as i64)]);
+        }
+        OpKind::Load { size, sign_extend } => {
+            let op = match (size, sign_extend) {
+                (Size::B, false) => "ld.u8",
+                (Size::H, false) => "ld.u16",
+                (Size::W, false) => "ld.u32",
+                (Size::Dw, _) => "ld.u64",
+                (Size::B, true) => "ld.s8",
+                (Size::H, true) => "ld.s16",
+                (Size::W, true) => "ld.s32",
+            };
+            if cx.opts.unaligned && size != Size::B && src != FRAME_PTR {
+                load_bytes(f, r(dst), r(src), insn.off as i64, size, sign_extend);
+            } else {
+                f.push(op, [r(dst).into(), Operand::Addr(r(src), insn.off as i64)]);
+            }
+        }
+        OpKind::Store { size, src: s } => {
+            let op = match size {
+                Size::B => "st.u8",
+                Size::H => "st.u16",
+                Size::W => "st.u32",
+                Size::Dw => "st.u64",
+            };
+            let v = match s {
+                Src::Reg => r(src),
+                Src::Imm => {
+                    let t = f.reg(RegClass::B64);
+                    f.push("mov.b64", [t.into(), imm(imm64)]);
+                    t
+                }
+            };
+            if cx.opts.unaligned && size != Size::B && dst != FRAME_PTR {
+                store_bytes(f, r(dst), insn.off as i64, size, v);
+            } else {
+                f.push(op, [Operand::Addr(r(dst), insn.off as i64), v.into()]);
+            }
+        }
+        OpKind::Atomic { op, size, fetch } => {
+            atomic(f, cx.scope, op, size, fetch, r(dst), insn.off as i64, src);
+            if fetch {
+                if op == AtomicOp::Cmpxchg {
+                    known[0] = None;
+                } else {
+                    known[src as usize] = None;
+                }
+            }
+        }
+        OpKind::Ja => f.bra(
+            crate::ptx::Label((pc as i64 + 1 + insn.off as i64) as u32),
+            None,
+        ),
+        OpKind::JaLong => f.bra(crate::ptx::Label((pc as i64 + 1 + imm64) as u32), None),
+        OpKind::Jmp {
+            cond,
+            width,
+            src: s,
+        } => {
+            let target = crate::ptx::Label((pc as i64 + 1 + insn.off as i64) as u32);
+            let p = cond_pred(f, cond, width, r(dst), s, src, insn.imm);
+            f.bra(target, Some((p, true)));
+        }
+        OpKind::Call => {
+            call_helper(cx, f, pc, insn.imm, known)?;
+            *known = [None; 11];
+        }
+        OpKind::CallLocal => {
+            let t = (pc as i64 + 1 + imm64) as usize;
+            let name = cx
+                .func_name(t)
+                .expect("call targets are function starts")
+                .to_string();
+            f.call(name, (1..=5).map(r).collect(), Some(r(0)));
+            *known = [None; 11];
+        }
+        OpKind::CallKfunc => {
+            return Err(cx.err(pc, "kfunc calls are not supported"));
+        }
+        OpKind::Exit => {
+            f.push("st.param.b64", [Operand::SymAddr("ret0", 0), r(0).into()]);
+            f.push("ret", []);
+        }
+    }
+    Ok(())
+}
+
+/// A load assembled from byte loads (little-endian), for [`JitOptions::unaligned`].
+fn load_bytes(f: &mut Function, d: Reg, base: Reg, off: i64, size: Size, sign_extend: bool) {
+    let n = size.bytes() as i64;
+    let acc = f.reg(RegClass::B64);
+    f.push("ld.u8", [acc.into(), Operand::Addr(base, off)]);
+    for k in 1..n {
+        let t = f.reg(RegClass::B64);
+        f.push("ld.u8", [t.into(), Operand::Addr(base, off + k)]);
+        f.push("shl.b64", [t.into(), t.into(), imm(8 * k)]);
+        f.push("or.b64", [acc.into(), acc.into(), t.into()]);
+    }
+    if sign_extend && n < 8 {
+        let sh = 64 - 8 * n;
+        f.push("shl.b64", [acc.into(), acc.into(), imm(sh)]);
+        f.push("shr.s64", [d.into(), acc.into(), imm(sh)]);
+    } else {
+        f.push("mov.b64", [d.into(), acc.into()]);
+    }
+}
+
+/// A store split into byte stores (little-endian), for [`JitOptions::unaligned`].
+fn store_bytes(f: &mut Function, base: Reg, off: i64, size: Size, v: Reg) {
+    f.push("st.u8", [Operand::Addr(base, off), v.into()]);
+    for k in 1..size.bytes() as i64 {
+        let t = f.reg(RegClass::B64);
+        f.push("shr.u64", [t.into(), v.into(), imm(8 * k)]);
+        f.push("st.u8", [Operand::Addr(base, off + k), t.into()]);
+    }
+}
+
+/// Immediate as the 64-bit operand value (sign-extended).
+fn alu64(f: &mut Function, op: AluOp, d: Reg, s: Operand, src: Src, imm64: i64) {
+    let dd: Operand = d.into();
+    match op {
+        AluOp::Add => f.push("add.s64", [dd.clone(), dd, s]),
+        AluOp::Sub => f.push("sub.s64", [dd.clone(), dd, s]),
+        AluOp::Mul => f.push("mul.lo.s64", [dd.clone(), dd, s]),
+        AluOp::Or => f.push("or.b64", [dd.clone(), dd, s]),
+        AluOp::And => f.push("and.b64", [dd.clone(), dd, s]),
+        AluOp::Xor => f.push("xor.b64", [dd.clone(), dd, s]),
+        AluOp::Mov => f.push("mov.b64", [dd, s]),
+        AluOp::Neg => f.push("neg.s64", [dd.clone(), dd]),
+        AluOp::Lsh | AluOp::Rsh | AluOp::Arsh => {
+            let opc = match op {
+                AluOp::Lsh => "shl.b64",
+                AluOp::Rsh => "shr.u64",
+                _ => "shr.s64",
+            };
+            let cnt = shift_count(f, s, src, imm64, 63);
+            f.push(opc, [dd.clone(), dd, cnt]);
+        }
+        AluOp::Div | AluOp::Mod | AluOp::Sdiv | AluOp::Smod => {
+            divmod(f, op, d, s, src, imm64, false);
+        }
+        AluOp::Movsx8 | AluOp::Movsx16 => {
+            let sh = if op == AluOp::Movsx8 { 56 } else { 48 };
+            let t = f.reg(RegClass::B64);
+            f.push("shl.b64", [t.into(), s, imm(sh)]);
+            f.push("shr.s64", [dd, t.into(), imm(sh)]);
+        }
+        AluOp::Movsx32 => {
+            let t = f.reg(RegClass::B32);
+            f.push("cvt.u32.u64", [t.into(), s]);
+            f.push("cvt.s64.s32", [dd, t.into()]);
+        }
+    }
+}
+
+fn shift_count(f: &mut Function, s: Operand, src: Src, imm64: i64, mask: i64) -> Operand {
+    match src {
+        Src::Imm => imm(imm64 & mask),
+        Src::Reg => {
+            let c = f.reg(RegClass::B32);
+            f.push("cvt.u32.u64", [c.into(), s]);
+            f.push("and.b32", [c.into(), c.into(), imm(mask)]);
+            c.into()
+        }
+    }
+}
+
+/// Picks the 32- or 64-bit spelling of an opcode.
+fn wsel(w32: bool, o32: &'static str, o64: &'static str) -> &'static str {
+    if w32 { o32 } else { o64 }
+}
+
+/// Division and modulo with the eBPF rules, 64-bit (`w32 == false`, `d` and `s` are the
+/// 64-bit operands) or 32-bit (`d`, `s` are already `.b32` registers / a 32-bit imm).
+fn divmod(f: &mut Function, op: AluOp, d: Reg, s: Operand, src: Src, imm: i64, w32: bool) {
+    let cls = if w32 { RegClass::B32 } else { RegClass::B64 };
+    let dd: Operand = d.into();
+    let signed = matches!(op, AluOp::Sdiv | AluOp::Smod);
+    let is_div = matches!(op, AluOp::Div | AluOp::Sdiv);
+    let mov = wsel(w32, "mov.b32", "mov.b64");
+    let neg = wsel(w32, "neg.s32", "neg.s64");
+    let setp_eq = wsel(w32, "setp.eq.b32", "setp.eq.b64");
+    let selp = wsel(w32, "selp.b32", "selp.b64");
+    let opc = match (is_div, signed) {
+        (true, false) => wsel(w32, "div.u32", "div.u64"),
+        (true, true) => wsel(w32, "div.s32", "div.s64"),
+        (false, false) => wsel(w32, "rem.u32", "rem.u64"),
+        (false, true) => wsel(w32, "rem.s32", "rem.s64"),
+    };
+    match src {
+        Src::Imm => {
+            let v = if w32 { imm as i32 as i64 } else { imm };
+            if v == 0 {
+                if is_div {
+                    f.push(mov, [dd, Operand::Imm(0)]);
+                }
+                // Modulo by zero leaves dst unchanged.
+            } else if signed && v == -1 {
+                if is_div {
+                    f.push(neg, [dd.clone(), dd]);
+                } else {
+                    f.push(mov, [dd, Operand::Imm(0)]);
+                }
+            } else {
+                f.push(opc, [dd.clone(), dd, Operand::Imm(v)]);
+            }
+        }
+        Src::Reg => {
+            // s' = (s == 0 || (signed && s == -1)) ? 1 : s; q = d op s'; then fix up.
+            let pz = f.reg(RegClass::Pred);
+            f.push(setp_eq, [pz.into(), s.clone(), Operand::Imm(0)]);
+            let safe = f.reg(cls);
+            f.push(selp, [safe.into(), Operand::Imm(1), s.clone(), pz.into()]);
+            let pm = if signed {
+                let pm = f.reg(RegClass::Pred);
+                f.push(setp_eq, [pm.into(), s, Operand::Imm(-1)]);
+                f.push_if(pm, true, mov, [safe.into(), Operand::Imm(1)]);
+                Some(pm)
+            } else {
+                None
+            };
+            let q = f.reg(cls);
+            f.push(opc, [q.into(), dd.clone(), safe.into()]);
+            if is_div {
+                if let Some(pm) = pm {
+                    // d / -1 = -d (wrapping: MIN / -1 = MIN).
+                    f.push_if(pm, true, neg, [q.into(), dd.clone()]);
+                }
+                f.push(selp, [dd, Operand::Imm(0), q.into(), pz.into()]);
+            } else {
+                // d % -1 = 0, which d % 1 already gave; d % 0 = d.
+                f.push(selp, [dd.clone(), dd, q.into(), pz.into()]);
+            }
+        }
+    }
+}
+
+fn alu32(f: &mut Function, op: AluOp, d: Reg, src: u8, s: Src, imm32: i32) {
+    let dd: Operand = d.into();
+    // Moves need no 32-bit copy of dst.
+    match op {
+        AluOp::Mov | AluOp::Movsx32 => {
+            match s {
+                Src::Imm => f.push("mov.b64", [dd, imm(imm32 as u32 as i64)]),
+                Src::Reg => f.push("and.b64", [dd, r(src).into(), imm(0xffff_ffff)]),
+            }
+            return;
+        }
+        AluOp::Movsx8 | AluOp::Movsx16 => {
+            let sh = if op == AluOp::Movsx8 { 24 } else { 16 };
+            let t = f.reg(RegClass::B32);
+            f.push("cvt.u32.u64", [t.into(), r(src).into()]);
+            f.push("shl.b32", [t.into(), t.into(), imm(sh)]);
+            f.push("shr.s32", [t.into(), t.into(), imm(sh)]);
+            f.push("cvt.u64.u32", [dd, t.into()]);
+            return;
+        }
+        _ => {}
+    }
+    let a = f.reg(RegClass::B32);
+    f.push("cvt.u32.u64", [a.into(), dd.clone()]);
+    let b: Operand = match s {
+        Src::Imm => imm(imm32 as i64),
+        Src::Reg => {
+            let b = f.reg(RegClass::B32);
+            f.push("cvt.u32.u64", [b.into(), r(src).into()]);
+            b.into()
+        }
+    };
+    let aa: Operand = a.into();
+    match op {
+        AluOp::Add => f.push("add.s32", [aa.clone(), aa, b]),
+        AluOp::Sub => f.push("sub.s32", [aa.clone(), aa, b]),
+        AluOp::Mul => f.push("mul.lo.s32", [aa.clone(), aa, b]),
+        AluOp::Or => f.push("or.b32", [aa.clone(), aa, b]),
+        AluOp::And => f.push("and.b32", [aa.clone(), aa, b]),
+        AluOp::Xor => f.push("xor.b32", [aa.clone(), aa, b]),
+        AluOp::Neg => f.push("neg.s32", [aa.clone(), aa]),
+        AluOp::Lsh | AluOp::Rsh | AluOp::Arsh => {
+            let opc = match op {
+                AluOp::Lsh => "shl.b32",
+                AluOp::Rsh => "shr.u32",
+                _ => "shr.s32",
+            };
+            let cnt = match s {
+                Src::Imm => imm(imm32 as i64 & 31),
+                Src::Reg => {
+                    f.push("and.b32", [b.clone(), b.clone(), imm(31)]);
+                    b
+                }
+            };
+            f.push(opc, [aa.clone(), aa, cnt]);
+        }
+        AluOp::Div | AluOp::Mod | AluOp::Sdiv | AluOp::Smod => {
+            divmod(f, op, a, b, s, imm32 as i64, true);
+        }
+        AluOp::Mov | AluOp::Movsx8 | AluOp::Movsx16 | AluOp::Movsx32 => {
+            unreachable!("handled above")
+        }
+    }
+    f.push("cvt.u64.u32", [dd, a.into()]);
+}
+
+fn end(f: &mut Function, op: EndOp, bits: u8, d: Reg) {
+    let dd: Operand = d.into();
+    let swap = match op {
+        EndOp::Le => false,
+        EndOp::Be | EndOp::Bswap => true,
+    };
+    match (swap, bits) {
+        (false, 16) => f.push("and.b64", [dd.clone(), dd, imm(0xffff)]),
+        (false, 32) => f.push("and.b64", [dd.clone(), dd, imm(0xffff_ffff)]),
+        (false, _) => {}
+        (true, 16) | (true, 32) => {
+            let t = f.reg(RegClass::B32);
+            f.push("cvt.u32.u64", [t.into(), dd.clone()]);
+            f.push(
+                "prmt.b32",
+                [t.into(), t.into(), t.into(), Operand::Sym("0x0123")],
+            );
+            if bits == 16 {
+                f.push("shr.u32", [t.into(), t.into(), imm(16)]);
+            }
+            f.push("cvt.u64.u32", [dd, t.into()]);
+        }
+        (true, _) => {
+            let lo = f.reg(RegClass::B32);
+            let hi = f.reg(RegClass::B32);
+            f.push("mov.b64", [Operand::Vec2(lo, hi), dd.clone()]);
+            f.push(
+                "prmt.b32",
+                [lo.into(), lo.into(), lo.into(), Operand::Sym("0x0123")],
+            );
+            f.push(
+                "prmt.b32",
+                [hi.into(), hi.into(), hi.into(), Operand::Sym("0x0123")],
+            );
+            f.push("mov.b64", [dd, Operand::Vec2(hi, lo)]);
+        }
+    }
+}
+
+/// An atomic read-modify-write. PTX atomics on local memory are undefined, and the eBPF
+/// stack lives there: an access through r10 is lowered to a plain load/op/store (the stack
+/// is private to the thread), and one through any other register checks `isspacep.local`
+/// at run time and takes the plain path for stack addresses, `atom`/`red` otherwise.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "one call site, all distinct operands"
+)]
+fn atomic(
+    f: &mut Function,
+    scope: &str,
+    op: AtomicOp,
+    size: Size,
+    fetch: bool,
+    base: Reg,
+    off: i64,
+    src: u8,
+) {
+    let w32 = size != Size::Dw;
+    let addr = Operand::Addr(base, off);
+    let cls = if w32 { RegClass::B32 } else { RegClass::B64 };
+    let (v, old) = if w32 {
+        let v = f.reg(RegClass::B32);
+        f.push("cvt.u32.u64", [v.into(), r(src).into()]);
+        (v, f.reg(RegClass::B32))
+    } else {
+        (r(src), f.reg(RegClass::B64))
+    };
+    let cmp = if op == AtomicOp::Cmpxchg {
+        Some(if w32 {
+            let c = f.reg(RegClass::B32);
+            f.push("cvt.u32.u64", [c.into(), r(0).into()]);
+            c
+        } else {
+            r(0)
+        })
+    } else {
+        None
+    };
+    let (bits, ty_add) = if w32 {
+        (".b32", ".u32")
+    } else {
+        (".b64", ".u64")
+    };
+    let opname = match op {
+        AtomicOp::Add => format!("add{ty_add}"),
+        AtomicOp::Or => format!("or{bits}"),
+        AtomicOp::And => format!("and{bits}"),
+        AtomicOp::Xor => format!("xor{bits}"),
+        AtomicOp::Xchg => format!("exch{bits}"),
+        AtomicOp::Cmpxchg => format!("cas{bits}"),
+    };
+    let on_stack = base == r(FRAME_PTR);
+    let done = f.label();
+    let global = f.label();
+    if !on_stack {
+        let a = if off == 0 {
+            base
+        } else {
+            let a = f.reg(RegClass::B64);
+            f.push("add.s64", [a.into(), base.into(), imm(off)]);
+            a
+        };
+        let p = f.reg(RegClass::Pred);
+        f.push("isspacep.local", [p.into(), a.into()]);
+        f.bra(global, Some((p, false)));
+    }
+    // Plain path: the thread's own stack.
+    f.push(wsel(w32, "ld.u32", "ld.u64"), [old.into(), addr.clone()]);
+    let new = f.reg(cls);
+    let (o, n, vv): (Operand, Operand, Operand) = (old.into(), new.into(), v.into());
+    match op {
+        AtomicOp::Add => f.push(wsel(w32, "add.s32", "add.s64"), [n, o, vv]),
+        AtomicOp::Or => f.push(wsel(w32, "or.b32", "or.b64"), [n, o, vv]),
+        AtomicOp::And => f.push(wsel(w32, "and.b32", "and.b64"), [n, o, vv]),
+        AtomicOp::Xor => f.push(wsel(w32, "xor.b32", "xor.b64"), [n, o, vv]),
+        AtomicOp::Xchg => f.push(wsel(w32, "mov.b32", "mov.b64"), [n, vv]),
+        AtomicOp::Cmpxchg => {
+            let c = cmp.expect("cmpxchg has a comparand");
+            let p = f.reg(RegClass::Pred);
+            f.push(
+                wsel(w32, "setp.eq.b32", "setp.eq.b64"),
+                [p.into(), o.clone(), c.into()],
+            );
+            f.push(wsel(w32, "selp.b32", "selp.b64"), [n, vv, o, p.into()]);
+        }
+    }
+    f.push(wsel(w32, "st.u32", "st.u64"), [addr.clone(), new.into()]);
+    if !on_stack {
+        f.bra(done, None);
+        f.place(global);
+        if !fetch {
+            f.push(format!("red.relaxed{scope}.{opname}"), [addr, v.into()]);
+        } else if let Some(c) = cmp {
+            f.push(
+                format!("atom.acq_rel{scope}.{opname}"),
+                [old.into(), addr, c.into(), v.into()],
+            );
+        } else {
+            f.push(
+                format!("atom.acq_rel{scope}.{opname}"),
+                [old.into(), addr, v.into()],
+            );
+        }
+        f.place(done);
+    }
+    if fetch {
+        let dst = if op == AtomicOp::Cmpxchg { 0 } else { src };
+        if w32 {
+            f.push("cvt.u64.u32", [r(dst).into(), old.into()]);
+        } else {
+            f.push("mov.b64", [r(dst).into(), old.into()]);
+        }
+    }
+}
+
+fn cond_pred(
+    f: &mut Function,
+    cond: JmpCond,
+    width: Width,
+    d: Reg,
+    s: Src,
+    src: u8,
+    imm32: i32,
+) -> Reg {
+    let w32 = width == Width::W32;
+    let (a, b): (Operand, Operand) = if w32 {
+        let a = f.reg(RegClass::B32);
+        f.push("cvt.u32.u64", [a.into(), d.into()]);
+        let b = match s {
+            Src::Imm => imm(imm32 as i64),
+            Src::Reg => {
+                let b = f.reg(RegClass::B32);
+                f.push("cvt.u32.u64", [b.into(), r(src).into()]);
+                b.into()
+            }
+        };
+        (a.into(), b)
+    } else {
+        let b = match s {
+            Src::Imm => imm(imm32 as i64),
+            Src::Reg => r(src).into(),
+        };
+        (d.into(), b)
+    };
+    let p = f.reg(RegClass::Pred);
+    let op = match cond {
+        JmpCond::Eq => wsel(w32, "setp.eq.u32", "setp.eq.u64"),
+        JmpCond::Ne => wsel(w32, "setp.ne.u32", "setp.ne.u64"),
+        JmpCond::Gt => wsel(w32, "setp.gt.u32", "setp.gt.u64"),
+        JmpCond::Ge => wsel(w32, "setp.ge.u32", "setp.ge.u64"),
+        JmpCond::Lt => wsel(w32, "setp.lt.u32", "setp.lt.u64"),
+        JmpCond::Le => wsel(w32, "setp.le.u32", "setp.le.u64"),
+        JmpCond::Sgt => wsel(w32, "setp.gt.s32", "setp.gt.s64"),
+        JmpCond::Sge => wsel(w32, "setp.ge.s32", "setp.ge.s64"),
+        JmpCond::Slt => wsel(w32, "setp.lt.s32", "setp.lt.s64"),
+        JmpCond::Sle => wsel(w32, "setp.le.s32", "setp.le.s64"),
+        JmpCond::Set => {
+            let cls = if w32 { RegClass::B32 } else { RegClass::B64 };
+            let t = f.reg(cls);
+            f.push(wsel(w32, "and.b32", "and.b64"), [t.into(), a, b]);
+            f.push(
+                wsel(w32, "setp.ne.u32", "setp.ne.u64"),
+                [p.into(), t.into(), imm(0)],
+            );
+            return p;
+        }
+    };
+    f.push(op, [p.into(), a, b]);
+    p
+}
+
+fn call_helper(
+    cx: &mut Ctx,
+    f: &mut Function,
+    pc: usize,
+    id: i32,
+    known: &[Option<usize>; 11],
+) -> Result<(), CompileError> {
+    let Some(def) = prelude::def(id) else {
+        return Err(cx.err(pc, format!("helper {id} is not available on the GPU")));
+    };
+    let args: Vec<Reg> = (1..=def.nargs).map(r).collect();
+    if def.inline_exit {
+        // 507: end the thread; the entry wrapper stored result 0 before the call.
+        f.push("exit", []);
+        return Ok(());
+    }
+    if def.map_kinds.is_empty() {
+        cx.used.insert(prelude::Use { id, map: None });
+        f.call(prelude::func_name(id, None), args, Some(r(0)));
+        return Ok(());
+    }
+    let candidates: Vec<usize> = match known[1] {
+        Some(i) => vec![i],
+        None => (0..cx.prog.maps.len())
+            .filter(|&i| def.map_kinds.contains(&cx.opts.maps[i].kind))
+            .collect(),
+    };
+    let candidates: Vec<usize> = candidates
+        .into_iter()
+        .filter(|&i| def.map_kinds.contains(&cx.opts.maps[i].kind))
+        .collect();
+    if candidates.is_empty() {
+        return Err(cx.err(
+            pc,
+            format!(
+                "helper {} needs a map of kind {:?}, the program has none bound",
+                def.name, def.map_kinds
+            ),
+        ));
+    }
+    if candidates.len() == 1 && known[1].is_some() {
+        let i = candidates[0];
+        cx.used.insert(prelude::Use { id, map: Some(i) });
+        f.call(prelude::func_name(id, Some(i)), args, Some(r(0)));
+        return Ok(());
+    }
+    // Compare chain on r1 (the map's base address); an unknown map gives -EINVAL.
+    let done = f.label();
+    for i in candidates {
+        cx.used.insert(prelude::Use { id, map: Some(i) });
+        let next = f.label();
+        let p = f.reg(RegClass::Pred);
+        f.push(
+            "setp.ne.u64",
+            [p.into(), r(1).into(), imm(cx.opts.maps[i].base_addr as i64)],
+        );
+        f.bra(next, Some((p, true)));
+        f.call(prelude::func_name(id, Some(i)), args.clone(), Some(r(0)));
+        f.bra(done, None);
+        f.place(next);
+    }
+    f.push("mov.b64", [r(0).into(), imm(-22)]);
+    f.place(done);
+    Ok(())
+}
+
+/// The stand-alone kernel: one thread per record.
+fn entry_wrapper(name: &str, prog_func: &str) -> Function {
+    let mut f = Function::new(name, FuncKind::Entry);
+    f.visible = true;
+    f.params = [
+        "in_base", "in_size", "out_base", "out_size", "n", "arg0", "arg1", "arg2", "arg3",
+        "results",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    f.locals.push(LocalArray {
+        name: "jobctx".into(),
+        align: 16,
+        size: JobCtx::SIZE as u32,
+    });
+    let p = |f: &mut Function, n: &'static str| {
+        let t = f.reg(RegClass::B64);
+        f.push("ld.param.u64", [t.into(), Operand::SymAddr(n, 0)]);
+        t
+    };
+    let (tid, ntid, ctaid) = (
+        f.reg(RegClass::B32),
+        f.reg(RegClass::B32),
+        f.reg(RegClass::B32),
+    );
+    f.push("mov.u32", [tid.into(), Operand::Sym("%tid.x")]);
+    f.push("mov.u32", [ntid.into(), Operand::Sym("%ntid.x")]);
+    f.push("mov.u32", [ctaid.into(), Operand::Sym("%ctaid.x")]);
+    let i = f.reg(RegClass::B64);
+    f.push("mul.wide.u32", [i.into(), ctaid.into(), ntid.into()]);
+    let t = f.reg(RegClass::B64);
+    f.push("cvt.u64.u32", [t.into(), tid.into()]);
+    f.push("add.s64", [i.into(), i.into(), t.into()]);
+    let n = p(&mut f, "n");
+    let out = f.label();
+    let pr = f.reg(RegClass::Pred);
+    f.push("setp.ge.u64", [pr.into(), i.into(), n.into()]);
+    f.bra(out, Some((pr, true)));
+    let st = |f: &mut Function, off: i64, v: Reg| {
+        f.push("st.local.u64", [Operand::SymAddr("jobctx", off), v.into()]);
+    };
+    for (base, size, off) in [
+        ("in_base", "in_size", JobCtx::DATA),
+        ("out_base", "out_size", JobCtx::OUT),
+    ] {
+        let b = p(&mut f, base);
+        let s = p(&mut f, size);
+        let start = f.reg(RegClass::B64);
+        f.push("mad.lo.s64", [start.into(), i.into(), s.into(), b.into()]);
+        let endp = f.reg(RegClass::B64);
+        f.push("add.s64", [endp.into(), start.into(), s.into()]);
+        st(&mut f, off, start);
+        st(&mut f, off + 8, endp);
+    }
+    st(&mut f, JobCtx::INDEX, i);
+    st(&mut f, JobCtx::N, n);
+    for (k, a) in ["arg0", "arg1", "arg2", "arg3"].into_iter().enumerate() {
+        let v = p(&mut f, a);
+        st(&mut f, JobCtx::ARGS + 8 * k as i64, v);
+    }
+    let res = p(&mut f, "results");
+    let no_res = f.reg(RegClass::Pred);
+    f.push("setp.eq.u64", [no_res.into(), res.into(), imm(0)]);
+    let slot = f.reg(RegClass::B64);
+    f.push("mad.lo.s64", [slot.into(), i.into(), imm(8), res.into()]);
+    let zero = f.reg(RegClass::B64);
+    f.push("mov.b64", [zero.into(), imm(0)]);
+    // Result 0 first, for programs that end the thread with helper 507.
+    f.push_if(
+        no_res,
+        false,
+        "st.u64",
+        [Operand::Addr(slot, 0), zero.into()],
+    );
+    let ctx = f.reg(RegClass::B64);
+    f.push("cvta.local.u64", [ctx.into(), Operand::Sym("jobctx")]);
+    let r0 = f.reg(RegClass::B64);
+    f.call(prog_func, vec![ctx], Some(r0));
+    f.push_if(no_res, false, "st.u64", [Operand::Addr(slot, 0), r0.into()]);
+    f.place(out);
+    f.push("ret", []);
+    f.body
+        .insert(0, Stmt::Raw("\t// one thread per record".into()));
+    f
+}

@@ -1,0 +1,314 @@
+//! A small PTX IR: a [`Module`] of [`Function`]s, each a list of [`Stmt`]s over virtual
+//! registers ([`Reg`]), plus pre-written prelude text. Shared by the lowering, the passes and
+//! the printer ([`crate::emit`]).
+//!
+//! | item         | printed as                                        |
+//! |--------------|---------------------------------------------------|
+//! | [`Reg`]      | `%p3` (pred), `%rs3` (b16), `%r3` (b32), `%rd3` (b64) |
+//! | [`Operand`]  | register, signed decimal immediate, `[%rd4+8]`, label, symbol |
+//! | [`Inst`]     | `@%p1 add.s64 %rd0, %rd0, 5;` (guard, opcode with types, operands) |
+//! | [`Stmt::Call`] | a `{ .param ...; call.uni (ret), f, (args); }` block      |
+//!
+//! Registers are SSA-like temporaries; ptxas allocates the real registers. The eBPF
+//! registers r0..r10 of a lowered function are `%rd0..%rd10` ([`Function::ebpf_reg`]).
+
+use std::borrow::Cow;
+
+/// A register class (PTX register type).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum RegClass {
+    /// `.pred`
+    Pred,
+    /// `.b16`
+    B16,
+    /// `.b32`
+    B32,
+    /// `.b64`
+    B64,
+}
+
+impl RegClass {
+    /// The printed prefix of registers of this class.
+    pub fn prefix(self) -> &'static str {
+        match self {
+            RegClass::Pred => "%p",
+            RegClass::B16 => "%rs",
+            RegClass::B32 => "%r",
+            RegClass::B64 => "%rd",
+        }
+    }
+
+    /// The PTX type of the declaration.
+    pub fn ty(self) -> &'static str {
+        match self {
+            RegClass::Pred => ".pred",
+            RegClass::B16 => ".b16",
+            RegClass::B32 => ".b32",
+            RegClass::B64 => ".b64",
+        }
+    }
+
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// A virtual register.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Reg {
+    /// Its class.
+    pub class: RegClass,
+    /// Its number within the class.
+    pub n: u32,
+}
+
+/// A label inside one function.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Label(pub u32);
+
+/// An instruction operand.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Operand {
+    /// A register.
+    Reg(Reg),
+    /// An integer immediate, printed in signed decimal.
+    Imm(i64),
+    /// A memory address `[base+off]`.
+    Addr(Reg, i64),
+    /// A memory address `[sym+off]` (locals, params).
+    SymAddr(&'static str, i64),
+    /// A label.
+    Label(Label),
+    /// A symbol or special register (`%tid.x`, a local array name).
+    Sym(&'static str),
+    /// A vector `{a, b}` (for `mov.b64 {lo, hi}`).
+    Vec2(Reg, Reg),
+}
+
+impl From<Reg> for Operand {
+    fn from(r: Reg) -> Self {
+        Operand::Reg(r)
+    }
+}
+
+impl From<i64> for Operand {
+    fn from(v: i64) -> Self {
+        Operand::Imm(v)
+    }
+}
+
+/// One PTX instruction.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Inst {
+    /// `@p` / `@!p` guard.
+    pub guard: Option<(Reg, bool)>,
+    /// Opcode with all its modifiers, e.g. `add.s64`, `atom.sys.global.add.u64`.
+    pub op: Cow<'static, str>,
+    /// Operands, destination first.
+    pub args: Args,
+}
+
+/// Up to four operands, stored inline (no allocation per instruction).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Args {
+    len: u8,
+    items: [Operand; 4],
+}
+
+impl std::ops::Deref for Args {
+    type Target = [Operand];
+    fn deref(&self) -> &[Operand] {
+        &self.items[..self.len as usize]
+    }
+}
+
+impl<const N: usize> From<[Operand; N]> for Args {
+    fn from(a: [Operand; N]) -> Self {
+        const { assert!(N <= 4, "at most 4 operands") };
+        let mut items = [
+            Operand::Imm(0),
+            Operand::Imm(0),
+            Operand::Imm(0),
+            Operand::Imm(0),
+        ];
+        for (slot, v) in items.iter_mut().zip(a) {
+            *slot = v;
+        }
+        Args {
+            len: N as u8,
+            items,
+        }
+    }
+}
+
+/// One statement of a function body.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Stmt {
+    /// An instruction.
+    Inst(Inst),
+    /// A label definition.
+    Label(Label),
+    /// A call of a `.func` with `.b64` parameters and an optional `.b64` result.
+    Call {
+        /// The callee.
+        func: String,
+        /// Argument registers (all `.b64`).
+        args: Vec<Reg>,
+        /// Result register (`.b64`).
+        ret: Option<Reg>,
+    },
+    /// A line of text copied as is (comments).
+    Raw(String),
+}
+
+/// Whether a function is a kernel or a device function.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FuncKind {
+    /// `.entry`: launchable.
+    Entry,
+    /// `.func`: callable.
+    Func,
+}
+
+/// A `.local` array declared in a function.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LocalArray {
+    /// Symbol name.
+    pub name: String,
+    /// Alignment in bytes.
+    pub align: u32,
+    /// Size in bytes.
+    pub size: u32,
+}
+
+/// A PTX function.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Function {
+    /// Name.
+    pub name: String,
+    /// `.entry` or `.func`.
+    pub kind: FuncKind,
+    /// Whether it is `.visible` (exported from the module).
+    pub visible: bool,
+    /// Parameter names (all `.b64`/`.u64`).
+    pub params: Vec<String>,
+    /// Name of the `.b64` return parameter, if any.
+    pub ret: Option<String>,
+    /// `.local` arrays.
+    pub locals: Vec<LocalArray>,
+    /// The body.
+    pub body: Vec<Stmt>,
+    next_reg: [u32; 4],
+    next_label: u32,
+}
+
+impl Function {
+    /// An empty function. The first 11 `.b64` registers are reserved for r0..r10.
+    pub fn new(name: impl Into<String>, kind: FuncKind) -> Self {
+        Function {
+            name: name.into(),
+            kind,
+            visible: false,
+            params: Vec::new(),
+            ret: None,
+            locals: Vec::new(),
+            body: Vec::new(),
+            next_reg: [0, 0, 0, ebpf::isa::NUM_REGS as u32],
+            next_label: 0,
+        }
+    }
+
+    /// The register holding eBPF register `r`.
+    pub fn ebpf_reg(r: u8) -> Reg {
+        Reg {
+            class: RegClass::B64,
+            n: r as u32,
+        }
+    }
+
+    /// A fresh register of class `c`.
+    pub fn reg(&mut self, c: RegClass) -> Reg {
+        let n = self.next_reg[c.index()];
+        self.next_reg[c.index()] += 1;
+        Reg { class: c, n }
+    }
+
+    /// A fresh label.
+    pub fn label(&mut self) -> Label {
+        let l = Label(self.next_label);
+        self.next_label += 1;
+        l
+    }
+
+    /// Reserves labels `0..n` (used for instruction pcs) so that fresh labels come after.
+    pub fn reserve_labels(&mut self, n: u32) {
+        self.next_label = self.next_label.max(n);
+    }
+
+    /// How many registers of class `c` are in use.
+    pub fn reg_count(&self, c: RegClass) -> u32 {
+        self.next_reg[c.index()]
+    }
+
+    /// Appends an instruction.
+    pub fn push(&mut self, op: impl Into<Cow<'static, str>>, args: impl Into<Args>) {
+        self.body.push(Stmt::Inst(Inst {
+            guard: None,
+            op: op.into(),
+            args: args.into(),
+        }));
+    }
+
+    /// Appends a guarded instruction: runs when `pred` is `when`.
+    pub fn push_if(
+        &mut self,
+        pred: Reg,
+        when: bool,
+        op: impl Into<Cow<'static, str>>,
+        args: impl Into<Args>,
+    ) {
+        self.body.push(Stmt::Inst(Inst {
+            guard: Some((pred, when)),
+            op: op.into(),
+            args: args.into(),
+        }));
+    }
+
+    /// Places a label.
+    pub fn place(&mut self, l: Label) {
+        self.body.push(Stmt::Label(l));
+    }
+
+    /// `bra l`, optionally guarded.
+    pub fn bra(&mut self, l: Label, guard: Option<(Reg, bool)>) {
+        self.body.push(Stmt::Inst(Inst {
+            guard,
+            op: Cow::Borrowed("bra.uni"),
+            args: [Operand::Label(l)].into(),
+        }));
+    }
+
+    /// Calls `func`.
+    pub fn call(&mut self, func: impl Into<String>, args: Vec<Reg>, ret: Option<Reg>) {
+        self.body.push(Stmt::Call {
+            func: func.into(),
+            args,
+            ret,
+        });
+    }
+}
+
+/// A PTX module.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Module {
+    /// PTX ISA version, e.g. `(8, 0)`.
+    pub version: (u32, u32),
+    /// Target, e.g. `sm_90`.
+    pub target: String,
+    /// Prelude text (helper functions, module globals), printed after the prototypes.
+    pub prelude: Vec<String>,
+    /// Prototypes of prelude functions, printed first so any function may call any other.
+    pub prelude_protos: Vec<String>,
+    /// Lowered functions.
+    pub functions: Vec<Function>,
+}

@@ -1,0 +1,88 @@
+//! Shared test support: running ptxas on generated PTX.
+
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+use std::process::Command;
+
+/// The ptxas to use: `$PTXAS`, else what `scripts/ptxas --locate` finds. `None` (with a
+/// loud skip message) when there is none, unless `BPFTIME_REQUIRE_PTXAS` is set.
+pub fn ptxas() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("PTXAS") {
+        return Some(PathBuf::from(p));
+    }
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../scripts/ptxas");
+    let found = Command::new(&script)
+        .arg("--locate")
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| PathBuf::from(String::from_utf8_lossy(&o.stdout).trim().to_string()));
+    if found.is_none() {
+        if std::env::var_os("BPFTIME_REQUIRE_PTXAS").is_some() {
+            panic!("ptxas is required (BPFTIME_REQUIRE_PTXAS is set) but was not found");
+        }
+        eprintln!(
+            "SKIPPING ptxas check: ptxas not found (pip install --user nvidia-cuda-nvcc-cu12)"
+        );
+    }
+    found
+}
+
+/// Assembles `ptx` for sm_90; panics with ptxas's message and the numbered PTX on failure.
+pub fn assemble(ptx: &str, what: &str) {
+    let Some(p) = ptxas() else { return };
+    let dir = std::env::temp_dir().join(format!("bpftime-jit-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let name: String = what
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+        .collect();
+    let src = dir.join(format!("{name}.ptx"));
+    std::fs::write(&src, ptx).unwrap();
+    let out = Command::new(p)
+        .args(["-arch=sm_90", "-o"])
+        .arg(dir.join(format!("{name}.cubin")))
+        .arg(&src)
+        .output()
+        .expect("run ptxas");
+    if !out.status.success() {
+        let numbered: String = ptx
+            .lines()
+            .enumerate()
+            .map(|(i, l)| format!("{:5} {l}\n", i + 1))
+            .collect();
+        panic!(
+            "ptxas rejected {what}:\n{}\n{numbered}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+/// Merges several modules into one PTX text (one ptxas run): keeps the first header, and
+/// renames each module's prelude symbols apart (`bpf_h…`, `bpf_prandom_state`). The
+/// programs' own names must differ.
+pub fn merge(modules: &[String]) -> String {
+    let mut out = String::new();
+    for (k, m) in modules.iter().enumerate() {
+        let body = if k == 0 {
+            m.clone()
+        } else {
+            m.lines()
+                .filter(|l| {
+                    !(l.starts_with(".version")
+                        || l.starts_with(".target")
+                        || l.starts_with(".address_size"))
+                })
+                .collect::<Vec<_>>()
+                .join("\n")
+        };
+        out.push_str(
+            &body
+                .replace("bpf_h", &format!("m{k}_bpf_h"))
+                .replace("bpf_prandom_state", &format!("m{k}_bpf_prandom_state")),
+        );
+        out.push('\n');
+    }
+    out
+}
