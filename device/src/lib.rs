@@ -13,10 +13,13 @@
 //! - [`programs`]: the table of installed programs and their versions (hot swap);
 //! - [`job`]: validating a descriptor and running one job, the logic every backend shares;
 //! - [`stats`]: counters and the latency histogram behind `status` and the metrics;
-//! - [`cpu`]: the CPU backend: worker threads that poll, spin briefly, then park.
+//! - [`cpu`]: the CPU backend: worker threads that poll, spin briefly, then park;
+//! - [`cuda`]: the CUDA driver layer (dynamically loaded; an error, never a panic, without
+//!   a GPU).
 #![deny(missing_docs)]
 
 pub mod cpu;
+pub mod cuda;
 pub mod job;
 pub mod programs;
 pub mod stats;
@@ -31,8 +34,15 @@ pub enum BackendKind {
 
 /// How `auto` was resolved, with the reason to log.
 pub fn select_auto() -> (BackendKind, &'static str) {
-    (
-        BackendKind::Cpu,
-        "no CUDA backend in this build: using the CPU backend",
-    )
+    if cuda::driver_present() {
+        (
+            BackendKind::Cpu,
+            "a CUDA driver is present, but the persistent GPU backend is not built yet: using the CPU backend",
+        )
+    } else {
+        (
+            BackendKind::Cpu,
+            "no CUDA driver on this machine: using the CPU backend",
+        )
+    }
 }

@@ -238,3 +238,58 @@ fn bad_inputs_fail_with_a_message_not_a_panic() {
     assert!(!o.status.success());
     assert!(stderr(&o).contains("nope"));
 }
+
+#[test]
+fn jit_emits_ptx_that_ptxas_accepts() {
+    let vec_add = bpftime_tests::repo_root().join("examples/vec_add.bpf.o");
+    let o = run(&["jit", vec_add.to_str().unwrap(), "--arch", "sm_90"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let ptx = stdout(&o);
+    assert!(ptx.contains(".target sm_90"), "{ptx}");
+    assert!(ptx.contains(".version 8.0"));
+    assert!(ptx.contains("bpf_prog_vec_add"));
+    assert!(ptx.contains(".entry bpf_entry_vec_add"));
+    let root = bpftime_tests::repo_root();
+    let ptxas = root.join("scripts/ptxas");
+    let found = Command::new(&ptxas).arg("--locate").output().unwrap();
+    if !found.status.success() {
+        assert!(
+            std::env::var_os("BPFTIME_REQUIRE_PTXAS").is_none(),
+            "ptxas is required but missing"
+        );
+        eprintln!("SKIPPING the ptxas half: no ptxas");
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("bpftime-jit-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("sum.ptx");
+    std::fs::write(&file, &ptx).unwrap();
+    let st = Command::new(&ptxas)
+        .args(["-arch=sm_90", "-o"])
+        .arg(dir.join("sum.cubin"))
+        .arg(&file)
+        .status()
+        .unwrap();
+    assert!(st.success(), "ptxas rejected the JIT's PTX");
+}
+
+#[test]
+fn jit_cubin_without_a_driver_is_a_clear_error() {
+    if std::path::Path::new("/dev/nvidiactl").exists() {
+        return;
+    }
+    let out = std::env::temp_dir().join(format!("bpftime-{}.cubin", std::process::id()));
+    let vec_add = bpftime_tests::repo_root().join("examples/vec_add.bpf.o");
+    let o = run(&[
+        "jit",
+        vec_add.to_str().unwrap(),
+        "--emit",
+        "cubin",
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    assert!(!o.status.success());
+    let e = stderr(&o);
+    assert!(e.contains("no CUDA driver"), "{e}");
+    assert!(!e.contains("panicked"), "{e}");
+}

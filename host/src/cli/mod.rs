@@ -6,6 +6,7 @@
 //! | `verify`  | run the verifier and print its verdict                        |
 //! | `inspect` | list programs, maps and sections of an object                 |
 //! | `disasm`  | print the linked instructions of each program                 |
+//! | `jit`     | translate a program to PTX, or a cubin through the CUDA driver |
 //! | `run --persistent` | start the service                                    |
 //! | `load`, `unload`, `replace`, `list` | manage a running service's programs  |
 //! | `submit`  | run an offload job through the shared-memory queue            |
@@ -17,6 +18,7 @@
 
 mod exec;
 mod inspect;
+mod jit;
 mod service;
 mod verify;
 
@@ -55,6 +57,8 @@ pub enum Command {
     Inspect(inspect::InspectArgs),
     /// Disassemble programs.
     Disasm(inspect::DisasmArgs),
+    /// Translate a program to PTX (or a cubin, through the CUDA driver).
+    Jit(jit::JitArgs),
     /// Start the service (`run --persistent`).
     Run(service::RunArgs),
     /// Verify and install a program in a running service.
@@ -82,6 +86,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Verify(a) => verify::run(a),
         Command::Inspect(a) => inspect::run_inspect(a),
         Command::Disasm(a) => inspect::run_disasm(a),
+        Command::Jit(a) => jit::run(a),
         Command::Run(a) => service::run(a),
         Command::Load(a) => service::load(a),
         Command::Unload(a) => service::unload(a),
