@@ -484,3 +484,36 @@ fn stop_drains_queued_jobs() {
     run.svc.wait();
     assert!(Client::connect(&name).is_err(), "region removed after stop");
 }
+
+#[test]
+fn stop_now_cancels_queued_jobs_but_completes_every_one() {
+    let name = unique("now");
+    let run = start(config(&name));
+    let mut c = Client::connect(&name).unwrap();
+    let p = c
+        .load_bytes("spin.bin", &spinner(5_000), Some("spin"))
+        .unwrap();
+    let b = c.alloc(8 * 64).unwrap();
+    let tickets: Vec<_> = (0..200)
+        .map(|_| {
+            c.submit(&Job::new(p.id, 64).input(&b, 8), Wait::No)
+                .unwrap()
+        })
+        .collect();
+    c.stop(true).unwrap();
+    let (mut ok, mut cancelled) = (0, 0);
+    for t in tickets {
+        let r = c.wait(t, T).unwrap();
+        match r.status {
+            status::OK => ok += 1,
+            status::CANCELLED => {
+                cancelled += 1;
+                assert!(r.error.unwrap().contains("cancelled"));
+            }
+            s => panic!("unexpected status {s}"),
+        }
+    }
+    assert_eq!(ok + cancelled, 200, "every accepted job completed once");
+    assert!(cancelled > 0, "--now cancelled the queued jobs");
+    run.svc.wait();
+}

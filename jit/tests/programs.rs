@@ -21,6 +21,7 @@ const PROGRAMS: &[(&str, &[&str])] = &[
             "on_entry", "on_exit", "on_foo", "xdp_pass", "pair_a", "pair_b",
         ],
     ),
+    ("pairs", &["write_pair"]),
     ("printk", &["printk"]),
     ("reject_unchecked", &["unchecked_read"]),
     ("ringbuf", &["ringbuf"]),
@@ -70,7 +71,10 @@ fn every_c_program_compiles_and_assembles() {
             modules.push(text);
         }
     }
-    assert_eq!(modules.len(), 20);
+    assert_eq!(
+        modules.len(),
+        PROGRAMS.iter().map(|(_, p)| p.len()).sum::<usize>()
+    );
     common::assemble(&common::merge(&modules), "c_programs");
 }
 
@@ -92,15 +96,9 @@ fn verifier_accept_programs_compile_and_assemble() {
         let name = format!("accept{k}");
         let p = match ext {
             "s" => {
-                let text: String = std::fs::read_to_string(f)
-                    .unwrap()
-                    .lines()
-                    .filter(|l| !l.trim_start().starts_with(';'))
-                    .map(|l| format!("{l}\n"))
-                    .collect();
-                let insns =
-                    ebpf::asm::assemble(&text).unwrap_or_else(|e| panic!("{}: {e}", f.display()));
-                ebpf::program::Program::from_insns(&name, insns)
+                let mut p = bpftime_tests::corpus::load(f).prog;
+                p.name = name;
+                p
             }
             "o" => {
                 let bytes = std::fs::read(f).unwrap();

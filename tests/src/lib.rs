@@ -7,6 +7,8 @@
 //! unless `BPFTIME_REQUIRE_CLANG` is set (as the test command sets it), in which case it panics.
 #![deny(missing_docs)]
 
+pub mod corpus;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
