@@ -1,10 +1,9 @@
 //! `cargo bench -p bench`: our interpreter vs rbpf 0.4.1's, same programs, same run.
 //! Prints a table and writes `bench/results/interp_vs_rbpf.{json,md}`.
 
-use bench::{Ours, Theirs, measure_pair, programs, reset_rbpf_table};
+use bench::{Ours, Theirs, cmd, measure_pair, programs, reset_rbpf_table};
 use serde::Serialize;
 use std::path::Path;
-use std::process::Command;
 
 #[derive(Serialize)]
 struct Row {
@@ -15,17 +14,6 @@ struct Row {
     date: String,
     commit: String,
     host: String,
-}
-
-fn cmd(args: &[&str]) -> String {
-    Command::new(args[0])
-        .args(&args[1..])
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .ok()
-        .filter(|o| o.status.success())
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-        .unwrap_or_else(|| "unknown".to_string())
 }
 
 fn main() {

@@ -10,6 +10,7 @@
 //! Writes `bench/results/service_cpu.{json,md}`. The service runs in a child process with one
 //! worker thread (this machine has 2 cores: one for the worker, one for the clients).
 
+use bench::cmd;
 use ebpf::interp::{Env, Vm};
 use host::client::{Buffer, Client, Job, Wait};
 use host::service::{BackendChoice, Service, ServiceConfig};
@@ -156,17 +157,6 @@ struct Throughput {
     jobs: u64,
     jobs_per_s: f64,
     ratio_to_inprocess: f64,
-}
-
-fn cmd(args: &[&str]) -> String {
-    Command::new(args[0])
-        .args(&args[1..])
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .ok()
-        .filter(|o| o.status.success())
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-        .unwrap_or_else(|| "unknown".into())
 }
 
 fn main() {

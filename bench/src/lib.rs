@@ -332,3 +332,16 @@ mod tests {
         assert_eq!(Ours::new(&ps[4]).run(), acc);
     }
 }
+
+/// The stdout of a command run in the bench folder (`git rev-parse`, `date`), or
+/// `"unknown"`: results files record where and when they were measured.
+pub fn cmd(args: &[&str]) -> String {
+    std::process::Command::new(args[0])
+        .args(&args[1..])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_else(|| "unknown".to_string())
+}
