@@ -295,6 +295,19 @@ pub fn measure_pair(
     (median(a), median(b))
 }
 
+/// The stdout of a command run in the bench folder (`git rev-parse`, `date`), or
+/// `"unknown"`: results files record where and when they were measured.
+pub fn cmd(args: &[&str]) -> String {
+    std::process::Command::new(args[0])
+        .args(&args[1..])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_else(|| "unknown".to_string())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -331,17 +344,4 @@ mod tests {
         }
         assert_eq!(Ours::new(&ps[4]).run(), acc);
     }
-}
-
-/// The stdout of a command run in the bench folder (`git rev-parse`, `date`), or
-/// `"unknown"`: results files record where and when they were measured.
-pub fn cmd(args: &[&str]) -> String {
-    std::process::Command::new(args[0])
-        .args(&args[1..])
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .ok()
-        .filter(|o| o.status.success())
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-        .unwrap_or_else(|| "unknown".to_string())
 }
