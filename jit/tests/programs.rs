@@ -21,6 +21,7 @@ const PROGRAMS: &[(&str, &[&str])] = &[
             "on_entry", "on_exit", "on_foo", "xdp_pass", "pair_a", "pair_b",
         ],
     ),
+    ("pairs", &["write_pair"]),
     ("printk", &["printk"]),
     ("reject_unchecked", &["unchecked_read"]),
     ("ringbuf", &["ringbuf"]),
@@ -70,7 +71,7 @@ fn every_c_program_compiles_and_assembles() {
             modules.push(text);
         }
     }
-    assert_eq!(modules.len(), 20);
+    assert_eq!(modules.len(), 21);
     common::assemble(&common::merge(&modules), "c_programs");
 }
 
@@ -100,7 +101,14 @@ fn verifier_accept_programs_compile_and_assemble() {
                     .collect();
                 let insns =
                     ebpf::asm::assemble(&text).unwrap_or_else(|e| panic!("{}: {e}", f.display()));
-                ebpf::program::Program::from_insns(&name, insns)
+                let mut p = ebpf::program::Program::from_insns(&name, insns);
+                let header = std::fs::read_to_string(f).unwrap();
+                p.maps = header
+                    .lines()
+                    .filter_map(|l| l.trim_start().strip_prefix("; map:"))
+                    .map(corpus_map)
+                    .collect();
+                p
             }
             "o" => {
                 let bytes = std::fs::read(f).unwrap();
@@ -128,5 +136,51 @@ fn verifier_accept_programs_compile_and_assemble() {
     }
     if !modules.is_empty() {
         common::assemble(&common::merge(&modules), "verifier_accept");
+    }
+}
+
+/// A map of a verifier corpus header line (`; map: array key=4 value=16 entries=1`; the
+/// syntax of `ebpf/tests/verifier_corpus.rs`).
+fn corpus_map(spec: &str) -> ebpf::program::MapDef {
+    use ebpf::program::{MapDef, MapKind, MapOrigin};
+    let spec = spec.split('(').next().unwrap_or(spec);
+    let mut words = spec.split_whitespace();
+    let kind_word = words.next().unwrap_or("array");
+    let (mut key, mut value, mut entries) = (4u32, 8u32, 1u32);
+    let mut init = None;
+    for kv in words {
+        match kv.split_once('=') {
+            Some(("key", v)) => key = v.parse().unwrap(),
+            Some(("value", v)) => value = v.parse().unwrap(),
+            Some(("entries", v)) => entries = v.parse().unwrap(),
+            Some(("init", v)) => init = Some(v.trim_matches('"').as_bytes().to_vec()),
+            _ => {}
+        }
+    }
+    let (kind, origin) = match kind_word {
+        "hash" => (MapKind::Hash, MapOrigin::Manual),
+        "percpu" => (MapKind::PerThreadArray, MapOrigin::Manual),
+        "ringbuf" => (MapKind::RingBuf, MapOrigin::Manual),
+        "rodata" => (MapKind::Array, MapOrigin::GlobalData { writable: false }),
+        "data" => (MapKind::Array, MapOrigin::GlobalData { writable: true }),
+        _ => (MapKind::Array, MapOrigin::Manual),
+    };
+    if kind == MapKind::RingBuf {
+        key = 0;
+        value = 0;
+    }
+    if matches!(origin, MapOrigin::GlobalData { .. }) {
+        key = 4;
+        entries = 1;
+    }
+    MapDef {
+        name: kind_word.into(),
+        kind,
+        key_size: key,
+        value_size: value,
+        max_entries: entries,
+        flags: 0,
+        origin,
+        init,
     }
 }
