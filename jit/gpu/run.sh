@@ -37,7 +37,7 @@ echo "map base: $GPU_DIFF_BASE"
 "$GPU_DIFF" gen "$SEED" "$COUNT" "$W/cases" "$OBJS" || { kill "$RUNNER"; exit 1; }
 t1=$(date +%s.%N)
 # PTX -> cubin with ptxas on all cores (the driver would compile each module serially).
-ls "$W"/cases/chunk_*.ptx | xargs -P "$JOBS" -I{} sh -c 'ptxas -arch=sm_90 -o "${1%.ptx}.cubin" "$1" || echo "ptxas failed: $1"' _ {}
+ls "$W"/cases/chunk_*.ptx | xargs -P "$JOBS" -I{} env PTXAS_FLAGS="${PTXAS_FLAGS:-}" sh -c 'ptxas ${PTXAS_FLAGS:-} -arch=sm_90 -o "${1%.ptx}.cubin" "$1" || echo "ptxas failed: $1"' _ {}
 ls "$W"/cases/chunk_*.run | sed 's/\.run$//' > "$W/cases/chunks.txt"
 touch "$W/cases/ready"
 t2=$(date +%s.%N)

@@ -928,34 +928,55 @@ fn gen_cases(
                 if crosses {
                     continue;
                 }
-                let mut cut = insns[..pc].to_vec();
-                let mut tail = String::new();
-                for r in 1..=9 {
-                    let _ = writeln!(tail, "r0 *= 1000003\nr0 ^= r{r}");
+                // GPU_DIFF_BISECT_AT=pc,pc: one case per register and stack word at those pcs.
+                let at: Vec<usize> = std::env::var("GPU_DIFF_BISECT_AT")
+                    .ok()
+                    .map(|v| v.split(',').filter_map(|x| x.parse().ok()).collect())
+                    .unwrap_or_default();
+                let mut tails = Vec::new();
+                if at.contains(&pc) {
+                    for r in 0..=9 {
+                        tails.push((format!("r{r}"), format!("r0 = r{r}\nexit")));
+                    }
+                    for j in 1..=8 {
+                        tails.push((
+                            format!("s{j}"),
+                            format!("r0 = *(u64 *)(r10 - {})\nexit", 8 * j),
+                        ));
+                    }
+                } else if at.is_empty() {
+                    let mut tail = String::new();
+                    for r in 1..=9 {
+                        let _ = writeln!(tail, "r0 *= 1000003\nr0 ^= r{r}");
+                    }
+                    for j in 1..=8 {
+                        let _ = writeln!(
+                            tail,
+                            "r1 = *(u64 *)(r10 - {})\nr0 *= 1000003\nr0 ^= r1",
+                            8 * j
+                        );
+                    }
+                    tail.push_str("exit");
+                    tails.push(("all".into(), tail));
                 }
-                for j in 1..=8 {
-                    let _ = writeln!(
-                        tail,
-                        "r1 = *(u64 *)(r10 - {})\nr0 *= 1000003\nr0 ^= r1",
-                        8 * j
-                    );
+                for (what, tail) in tails {
+                    let mut cut = insns[..pc].to_vec();
+                    cut.extend(assemble(&tail).expect("tail"));
+                    let mut p = Program::from_insns(&format!("cut_{name}_{pc}_{what}"), cut);
+                    p.maps = c.prog.maps.clone();
+                    extra.push(Case {
+                        name: p.name.clone(),
+                        category: "bisect".into(),
+                        prog: p,
+                        n: c.n,
+                        in_size: c.in_size,
+                        out_size: c.out_size,
+                        args: c.args,
+                        serial: c.serial,
+                        compare_r0: true,
+                        note: format!("{name} cut at pc {pc}"),
+                    });
                 }
-                tail.push_str("exit");
-                cut.extend(assemble(&tail).expect("tail"));
-                let mut p = Program::from_insns(&format!("cut_{name}_{pc}"), cut);
-                p.maps = c.prog.maps.clone();
-                extra.push(Case {
-                    name: p.name.clone(),
-                    category: "bisect".into(),
-                    prog: p,
-                    n: c.n,
-                    in_size: c.in_size,
-                    out_size: c.out_size,
-                    args: c.args,
-                    serial: c.serial,
-                    compare_r0: true,
-                    note: format!("{name} cut at pc {pc}"),
-                });
             }
         }
         cases.extend(extra);
