@@ -1657,7 +1657,7 @@ r0 = -1
 exit
 ";
 
-/// bucket = value % 16; (*per_thread[bucket])++ in the thread's own value set.
+/// `bucket = value % 16; (*per_thread[bucket])++` in the thread's own value set.
 const HIST: &str = "
 r2 = *(u64 *)(r1 + 0)
 r3 = *(u64 *)(r1 + 8)
@@ -1682,7 +1682,7 @@ r0 = 1
 exit
 ";
 
-/// key = value % 4096; counts[key] += 1 (atomic), inserting 1 when absent.
+/// `key = value % 4096; counts[key] += 1` (atomic), inserting 1 when absent.
 const HASHCOUNT: &str = "
 r2 = *(u64 *)(r1 + 0)
 r3 = *(u64 *)(r1 + 8)
