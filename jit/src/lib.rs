@@ -21,16 +21,19 @@
 //! - `.visible .func (.param .b64 r0) bpf_prog_<name>(.param .b64 ctx)`: one run, callable by a
 //!   persistent runtime in the same module;
 //! - `.visible .entry bpf_entry_<name>(in_base, in_size, out_base, out_size, n, arg0..arg3,
-//!   results)`: one thread per record; it builds a [`ebpf::program::JobCtx`] in local memory
-//!   and writes r0 to `results[i]` when `results` is not 0.
+//!   results)`: one thread per record; it computes the [`ebpf::program::JobCtx`] words in
+//!   registers, runs the program's body inline (ptxas does not inline calls; see
+//!   [`ptx::InlineBody`]), and writes r0 to `results[i]` when `results` is not 0.
 //!
 //! Maps are addressed by the 64-bit base addresses in [`JitOptions::maps`], baked in as
 //! immediates: the module never references another module's globals (GPU-FACTS §3).
 //!
 //! Testing: every opcode, every C test program and random programs assemble with `ptxas`
-//! (`scripts/ptxas`); `tests/gpu_gen.rs` + `gpu/run_cases.cu` compare the GPU's r0 with the
-//! interpreter's for random programs and map/helper programs, thread by thread (run on an
-//! H100: all cases equal).
+//! (`scripts/ptxas`). On a GPU, `gpu/run.sh` runs the differential test: `src/bin/gpu_diff.rs`
+//! generates 10,000 programs plus the C test programs with the interpreter's results (r0 of
+//! every thread, output records, maps), `gpu/run_cases.cu` runs them, `gpu_diff check`
+//! compares (`bench/results/jit_gpu_diff.md`). Benchmarks: `bench/gpu/run.sh`
+//! (`bench/results/jit_gpu_bench.md`).
 
 #![deny(missing_docs)]
 

@@ -1,5 +1,8 @@
-//! GPU differential test, generator half: writes PTX for many programs plus the results the
-//! reference interpreter gives, for `jit/gpu/run_cases.cu` to run on a GPU and compare.
+//! Earlier GPU differential test, generator half (r0 only): writes PTX for many programs plus
+//! the results the reference interpreter gives. Superseded by `src/bin/gpu_diff.rs` with
+//! `gpu/run.sh` (r0, output records and maps; `gpu/run_cases.cu` now reads that format, not
+//! this one). Kept for its hand-written helper cases (ring buffer, GPU ids, exit), which
+//! `gpu_diff` does not generate yet.
 //!
 //! Runs only when `BPFTIME_GPU_GEN_OUT` names an output folder; `BPFTIME_GPU_MAP_BASE` is
 //! the device address of a zeroed region (64 MiB) where the maps live. Every case runs as

@@ -45,7 +45,7 @@ exit
 ; 	add.s64 %rd0, %rd0, 1;
 ; 	cvt.u32.u64 %r0, %rd0;
 ; 	setp.lt.s32 %p0, %r0, 10;
-; 	@%p0 bra.uni $L_1;
+; 	@%p0 bra $L_1;
 ; 	mov.b64 %rd1, %rd0;
 ; 	{
 ; 	.param .b64 param0;

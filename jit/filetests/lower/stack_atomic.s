@@ -37,7 +37,7 @@ exit
 ; 	st.u64 [%rd2], %rd11;
 ; 	mov.b64 %rd3, 1;
 ; 	isspacep.local %p0, %rd2;
-; 	@!%p0 bra.uni $L_10;
+; 	@!%p0 bra $L_10;
 ; 	ld.u64 %rd12, [%rd2];
 ; 	add.s64 %rd13, %rd12, %rd3;
 ; 	st.u64 [%rd2], %rd13;
@@ -46,7 +46,7 @@ exit
 ; 	red.relaxed.sys.add.u64 [%rd2], %rd3;
 ; $L_9:
 ; 	isspacep.local %p1, %rd2;
-; 	@!%p1 bra.uni $L_12;
+; 	@!%p1 bra $L_12;
 ; 	ld.u64 %rd14, [%rd2];
 ; 	setp.eq.b64 %p2, %rd14, %rd0;
 ; 	selp.b64 %rd15, %rd3, %rd14, %p2;

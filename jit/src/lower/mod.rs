@@ -32,6 +32,47 @@ use ebpf::isa::{
 };
 use ebpf::program::{JobCtx, MapKind, Program};
 use std::collections::BTreeSet;
+use std::sync::LazyLock;
+
+/// `Opcode::decode` without its per-call allocations (the hot path of compilation): the
+/// table's rows grouped by opcode byte, tried in table order; a slot no row accepts goes to
+/// `Opcode::decode` for its error.
+pub fn decode(insn: &Insn) -> Result<Opcode, ebpf::isa::DecodeError> {
+    /// Rows in one flat array, `start[code]..start[code + 1]` for each opcode byte.
+    struct Rows {
+        start: [u16; 257],
+        rows: Vec<(ebpf::isa::Discr, Opcode)>,
+    }
+    static ROWS: LazyLock<Rows> = LazyLock::new(|| {
+        let mut start = [0u16; 257];
+        let mut rows = Vec::with_capacity(ebpf::isa::TABLE.len());
+        for (code, st) in start.iter_mut().enumerate().take(256) {
+            *st = rows.len() as u16;
+            rows.extend(
+                ebpf::isa::TABLE
+                    .iter()
+                    .filter(|r| r.code as usize == code)
+                    .map(|r| (r.discr, r.opcode)),
+            );
+        }
+        start[256] = rows.len() as u16;
+        Rows { start, rows }
+    });
+    let t = &*ROWS;
+    let c = insn.code as usize;
+    for &(d, op) in &t.rows[t.start[c] as usize..t.start[c + 1] as usize] {
+        let ok = match d {
+            ebpf::isa::Discr::Any => true,
+            ebpf::isa::Discr::Off(v) => insn.off == v,
+            ebpf::isa::Discr::Imm(v) => insn.imm == v,
+            ebpf::isa::Discr::Src(v) => insn.src == v,
+        };
+        if ok {
+            return Ok(op);
+        }
+    }
+    Opcode::decode(insn)
+}
 
 /// The result of lowering.
 pub struct Lowered {
@@ -103,7 +144,7 @@ pub fn lower(prog: &Program, opts: &JitOptions) -> Result<Lowered, CompileError>
     let mut starts = BTreeSet::from([0usize]);
     while pc < n {
         let insn = prog.insns[pc];
-        let op = Opcode::decode(&insn).map_err(|e| cx.err(pc, e.to_string()))?;
+        let op = decode(&insn).map_err(|e| cx.err(pc, e.to_string()))?;
         if insn.dst > 10 || insn.src > 10 {
             return Err(cx.err(pc, "register out of range (expected r0..r10)"));
         }
@@ -145,7 +186,9 @@ pub fn lower(prog: &Program, opts: &JitOptions) -> Result<Lowered, CompileError>
     }
     let entry_func = if opts.entry {
         let name = format!("bpf_entry_{base}");
-        functions.push(entry_wrapper(&name, &prog_func));
+        let main = &functions[0];
+        let w = entry_wrapper(&name, main);
+        functions.push(w);
         Some(name)
     } else {
         None
@@ -211,7 +254,7 @@ pub fn stack_depth(insns: &[Insn], start: usize, end: usize) -> u32 {
     let mut pc = start;
     while pc < end {
         let insn = insns[pc];
-        let Ok(op) = Opcode::decode(&insn) else {
+        let Ok(op) = decode(&insn) else {
             return STACK_SIZE as u32;
         };
         let (d, s) = (insn.dst as usize & 15, insn.src as usize & 15);
@@ -1053,9 +1096,11 @@ fn call_helper(
     Ok(())
 }
 
-/// The stand-alone kernel: one thread per record.
-fn entry_wrapper(name: &str, prog_func: &str) -> Function {
+/// The stand-alone kernel: one thread per record, running the program's body inline
+/// (see [`crate::ptx::InlineBody`]).
+fn entry_wrapper(name: &str, main: &Function) -> Function {
     let mut f = Function::new(name, FuncKind::Entry);
+    f.continue_numbering(main);
     f.visible = true;
     f.params = [
         "in_base", "in_size", "out_base", "out_size", "n", "arg0", "arg1", "arg2", "arg3",
@@ -1069,6 +1114,7 @@ fn entry_wrapper(name: &str, prog_func: &str) -> Function {
         align: 16,
         size: JobCtx::SIZE as u32,
     });
+    f.locals.extend(main.locals.iter().cloned());
     let p = |f: &mut Function, n: &'static str| {
         let t = f.reg(RegClass::B64);
         f.push("ld.param.u64", [t.into(), Operand::SymAddr(n, 0)]);
@@ -1088,17 +1134,20 @@ fn entry_wrapper(name: &str, prog_func: &str) -> Function {
     f.push("cvt.u64.u32", [t.into(), tid.into()]);
     f.push("add.s64", [i.into(), i.into(), t.into()]);
     let n = p(&mut f, "n");
-    let out = f.label();
     let pr = f.reg(RegClass::Pred);
     f.push("setp.ge.u64", [pr.into(), i.into(), n.into()]);
-    f.bra(out, Some((pr, true)));
+    f.push_if(pr, true, "ret", []);
     let st = |f: &mut Function, off: i64, v: Reg| {
         f.push("st.local.u64", [Operand::SymAddr("jobctx", off), v.into()]);
     };
-    for (base, size, off) in [
+    let mut fields = [i; 10];
+    for (k, (base, size, off)) in [
         ("in_base", "in_size", JobCtx::DATA),
         ("out_base", "out_size", JobCtx::OUT),
-    ] {
+    ]
+    .into_iter()
+    .enumerate()
+    {
         let b = p(&mut f, base);
         let s = p(&mut f, size);
         let start = f.reg(RegClass::B64);
@@ -1107,12 +1156,17 @@ fn entry_wrapper(name: &str, prog_func: &str) -> Function {
         f.push("add.s64", [endp.into(), start.into(), s.into()]);
         st(&mut f, off, start);
         st(&mut f, off + 8, endp);
+        fields[2 * k] = start;
+        fields[2 * k + 1] = endp;
     }
     st(&mut f, JobCtx::INDEX, i);
     st(&mut f, JobCtx::N, n);
+    fields[4] = i;
+    fields[5] = n;
     for (k, a) in ["arg0", "arg1", "arg2", "arg3"].into_iter().enumerate() {
         let v = p(&mut f, a);
         st(&mut f, JobCtx::ARGS + 8 * k as i64, v);
+        fields[6 + k] = v;
     }
     let res = p(&mut f, "results");
     let no_res = f.reg(RegClass::Pred);
@@ -1130,12 +1184,16 @@ fn entry_wrapper(name: &str, prog_func: &str) -> Function {
     );
     let ctx = f.reg(RegClass::B64);
     f.push("cvta.local.u64", [ctx.into(), Operand::Sym("jobctx")]);
-    let r0 = f.reg(RegClass::B64);
-    f.call(prog_func, vec![ctx], Some(r0));
-    f.push_if(no_res, false, "st.u64", [Operand::Addr(slot, 0), r0.into()]);
-    f.place(out);
-    f.push("ret", []);
-    f.body
-        .insert(0, Stmt::Raw("\t// one thread per record".into()));
+    f.body.insert(
+        0,
+        Stmt::Raw("\t// one thread per record; the program's body follows inline".into()),
+    );
+    f.inline = Some(crate::ptx::InlineBody {
+        func: 0,
+        ctx,
+        fields,
+        slot,
+        no_res,
+    });
     f
 }

@@ -8,24 +8,35 @@
 //! only keep the text small and readable.
 
 use crate::ptx::{Module, Operand, Stmt};
-use std::collections::HashSet;
 
 /// Runs every pass on `m`.
 pub fn run(m: &mut Module) {
+    let mut used: Vec<bool> = Vec::new();
     for f in &mut m.functions {
-        let used: HashSet<u32> = f
-            .body
-            .iter()
-            .filter_map(|s| match s {
-                Stmt::Inst(i) => Some(i.args.iter().filter_map(|a| match a {
-                    Operand::Label(l) => Some(l.0),
-                    _ => None,
-                })),
-                _ => None,
-            })
-            .flatten()
-            .collect();
-        f.body
-            .retain(|s| !matches!(s, Stmt::Label(l) if !used.contains(&l.0)));
+        // Labels only come from `place` and label operands only from `bra` (both tracked):
+        // skip the scan when every placed label is a branch target.
+        if f.all_placed_labels_used() {
+            continue;
+        }
+        used.clear();
+        for s in &f.body {
+            if let Stmt::Inst(i) = s {
+                for a in i.args.iter() {
+                    if let Operand::Label(l) = a {
+                        let k = l.0 as usize;
+                        if k >= used.len() {
+                            used.resize(k + 1, false);
+                        }
+                        used[k] = true;
+                    }
+                }
+            }
+        }
+        if f.body.iter().any(
+            |s| matches!(s, Stmt::Label(l) if !used.get(l.0 as usize).copied().unwrap_or(false)),
+        ) {
+            f.body
+                .retain(|s| !matches!(s, Stmt::Label(l) if !used.get(l.0 as usize).copied().unwrap_or(false)));
+        }
     }
 }

@@ -484,7 +484,15 @@ fn stripe_lock(pid: u32) -> String {
 
 fn hash_find(b: &MapBinding, lock: Option<u32>) -> String {
     let t = HASH_FIND.replace("@LOCK@", &lock.map(stripe_lock).unwrap_or_default());
-    fill(&t, &hash_geometry(b))
+    let t = fill(&t, &hash_geometry(b));
+    // The probe's acquire loads, fence and stripe lock take the binding's scope: a map bound
+    // with `.gpu` lives in device memory that no host touches while programs run, and a
+    // `.sys` fence per probe costs a system-wide memory barrier and an L1 invalidation.
+    if b.scope == crate::AtomicScope::Sys {
+        t
+    } else {
+        t.replace(".sys", b.scope.ptx())
+    }
 }
 
 fn map_lookup(g: &Gen) -> String {

@@ -198,8 +198,41 @@ pub struct Function {
     pub locals: Vec<LocalArray>,
     /// The body.
     pub body: Vec<Stmt>,
+    /// An `.entry` that continues with another function's body, inlined (see [`InlineBody`]).
+    pub inline: Option<InlineBody>,
     next_reg: [u32; 4],
     next_label: u32,
+    /// Labels placed with [`Function::place`], and those [`Function::bra`] refers to.
+    placed: Vec<u32>,
+    branched: Vec<bool>,
+}
+
+/// How an `.entry` runs a `.func` of the same module inline: after the entry's own statements
+/// (which set up the registers named here) comes the function's body, printed once and
+/// copied, with its parameter read and its return value store rewritten:
+///
+/// | in the function                     | in the entry                                       |
+/// |-------------------------------------|----------------------------------------------------|
+/// | `ld.param.b64 %rd1, [ctx]`          | `mov.b64 %rd1, ctx`                                 |
+/// | `ld.u64 %rdX, [%rd1+8k]` before any branch, label, call or write of `%rd1` | `mov.b64 %rdX, fields[k]` (the ctx word itself) |
+/// | `st.param.b64 [ret0], %rd0`         | `@!no_res st.u64 [slot], %rd0`                     |
+///
+/// ptxas does not inline calls, and a call plus a ctx in local memory read back through a
+/// generic pointer cost several times the work of a small program (see
+/// `bench/results/jit_gpu_bench.md`). The entry's registers and labels are numbered after
+/// the function's ([`Function::continue_numbering`]), so the two bodies never collide.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InlineBody {
+    /// Index of the inlined function in [`Module::functions`]; it is printed before the entry.
+    pub func: usize,
+    /// Register holding the generic address of the job ctx.
+    pub ctx: Reg,
+    /// Registers holding the ctx's ten 8-byte words (`JobCtx` order).
+    pub fields: [Reg; 10],
+    /// Address of the thread's result slot.
+    pub slot: Reg,
+    /// True when there is no result array.
+    pub no_res: Reg,
 }
 
 impl Function {
@@ -213,8 +246,11 @@ impl Function {
             ret: None,
             locals: Vec::new(),
             body: Vec::new(),
+            inline: None,
             next_reg: [0, 0, 0, ebpf::isa::NUM_REGS as u32],
             next_label: 0,
+            placed: Vec::new(),
+            branched: Vec::new(),
         }
     }
 
@@ -243,6 +279,22 @@ impl Function {
     /// Reserves labels `0..n` (used for instruction pcs) so that fresh labels come after.
     pub fn reserve_labels(&mut self, n: u32) {
         self.next_label = self.next_label.max(n);
+    }
+
+    /// Whether every label placed with [`Function::place`] is the target of a
+    /// [`Function::bra`] (then no label needs removing).
+    pub fn all_placed_labels_used(&self) -> bool {
+        self.placed
+            .iter()
+            .all(|&l| self.branched.get(l as usize).copied().unwrap_or(false))
+    }
+
+    /// Numbers this function's fresh registers and labels after those of `other`.
+    pub fn continue_numbering(&mut self, other: &Function) {
+        for (a, b) in self.next_reg.iter_mut().zip(other.next_reg) {
+            *a = (*a).max(b);
+        }
+        self.next_label = self.next_label.max(other.next_label);
     }
 
     /// How many registers of class `c` are in use.
@@ -276,14 +328,22 @@ impl Function {
 
     /// Places a label.
     pub fn place(&mut self, l: Label) {
+        self.placed.push(l.0);
         self.body.push(Stmt::Label(l));
     }
 
-    /// `bra l`, optionally guarded.
+    /// `bra l`, optionally guarded. A guarded branch is a plain `bra`: its predicate may
+    /// differ between the threads of a warp, and `bra.uni` promises that it does not (a
+    /// divergent `@p bra.uni` was seen to compute wrong values on an H100).
     pub fn bra(&mut self, l: Label, guard: Option<(Reg, bool)>) {
+        let k = l.0 as usize;
+        if k >= self.branched.len() {
+            self.branched.resize(k + 1, false);
+        }
+        self.branched[k] = true;
         self.body.push(Stmt::Inst(Inst {
             guard,
-            op: Cow::Borrowed("bra.uni"),
+            op: Cow::Borrowed(if guard.is_some() { "bra" } else { "bra.uni" }),
             args: [Operand::Label(l)].into(),
         }));
     }
