@@ -709,8 +709,13 @@ mod tests {
                                 _ => {
                                     let _ = m.update(&key(k), &v, BPF_EXIST, 0);
                                     if let Some(p) = m.lookup(&key(k), 0) {
-                                        // The first word is the key, whichever write won.
-                                        assert_eq!(read(p, 8), k.to_ne_bytes());
+                                        // The first word is a key, whichever write won. It
+                                        // may be another key's: once another thread deletes
+                                        // `k`, its slot can be reused before this read (as
+                                        // with Linux's preallocated hash maps, a looked-up
+                                        // pointer is not pinned), but it is never garbage.
+                                        let w = u64::from_ne_bytes(read(p, 8).try_into().unwrap());
+                                        assert!(w < 8, "value word {w:#x} is no key");
                                     }
                                 }
                             }
