@@ -422,6 +422,9 @@ fn lower_function(cx: &mut Ctx, start: usize, end: usize) -> Result<Function, Co
     f.push("add.s64", [r(10).into(), r(10).into(), imm(depth as i64)]);
     f.push("mov.b64", [r(0).into(), imm(0)]);
 
+    // Instructions no path from the entry reaches are not emitted: they cannot run, and
+    // dead blocks after an unconditional branch only give ptxas more to get wrong.
+    let reachable = reachable(cx, start, end);
     // Which map each register is known to hold (straight-line tracking, reset at labels).
     let mut known: [Option<usize>; 11] = [None; 11];
     let mut pc = start;
@@ -430,6 +433,10 @@ fn lower_function(cx: &mut Ctx, start: usize, end: usize) -> Result<Function, Co
             pc += 1;
             continue;
         };
+        if !reachable[pc - start] {
+            pc += if d.op.is_wide() { 2 } else { 1 };
+            continue;
+        }
         if targets[pc - start] {
             f.place(crate::ptx::Label(pc as u32));
             known = [None; 11];
@@ -440,6 +447,31 @@ fn lower_function(cx: &mut Ctx, start: usize, end: usize) -> Result<Function, Co
     // Falling off the end is impossible in a verified program; trap rather than run on.
     f.push("trap", []);
     Ok(f)
+}
+
+/// Which instructions of the function `start..end` a path from `start` reaches.
+fn reachable(cx: &Ctx, start: usize, end: usize) -> Vec<bool> {
+    let mut seen = vec![false; end - start];
+    let mut work = vec![start];
+    while let Some(pc) = work.pop() {
+        if pc < start || pc >= end || seen[pc - start] {
+            continue;
+        }
+        seen[pc - start] = true;
+        let Some(d) = cx.dec[pc] else { continue };
+        let next = pc + if d.op.is_wide() { 2 } else { 1 };
+        match d.op.kind() {
+            OpKind::Ja => work.push((pc as i64 + 1 + d.insn.off as i64) as usize),
+            OpKind::JaLong => work.push((pc as i64 + 1 + d.insn.imm as i64) as usize),
+            OpKind::Jmp { .. } => {
+                work.push((pc as i64 + 1 + d.insn.off as i64) as usize);
+                work.push(next);
+            }
+            OpKind::Exit => {}
+            _ => work.push(next),
+        }
+    }
+    seen
 }
 
 fn lower_insn(
