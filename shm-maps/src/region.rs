@@ -819,12 +819,25 @@ pub fn monotonic_ns() -> u64 {
     t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
 }
 
-/// Start time of process `pid` in clock ticks since boot (field 22 of `/proc/PID/stat`).
-pub fn process_start_time(pid: u32) -> Option<u64> {
+/// State letter and start time (clock ticks since boot) of process `pid`, from
+/// `/proc/PID/stat` (fields 3 and 22). The one place that reads it.
+fn proc_stat(pid: u32) -> Option<(char, u64)> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // The command name is in parentheses and may contain spaces: split after the last ')'.
-    let rest = &stat[stat.rfind(')')? + 1..];
-    rest.split_whitespace().nth(19)?.parse().ok()
+    let mut fields = stat[stat.rfind(')')? + 1..].split_whitespace();
+    let state = fields.next()?.chars().next()?;
+    let start = fields.nth(18)?.parse().ok()?;
+    Some((state, start))
+}
+
+/// Start time of process `pid` in clock ticks since boot (field 22 of `/proc/PID/stat`).
+pub fn process_start_time(pid: u32) -> Option<u64> {
+    proc_stat(pid).map(|(_, start)| start)
+}
+
+/// Whether process `pid` exists and is not a zombie (a dead process not yet reaped).
+pub fn pid_alive(pid: u32) -> bool {
+    pid != 0 && proc_stat(pid).is_some_and(|(state, _)| !matches!(state, 'Z' | 'X' | 'x'))
 }
 
 /// Whether `pid` runs and is the same process that started at `start` (0: don't check).
@@ -832,8 +845,8 @@ pub fn process_alive(pid: u32, start: u64) -> bool {
     if pid == 0 {
         return false;
     }
-    match process_start_time(pid) {
-        Some(s) => start == 0 || s == start,
+    match proc_stat(pid) {
+        Some((state, s)) => !matches!(state, 'Z' | 'X' | 'x') && (start == 0 || s == start),
         None => false,
     }
 }

@@ -33,20 +33,7 @@ pub fn my_pid() -> u32 {
     std::process::id()
 }
 
-/// Whether process `pid` exists and is not a zombie.
-pub fn pid_alive(pid: u32) -> bool {
-    if pid == 0 {
-        return false;
-    }
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-        return false;
-    };
-    // `pid (comm) S ...`: the command may contain spaces and parentheses.
-    let state = stat
-        .rfind(')')
-        .and_then(|i| stat[i + 1..].split_whitespace().next());
-    !matches!(state, Some("Z" | "X" | "x") | None)
-}
+pub use crate::region::pid_alive;
 
 /// A waiting loop: spins, then yields, and says when to check the holder's liveness.
 struct Backoff {
