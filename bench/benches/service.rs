@@ -73,6 +73,7 @@ fn service_role(name: &str) {
         },
         metrics: None,
         max_insns: 10_000_000,
+        cuda: Default::default(),
     })
     .unwrap();
     svc.wait();

@@ -154,6 +154,25 @@ impl JobRunner<'_> {
                 format!("n = {} records, the limit is {max}", d.n),
             ));
         }
+        if d.flags & job_flags::INJECT_FAULT != 0 {
+            return Err(refuse(
+                status::BAD_DESCRIPTOR,
+                "INJECT_FAULT: fault injection is off (a test flag; start the service with \
+                 --allow-fault-injection on the CUDA backend)",
+            ));
+        }
+        if d.flags & (job_flags::DEVICE_INPUT | job_flags::DEVICE_OUTPUT) != 0 {
+            return Err(refuse(
+                status::BAD_DESCRIPTOR,
+                format!(
+                    "device-resident buffers are read only by the GPU, and the GPU refused this \
+                     job: expected 1 <= n <= {max}, a nonzero input record size, n records inside \
+                     the device buffers (input [{}, +{}), output [{}, +{})), no VARLEN or \
+                     STOP_ON_ERROR, and a program that runs on the GPU (see `status`)",
+                    d.input_off, d.input_len, d.output_off, d.output_len
+                ),
+            ));
+        }
         let varlen = d.flags & job_flags::VARLEN != 0;
         if !varlen && d.in_rec_size == 0 {
             return Err(refuse(

@@ -14,8 +14,9 @@
 //! - [`job`]: validating a descriptor and running one job, the logic every backend shares;
 //! - [`stats`]: counters and the latency histogram behind `status` and the metrics;
 //! - [`cpu`]: the CPU backend: worker threads that poll, spin briefly, then park;
-//! - [`cuda`]: the CUDA driver layer (dynamically loaded; an error, never a panic, without
-//!   a GPU).
+//! - [`cuda`]: the CUDA backend: the persistent kernel, generations and hot swap, the
+//!   instant-tier interpreter, host mailboxes and fault recovery, over a driver layer that is
+//!   dynamically loaded (an error, never a panic, without a GPU).
 #![deny(missing_docs)]
 
 pub mod cpu;
@@ -30,19 +31,29 @@ pub mod stats;
 pub enum BackendKind {
     /// Worker threads on the host CPU.
     Cpu,
+    /// The persistent kernel on a CUDA GPU ([`cuda::CudaBackend`]).
+    Cuda,
 }
 
 /// How `auto` was resolved, with the reason to log.
 pub fn select_auto() -> (BackendKind, &'static str) {
-    if cuda::driver_present() {
-        (
-            BackendKind::Cpu,
-            "a CUDA driver is present, but the persistent GPU backend is not built yet: using the CPU backend",
-        )
-    } else {
+    if !cuda::driver_present() {
         (
             BackendKind::Cpu,
             "no CUDA driver on this machine: using the CPU backend",
         )
+    } else if cuda::Gpu::count() == 0 {
+        (
+            BackendKind::Cpu,
+            "a CUDA driver is installed but reports no GPU: using the CPU backend",
+        )
+    } else if !cuda::source::nvrtc_present() {
+        (
+            BackendKind::Cpu,
+            "a GPU is present but NVRTC (libnvrtc) is missing, so the persistent kernel cannot \
+             be compiled: using the CPU backend",
+        )
+    } else {
+        (BackendKind::Cuda, "a CUDA GPU is present: using the persistent kernel")
     }
 }

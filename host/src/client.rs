@@ -106,6 +106,17 @@ pub struct Buffer {
     pub len: u64,
 }
 
+/// A device-resident buffer (CUDA backend): an offset into the GPU's buffer arena. Fill
+/// it with [`Client::device_copy`] from a shared buffer; jobs read or write it with
+/// [`Job::device_input`] / [`Job::device_output`] without crossing PCIe.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DeviceBuffer {
+    /// Device arena offset.
+    pub off: u64,
+    /// Length.
+    pub len: u64,
+}
+
 /// A job to submit. Built with [`Job::new`] and the builder methods.
 #[derive(Clone, Copy, Debug)]
 pub struct Job {
@@ -138,6 +149,24 @@ impl Job {
         self.desc.input_len = buf.len;
         self.desc.offsets_off = offsets.off;
         self.desc.flags |= shm_maps::job_flags::VARLEN;
+        self
+    }
+
+    /// Input records of `rec_size` bytes in a device-resident buffer.
+    pub fn device_input(mut self, buf: &DeviceBuffer, rec_size: u32) -> Job {
+        self.desc.input_off = buf.off;
+        self.desc.input_len = buf.len;
+        self.desc.in_rec_size = rec_size;
+        self.desc.flags |= shm_maps::job_flags::DEVICE_INPUT;
+        self
+    }
+
+    /// Output records of `rec_size` bytes in a device-resident buffer.
+    pub fn device_output(mut self, buf: &DeviceBuffer, rec_size: u32) -> Job {
+        self.desc.output_off = buf.off;
+        self.desc.output_len = buf.len;
+        self.desc.out_rec_size = rec_size;
+        self.desc.flags |= shm_maps::job_flags::DEVICE_OUTPUT;
         self
     }
 
@@ -483,6 +512,49 @@ impl Client {
             .as_u64()
             .ok_or_else(|| ClientError::Protocol("alloc reply has no offset".into()))?;
         Ok(Buffer { off, len })
+    }
+
+    /// Allocates a device-resident buffer (CUDA backend only).
+    pub fn device_alloc(&mut self, len: u64) -> Result<DeviceBuffer, ClientError> {
+        let v = self.request(&Request::DeviceAlloc {
+            client: self.id.slot,
+            generation: self.id.generation,
+            len,
+        })?;
+        let off = v["off"]
+            .as_u64()
+            .ok_or_else(|| ClientError::Protocol("device_alloc reply has no offset".into()))?;
+        Ok(DeviceBuffer { off, len })
+    }
+
+    /// Copies `len` bytes between the shared buffer `shm` (from its start) and the device
+    /// buffer `dev`: upload with `to_device`, download otherwise.
+    pub fn device_copy(
+        &mut self,
+        to_device: bool,
+        shm: &Buffer,
+        dev: &DeviceBuffer,
+        len: u64,
+    ) -> Result<(), ClientError> {
+        self.request(&Request::DeviceCopy {
+            client: self.id.slot,
+            generation: self.id.generation,
+            to_device,
+            shm_off: shm.off,
+            dev_off: dev.off,
+            len,
+        })
+        .map(|_| ())
+    }
+
+    /// Frees a device-resident buffer.
+    pub fn device_free(&mut self, buf: DeviceBuffer) -> Result<(), ClientError> {
+        self.request(&Request::DeviceFree {
+            client: self.id.slot,
+            generation: self.id.generation,
+            off: buf.off,
+        })
+        .map(|_| ())
     }
 
     /// Frees a buffer.

@@ -70,6 +70,40 @@ pub enum Request {
         #[serde(default)]
         flags: u64,
     },
+    /// Allocate a device-resident buffer (CUDA backend) for a client; reply `{"off": N}`,
+    /// an offset into the device arena for jobs with `DEVICE_INPUT`/`DEVICE_OUTPUT`.
+    DeviceAlloc {
+        /// Client slot.
+        client: u32,
+        /// Client slot generation.
+        generation: u32,
+        /// Bytes.
+        len: u64,
+    },
+    /// Free a device-resident buffer.
+    DeviceFree {
+        /// Client slot.
+        client: u32,
+        /// Client slot generation.
+        generation: u32,
+        /// Device arena offset.
+        off: u64,
+    },
+    /// Copy between a client's shared arena buffer and its device buffer.
+    DeviceCopy {
+        /// Client slot.
+        client: u32,
+        /// Client slot generation.
+        generation: u32,
+        /// true: shared → device (upload); false: device → shared.
+        to_device: bool,
+        /// Shared arena offset.
+        shm_off: u64,
+        /// Device arena offset.
+        dev_off: u64,
+        /// Bytes.
+        len: u64,
+    },
     /// Allocate an arena buffer for a client.
     Alloc {
         /// Client slot.
@@ -143,6 +177,9 @@ pub struct ProgramInfo {
     pub insns: usize,
     /// Its maps.
     pub maps: Vec<MapInfo>,
+    /// Where it runs on the GPU (`interp`, `native`, `host`); absent on the CPU backend.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tier: Option<String>,
 }
 
 /// A map's contents.
@@ -202,4 +239,7 @@ pub struct StatusInfo {
     pub arena_size: u64,
     /// Submit-to-completion latency.
     pub latency: Latency,
+    /// The GPU side (CUDA backend only): device, generation, swaps, faults.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu: Option<serde_json::Value>,
 }

@@ -155,6 +155,15 @@ pub mod job_flags {
     pub const VARLEN: u32 = 1 << 1;
     /// Stop at the first record whose program fails (default: record the error, go on).
     pub const STOP_ON_ERROR: u32 = 1 << 2;
+    /// `input_off` is an offset into the CUDA backend's device-resident buffer arena, not
+    /// the shared-memory arena (buffers made with `Client::device_alloc`).
+    pub const DEVICE_INPUT: u32 = 1 << 3;
+    /// `output_off` is an offset into the device-resident buffer arena.
+    pub const DEVICE_OUTPUT: u32 = 1 << 4;
+    /// Testing only: the GPU runtime executes `trap` on this job, which kills the CUDA
+    /// context. Honoured only by a service started with `--allow-fault-injection`; refused
+    /// (`BAD_DESCRIPTOR`) otherwise.
+    pub const INJECT_FAULT: u32 = 1 << 15;
 }
 
 /// A job descriptor: what a client puts in the queue.
@@ -225,6 +234,9 @@ pub mod status {
     pub const CLIENT_GONE: i32 = -7;
     /// The completion slot named by the descriptor does not belong to the client.
     pub const BAD_COMPLETION: i32 = -8;
+    /// The GPU faulted (or lost its context) while the job was running; the service
+    /// recreated the context and carried on with the queue.
+    pub const DEVICE_FAULT: i32 = -9;
 }
 
 /// Where the result of one job goes. Written by the client at submit (state, tag,
@@ -323,85 +335,35 @@ pub struct MapEntry {
     pub name: [u8; 64],
 }
 
-/// Every offset the GPU side needs, as `(struct, field, offset)`. The CUDA header is
-/// generated from this table so the two sides cannot drift apart.
-pub const FIELDS: &[(&str, &str, usize)] = &[
-    (
-        "RegionHeader",
-        "magic",
-        core::mem::offset_of!(RegionHeader, magic),
-    ),
-    (
-        "RegionHeader",
-        "state",
-        core::mem::offset_of!(RegionHeader, state),
-    ),
-    (
-        "RegionHeader",
-        "queue_capacity",
-        core::mem::offset_of!(RegionHeader, queue_capacity),
-    ),
-    (
-        "RegionHeader",
-        "queue_off",
-        core::mem::offset_of!(RegionHeader, queue_off),
-    ),
-    (
-        "RegionHeader",
-        "completions_off",
-        core::mem::offset_of!(RegionHeader, completions_off),
-    ),
-    (
-        "RegionHeader",
-        "arena_off",
-        core::mem::offset_of!(RegionHeader, arena_off),
-    ),
-    (
-        "QueueHeader",
-        "head",
-        core::mem::offset_of!(QueueHeader, head),
-    ),
-    (
-        "QueueHeader",
-        "tail",
-        core::mem::offset_of!(QueueHeader, tail),
-    ),
-    ("QueueSlot", "seq", core::mem::offset_of!(QueueSlot, seq)),
-    ("QueueSlot", "desc", core::mem::offset_of!(QueueSlot, desc)),
-    (
-        "JobDesc",
-        "prog_id",
-        core::mem::offset_of!(JobDesc, prog_id),
-    ),
-    ("JobDesc", "flags", core::mem::offset_of!(JobDesc, flags)),
-    ("JobDesc", "n", core::mem::offset_of!(JobDesc, n)),
-    (
-        "JobDesc",
-        "input_off",
-        core::mem::offset_of!(JobDesc, input_off),
-    ),
-    (
-        "JobDesc",
-        "output_off",
-        core::mem::offset_of!(JobDesc, output_off),
-    ),
-    ("JobDesc", "args", core::mem::offset_of!(JobDesc, args)),
-    (
-        "JobDesc",
-        "completion",
-        core::mem::offset_of!(JobDesc, completion),
-    ),
-    (
-        "Completion",
-        "state",
-        core::mem::offset_of!(Completion, state),
-    ),
-    (
-        "Completion",
-        "status",
-        core::mem::offset_of!(Completion, status),
-    ),
-    ("Completion", "r0", core::mem::offset_of!(Completion, r0)),
+/// `(struct, field, offset)` rows for each listed field of each struct.
+macro_rules! fields {
+    ($($ty:ident: $($f:ident),+;)+) => {
+        &[$($((stringify!($ty), stringify!($f), core::mem::offset_of!($ty, $f)),)+)+]
+    };
+}
+
+/// Every offset the GPU side needs, as `(struct, field, offset)`. The CUDA header of the
+/// persistent kernel is generated from this table and [`SIZES`] (`device::cuda::layout`),
+/// and the kernel's own C structs are checked against it with `static_assert`, so the two
+/// sides cannot drift apart.
+pub const FIELDS: &[(&str, &str, usize)] = fields! {
+    RegionHeader: magic, version, state, queue_capacity, max_clients, completions_per_client,
+        max_records, queue_off, clients_off, completions_off, arena_off, arena_size;
+    QueueHeader: head, tail;
+    QueueSlot: seq, desc;
+    JobDesc: prog_id, flags, n, input_off, input_len, output_off, output_len, in_rec_size,
+        out_rec_size, offsets_off, results_off, args, client, completion, tag;
+    Completion: state, status, message, prog_version, prog_id, err_pc, records_done,
+        records_failed, r0, tag, submitted_ns, started_ns, finished_ns;
+};
+
+/// Sizes of the structures in [`FIELDS`], as `(struct, size)`.
+pub const SIZES: &[(&str, usize)] = &[
+    ("RegionHeader", core::mem::size_of::<RegionHeader>()),
+    ("QueueHeader", core::mem::size_of::<QueueHeader>()),
+    ("QueueSlot", core::mem::size_of::<QueueSlot>()),
+    ("JobDesc", core::mem::size_of::<JobDesc>()),
+    ("Completion", core::mem::size_of::<Completion>()),
 ];
 
 #[cfg(not(loom))]

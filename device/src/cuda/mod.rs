@@ -4,13 +4,20 @@
 //! `libcuda` can be loaded and returns [`DeviceError::NoDriver`] otherwise, so a machine with
 //! no GPU gets an error (and the service its CPU backend), never a panic.
 //!
-//! Today this module compiles PTX to cubin through the driver's linker and reports the
-//! device's architecture (`bpftime-super jit --emit cubin`); the persistent kernel builds on
-//! the same layer.
+//! | module       | what                                                                  |
+//! |--------------|-----------------------------------------------------------------------|
+//! | [`driver`]   | checked wrappers of the driver calls ([`Gpu`]): memory, streams, link, libraries, launch |
+//! | [`source`]   | the runtime's CUDA source, the generated layout header, NVRTC, the per-generation dispatch |
+//! | [`bytecode`] | relocation of programs for the device interpreter (instant tier)      |
+//! | [`backend`]  | the persistent kernel backend: generations, hot swap, mailboxes, fault recovery |
 
+pub mod backend;
+pub mod bytecode;
 mod driver;
+pub mod source;
 
-pub use driver::{device_sm, driver_present, ptx_to_cubin};
+pub use backend::{CudaBackend, CudaConfig, CudaStatus, SwapTimes, Tier};
+pub use driver::{Gpu, GraphExec, Library, Stream, StreamState, device_sm, driver_present, ptx_to_cubin};
 
 /// CUDA failures.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

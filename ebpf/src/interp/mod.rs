@@ -33,7 +33,7 @@
 mod decode;
 mod exec;
 mod helpers;
-mod printk;
+pub mod printk;
 
 pub use printk::{PrintkError, format_printk};
 

@@ -57,6 +57,18 @@ pub struct RunArgs {
     /// Instruction budget per record; a record that exceeds it fails.
     #[arg(long, default_value_t = 10_000_000)]
     max_insns: u64,
+    /// CUDA device ordinal (CUDA backend).
+    #[arg(long, default_value_t = 0)]
+    device: i32,
+    /// Device-resident buffer arena in MiB (CUDA backend).
+    #[arg(long, default_value_t = 1280)]
+    device_arena_mib: u64,
+    /// Keep every program on the GPU interpreter (no native generations).
+    #[arg(long)]
+    no_native: bool,
+    /// Testing: honour the INJECT_FAULT job flag, which kills the CUDA context.
+    #[arg(long, hide = true)]
+    allow_fault_injection: bool,
 }
 
 /// Runs `run --persistent`.
@@ -86,6 +98,14 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
         },
         metrics: a.metrics,
         max_insns: a.max_insns,
+        cuda: device::cuda::CudaConfig {
+            device: a.device,
+            max_insns: a.max_insns,
+            device_arena: a.device_arena_mib << 20,
+            allow_fault_injection: a.allow_fault_injection,
+            native: !a.no_native,
+            ..Default::default()
+        },
     };
     let svc = Service::start(cfg).with_context(|| format!("cannot start service `{}`", a.name))?;
     {
@@ -102,11 +122,21 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
             }
         });
     }
-    eprintln!(
-        "bpftime-super: serving `{}` on the cpu backend with {workers} worker(s); control socket {}",
-        a.name,
-        host::service::socket_path(&a.name).display()
-    );
+    let st = svc.status();
+    match &st.gpu {
+        Some(g) => eprintln!(
+            "bpftime-super: serving `{}` on the cuda backend ({}, persistent kernel generation {}); control socket {}",
+            a.name,
+            g.get("device").and_then(|d| d.as_str()).unwrap_or("GPU"),
+            g.get("generation").and_then(|d| d.as_u64()).unwrap_or(0),
+            host::service::socket_path(&a.name).display()
+        ),
+        None => eprintln!(
+            "bpftime-super: serving `{}` on the cpu backend with {workers} worker(s); control socket {}",
+            a.name,
+            host::service::socket_path(&a.name).display()
+        ),
+    }
     svc.wait();
     eprintln!("bpftime-super: `{}` stopped", a.name);
     Ok(ExitCode::SUCCESS)

@@ -83,6 +83,8 @@ fn err(msg: impl Into<String>) -> Reply {
 
 type After = Option<Box<dyn FnOnce() + Send>>;
 
+const NO_GPU: &str = "device-resident buffers need the CUDA backend (this service runs on the CPU)";
+
 fn handle(svc: &Arc<Service>, req: Request) -> (Reply, After) {
     let reply = match req {
         Request::Load {
@@ -107,6 +109,7 @@ fn handle(svc: &Arc<Service>, req: Request) -> (Reply, After) {
         Request::Unload { prog } => match find(svc, &prog) {
             Some(p) => {
                 svc.table.remove(p.id);
+                svc.program_changed(p.id);
                 tracing::info!(id = p.id, name = %p.name, "unloaded");
                 ok(info(&p))
             }
@@ -168,6 +171,74 @@ fn handle(svc: &Arc<Service>, req: Request) -> (Reply, After) {
                 }
             }
         },
+        Request::DeviceAlloc {
+            client,
+            generation,
+            len,
+        } => match check_client(svc, client, generation) {
+            Err(e) => err(e),
+            Ok(_) if svc.with_cuda(|_| ()).is_none() => err(NO_GPU),
+            Ok(owner) => {
+                let r = svc
+                    .state
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .device_arena
+                    .alloc(len, owner);
+                match r {
+                    Ok(off) => ok(serde_json::json!({ "off": off })),
+                    Err(e) => err(format!("device arena: {e}")),
+                }
+            }
+        },
+        Request::DeviceFree {
+            client,
+            generation,
+            off,
+        } => match check_client(svc, client, generation) {
+            Err(e) => err(e),
+            Ok(owner) => {
+                let r = svc
+                    .state
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .device_arena
+                    .free(off, owner);
+                match r {
+                    Ok(_) => ok(()),
+                    Err(e) => err(format!("device arena: {e}")),
+                }
+            }
+        },
+        Request::DeviceCopy {
+            client,
+            generation,
+            to_device,
+            shm_off,
+            dev_off,
+            len,
+        } => match check_client(svc, client, generation) {
+            Err(e) => err(e),
+            Ok(owner) => {
+                let st = svc.state.lock().unwrap_or_else(|p| p.into_inner());
+                let mine = |a: &shm_maps::arena::Arena, off: u64| {
+                    a.owner_of(off, len)
+                        .is_some_and(|(o, _, _)| o == owner)
+                };
+                if !mine(&st.arena, shm_off) {
+                    err(format!("shared buffer [{shm_off}, +{len}) is not one of this client's buffers"))
+                } else if !mine(&st.device_arena, dev_off) {
+                    err(format!("device buffer [{dev_off}, +{len}) is not one of this client's device buffers"))
+                } else {
+                    drop(st);
+                    match svc.with_cuda(|b| b.transfer(to_device, shm_off, dev_off, len)) {
+                        None => err(NO_GPU),
+                        Some(Ok(())) => ok(()),
+                        Some(Err(e)) => err(e),
+                    }
+                }
+            }
+        },
         Request::Status => ok(svc.status()),
         Request::Stop { now } => {
             let svc = svc.clone();
@@ -208,6 +279,7 @@ pub(super) fn info(p: &Installed) -> ProgramInfo {
         file: p.program.file.clone(),
         insns: p.program.insns.len(),
         maps: p.program.maps.iter().map(map_info).collect(),
+        tier: None,
     }
 }
 
@@ -358,6 +430,7 @@ fn load(
     };
     let reply = info(&installed);
     svc.table.install(installed);
+    svc.program_changed(id);
     tracing::info!(id, name = %reply.name, version, "installed");
     ok(reply)
 }

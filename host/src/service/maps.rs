@@ -77,7 +77,7 @@ fn create(
     install_name: &str,
     def: &MapDef,
 ) -> Result<Arc<dyn MapOps>, String> {
-    let threads = svc.cfg.workers.max(1) as u32;
+    let threads = svc.value_sets.max(1);
     let what = |e: &dyn std::fmt::Display| format!("cannot create map `{}`: {e}", def.name);
     let len = shm_maps::maps::layout_size(def, threads).map_err(|e| what(&e))?;
     let off = st.arena.alloc(len, Owner::Service).map_err(|e| what(&e))?;

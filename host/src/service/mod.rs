@@ -17,6 +17,7 @@ pub mod metrics;
 
 use crate::protocol::{Latency, ProgramInfo, StatusInfo};
 use device::cpu::CpuBackend;
+use device::cuda::{CudaBackend, CudaConfig};
 use device::programs::ProgramTable;
 use device::stats::Snapshot;
 use shm_maps::arena::{Arena, Owner};
@@ -34,6 +35,14 @@ pub enum BackendChoice {
     Auto,
     /// Worker threads on the CPU.
     Cpu,
+    /// The persistent kernel on a CUDA GPU (an error when there is none).
+    Cuda,
+}
+
+/// The running backend.
+pub(crate) enum Backend {
+    Cpu(CpuBackend),
+    Cuda(CudaBackend),
 }
 
 /// Service settings.
@@ -55,6 +64,8 @@ pub struct ServiceConfig {
     pub metrics: Option<std::net::SocketAddr>,
     /// Instruction budget per record; a record that exceeds it fails at run time.
     pub max_insns: u64,
+    /// CUDA backend settings (device ordinal, device arena, fault injection).
+    pub cuda: CudaConfig,
 }
 
 /// Service start-up failures.
@@ -63,6 +74,9 @@ pub enum ServiceError {
     /// The region could not be created.
     #[error(transparent)]
     Region(#[from] shm_maps::RegionError),
+    /// `--backend cuda` and the GPU could not be used.
+    #[error("cannot start the CUDA backend: {0}")]
+    Cuda(#[from] device::cuda::DeviceError),
     /// A socket, thread or file operation failed.
     #[error("{what}")]
     Io {
@@ -89,6 +103,8 @@ pub(crate) struct ControlState {
     pub next_id: u32,
     pub arena: Arena,
     pub placed: Vec<maps::Placed>,
+    /// Device-resident buffers (CUDA backend).
+    pub device_arena: Arena,
 }
 
 /// A running service.
@@ -97,8 +113,11 @@ pub struct Service {
     pub(crate) region: Arc<ShmRegion>,
     pub(crate) table: Arc<ProgramTable>,
     pub(crate) state: Mutex<ControlState>,
-    backend: Mutex<Option<CpuBackend>>,
+    pub(crate) backend: Mutex<Option<Backend>>,
     stats: Vec<Arc<device::stats::WorkerStats>>,
+    /// Value sets of per-thread arrays: CPU workers, or GPU threads.
+    pub(crate) value_sets: u32,
+    backend_name: &'static str,
     started: Instant,
     stopping: AtomicBool,
     stopped: (Mutex<bool>, Condvar),
@@ -113,19 +132,48 @@ impl Service {
             cfg.mode,
             cfg.recover,
         )?);
-        match cfg.backend {
-            BackendChoice::Cpu => tracing::info!("backend: cpu (as asked)"),
+        let table = Arc::new(ProgramTable::default());
+        let want_cuda = match cfg.backend {
+            BackendChoice::Cpu => {
+                tracing::info!("backend: cpu (as asked)");
+                false
+            }
+            BackendChoice::Cuda => true,
             BackendChoice::Auto => {
-                let (_, why) = device::select_auto();
-                tracing::info!("backend: cpu ({why})");
+                let (kind, why) = device::select_auto();
+                tracing::info!("backend: {kind:?} ({why})");
+                kind == device::BackendKind::Cuda
+            }
+        };
+        let mut cuda = None;
+        if want_cuda {
+            match CudaBackend::start(region.clone(), table.clone(), cfg.cuda.clone()) {
+                Ok(b) => cuda = Some(b),
+                Err(e) if cfg.backend == BackendChoice::Auto => {
+                    tracing::warn!("the CUDA backend did not start ({e}): using the CPU backend");
+                }
+                Err(e) => return Err(ServiceError::Cuda(e)),
             }
         }
-        let table = Arc::new(ProgramTable::default());
-        let backend = CpuBackend::start(region.clone(), table.clone(), cfg.workers, cfg.max_insns)
-            .map_err(io("cannot start worker threads"))?;
+        let (backend, stats, value_sets, backend_name) = match cuda {
+            Some(b) => {
+                let stats = b.stats.clone();
+                let sets = b.value_sets();
+                (Backend::Cuda(b), stats, sets, "cuda")
+            }
+            None => {
+                let b = CpuBackend::start(region.clone(), table.clone(), cfg.workers, cfg.max_insns)
+                    .map_err(io("cannot start worker threads"))?;
+                let stats = b.stats.clone();
+                (Backend::Cpu(b), stats, cfg.workers.max(1) as u32, "cpu")
+            }
+        };
         let arena_size = region.header().arena_size;
+        let device_arena = Arena::new(cfg.cuda.device_arena, 256);
         let svc = Arc::new(Service {
-            stats: backend.stats.clone(),
+            stats,
+            value_sets,
+            backend_name,
             cfg,
             region,
             table,
@@ -133,6 +181,7 @@ impl Service {
                 next_id: 1,
                 arena: Arena::new(arena_size, ARENA_ALIGN),
                 placed: Vec::new(),
+                device_arena,
             }),
             backend: Mutex::new(Some(backend)),
             started: Instant::now(),
@@ -198,7 +247,10 @@ impl Service {
             .unwrap_or_else(|p| p.into_inner())
             .take()
         {
-            b.stop(&self.region, now);
+            match b {
+                Backend::Cpu(b) => b.stop(&self.region, now),
+                Backend::Cuda(b) => b.stop(&self.region, now),
+            }
         }
         self.region
             .header()
@@ -246,6 +298,11 @@ impl Service {
                     .unwrap_or_else(|p| p.into_inner())
                     .arena
                     .free_where(|o| matches!(o, Owner::Client { slot: s, .. } if s == slot));
+                self.state
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .device_arena
+                    .free_where(|o| matches!(o, Owner::Client { slot: s, .. } if s == slot));
                 // Completion slots of the dead client go back to FREE for the next owner.
                 for i in self.region.completion_range(slot) {
                     if let Some(comp) = self.region.completion(i) {
@@ -277,10 +334,10 @@ impl Service {
         let st = self.state.lock().unwrap_or_else(|p| p.into_inner());
         StatusInfo {
             name: self.cfg.name.clone(),
-            backend: "cpu".into(),
+            backend: self.backend_name.into(),
             workers: self.stats.len(),
             uptime_s: self.started.elapsed().as_secs_f64(),
-            programs: self.table.list().iter().map(|p| control::info(p)).collect(),
+            programs: self.programs(),
             queue_depth: q.len(),
             queue_capacity: q.capacity(),
             jobs_done: sum(|s| s.jobs_done.load(Ordering::Relaxed)),
@@ -297,11 +354,38 @@ impl Service {
                 p99_ns: snap.quantile(0.99),
                 p999_ns: snap.quantile(0.999),
             },
+            gpu: self.with_cuda(|b| serde_json::to_value(b.status()).ok()).flatten(),
         }
     }
 
-    /// The installed programs.
+    /// Runs `f` on the CUDA backend, if that is the one running.
+    pub(crate) fn with_cuda<T>(&self, f: impl FnOnce(&CudaBackend) -> T) -> Option<T> {
+        match self.backend.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
+            Some(Backend::Cuda(b)) => Some(f(b)),
+            _ => None,
+        }
+    }
+
+    /// Tells the backend that program `id` was installed, replaced or unloaded.
+    pub(crate) fn program_changed(&self, id: u32) {
+        self.with_cuda(|b| b.sync_program(id));
+    }
+
+    /// The installed programs (with their GPU tier on the CUDA backend).
     pub fn programs(&self) -> Vec<ProgramInfo> {
-        self.table.list().iter().map(|p| control::info(p)).collect()
+        let tiers = self.with_cuda(|b| b.status().programs).unwrap_or_default();
+        self.table
+            .list()
+            .iter()
+            .map(|p| {
+                let mut i = control::info(p);
+                i.tier = tiers
+                    .iter()
+                    .find(|(id, v, _)| *id == p.id && *v == p.version)
+                    .and_then(|(_, _, t)| serde_json::to_value(t).ok())
+                    .and_then(|v| v.as_str().map(str::to_string));
+                i
+            })
+            .collect()
     }
 }

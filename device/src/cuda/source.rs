@@ -1,0 +1,216 @@
+//! The persistent runtime's CUDA source and its per-generation parts.
+//!
+//! | piece                         | made by                          | when                     |
+//! |-------------------------------|----------------------------------|--------------------------|
+//! | layout macros                 | [`layout_header`] from `shm_maps::layout::{FIELDS, SIZES}` | once |
+//! | eBPF interpreter (instant tier) | `kernel/bpf_interp.cuh`        | once                     |
+//! | runtime (`kernel/runtime.cu`) | NVRTC, `-rdc=true`               | once per service         |
+//! | `bpft_native` dispatch        | [`dispatch_ptx`] (PTX text)      | each generation          |
+//! | native programs               | `jit::compile`                   | each generation          |
+//!
+//! A generation's cubin is the driver linker's output for the runtime PTX, the dispatch PTX
+//! and every native program's PTX. The runtime's C structs are checked against the layout
+//! macros with `static_assert`, so a layout change that the kernel does not follow fails
+//! the NVRTC compile instead of corrupting memory.
+
+use super::DeviceError;
+use std::fmt::Write;
+
+/// The runtime kernel source, without the generated prefix.
+pub const RUNTIME_CU: &str = include_str!("kernel/runtime.cu");
+/// The device interpreter.
+pub const INTERP_CUH: &str = include_str!("kernel/bpf_interp.cuh");
+
+/// The C view of `shm_maps::JobDesc`: `(C type, field, array length)` in order. A test
+/// lays it out with C's rules and compares every offset with `shm_maps::layout::FIELDS`.
+pub const JOB_DESC_C: &[(&str, &str, usize)] = &[
+    ("u32", "prog_id", 1),
+    ("u32", "flags", 1),
+    ("u64", "n", 1),
+    ("u64", "input_off", 1),
+    ("u64", "input_len", 1),
+    ("u64", "output_off", 1),
+    ("u64", "output_len", 1),
+    ("u32", "in_rec_size", 1),
+    ("u32", "out_rec_size", 1),
+    ("u64", "offsets_off", 1),
+    ("u64", "results_off", 1),
+    ("u64", "args", 4),
+    ("u32", "client", 1),
+    ("u32", "completion", 1),
+    ("u64", "tag", 1),
+];
+
+/// `#define BPFT_OFF_<Struct>_<field> <offset>` and `BPFT_SIZE_<Struct>` for every row of
+/// the shared-memory layout tables, and `struct bpft_job_desc` from [`JOB_DESC_C`].
+pub fn layout_header() -> String {
+    let mut s = String::from("// generated from shm_maps::layout::{FIELDS, SIZES}: do not edit\n");
+    for (st, f, off) in shm_maps::layout::FIELDS {
+        let _ = writeln!(s, "#define BPFT_OFF_{st}_{f} {off}");
+    }
+    for (st, size) in shm_maps::layout::SIZES {
+        let _ = writeln!(s, "#define BPFT_SIZE_{st} {size}");
+    }
+    s.push_str("struct bpft_job_desc {\n");
+    for (ty, f, n) in JOB_DESC_C {
+        let ty = match *ty {
+            "u32" => "unsigned int",
+            _ => "unsigned long long",
+        };
+        if *n > 1 {
+            let _ = writeln!(s, "    {ty} {f}[{n}];");
+        } else {
+            let _ = writeln!(s, "    {ty} {f};");
+        }
+    }
+    s.push_str("};\n");
+    s
+}
+
+/// The whole translation unit NVRTC compiles: layout macros, interpreter, runtime.
+pub fn runtime_source() -> String {
+    format!(
+        "{}\n#line 1 \"bpf_interp.cuh\"\n{}\n#line 1 \"runtime.cu\"\n{}",
+        layout_header(),
+        INTERP_CUH,
+        RUNTIME_CU
+    )
+}
+
+/// Whether NVRTC can be loaded here.
+pub fn nvrtc_present() -> bool {
+    // SAFETY: only tries to dlopen the library.
+    unsafe { cudarc::nvrtc::sys::is_culib_present() }
+}
+
+fn compute_arch(sm: u32) -> &'static str {
+    match sm {
+        70 => "compute_70",
+        75 => "compute_75",
+        80 => "compute_80",
+        86 => "compute_86",
+        87 => "compute_87",
+        89 => "compute_89",
+        100 => "compute_100",
+        120 => "compute_120",
+        _ => "compute_90",
+    }
+}
+
+/// Compiles the runtime to relocatable PTX for `sm` with NVRTC.
+pub fn compile_runtime(sm: u32) -> Result<String, DeviceError> {
+    if !nvrtc_present() {
+        return Err(DeviceError::Call {
+            call: "nvrtc",
+            code: "libnvrtc could not be loaded (install the CUDA toolkit's NVRTC, or the \
+                   nvidia-cuda-nvrtc wheel and put its lib/ on LD_LIBRARY_PATH)"
+                .into(),
+            log: String::new(),
+        });
+    }
+    let opts = cudarc::nvrtc::CompileOptions {
+        arch: Some(compute_arch(sm)),
+        options: vec!["-rdc=true".into(), "-std=c++17".into()],
+        name: Some("bpftime_runtime.cu".into()),
+        ..Default::default()
+    };
+    cudarc::nvrtc::compile_ptx_with_opts(runtime_source(), opts)
+        .map(|p| p.to_src())
+        .map_err(|e| DeviceError::Call {
+            call: "nvrtcCompileProgram",
+            code: "the runtime did not compile".into(),
+            log: format!("{e:?}"),
+        })
+}
+
+/// The generation's `bpft_native(slot, ctx)`: calls `funcs[slot]` (each a JIT `.func`
+/// taking the job ctx and returning r0). PTX `.version`/`.target` as given.
+pub fn dispatch_ptx(funcs: &[String], ptx_version: (u32, u32), sm: u32) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "// generated: native program dispatch\n.version {}.{}\n.target sm_{sm}\n.address_size 64\n",
+        ptx_version.0, ptx_version.1
+    );
+    for f in funcs {
+        let _ = writeln!(s, ".extern .func (.param .b64 r) {f}(.param .b64 ctx);");
+    }
+    s.push_str(
+        "\n.visible .func (.param .b64 ret) bpft_native(.param .b32 slot, .param .b64 ctx)\n{\n\
+         \t.reg .b32 %s;\n\t.reg .b64 %c, %r;\n\t.reg .pred %p;\n\
+         \tld.param.b32 %s, [slot];\n\tld.param.b64 %c, [ctx];\n\tmov.b64 %r, 0;\n",
+    );
+    for (i, _) in funcs.iter().enumerate() {
+        let _ = writeln!(s, "\tsetp.eq.u32 %p, %s, {i};\n\t@%p bra L{i};");
+    }
+    s.push_str("\tbra LDONE;\n");
+    for (i, f) in funcs.iter().enumerate() {
+        let _ = writeln!(
+            s,
+            "L{i}:\n\t{{\n\t.param .b64 a;\n\t.param .b64 rv;\n\tst.param.b64 [a], %c;\n\
+             \tcall (rv), {f}, (a);\n\tld.param.b64 %r, [rv];\n\t}}\n\tbra LDONE;"
+        );
+    }
+    s.push_str("LDONE:\n\tst.param.b64 [ret], %r;\n\tret;\n}\n");
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn layout_header_names_every_field_with_its_offset() {
+        let h = layout_header();
+        assert!(h.contains("#define BPFT_OFF_QueueSlot_desc 8\n"));
+        assert!(h.contains("#define BPFT_SIZE_JobDesc 120\n"));
+        assert!(h.contains("#define BPFT_SIZE_Completion 128\n"));
+        let off = std::mem::offset_of!(shm_maps::layout::Completion, finished_ns);
+        assert!(h.contains(&format!("#define BPFT_OFF_Completion_finished_ns {off}\n")));
+        for (st, f, _) in shm_maps::layout::FIELDS {
+            assert_eq!(h.matches(&format!("BPFT_OFF_{st}_{f} ")).count(), 1);
+        }
+    }
+
+    #[test]
+    fn the_generated_job_desc_has_the_rust_offsets() {
+        // C layout rules: each field at the next multiple of its alignment.
+        let mut off = 0usize;
+        for (ty, f, n) in JOB_DESC_C {
+            let size = if *ty == "u32" { 4 } else { 8 };
+            off = off.div_ceil(size) * size;
+            let want = shm_maps::layout::FIELDS
+                .iter()
+                .find(|(s, name, _)| *s == "JobDesc" && name == f)
+                .map(|r| r.2);
+            assert_eq!(want, Some(off), "JobDesc.{f}");
+            off += size * n;
+        }
+        assert_eq!(off.div_ceil(8) * 8, std::mem::size_of::<shm_maps::JobDesc>());
+        let listed = shm_maps::layout::FIELDS.iter().filter(|r| r.0 == "JobDesc").count();
+        assert_eq!(listed, JOB_DESC_C.len(), "every JobDesc field is in the C view");
+    }
+
+    #[test]
+    fn the_runtime_uses_the_generated_offsets() {
+        // Every BPFT_OFF_/BPFT_SIZE_ macro the runtime names must be generated.
+        let h = layout_header();
+        for word in RUNTIME_CU.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')) {
+            if (word.starts_with("BPFT_OFF_") || word.starts_with("BPFT_SIZE_"))
+                && !word.ends_with('_')
+            {
+                assert!(h.contains(&format!("#define {word} ")), "{word} is not generated");
+            }
+        }
+    }
+
+    #[test]
+    fn dispatch_calls_each_slot() {
+        let p = dispatch_ptx(&["bpf_prog_p1".into(), "bpf_prog_p2".into()], (8, 0), 90);
+        assert!(p.contains(".extern .func (.param .b64 r) bpf_prog_p1(.param .b64 ctx);"));
+        assert!(p.contains("setp.eq.u32 %p, %s, 1;"));
+        assert!(p.contains("call (rv), bpf_prog_p2, (a);"));
+        let empty = dispatch_ptx(&[], (8, 0), 90);
+        assert!(empty.contains(".visible .func (.param .b64 ret) bpft_native"));
+    }
+}
