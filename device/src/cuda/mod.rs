@@ -8,6 +8,7 @@
 //! device's architecture (`bpftime-super jit --emit cubin`); the persistent kernel builds on
 //! the same layer.
 
+pub mod bytecode;
 mod driver;
 
 pub use driver::{device_sm, driver_present, ptx_to_cubin};
