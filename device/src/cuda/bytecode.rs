@@ -304,10 +304,8 @@ mod tests {
 
     #[test]
     fn relocates_map_forms() {
-        let insns = assemble(
-            "r1 = map_idx[1] ll\nr2 = map_idx_value[0][12] ll\nr0 = 7\nexit",
-        )
-        .unwrap();
+        let insns =
+            assemble("r1 = map_idx[1] ll\nr2 = map_idx_value[0][12] ll\nr0 = 7\nexit").unwrap();
         let mut p = Program::from_insns("t", insns);
         p.maps = vec![def(MapKind::Array, 20), def(MapKind::Hash, 8)];
         let b: Vec<MapBinding> = vec![
