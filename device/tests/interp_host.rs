@@ -1327,7 +1327,6 @@ fn gen_program(seed: u64, len: usize, force: Option<Opcode>) -> Program {
             i.imm = (callee as i64 - pc as i64 - 1) as i32;
         }
     }
-    }
     Program::from_insns(&format!("gen_{seed}"), insns)
 }
 
