@@ -142,12 +142,11 @@ struct bpf_env {
 #define BPF_STUB 1 /* nvcc host pass: parsed, never run */
 #endif
 
-#if defined(BPF_GPU)
-__device__ bpf_u64 bpf_prandom_state[BPF_PRANDOM_SLOTS];
-#elif defined(BPF_HOST)
-static __thread bpf_u64 bpf_prandom_state[BPF_PRANDOM_SLOTS];
+/* get_prandom_u32 state, one slot per env->thread mod 4096 (separate from the JIT's bpf_prandom_state, so both can live in one module). */
+#if defined(BPF_HOST)
+static __thread bpf_u64 bpf_interp_prandom_state[BPF_PRANDOM_SLOTS];
 #else
-static bpf_u64 bpf_prandom_state[BPF_PRANDOM_SLOTS];
+__device__ bpf_u64 bpf_interp_prandom_state[BPF_PRANDOM_SLOTS];
 #endif
 
 #define BPF_P8(a) ((bpf_u8 *)(a))
@@ -536,7 +535,7 @@ BPF_FN void bpf_trace(const struct bpf_env *env, bpf_u32 id, bpf_u64 fmt, bpf_u6
 }
 
 BPF_FN bpf_u32 bpf_prandom(const struct bpf_env *env) {
-    bpf_u64 *st = &bpf_prandom_state[env->thread & (BPF_PRANDOM_SLOTS - 1)];
+    bpf_u64 *st = &bpf_interp_prandom_state[env->thread & (BPF_PRANDOM_SLOTS - 1)];
     bpf_u64 x = *st;
     if (x == 0) x = (bpf_globaltimer() ^ ((bpf_u64)env->thread * 0x9e3779b97f4a7c15ull)) | 1;
     x ^= x << 13;
