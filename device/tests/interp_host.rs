@@ -536,6 +536,86 @@ fn header_compiles_as_cxx() {
     );
 }
 
+/// The device path (`__CUDA_ARCH__`) compiles with clang's CUDA front end (builtin variables
+/// from clang's own header, no CUDA install) and the PTX assembles with `ptxas` for sm_90;
+/// skipped, loudly, where either is missing.
+#[test]
+fn header_compiles_for_the_gpu() {
+    let root = bpftime_tests::repo_root();
+    let ptxas = Command::new(root.join("scripts/ptxas"))
+        .arg("--locate")
+        .output();
+    if !ptxas.is_ok_and(|o| o.status.success()) {
+        eprintln!("SKIPPING: no ptxas (scripts/ptxas --locate)");
+        return;
+    }
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("interp_gpu_{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let src = dir.join("k.cu");
+    std::fs::write(
+        &src,
+        "#define __CUDACC__ 1\n#define __device__ __attribute__((device))\n\
+         #define __global__ __attribute__((global))\n#include <__clang_cuda_builtin_vars.h>\n\
+         #include \"bpf_interp.cuh\"\n\
+         extern \"C\" __global__ void k(const struct bpf_prog_desc *p, unsigned long long *res) {\n\
+           unsigned long long ctx[10] = {0};\n\
+           struct bpf_env env = {0, 1000, threadIdx.x, 1, 0};\n\
+           bpf_u64 r0 = 0; bpf_u32 pc = 0;\n\
+           res[threadIdx.x] = bpf_interp_run(p, (bpf_u64)ctx, &env, &r0, &pc) ? pc : r0;\n}\n",
+    )
+    .unwrap();
+    let ptx = dir.join("k.ptx");
+    let clang = Command::new("clang")
+        .args([
+            "-x",
+            "cuda",
+            "--cuda-device-only",
+            "-nocudainc",
+            "-nocudalib",
+        ])
+        .args([
+            "--cuda-gpu-arch=sm_70",
+            "-O2",
+            "-S",
+            "-Wall",
+            "-Wextra",
+            "-Werror",
+            "-I",
+        ])
+        .arg(kernel_dir())
+        .arg(&src)
+        .arg("-o")
+        .arg(&ptx)
+        .output();
+    let Ok(clang) = clang else {
+        eprintln!("SKIPPING: no clang");
+        return;
+    };
+    assert!(
+        clang.status.success(),
+        "clang (CUDA device) failed:\n{}",
+        String::from_utf8_lossy(&clang.stderr)
+    );
+    // clang 14 writes PTX 6.0 for sm_70; nanosleep needs 6.2: assemble as PTX 7.8, sm_90.
+    let text = std::fs::read_to_string(&ptx)
+        .unwrap()
+        .replace(".version 6.0", ".version 7.8")
+        .replace(".target sm_70", ".target sm_90");
+    std::fs::write(&ptx, text).unwrap();
+    let out = Command::new(root.join("scripts/ptxas"))
+        .args(["-arch=sm_90", "-o"])
+        .arg(dir.join("k.cubin"))
+        .arg(&ptx)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "ptxas failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 #[test]
 fn accept_corpus() {
     let mut ran = 0;

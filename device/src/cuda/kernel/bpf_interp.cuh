@@ -12,6 +12,9 @@
  *     `ebpf::interp`;
  *   - in nvcc's host pass (device functions are parsed, never called): stubs.
  * Every symbol is prefixed `bpf_` / `BPF_` (the header is included into a larger kernel).
+ * GPU requirements: sm_70 or later, PTX ISA 6.2 or later (ld.acquire/st.release/atom with
+ * scopes, nanosleep). The interpreter keeps 8 frames of 512 bytes plus registers in local
+ * memory (about 4.6 KB per thread, as ptxas reports for sm_90).
  *
  * Semantics (equal to ebpf::interp bit for bit, RFC 9669):
  *   | case                         | result                                              |
@@ -132,6 +135,11 @@ struct bpf_env {
 #define BPF_DEV
 #endif
 #define BPF_FN static inline BPF_DEV
+/* Linkage of bpf_interp_run: internal by default (include the header in the kernel's one
+ * translation unit); define BPF_INTERP_API before including to change it. */
+#ifndef BPF_INTERP_API
+#define BPF_INTERP_API BPF_FN
+#endif
 
 #if defined(__CUDA_ARCH__)
 #define BPF_GPU 1
@@ -260,7 +268,7 @@ BPF_FN bpf_u32 bpf_atom_cas32(bpf_u64 a, bpf_u32 c, bpf_u32 v) { return bpf_cas_
 
 /* ---- Helpers -------------------------------------------------------------------------- */
 
-#define BPF_EPERM_ENOENT ((bpf_u64)(bpf_s64)-2)
+#define BPF_ENOENT ((bpf_u64)(bpf_s64)-2)
 #define BPF_E2BIG ((bpf_u64)(bpf_s64)-7)
 #define BPF_EAGAIN ((bpf_u64)(bpf_s64)-11)
 #define BPF_EEXIST ((bpf_u64)(bpf_s64)-17)
@@ -452,7 +460,7 @@ BPF_FN bpf_u64 bpf_map_update(const struct bpf_map_desc *m, bpf_u64 key, bpf_u64
             r0 = 0;
         }
     } else if (flags == 2) {
-        r0 = BPF_EPERM_ENOENT;
+        r0 = BPF_ENOENT;
     } else {
         r0 = bpf_hash_insert(m, &g, h, key, val, env->lock_pid);
     }
@@ -465,7 +473,7 @@ BPF_FN bpf_u64 bpf_map_delete(const struct bpf_map_desc *m, bpf_u64 key, const s
     struct bpf_hash_geo g = bpf_hash_geometry(m);
     bpf_u64 h = bpf_hash_key(key, m->key_size);
     bpf_u64 lock = bpf_hash_lock_addr(m, &g, h);
-    bpf_u64 r0 = BPF_EPERM_ENOENT;
+    bpf_u64 r0 = BPF_ENOENT;
     bpf_pid_lock(lock, env->lock_pid);
     bpf_u64 st = bpf_hash_find(m, &g, h, key);
     if (st) {
@@ -689,7 +697,7 @@ BPF_FN int bpf_alu_off_ok(bpf_u32 op, bpf_u32 x, bpf_s16 off, int is64) {
 
 /* Runs program `p` once with r1 = ctx (r2 = env->r2). Returns BPF_INTERP_OK with the result
  * in *r0, or an error code with the pc of the failing instruction in *err_pc. */
-BPF_FN int bpf_interp_run(const struct bpf_prog_desc *p, bpf_u64 ctx, const struct bpf_env *env, bpf_u64 *r0, bpf_u32 *err_pc) {
+BPF_INTERP_API int bpf_interp_run(const struct bpf_prog_desc *p, bpf_u64 ctx, const struct bpf_env *env, bpf_u64 *r0, bpf_u32 *err_pc) {
     bpf_u64 stack[BPF_INTERP_MAX_FRAMES * BPF_INTERP_FRAME_MAX / 8];
     bpf_u64 saved[BPF_INTERP_MAX_FRAMES][5]; /* r6..r9, return pc */
     bpf_u64 regs[11];
