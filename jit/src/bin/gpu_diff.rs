@@ -14,6 +14,7 @@
 //! | `chunk_K.in`  | gen         | inputs, initial outputs, initial map images (shm-maps layouts)     |
 //! | `chunk_K.want`| gen         | the interpreter's r0s, outputs, final map images                   |
 //! | `chunk_K.got` | run_cases   | the GPU's r0s, outputs, final map images, same layout as `.want`  |
+//! | `chunk_K.igot`| run_cases   | the same, from the device interpreter (`bpf_interp.cuh`) run      |
 //! | `chunk_K.json`| gen         | per case: name, category, map definitions, what to compare         |
 //!
 //! Maps: the interpreter (`ebpf::interp`) runs on `shm_maps::maps` maps laid out by
@@ -23,6 +24,13 @@
 //! maps as sorted `entries()` of `shm_maps::maps::attach` on both images (slot placement and
 //! lock/generation words depend on the thread interleaving, the contents do not), after a
 //! scan that every lock is free and every slot settled; ring buffers as multisets of records.
+//!
+//! Interpreter: every case also carries its bytecode relocated for the device maps
+//! (`device/src/cuda/bytecode.rs`, compiled into this binary by path: `jit` cannot depend on
+//! `device`) and its map descriptors, at the blob offset given after the map triples of its
+//! `.run` line (`INTERP_OFF N_INSNS STACK_SIZE`); `run_cases` runs the case a second time
+//! through `bpf_interp_run` (same threads, same initial bytes) and `check` compares those
+//! results too, counted separately (`interp` in `summary.json`).
 //!
 //! Threads: `par` cases launch one block of `n` threads (one per record); `ser` cases run
 //! record by record, one thread each, through a PTX wrapper around the program's `.func`
@@ -45,6 +53,11 @@ use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::ptr::NonNull;
 use std::sync::Arc;
+
+/// The device interpreter's relocation and descriptors, shared with `device` by path.
+#[allow(dead_code)]
+#[path = "../../../device/src/cuda/bytecode.rs"]
+mod bytecode;
 
 /// Device address of map `i` of every case: `map_base() + i * MAP_SPAN`.
 /// The base: `$GPU_DIFF_BASE` (decimal or 0x-hex; `run_cases --probe` finds a free one on
@@ -1137,7 +1150,28 @@ fn build_case(c: &Case, seed: u64) -> Result<Built, String> {
             "max_entries": d.max_entries, "flags": d.flags, "threads": map_threads(d, c.n), "len": img0.len(),
         }));
     }
+    // The interpreter's inputs: relocated slots, then the map descriptors.
+    let code = bytecode::relocate(p, &opts.maps).map_err(|e| format!("{}: {e}", c.name))?;
+    let interp_off = blob.len();
+    for w in &code {
+        blob.extend_from_slice(&w.to_le_bytes());
+    }
+    for d in opts.maps.iter().map(bytecode::map_desc) {
+        blob.extend_from_slice(&d.base.to_le_bytes());
+        for f in [
+            d.kind,
+            d.key_size,
+            d.value_size,
+            d.max_entries,
+            d.threads,
+            d.flags,
+        ] {
+            blob.extend_from_slice(&f.to_le_bytes());
+        }
+    }
+    let _ = write!(maps_txt, " {interp_off} {} 0", code.len());
     // run line: entry mode n in_size out_size a0..a3 in_off out_off nmaps [addr len off]*
+    //           interp_off n_insns stack_size
     let run_line = format!(
         "{entry} {} {} {} {} {} {} {} {} 0 {} {}{maps_txt}",
         if c.serial { "ser" } else { "par" },
@@ -1314,6 +1348,8 @@ fn write_chunk(dir: &Path, k: usize, cases: &[Case], seed: u64) -> Result<(), St
                     let idx = 12 + 3 * m + 2;
                     f[idx] = (f[idx].parse::<usize>().unwrap() + base).to_string();
                 }
+                let idx = 12 + 3 * nm;
+                f[idx] = (f[idx].parse::<usize>().unwrap() + base).to_string();
                 let _ = writeln!(run, "case {}", f.join(" "));
                 blob.extend_from_slice(&b.input);
                 want.extend_from_slice(&b.want);
@@ -1461,6 +1497,65 @@ fn compare_map(meta: &Value, want: &[u8], got: &[u8]) -> Result<(), String> {
     }
 }
 
+/// Compares one case's result (`None`: missing) with the interpreter's (`want`).
+fn case_verdict(
+    m: &Value,
+    w: &[u8],
+    got: Option<&[u8]>,
+    lens: &[usize],
+    r0_skipped: &mut BTreeSet<String>,
+) -> Result<(), String> {
+    let n = m["n"].as_u64().unwrap() as usize;
+    let os = m["out_size"].as_u64().unwrap() as usize;
+    let name = m["name"].as_str().unwrap().to_string();
+    let Some(g) = got else {
+        return Err("no GPU result (fault or missing dump)".into());
+    };
+    if m["compare_r0"].as_bool().unwrap_or(true) {
+        for t in 0..n {
+            let (a, b) = (&w[8 * t..8 * t + 8], &g[8 * t..8 * t + 8]);
+            if a != b {
+                let b = u64::from_le_bytes(b.try_into().unwrap());
+                // The device interpreter's error marker (run_cases.cu).
+                let note = if b >> 52 == 0xbad {
+                    format!(
+                        " (interpreter error {} at pc {})",
+                        (b >> 40) & 0xfff,
+                        b & 0xff_ffff_ffff
+                    )
+                } else {
+                    String::new()
+                };
+                return Err(format!(
+                    "r0 of thread {t}: interp {:#x}, gpu {b:#x}{note}",
+                    u64::from_le_bytes(a.try_into().unwrap()),
+                ));
+            }
+        }
+    } else {
+        r0_skipped.insert(name);
+    }
+    let (o0, o1) = (8 * n, 8 * n + n * os);
+    if w[o0..o1] != g[o0..o1] {
+        let first = w[o0..o1]
+            .iter()
+            .zip(&g[o0..o1])
+            .position(|(a, b)| a != b)
+            .unwrap();
+        return Err(format!(
+            "output differs at record {} byte {}",
+            first / os,
+            first % os
+        ));
+    }
+    let mut mo = o1;
+    for (i, (mm, len)) in m["maps"].as_array().unwrap().iter().zip(lens).enumerate() {
+        compare_map(mm, &w[mo..mo + len], &g[mo..mo + len]).map_err(|e| format!("map {i}: {e}"))?;
+        mo += len;
+    }
+    Ok(())
+}
+
 fn check_cmd(dir: &Path) -> Result<(), String> {
     let mut chunks: Vec<PathBuf> = std::fs::read_dir(dir)
         .map_err(|e| e.to_string())?
@@ -1479,12 +1574,19 @@ fn check_cmd(dir: &Path) -> Result<(), String> {
     let mut failures = Vec::new();
     let mut faults = Vec::new();
     let mut r0_skipped = BTreeSet::new();
+    let (mut interp_total, mut interp_passed) = (0u64, 0u64);
+    let mut interp_by_cat: BTreeMap<String, (u64, u64)> = BTreeMap::new();
+    let mut interp_failures = Vec::new();
+    let mut interp_chunks = 0usize;
     for jp in &chunks {
         let metas: Vec<Value> =
             serde_json::from_slice(&std::fs::read(jp).map_err(|e| e.to_string())?)
                 .map_err(|e| e.to_string())?;
         let want = std::fs::read(jp.with_extension("want")).map_err(|e| e.to_string())?;
         let got = std::fs::read(jp.with_extension("got")).unwrap_or_default();
+        // Absent when the runner predates the interpreter pass.
+        let igot = std::fs::read(jp.with_extension("igot")).ok();
+        interp_chunks += igot.is_some() as usize;
         if let Ok(f) = std::fs::read_to_string(jp.with_extension("fault")) {
             faults.push(
                 json!({"chunk": jp.file_name().unwrap().to_string_lossy(), "fault": f.trim()}),
@@ -1508,55 +1610,25 @@ fn check_cmd(dir: &Path) -> Result<(), String> {
             let e = by_cat.entry(cat.clone()).or_default();
             e.0 += 1;
             let w = &want[at..at + size];
-            let verdict: Result<(), String> = if got.len() < at + size {
-                Err("no GPU result (fault or missing dump)".into())
-            } else {
-                let g = &got[at..at + size];
-                (|| {
-                    if m["compare_r0"].as_bool().unwrap_or(true) {
-                        for t in 0..n {
-                            let (a, b) = (&w[8 * t..8 * t + 8], &g[8 * t..8 * t + 8]);
-                            if a != b {
-                                return Err(format!(
-                                    "r0 of thread {t}: interp {:#x}, gpu {:#x}",
-                                    u64::from_le_bytes(a.try_into().unwrap()),
-                                    u64::from_le_bytes(b.try_into().unwrap())
-                                ));
-                            }
-                        }
-                    } else {
-                        r0_skipped.insert(name.clone());
-                    }
-                    let (o0, o1) = (8 * n, 8 * n + n * os);
-                    if w[o0..o1] != g[o0..o1] {
-                        let first = w[o0..o1]
-                            .iter()
-                            .zip(&g[o0..o1])
-                            .position(|(a, b)| a != b)
-                            .unwrap();
-                        return Err(format!(
-                            "output differs at record {} byte {}",
-                            first / os,
-                            first % os
-                        ));
-                    }
-                    let mut mo = o1;
-                    for (i, (mm, len)) in
-                        m["maps"].as_array().unwrap().iter().zip(&lens).enumerate()
-                    {
-                        compare_map(mm, &w[mo..mo + len], &g[mo..mo + len])
-                            .map_err(|e| format!("map {i}: {e}"))?;
-                        mo += len;
-                    }
-                    Ok(())
-                })()
-            };
+            let verdict = case_verdict(m, w, got.get(at..at + size), &lens, &mut r0_skipped);
             match verdict {
                 Ok(()) => {
                     passed += 1;
                     e.1 += 1;
                 }
                 Err(why) => failures.push(json!({"case": name, "category": cat, "chunk": jp.file_name().unwrap().to_string_lossy(), "why": why})),
+            }
+            if let Some(ig) = &igot {
+                let ie = interp_by_cat.entry(cat.clone()).or_default();
+                ie.0 += 1;
+                interp_total += 1;
+                match case_verdict(m, w, ig.get(at..at + size), &lens, &mut r0_skipped) {
+                    Ok(()) => {
+                        interp_passed += 1;
+                        ie.1 += 1;
+                    }
+                    Err(why) => interp_failures.push(json!({"case": name, "category": cat, "chunk": jp.file_name().unwrap().to_string_lossy(), "why": why})),
+                }
             }
             at += size;
         }
@@ -1573,6 +1645,12 @@ fn check_cmd(dir: &Path) -> Result<(), String> {
         "cases": total, "threads": threads, "passed": passed, "failed": total - passed,
         "by_category": by_cat_json, "faults": faults, "failures": failures.iter().take(2000).collect::<Vec<_>>(),
         "r0_not_compared": r0_skipped, "gen": gen_info,
+        "interp": if interp_chunks == 0 { Value::Null } else { json!({
+            "chunks": interp_chunks, "cases": interp_total, "passed": interp_passed,
+            "failed": interp_total - interp_passed,
+            "by_category": interp_by_cat.iter().map(|(k, (t, p))| (k.clone(), json!({"cases": t, "passed": p, "failed": t - p}))).collect::<BTreeMap<_, _>>(),
+            "failures": interp_failures.iter().take(2000).collect::<Vec<_>>(),
+        }) },
     });
     std::fs::write(
         dir.join("summary.json"),
@@ -1591,6 +1669,28 @@ fn check_cmd(dir: &Path) -> Result<(), String> {
     }
     for f in &faults {
         println!("  FAULT {f}");
+    }
+    if interp_chunks == 0 {
+        println!("check interp: not run (no .igot files)");
+    } else {
+        println!(
+            "check interp: {interp_total} cases ({interp_chunks} of {} chunks): {interp_passed} passed, {} failed",
+            chunks.len(),
+            interp_total - interp_passed
+        );
+        for (k, (t, p)) in &interp_by_cat {
+            println!("  {k:10} {p}/{t}");
+        }
+        for f in interp_failures.iter().take(20) {
+            println!("  INTERP FAIL {f}");
+        }
+    }
+    if interp_total != interp_passed || (interp_chunks > 0 && interp_chunks != chunks.len()) {
+        return Err(format!(
+            "device interpreter: {} cases failed, {interp_chunks} of {} chunks ran",
+            interp_total - interp_passed,
+            chunks.len()
+        ));
     }
     if total == passed && total > 0 {
         Ok(())
