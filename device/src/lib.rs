@@ -54,6 +54,9 @@ pub fn select_auto() -> (BackendKind, &'static str) {
              be compiled: using the CPU backend",
         )
     } else {
-        (BackendKind::Cuda, "a CUDA GPU is present: using the persistent kernel")
+        (
+            BackendKind::Cuda,
+            "a CUDA GPU is present: using the persistent kernel",
+        )
     }
 }

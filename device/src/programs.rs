@@ -25,6 +25,13 @@ pub struct Installed {
     pub vm: Vm,
     /// The live maps, indexed like `program.maps`.
     pub maps: Vec<Arc<dyn MapOps>>,
+    /// The object file it was loaded from and the program selector given to `load`, so a
+    /// GPU worker process can load the same program (`ebpf::elf::load(object, file, prog)`).
+    pub object: Arc<Vec<u8>>,
+    /// The `--prog` selector given to `load`.
+    pub selector: Option<String>,
+    /// Deepest stack use along any call chain, from the verifier (bytes).
+    pub stack_depth: u32,
 }
 
 /// The table. Readers (workers) take a read lock for a pointer copy; writers (the control

@@ -53,9 +53,18 @@ fn runtime_compiles_and_assembles() {
         return;
     }
     let ptx = source::compile_runtime(90).expect("NVRTC compiles the runtime");
-    assert!(ptx.contains(".entry bpft_persistent"), "kernel entry missing");
-    assert!(ptx.contains("ld.acquire.sys"), "the poll must be an acquire load");
-    assert!(ptx.contains("st.release.sys"), "completions are published with release");
+    assert!(
+        ptx.contains(".entry bpft_persistent"),
+        "kernel entry missing"
+    );
+    assert!(
+        ptx.contains("ld.acquire.sys"),
+        "the poll must be an acquire load"
+    );
+    assert!(
+        ptx.contains("st.release.sys"),
+        "completions are published with release"
+    );
     ptxas("runtime", &ptx);
     let dispatch = source::dispatch_ptx(&["bpf_prog_a".into()], (8, 0), 90);
     // The dispatch declares an extern function: assemble it as relocatable code.

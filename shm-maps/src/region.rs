@@ -325,6 +325,16 @@ impl ShmRegion {
 
     /// Opens an existing region by name.
     pub fn open(name: &str) -> Result<ShmRegion, RegionError> {
+        Self::open_inner(name, false)
+    }
+
+    /// Opens the region of the service this process works for (the service's GPU worker
+    /// process): like [`ShmRegion::open`], but also while the service is still starting.
+    pub fn open_as_helper(name: &str) -> Result<ShmRegion, RegionError> {
+        Self::open_inner(name, true)
+    }
+
+    fn open_inner(name: &str, starting: bool) -> Result<ShmRegion, RegionError> {
         check_name(name)?;
         let fd = shm::open(format!("/{name}"), shm::OFlags::RDWR, Mode::empty())
             .map_err(sys("shm_open", name))?;
@@ -376,7 +386,7 @@ impl ShmRegion {
                 size_of::<RegionHeader>()
             )));
         }
-        if state == layout::state::INITIALIZING || state == layout::state::STOPPED {
+        if (state == layout::state::INITIALIZING && !starting) || state == layout::state::STOPPED {
             return Err(RegionError::NotReady {
                 name: name.into(),
                 state,

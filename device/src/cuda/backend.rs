@@ -1,441 +1,223 @@
-//! The CUDA backend: a persistent kernel serving the region's queue, generations of native
-//! code, the instant tier, host mailboxes and fault recovery.
+//! The CUDA backend as the service sees it: a supervised GPU worker process, plus the host
+//! side of the mailboxes.
 //!
 //! ```text
-//!  control plane ── sync_program(id) ──▶ instant tier: relocated bytecode → device, publish
-//!                                        index word (the running kernel sees it next job)
-//!                   └─ marks dirty ──▶ builder thread: JIT every program → link with the
-//!                                      runtime → cuLibraryLoadData (no blocking) → swap
-//!  swap:  ctl.stop=1 → kernel drains ring, stores queue head, exits → write native entries
-//!         → cuKernelGetFunction + launch (the only blocking steps, with nothing running)
-//!  mailbox thread: done log (counters, error messages), forward ring (CPU job runner),
-//!                  trace ring (log lines)
-//!  fault: stream error → finish jobs the GPU had taken with DEVICE_FAULT → reset context →
-//!         rebuild everything → relaunch from the queue head
+//!  service ── Cmd (stdin) ──▶ GPU worker process ── persistent kernel ──┐
+//!          ◀─ Msg (stdout) ──                                          │ polls the queue
+//!  mailbox thread ◀── done log / forward ring / trace ring (region arena) ◀┘
+//!      │ counters, error messages, CPU runs of forwarded jobs, trace lines
+//!      └ worker died (GPU fault) → finish its RUNNING jobs with DEVICE_FAULT,
+//!        clear the mailbox, start a new worker, send every program again
 //! ```
 //!
-//! Which state lives where (all handles belong to one [`Context`], replaced on recovery):
-//!
-//! | what                              | memory             | written by              |
-//! |-----------------------------------|--------------------|-------------------------|
-//! | queue, completions, arena, maps   | shm region (registered) | clients, GPU, host |
-//! | `bpft_ctl`, done log, forward ring, trace ring | pinned host | host / GPU       |
-//! | `bpft_state`, job ring, program table, bytecode, device buffers | device | GPU / host copies |
+//! Why a process: CUDA errors like a misaligned or illegal address are sticky. The
+//! context, and in practice the whole process, cannot use the GPU again (we measured
+//! `cuDevicePrimaryCtxRetain` failing with the same error after a reset). The queue,
+//! completions, maps and arena live in the shared region, so nothing the clients see is
+//! lost with the worker.
 
-use super::bytecode;
-use super::driver::{Gpu, Library, Stream, StreamState};
-use super::source;
 use super::DeviceError;
+use super::wire::*;
 use crate::cpu::Control;
 use crate::job::JobRunner;
-use crate::programs::{Installed, ProgramTable};
+use crate::programs::ProgramTable;
 use crate::stats::WorkerStats;
 use ebpf::interp::{Env, TraceSink};
-use shm_maps::arena::{Arena, Owner};
 use shm_maps::layout::{completion_state, status};
 use shm_maps::region::monotonic_ns;
 use shm_maps::{CompletionData, JobDesc, ShmRegion};
-use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Write};
+use std::path::PathBuf;
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-/// Program table slots (program ids at or above go to the host runner).
-pub const MAX_PROGS: u32 = 1 << 16;
-/// Program entries (immutable once published; reused round robin).
-pub const MAX_ENTRIES: u32 = 1 << 16;
-/// Device job ring slots.
-pub const JOB_RING: u32 = 256;
-/// Done log entries.
-pub const DONE_LOG: u32 = 1 << 16;
-/// Forward ring entries.
-pub const FWD_RING: u32 = 1 << 12;
-/// Trace ring records.
-pub const TRACE_RING: u32 = 1 << 12;
-/// Threads per block of the persistent kernel.
-pub const THREADS: u32 = 256;
-/// Device memory for bytecode and map descriptors of instant-tier programs.
-pub const CODE_ARENA: u64 = 64 << 20;
-
-const TIER_INTERP: u32 = 1;
-const TIER_NATIVE: u32 = 2;
-const TIER_HOST: u32 = 3;
-
-/// `struct bpft_prog` of the runtime.
-#[repr(C)]
-#[derive(Clone, Copy, Default)]
-struct ProgEntry {
-    version: u32,
-    tier: u32,
-    native_slot: u32,
-    prog_id: u32,
-    interp: bytecode::ProgDesc,
-    reserved: [u64; 2],
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// `struct bpft_params` of the runtime.
-#[repr(C)]
-#[derive(Clone, Copy, Default, Debug)]
-struct Params {
-    slots: u64,
-    queue_hdr: u64,
-    completions: u64,
-    arena: u64,
-    arena_size: u64,
-    dev_arena: u64,
-    dev_arena_size: u64,
-    ctl: u64,
-    state: u64,
-    prog_index: u64,
-    progs: u64,
-    jobs: u64,
-    done_log: u64,
-    fwd_ring: u64,
-    trace_buf: u64,
-    time_offset: u64,
-    max_insns: u64,
-    queue_mask: u32,
-    max_progs: u32,
-    completions_total: u32,
-    max_records: u32,
-    job_mask: u32,
-    done_mask: u32,
-    fwd_mask: u32,
-    flags: u32,
-    generation: u32,
-    lock_pid: u32,
+fn hex(b: &[u8]) -> String {
+    let mut s = String::with_capacity(b.len() * 2);
+    for x in b {
+        use std::fmt::Write;
+        let _ = write!(s, "{x:02x}");
+    }
+    s
 }
 
-/// `struct bpft_ctl` (pinned host memory).
-#[repr(C)]
-struct Ctl {
-    stop: AtomicU32,
-    _pad0: u32,
-    done_consumed: AtomicU64,
-    fwd_consumed: AtomicU64,
-    _pad1: [u64; 13],
-    head: AtomicU64,
-    jobs_taken: AtomicU64,
-    polls: AtomicU64,
-    running: AtomicU32,
-    exited: AtomicU32,
-    _pad2: [u64; 12],
+/// The running worker process and its pipes.
+struct Link {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
 }
 
-/// `struct bpft_done`.
-#[repr(C)]
-struct DoneEntry {
-    seq: AtomicU64,
-    completion: u32,
-    client: u32,
-    status: i32,
-    err_pc: u32,
-    err_record: u64,
-    err_code: u32,
-    finalize: u32,
-    run_ns: u64,
-}
+impl Link {
+    fn request(&mut self, cmd: &Cmd) -> Result<Msg, String> {
+        let mut line = serde_json::to_string(cmd).map_err(|e| e.to_string())?;
+        line.push('\n');
+        self.stdin
+            .write_all(line.as_bytes())
+            .and_then(|_| self.stdin.flush())
+            .map_err(|e| format!("the GPU worker is gone ({e})"))?;
+        self.read()
+    }
 
-/// `struct bpft_fwd`.
-#[repr(C)]
-struct FwdEntry {
-    seq: AtomicU64,
-    desc: JobDesc,
-}
-
-const STATE_BYTES: usize = 128;
-const DJOB_BYTES: usize = 8 + 8 + 120 + 64 + 8 * 12 + 16;
-
-const _: () = {
-    use std::mem::{offset_of, size_of};
-    assert!(size_of::<ProgEntry>() == 64);
-    assert!(offset_of!(ProgEntry, interp) == 16);
-    assert!(size_of::<Params>() == 17 * 8 + 10 * 4);
-    assert!(size_of::<Ctl>() == 256);
-    assert!(offset_of!(Ctl, head) == 128);
-    assert!(offset_of!(Ctl, running) == 152);
-    assert!(size_of::<DoneEntry>() == 48);
-    assert!(size_of::<FwdEntry>() == 128);
-};
-
-/// Settings of the CUDA backend.
-#[derive(Clone, Debug)]
-pub struct CudaConfig {
-    /// Device ordinal.
-    pub device: i32,
-    /// Interpreter instruction budget per record.
-    pub max_insns: u64,
-    /// Bytes of device memory for device-resident job buffers.
-    pub device_arena: u64,
-    /// Honour `job_flags::INJECT_FAULT` (tests of fault recovery).
-    pub allow_fault_injection: bool,
-    /// Wait this long after a program change before building a generation (batches
-    /// bursts of `replace`).
-    pub debounce: Duration,
-    /// Build native generations at all (off: every program stays on the instant tier).
-    pub native: bool,
-}
-
-impl Default for CudaConfig {
-    fn default() -> Self {
-        CudaConfig {
-            device: 0,
-            max_insns: 1_000_000,
-            device_arena: 256 << 20,
-            allow_fault_injection: false,
-            debounce: Duration::from_millis(2),
-            native: true,
+    fn read(&mut self) -> Result<Msg, String> {
+        let mut line = String::new();
+        match self.stdout.read_line(&mut line) {
+            Ok(0) => Err("the GPU worker exited".into()),
+            Ok(_) => serde_json::from_str(&line)
+                .map_err(|e| format!("bad reply from the GPU worker `{}`: {e}", line.trim())),
+            Err(e) => Err(format!("cannot read from the GPU worker: {e}")),
         }
     }
 }
-
-/// Tier of a program on the GPU, for `status`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Tier {
-    /// The device interpreter (right after load).
-    Interp,
-    /// JIT-compiled code of the current generation.
-    Native,
-    /// Not runnable on the GPU: jobs go to the host runner.
-    Host,
-}
-
-/// What `status` shows about the GPU.
-#[derive(Clone, Debug, Default, serde::Serialize)]
-pub struct CudaStatus {
-    /// Device name.
-    pub device: String,
-    /// Driver version.
-    pub driver: String,
-    /// Current generation (1 = the first launch).
-    pub generation: u32,
-    /// Grid of the persistent kernel (blocks × threads).
-    pub grid: (u32, u32),
-    /// Per program id: (version, tier).
-    pub programs: Vec<(u32, u32, Tier)>,
-    /// Native generation swaps done.
-    pub swaps: u64,
-    /// Pause of the last swap, ns (stop requested → new kernel launched).
-    pub last_swap_pause_ns: u64,
-    /// Contexts recreated after a fault.
-    pub recoveries: u64,
-    /// Jobs completed with `DEVICE_FAULT`.
-    pub fault_jobs: u64,
-}
-
-/// Times of the last generation build, for benchmarks.
-#[derive(Clone, Copy, Debug, Default, serde::Serialize)]
-pub struct SwapTimes {
-    /// eBPF → PTX for all programs, ns.
-    pub jit_ns: u64,
-    /// Driver link, ns.
-    pub link_ns: u64,
-    /// cuLibraryLoadData, ns.
-    pub load_ns: u64,
-    /// Stop → old kernel exited, ns.
-    pub drain_ns: u64,
-    /// Old exited → new launched, ns (table writes, cuKernelGetFunction, launch).
-    pub relaunch_ns: u64,
-}
-
-/// One CUDA context's worth of state.
-struct Context {
-    gpu: Gpu,
-    kstream: Stream,
-    copy: Stream,
-    region_host: *mut u8,
-    region_dev: u64,
-    ctl: *mut Ctl,
-    done: *mut DoneEntry,
-    fwd: *mut FwdEntry,
-    trace: *mut u8,
-    trace_dev: u64,
-    state: u64,
-    prog_index: u64,
-    progs: u64,
-    code: u64,
-    code_alloc: Arena,
-    dev_arena: u64,
-    lib: Option<Library>,
-    params: Params,
-    grid: u32,
-    next_entry: u32,
-    /// prog id → (version, tier, code allocations).
-    installed: HashMap<u32, (u32, u32, Vec<u64>)>,
-    /// Code allocations of replaced versions, freed at the next swap.
-    retired: Vec<u64>,
-    native_slots: HashMap<u32, (u32, u32)>,
-    generation: u32,
-}
-
-// SAFETY: the raw pointers are pinned host memory owned by this context and only
-// dereferenced as atomics or by the thread holding the context lock.
-unsafe impl Send for Context {}
 
 struct Shared {
     region: Arc<ShmRegion>,
     table: Arc<ProgramTable>,
     cfg: CudaConfig,
-    sm: u32,
-    runtime_ptx: String,
-    ctx: Mutex<Option<Context>>,
-    /// Held by the mailbox thread while it touches the pinned rings; recovery takes it.
-    mailbox: Mutex<()>,
-    dirty: AtomicBool,
-    changed_at: AtomicU64,
+    mailbox_off: u64,
+    exe: PathBuf,
+    link: Mutex<Option<Link>>,
     control: Arc<Control>,
     stats: Arc<WorkerStats>,
     host_stats: Arc<WorkerStats>,
-    swaps: AtomicU64,
-    last_pause: AtomicU64,
     recoveries: AtomicU64,
     fault_jobs: AtomicU64,
-    generation: AtomicU32,
-    last_times: Mutex<SwapTimes>,
-    device_name: String,
+    value_sets: AtomicU32,
     quit: AtomicBool,
+    /// The worker's device address of the region (to read trace format strings).
+    region_dev: AtomicU64,
+    last_status: Mutex<CudaStatus>,
+    trace_latency: crate::stats::Histogram,
 }
 
 /// A running CUDA backend.
 pub struct CudaBackend {
     shared: Arc<Shared>,
-    threads: Vec<JoinHandle<()>>,
-    /// `[GPU completions, host runner]` statistics, for `status`.
+    mailbox: Option<JoinHandle<()>>,
+    /// `[GPU jobs, host-runner jobs]` statistics, for `status`.
     pub stats: Vec<Arc<WorkerStats>>,
     /// Stop and cancel flags.
     pub control: Arc<Control>,
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-fn as_bytes<T: Copy>(v: &T) -> &[u8] {
-    // SAFETY: `T` is a `#[repr(C)]` plain-data struct without padding holes that matter
-    // (the device reads exactly these bytes).
-    unsafe { std::slice::from_raw_parts(v as *const T as *const u8, std::mem::size_of::<T>()) }
-}
-
-fn slice_bytes<T: Copy>(v: &[T]) -> &[u8] {
-    // SAFETY: as `as_bytes`, for a slice.
-    unsafe { std::slice::from_raw_parts(v.as_ptr() as *const u8, std::mem::size_of_val(v)) }
+/// The `bpftime-super` binary to run `gpu-worker` with.
+fn worker_exe(cfg: &CudaConfig) -> Result<PathBuf, DeviceError> {
+    let missing = |what: String| DeviceError::Call {
+        call: "gpu-worker",
+        code: what,
+        log: String::new(),
+    };
+    if let Some(p) = &cfg.worker_exe {
+        return Ok(p.clone());
+    }
+    if let Some(p) = std::env::var_os("BPFTIME_SUPER_BIN") {
+        return Ok(p.into());
+    }
+    let me = std::env::current_exe().map_err(|e| missing(e.to_string()))?;
+    if me.file_name().is_some_and(|n| n == "bpftime-super") {
+        return Ok(me);
+    }
+    // Tests and benchmarks: target/<profile>/deps/x → target/<profile>/bpftime-super.
+    for dir in me.ancestors().skip(1).take(3) {
+        let p = dir.join("bpftime-super");
+        if p.is_file() {
+            return Ok(p);
+        }
+    }
+    Err(missing(format!(
+        "cannot find the bpftime-super binary next to {} (set BPFTIME_SUPER_BIN)",
+        me.display()
+    )))
 }
 
 impl CudaBackend {
-    /// Opens device `cfg.device`, compiles the runtime, registers the region and launches
-    /// the first generation. Errors leave nothing running.
+    /// Starts the GPU worker on `cfg.device`. `mailbox_off` is an arena allocation of
+    /// [`MAILBOX_BYTES`] the service made for the mailboxes. Errors leave nothing running.
     pub fn start(
         region: Arc<ShmRegion>,
         table: Arc<ProgramTable>,
         cfg: CudaConfig,
+        mailbox_off: u64,
     ) -> Result<CudaBackend, DeviceError> {
-        let gpu = Gpu::open(cfg.device)?;
-        let sm = super::device_sm(cfg.device)?;
-        let device_name = gpu.name();
-        let t = Instant::now();
-        let runtime_ptx = source::compile_runtime(sm)?;
-        tracing::info!(
-            device = %device_name,
-            sm,
-            ms = t.elapsed().as_secs_f64() * 1e3,
-            "compiled the persistent runtime with NVRTC"
-        );
+        if !super::driver_present() {
+            return Err(DeviceError::NoDriver);
+        }
+        let exe = worker_exe(&cfg)?;
         let control = Arc::new(Control::default());
         let shared = Arc::new(Shared {
             region,
             table,
             cfg,
-            sm,
-            runtime_ptx,
-            ctx: Mutex::new(None),
-            mailbox: Mutex::new(()),
-            dirty: AtomicBool::new(false),
-            changed_at: AtomicU64::new(0),
+            mailbox_off,
+            exe,
+            link: Mutex::new(None),
             control: control.clone(),
             stats: Arc::new(WorkerStats::default()),
             host_stats: Arc::new(WorkerStats::default()),
-            swaps: AtomicU64::new(0),
-            last_pause: AtomicU64::new(0),
             recoveries: AtomicU64::new(0),
             fault_jobs: AtomicU64::new(0),
-            generation: AtomicU32::new(0),
-            last_times: Mutex::new(SwapTimes::default()),
-            device_name,
+            value_sets: AtomicU32::new(1),
             quit: AtomicBool::new(false),
+            region_dev: AtomicU64::new(0),
+            last_status: Mutex::new(CudaStatus::default()),
+            trace_latency: Default::default(),
         });
-        let ctx = shared.new_context(gpu)?;
-        *lock(&shared.ctx) = Some(ctx);
-        shared.build_and_swap(true)?;
-        let mut threads = Vec::new();
-        for (name, f) in [
-            ("bpftime-gpu-mailbox", Shared::mailbox_loop as fn(&Shared)),
-            ("bpftime-gpu-builder", Shared::builder_loop as fn(&Shared)),
-        ] {
-            let s = shared.clone();
-            threads.push(
-                std::thread::Builder::new()
-                    .name(name.into())
-                    .spawn(move || f(&s))
-                    .map_err(|e| DeviceError::Call {
-                        call: "thread spawn",
-                        code: e.to_string(),
-                        log: String::new(),
-                    })?,
-            );
-        }
+        shared.clear_mailbox();
+        let link = shared.spawn().map_err(|e| DeviceError::Call {
+            call: "gpu-worker",
+            code: e,
+            log: String::new(),
+        })?;
+        *lock(&shared.link) = Some(link);
+        let s = shared.clone();
+        let mailbox = std::thread::Builder::new()
+            .name("bpftime-gpu-mailbox".into())
+            .spawn(move || s.mailbox_loop())
+            .map_err(|e| DeviceError::Call {
+                call: "thread spawn",
+                code: e.to_string(),
+                log: String::new(),
+            })?;
         Ok(CudaBackend {
             stats: vec![shared.stats.clone(), shared.host_stats.clone()],
             control,
             shared,
-            threads,
+            mailbox: Some(mailbox),
         })
     }
 
-    /// Value sets the service should give per-thread arrays: one per GPU thread.
+    /// Value sets per-thread arrays should have: one per GPU thread.
     pub fn value_sets(&self) -> u32 {
-        let c = lock(&self.shared.ctx);
-        c.as_ref().map(|c| c.grid * THREADS).unwrap_or(1)
+        self.shared.value_sets.load(Ordering::Relaxed)
     }
 
     /// Makes the GPU follow the program table for `id` (after install, replace, unload):
-    /// the instant tier at once, native code at the next generation.
+    /// the instant tier when this returns, native code at the next generation.
     pub fn sync_program(&self, id: u32) {
-        let t = Instant::now();
-        let r = {
-            let mut c = lock(&self.shared.ctx);
-            match c.as_mut() {
-                Some(ctx) => self.shared.publish_instant(ctx, id),
-                None => Ok(()),
-            }
-        };
-        if let Err(e) = r {
-            tracing::error!(id, "cannot publish the program to the GPU: {e}");
+        if let Err(e) = self.shared.send_program(id) {
+            tracing::error!(id, "the GPU worker did not take the program: {e}");
         }
-        tracing::debug!(id, us = t.elapsed().as_secs_f64() * 1e6, "instant tier published");
-        self.shared
-            .changed_at
-            .store(monotonic_ns(), Ordering::Relaxed);
-        self.shared.dirty.store(true, Ordering::Release);
     }
 
-    /// Builds and swaps a generation now (tests, benchmarks); returns the timings.
-    pub fn swap_now(&self) -> Result<SwapTimes, DeviceError> {
-        self.shared.build_and_swap(false)?;
-        Ok(*lock(&self.shared.last_times))
+    /// Builds and swaps a generation now; returns its timings.
+    pub fn swap_now(&self) -> Result<SwapTimes, String> {
+        let mut l = lock(&self.shared.link);
+        let link = l.as_mut().ok_or("the GPU worker is restarting")?;
+        match link.request(&Cmd::Swap)? {
+            Msg::Swapped { error: None, times } => Ok(times),
+            Msg::Swapped { error: Some(e), .. } => Err(e),
+            other => Err(format!("unexpected reply {other:?}")),
+        }
     }
 
-    /// Device buffer arena: (device address, size).
-    pub fn device_arena(&self) -> (u64, u64) {
-        let c = lock(&self.shared.ctx);
-        c.as_ref()
-            .map(|c| (c.dev_arena, self.shared.cfg.device_arena))
-            .unwrap_or((0, 0))
-    }
-
-    /// Copies `len` bytes from the shared arena at `src_off` into the device arena at
-    /// `dst_off` (or back with `to_device = false`), on the copy stream.
+    /// Copies `len` bytes between the shared arena at `shm_off` and the device arena at
+    /// `dev_off` (to the device with `to_device`).
     pub fn transfer(
         &self,
         to_device: bool,
@@ -443,599 +225,202 @@ impl CudaBackend {
         dev_off: u64,
         len: u64,
     ) -> Result<(), String> {
-        let c = lock(&self.shared.ctx);
-        let ctx = c.as_ref().ok_or("the GPU is being recovered; try again")?;
-        if dev_off.checked_add(len).is_none_or(|e| e > self.shared.cfg.device_arena) {
-            return Err(format!(
-                "device buffer [{dev_off}, +{len}) lies outside the {}-byte device arena",
-                self.shared.cfg.device_arena
-            ));
+        let mut l = lock(&self.shared.link);
+        let link = l
+            .as_mut()
+            .ok_or("the GPU worker is restarting; try again")?;
+        match link.request(&Cmd::Transfer {
+            to_device,
+            shm_off,
+            dev_off,
+            len,
+        })? {
+            Msg::Ack { error: None } => Ok(()),
+            Msg::Ack { error: Some(e) } => Err(e),
+            other => Err(format!("unexpected reply {other:?}")),
         }
-        let Some(p) = self.shared.region.arena_ptr(shm_off, len) else {
-            return Err(format!(
-                "shared buffer [{shm_off}, +{len}) lies outside the arena"
-            ));
-        };
-        // SAFETY: `p..p+len` is inside the mapped arena (checked); the client owns it
-        // and does not write it during the transfer (the request protocol).
-        let bytes = unsafe { std::slice::from_raw_parts_mut(p.as_ptr(), len as usize) };
-        let r = if to_device {
-            ctx.gpu.upload(ctx.copy, ctx.dev_arena + dev_off, bytes)
-        } else {
-            ctx.gpu.download(ctx.copy, bytes, ctx.dev_arena + dev_off)
-        };
-        r.map_err(|e| e.to_string())
     }
 
-    /// GPU facts for `status`.
+    /// GPU facts for `status` (the last known ones while the worker restarts).
     pub fn status(&self) -> CudaStatus {
         let s = &self.shared;
-        let c = lock(&s.ctx);
-        let mut programs: Vec<(u32, u32, Tier)> = c
-            .as_ref()
-            .map(|c| {
-                c.installed
-                    .iter()
-                    .map(|(id, (v, t, _))| {
-                        let tier = match *t {
-                            TIER_NATIVE => Tier::Native,
-                            TIER_INTERP => Tier::Interp,
-                            _ => Tier::Host,
-                        };
-                        (*id, *v, tier)
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
-        programs.sort();
-        CudaStatus {
-            device: s.device_name.clone(),
-            driver: Gpu::driver_version(),
-            generation: s.generation.load(Ordering::Relaxed),
-            grid: (c.as_ref().map(|c| c.grid).unwrap_or(0), THREADS),
-            programs,
-            swaps: s.swaps.load(Ordering::Relaxed),
-            last_swap_pause_ns: s.last_pause.load(Ordering::Relaxed),
-            recoveries: s.recoveries.load(Ordering::Relaxed),
-            fault_jobs: s.fault_jobs.load(Ordering::Relaxed),
+        let fresh = {
+            let mut l = lock(&s.link);
+            l.as_mut()
+                .and_then(|link| match link.request(&Cmd::Status) {
+                    Ok(Msg::Status(st)) => Some(st),
+                    _ => None,
+                })
+        };
+        let mut st = lock(&s.last_status);
+        if let Some(f) = fresh {
+            *st = f;
         }
+        st.recoveries = s.recoveries.load(Ordering::Relaxed);
+        st.fault_jobs = s.fault_jobs.load(Ordering::Relaxed);
+        let snap = crate::stats::Snapshot::of([&s.trace_latency]);
+        st.trace_records = snap.count();
+        st.trace_p50_ns = snap.quantile(0.5);
+        st.trace_p99_ns = snap.quantile(0.99);
+        st.clone()
     }
 
-    /// Stops the kernel once the queue is drained (or at once with `now`, cancelling
-    /// queued jobs on the host), then the threads.
-    pub fn stop(self, region: &ShmRegion, now: bool) {
+    /// Stops: waits until the queue is drained (or cancels it with `now`), stops the
+    /// kernel and the worker, and finishes whatever is left on the host.
+    pub fn stop(mut self, region: &ShmRegion, now: bool) {
         let s = &self.shared;
         if now {
             self.control.cancel.store(true, Ordering::Relaxed);
         } else {
             let t = Instant::now();
-            while !region.queue().is_empty() && t.elapsed() < Duration::from_secs(30) {
-                std::thread::sleep(Duration::from_micros(100));
-            }
-        }
-        {
-            let mut c = lock(&s.ctx);
-            if let Some(ctx) = c.as_mut() {
-                let _ = s.stop_kernel(ctx);
+            while !region.queue().is_empty() && t.elapsed() < Duration::from_secs(60) {
+                std::thread::sleep(Duration::from_micros(200));
             }
         }
         s.quit.store(true, Ordering::Release);
-        for h in self.threads {
+        if let Some(mut link) = lock(&s.link).take() {
+            let _ = link.request(&Cmd::Stop);
+            let _ = link.child.wait();
+        }
+        if let Some(h) = self.mailbox.take() {
             let _ = h.join();
         }
-        // Whatever is left (stop --now): the host runner cancels it.
+        s.drain_done(usize::MAX);
+        s.drain_fwd(usize::MAX);
         s.drain_on_host();
-        if let Some(ctx) = lock(&s.ctx).take() {
-            ctx.gpu.unregister(ctx.region_host);
-        }
         tracing::info!("CUDA backend stopped");
     }
 }
 
 impl Shared {
-    /// Allocates everything one context needs and registers the region.
-    fn new_context(&self, gpu: Gpu) -> Result<Context, DeviceError> {
-        let region = &self.region;
-        let h = region.header();
-        let region_host = region.base().as_ptr();
-        let region_dev = gpu.register(region_host, region.len())?;
-        let kstream = gpu.stream()?;
-        let copy = gpu.stream()?;
-        let (ctl_h, ctl_dev) = gpu.host_alloc(std::mem::size_of::<Ctl>())?;
-        let (done_h, done_dev) =
-            gpu.host_alloc(DONE_LOG as usize * std::mem::size_of::<DoneEntry>())?;
-        let (fwd_h, fwd_dev) = gpu.host_alloc(FWD_RING as usize * std::mem::size_of::<FwdEntry>())?;
-        let (trace_h, trace_dev) = gpu.host_alloc(64 + TRACE_RING as usize * 64)?;
-        // SAFETY: trace_h is a fresh 64 + 64·n byte pinned allocation; capacity at +8.
-        unsafe { (trace_h.add(8) as *mut u64).write_volatile(TRACE_RING as u64) };
-        let state = gpu.alloc(STATE_BYTES)?;
-        let prog_index = gpu.alloc(MAX_PROGS as usize * 4)?;
-        let progs = gpu.alloc(MAX_ENTRIES as usize * 64)?;
-        let jobs = gpu.alloc(JOB_RING as usize * DJOB_BYTES)?;
-        let code = gpu.alloc(CODE_ARENA as usize)?;
-        let dev_arena = gpu.alloc(self.cfg.device_arena as usize)?;
-        gpu.memset32(copy, state, 0, STATE_BYTES / 4)?;
-        gpu.memset32(copy, prog_index, 0, MAX_PROGS as usize)?;
-        gpu.memset32(copy, progs, 0, MAX_ENTRIES as usize * 16)?;
-        gpu.memset32(copy, jobs, 0, JOB_RING as usize * DJOB_BYTES / 4)?;
-        // Host CLOCK_MONOTONIC minus %globaltimer, sampled around a tiny kernel is overkill:
-        // the kernel adds this offset; %globaltimer is wall-clock ns on current drivers.
-        let wall = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos() as u64)
-            .unwrap_or(0);
-        let time_offset = monotonic_ns().wrapping_sub(wall);
-        let params = Params {
-            slots: region_dev + h.queue_off + std::mem::size_of::<shm_maps::layout::QueueHeader>() as u64,
-            queue_hdr: region_dev + h.queue_off,
-            completions: region_dev + h.completions_off,
-            arena: region_dev + h.arena_off,
-            arena_size: h.arena_size,
-            dev_arena,
-            dev_arena_size: self.cfg.device_arena,
-            ctl: ctl_dev,
-            state,
-            prog_index,
-            progs,
-            jobs,
-            done_log: done_dev,
-            fwd_ring: fwd_dev,
-            trace_buf: trace_dev,
-            time_offset,
-            max_insns: self.cfg.max_insns,
-            queue_mask: h.queue_capacity - 1,
-            max_progs: MAX_PROGS,
-            completions_total: h.max_clients * h.completions_per_client,
-            max_records: h.max_records,
-            job_mask: JOB_RING - 1,
-            done_mask: DONE_LOG - 1,
-            fwd_mask: FWD_RING - 1,
-            flags: self.cfg.allow_fault_injection as u32,
-            generation: 0,
-            lock_pid: std::process::id(),
-        };
-        Ok(Context {
-            gpu,
-            kstream,
-            copy,
-            region_host,
-            region_dev,
-            ctl: ctl_h as *mut Ctl,
-            done: done_h as *mut DoneEntry,
-            fwd: fwd_h as *mut FwdEntry,
-            trace: trace_h,
-            trace_dev,
-            state,
-            prog_index,
-            progs,
-            code,
-            code_alloc: Arena::new(CODE_ARENA, 256),
-            dev_arena,
-            lib: None,
-            params,
-            grid: 0,
-            next_entry: 0,
-            installed: HashMap::new(),
-            retired: Vec::new(),
-            native_slots: HashMap::new(),
-            generation: 0,
-        })
+    fn base(&self) -> *mut u8 {
+        let off = self.region.header().arena_off + self.mailbox_off;
+        // SAFETY: the mailbox block is an arena allocation of MAILBOX_BYTES.
+        unsafe { self.region.base().as_ptr().add(off as usize) }
     }
 
-    fn ctl<'a>(&self, ctx: &'a Context) -> &'a Ctl {
-        // SAFETY: `ctl` is this context's pinned allocation, alive as long as the context.
-        unsafe { &*ctx.ctl }
+    fn ctl(&self) -> &Ctl {
+        // SAFETY: the block starts with a Ctl, 64-byte aligned (arena alignment).
+        unsafe { &*(self.base() as *const Ctl) }
     }
 
-    /// The device address of the map header of `p.maps[i]` (host shm maps: the region is
-    /// registered, so the device address is the region's device base plus the offset).
-    fn bindings(&self, ctx: &Context, p: &Installed) -> Result<Vec<jit::MapBinding>, String> {
-        let h = self.region.header();
-        p.program
-            .maps
-            .iter()
-            .map(|def| {
-                let name = format!("{}:{}", p.name, def.name);
-                let e = self
-                    .region
-                    .find_map(&name)
-                    .ok_or_else(|| format!("map `{name}` is not in the map directory"))?;
-                let mut b =
-                    jit::MapBinding::for_def(def, ctx.region_dev + h.arena_off + e.data_off, e.threads);
-                b.threads = e.threads.max(1);
-                Ok(b)
-            })
-            .collect()
-    }
-
-    /// Writes an entry for the current version of `id` and publishes it.
-    fn publish_instant(&self, ctx: &mut Context, id: u32) -> Result<(), String> {
-        let Some(p) = self.table.get(id) else {
-            // Unloaded.
-            if id < MAX_PROGS {
-                ctx.gpu
-                    .upload(ctx.copy, ctx.prog_index + id as u64 * 4, &0u32.to_le_bytes())
-                    .map_err(|e| e.to_string())?;
-            }
-            if let Some((_, _, allocs)) = ctx.installed.remove(&id) {
-                ctx.retired.extend(allocs);
-            }
-            return Ok(());
-        };
-        if id >= MAX_PROGS {
-            return Err(format!("program id {id} is beyond the GPU table; jobs run on the host"));
+    fn done(&self, pos: u64) -> &DoneEntry {
+        // SAFETY: masked index into the done log inside the block.
+        unsafe {
+            &*(self
+                .base()
+                .add((DONE_OFF + (pos & (DONE_LOG as u64 - 1)) * 48) as usize)
+                as *const DoneEntry)
         }
-        let (entry, allocs) = match self.interp_entry(ctx, &p) {
-            Ok(x) => x,
+    }
+
+    fn fwd(&self, pos: u64) -> &FwdEntry {
+        // SAFETY: masked index into the forward ring inside the block.
+        unsafe {
+            &*(self
+                .base()
+                .add((FWD_OFF + (pos & (FWD_RING as u64 - 1)) * 128) as usize)
+                as *const FwdEntry)
+        }
+    }
+
+    /// Zeroes the mailbox block (no worker is running).
+    fn clear_mailbox(&self) {
+        // SAFETY: the block is ours and no GPU writes it while no worker runs.
+        unsafe {
+            std::ptr::write_bytes(self.base(), 0, MAILBOX_BYTES as usize);
+            (self.base().add(TRACE_OFF as usize + 8) as *mut u64).write_volatile(TRACE_RING as u64);
+        }
+        std::sync::atomic::fence(Ordering::SeqCst);
+    }
+
+    /// Starts a worker and waits for its first generation.
+    fn spawn(&self) -> Result<Link, String> {
+        let args = WorkerArgs {
+            region: self.region.name().to_string(),
+            mailbox_off: self.mailbox_off,
+            cfg: self.cfg.clone(),
+            service_pid: std::process::id(),
+        };
+        let t = Instant::now();
+        let mut child = Command::new(&self.exe)
+            .arg("gpu-worker")
+            .arg(serde_json::to_string(&args).map_err(|e| e.to_string())?)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .map_err(|e| format!("cannot start {} gpu-worker: {e}", self.exe.display()))?;
+        let stdin = child.stdin.take().ok_or("no stdin")?;
+        let stdout = BufReader::new(child.stdout.take().ok_or("no stdout")?);
+        let mut link = Link {
+            child,
+            stdin,
+            stdout,
+        };
+        match link.read() {
+            Ok(Msg::Ready {
+                region_dev,
+                value_sets,
+                status,
+            }) => {
+                self.region_dev.store(region_dev, Ordering::Release);
+                self.value_sets.store(value_sets, Ordering::Relaxed);
+                tracing::info!(
+                    device = %status.device,
+                    pid = link.child.id(),
+                    grid = ?status.grid,
+                    ms = t.elapsed().as_secs_f64() * 1e3,
+                    "GPU worker ready: persistent kernel running"
+                );
+                *lock(&self.last_status) = status;
+                Ok(link)
+            }
+            Ok(Msg::Failed { error }) => {
+                let _ = link.child.wait();
+                Err(error)
+            }
+            Ok(other) => Err(format!("unexpected first message {other:?}")),
             Err(e) => {
-                tracing::warn!(id, name = %p.name, "program stays on the host runner: {e}");
-                (
-                    ProgEntry {
-                        version: p.version,
-                        tier: TIER_HOST,
-                        prog_id: id,
-                        ..Default::default()
-                    },
-                    Vec::new(),
-                )
+                let _ = link.child.kill();
+                let _ = link.child.wait();
+                Err(e)
             }
-        };
-        self.write_entry(ctx, id, &entry).map_err(|e| e.to_string())?;
-        if let Some((_, _, old)) = ctx.installed.insert(id, (p.version, entry.tier, allocs)) {
-            ctx.retired.extend(old);
         }
-        Ok(())
     }
 
-    fn interp_entry(&self, ctx: &mut Context, p: &Installed) -> Result<(ProgEntry, Vec<u64>), String> {
-        let maps = self.bindings(ctx, p)?;
-        let code = bytecode::relocate(&p.program, &maps).map_err(|e| e.to_string())?;
-        let descs: Vec<bytecode::MapDesc> = maps.iter().map(bytecode::map_desc).collect();
-        let code_len = (code.len() * 8) as u64;
-        let maps_len = (descs.len() * 32).max(32) as u64;
-        let off = ctx
-            .code_alloc
-            .alloc(code_len + maps_len, Owner::Service)
-            .map_err(|e| format!("device code arena: {e}"))?;
-        let base = ctx.code + off;
-        let mut bytes = slice_bytes(&code).to_vec();
-        bytes.extend_from_slice(slice_bytes(&descs));
-        ctx.gpu
-            .upload(ctx.copy, base, &bytes)
-            .map_err(|e| e.to_string())?;
-        let stack = ebpf::verifier::verify(&p.program, &Default::default())
-            .map(|v| v.max_stack_depth.clamp(8, 512) as u32)
-            .unwrap_or(512);
-        Ok((
-            ProgEntry {
+    fn send_program(&self, id: u32) -> Result<(), String> {
+        let cmd = match self.table.get(id) {
+            Some(p) => Cmd::Program {
+                id,
                 version: p.version,
-                tier: TIER_INTERP,
-                native_slot: 0,
-                prog_id: p.id,
-                interp: bytecode::ProgDesc {
-                    insns: base,
-                    maps: base + code_len,
-                    n_insns: code.len() as u32,
-                    n_maps: descs.len() as u32,
-                    stack_size: stack,
-                    reserved: 0,
-                },
-                reserved: [0; 2],
+                name: p.name.clone(),
+                file: p.program.file.clone(),
+                selector: p.selector.clone(),
+                object_hex: hex(&p.object),
+                stack_depth: p.stack_depth,
             },
-            vec![off],
-        ))
-    }
-
-    /// Writes `e` into a fresh entry, then publishes its index for `id`.
-    fn write_entry(&self, ctx: &mut Context, id: u32, e: &ProgEntry) -> Result<(), DeviceError> {
-        let idx = ctx.next_entry;
-        ctx.next_entry = (ctx.next_entry + 1) % MAX_ENTRIES;
-        ctx.gpu
-            .upload(ctx.copy, ctx.progs + idx as u64 * 64, as_bytes(e))?;
-        // A 4-byte aligned word: the device sees the old or the new index, never a mix.
-        ctx.gpu.upload(
-            ctx.copy,
-            ctx.prog_index + id as u64 * 4,
-            &(idx + 1).to_le_bytes(),
-        )
-    }
-
-    /// Asks the kernel to drain and waits until it has exited.
-    fn stop_kernel(&self, ctx: &mut Context) -> Result<(), DeviceError> {
-        if ctx.lib.is_none() {
-            return Ok(());
-        }
-        self.ctl(ctx).stop.store(1, Ordering::Release);
-        loop {
-            match ctx.gpu.query(ctx.kstream) {
-                StreamState::Idle => break,
-                StreamState::Busy => std::hint::spin_loop(),
-                StreamState::Failed(e) => {
-                    return Err(DeviceError::Call {
-                        call: "cuStreamQuery",
-                        code: e,
-                        log: String::new(),
-                    });
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// Compiles every installed program, links a generation and swaps it in.
-    fn build_and_swap(&self, first: bool) -> Result<(), DeviceError> {
-        let mut times = SwapTimes::default();
-        // 1. JIT, off the lock: the programs as they are now.
-        let progs = self.table.list();
-        let t = Instant::now();
-        let (region_dev, trace_dev) = {
-            let c = lock(&self.ctx);
-            let Some(ctx) = c.as_ref() else { return Ok(()) };
-            (ctx.region_dev, ctx.trace_dev)
+            None => Cmd::Unload { id },
         };
-        let _ = region_dev;
-        let mut ptx = Vec::new();
-        let mut funcs = Vec::new();
-        let mut natives = Vec::new();
-        if self.cfg.native {
-            for p in &progs {
-                if p.id >= MAX_PROGS {
-                    continue;
-                }
-                let maps = {
-                    let c = lock(&self.ctx);
-                    let Some(ctx) = c.as_ref() else { return Ok(()) };
-                    match self.bindings(ctx, p) {
-                        Ok(m) => m,
-                        Err(e) => {
-                            tracing::warn!(id = p.id, "not compiled: {e}");
-                            continue;
-                        }
-                    }
-                };
-                let mut prog = p.program.clone();
-                prog.name = format!("p{}v{}", p.id, p.version);
-                let opts = jit::JitOptions {
-                    sm: self.sm,
-                    maps,
-                    trace_buf: trace_dev,
-                    lock_pid: std::process::id(),
-                    entry: false,
-                    unaligned: true,
-                    stack_size: ebpf::verifier::verify(&p.program, &Default::default())
-                        .ok()
-                        .map(|v| v.max_stack_depth.clamp(8, 512) as u32),
-                    ..Default::default()
-                };
-                match jit::compile(&prog, &opts) {
-                    Ok(m) => {
-                        funcs.push(m.prog_func().to_string());
-                        natives.push((p.id, p.version, natives.len() as u32));
-                        ptx.push((format!("{}.ptx", prog.name), m.text()));
-                    }
-                    Err(e) => tracing::warn!(id = p.id, "JIT failed, stays on the interpreter: {e}"),
-                }
-            }
-        }
-        times.jit_ns = t.elapsed().as_nanos() as u64;
-        let dispatch = source::dispatch_ptx(&funcs, (8, 0), self.sm);
-        let mut inputs: Vec<(&str, &str)> = vec![
-            ("bpftime_runtime.ptx", self.runtime_ptx.as_str()),
-            ("bpftime_dispatch.ptx", dispatch.as_str()),
-        ];
-        for (n, t) in &ptx {
-            inputs.push((n.as_str(), t.as_str()));
-        }
-        // 2. Link and load, still with the old generation serving.
-        let t = Instant::now();
-        let (cubin, lib) = {
-            let c = lock(&self.ctx);
-            let Some(ctx) = c.as_ref() else { return Ok(()) };
-            let cubin = ctx.gpu.link(&inputs)?;
-            times.link_ns = t.elapsed().as_nanos() as u64;
-            let t = Instant::now();
-            let lib = ctx.gpu.load_library(&cubin)?;
-            times.load_ns = t.elapsed().as_nanos() as u64;
-            (cubin, lib)
-        };
-        drop(cubin);
-        // 3. Swap.
-        let mut c = lock(&self.ctx);
-        let Some(ctx) = c.as_mut() else { return Ok(()) };
-        let t0 = Instant::now();
-        self.stop_kernel(ctx)?;
-        times.drain_ns = t0.elapsed().as_nanos() as u64;
-        let t1 = Instant::now();
-        if let Some(old) = ctx.lib.take() {
-            ctx.gpu.unload(old);
-        }
-        for off in ctx.retired.drain(..) {
-            let _ = ctx.code_alloc.free(off, Owner::Service);
-        }
-        // Native entries for programs whose version is still the one compiled.
-        ctx.native_slots.clear();
-        for (id, version, slot) in &natives {
-            let Some((v, _, _)) = ctx.installed.get(id).cloned() else { continue };
-            if v != *version {
-                continue;
-            }
-            let Some(p) = self.table.get(*id) else { continue };
-            let mut entry = match self.interp_entry(ctx, &p) {
-                Ok((e, allocs)) => {
-                    if let Some(x) = ctx.installed.get_mut(id) {
-                        ctx.retired.extend(std::mem::replace(&mut x.2, allocs));
-                    }
-                    e
-                }
-                Err(_) => ProgEntry {
-                    version: *version,
-                    prog_id: *id,
-                    ..Default::default()
-                },
-            };
-            entry.tier = TIER_NATIVE;
-            entry.native_slot = *slot;
-            self.write_entry(ctx, *id, &entry)?;
-            if let Some(x) = ctx.installed.get_mut(id) {
-                x.1 = TIER_NATIVE;
-            }
-            ctx.native_slots.insert(*id, (*version, *slot));
-        }
-        if first {
-            let threads = THREADS;
-            let per_sm = ctx.gpu.occupancy(&lib, threads)?.clamp(1, 2);
-            ctx.grid = ctx.gpu.sm_count()? * per_sm;
-        }
-        // Drain flag and counters of the pinned control block for the new kernel.
-        ctx.gpu.memset32(ctx.copy, ctx.state + 24, 0, 1)?;
-        let ctl = self.ctl(ctx);
-        ctl.stop.store(0, Ordering::Release);
-        ctl.running.store(0, Ordering::Relaxed);
-        ctx.generation += 1;
-        ctx.params.generation = ctx.generation;
-        ctx.gpu
-            .launch_persistent(&lib, ctx.kstream, ctx.grid, THREADS, &ctx.params)?;
-        ctx.lib = Some(lib);
-        times.relaunch_ns = t1.elapsed().as_nanos() as u64;
-        let pause = t0.elapsed().as_nanos() as u64;
-        self.generation.store(ctx.generation, Ordering::Relaxed);
-        if !first {
-            self.swaps.fetch_add(1, Ordering::Relaxed);
-        }
-        self.last_pause.store(pause, Ordering::Relaxed);
-        *lock(&self.last_times) = times;
-        tracing::info!(
-            generation = ctx.generation,
-            native = natives.len(),
-            pause_us = pause as f64 / 1e3,
-            link_ms = times.link_ns as f64 / 1e6,
-            "generation launched"
-        );
-        Ok(())
-    }
-
-    /// Rebuilds when programs changed (after the debounce), and watches for faults.
-    fn builder_loop(&self) {
-        while !self.quit.load(Ordering::Acquire) {
-            std::thread::sleep(Duration::from_micros(500));
-            if let Some(e) = self.check_fault() {
-                self.recover(&e);
-                continue;
-            }
-            if self.cfg.native && self.dirty.load(Ordering::Acquire) {
-                let since = monotonic_ns().saturating_sub(self.changed_at.load(Ordering::Relaxed));
-                if since < self.cfg.debounce.as_nanos() as u64 {
-                    continue;
-                }
-                self.dirty.store(false, Ordering::Release);
-                if let Err(e) = self.build_and_swap(false) {
-                    tracing::error!("generation build failed: {e}");
-                    if let Some(e) = self.check_fault() {
-                        self.recover(&e);
-                    }
-                }
-            }
+        let mut l = lock(&self.link);
+        let link = l
+            .as_mut()
+            .ok_or("the GPU worker is restarting; it will load the program when it is back")?;
+        match link.request(&cmd)? {
+            Msg::Ack { error: None } => Ok(()),
+            Msg::Ack { error: Some(e) } => Err(e),
+            other => Err(format!("unexpected reply {other:?}")),
         }
     }
 
-    fn check_fault(&self) -> Option<String> {
-        let c = lock(&self.ctx);
-        let ctx = c.as_ref()?;
-        ctx.lib.as_ref()?;
-        match ctx.gpu.query(ctx.kstream) {
-            StreamState::Failed(e) => Some(e),
-            StreamState::Idle if !self.quit.load(Ordering::Acquire) => {
-                // The kernel exited without being asked: treat as a fault.
-                (self.ctl(ctx).stop.load(Ordering::Acquire) == 0)
-                    .then(|| "the persistent kernel exited unexpectedly".to_string())
-            }
-            _ => None,
-        }
-    }
-
-    /// Finishes what the dead context had taken, resets it, rebuilds, relaunches.
-    fn recover(&self, why: &str) {
-        tracing::error!("GPU fault: {why}; recovering");
-        let _mb = lock(&self.mailbox);
-        let mut c = lock(&self.ctx);
-        let Some(ctx) = c.take() else { return };
-        // Published done-log and forward entries first: they are finished or host work.
-        self.drain_done(&ctx, usize::MAX);
-        drop(_mb);
-        self.drain_fwd(&ctx, usize::MAX);
-        let _mb = lock(&self.mailbox);
-        // Every job the GPU marked RUNNING but did not finish.
+    /// Processes up to `max` done-log entries.
+    fn drain_done(&self, max: usize) -> usize {
+        let ctl = self.ctl();
         let h = self.region.header();
-        let total = h.max_clients * h.completions_per_client;
-        let msg = self.region.post_message(&format!(
-            "the GPU failed while running this job ({why}); the service recreated the CUDA \
-             context and carried on"
-        ));
-        let mut n = 0;
-        for i in 0..total {
-            let Some(comp) = self.region.completion(i) else { continue };
-            if comp.state.load(Ordering::Acquire) != completion_state::RUNNING {
-                continue;
-            }
-            let client = i / h.completions_per_client;
-            let now = monotonic_ns();
-            self.region.finish_completion(
-                i,
-                &CompletionData {
-                    status: status::DEVICE_FAULT,
-                    message: msg,
-                    started_ns: now,
-                    finished_ns: now,
-                    ..Default::default()
-                },
-            );
-            if let Some(cl) = self.region.client(client) {
-                cl.in_flight.fetch_sub(1, Ordering::AcqRel);
-            }
-            self.stats.jobs_done.fetch_add(1, Ordering::Relaxed);
-            self.stats.jobs_failed.fetch_add(1, Ordering::Relaxed);
-            h.jobs_done.fetch_add(1, Ordering::Relaxed);
-            h.jobs_failed.fetch_add(1, Ordering::Relaxed);
-            n += 1;
-        }
-        self.fault_jobs.fetch_add(n, Ordering::Relaxed);
-        // The queue head as the GPU last stored it stays in shared memory.
-        let gpu = ctx.gpu;
-        let ordinal = gpu.ordinal();
-        if let Err(e) = gpu.reset() {
-            tracing::error!("context reset failed: {e}");
-        }
-        let fresh = Gpu::open(ordinal).and_then(|g| self.new_context(g));
-        match fresh {
-            Ok(mut ctx) => {
-                for p in self.table.list() {
-                    if let Err(e) = self.publish_instant(&mut ctx, p.id) {
-                        tracing::error!(id = p.id, "cannot republish: {e}");
-                    }
-                }
-                *c = Some(ctx);
-                drop(c);
-                drop(_mb);
-                self.recoveries.fetch_add(1, Ordering::Relaxed);
-                if let Err(e) = self.build_and_swap(true) {
-                    tracing::error!("relaunch after the fault failed: {e}");
-                } else {
-                    tracing::warn!(failed_jobs = n, "recovered from the GPU fault");
-                }
-            }
-            Err(e) => tracing::error!("cannot recreate the CUDA context: {e}; jobs wait in the queue"),
-        }
-    }
-
-    /// Processes up to `max` done-log entries. Returns how many.
-    fn drain_done(&self, ctx: &Context, max: usize) -> usize {
-        let ctl = self.ctl(ctx);
         let mut pos = ctl.done_consumed.load(Ordering::Relaxed);
         let mut n = 0;
-        let h = self.region.header();
         while n < max {
-            // SAFETY: index masked into the DONE_LOG-entry pinned allocation.
-            let e = unsafe { &*ctx.done.add((pos & (DONE_LOG as u64 - 1)) as usize) };
+            let e = self.done(pos);
             if e.seq.load(Ordering::Acquire) != pos + 1 {
                 break;
             }
@@ -1046,17 +431,18 @@ impl Shared {
                         "record {}: the program failed on the GPU at insn {}: {}",
                         e.err_record,
                         e.err_pc,
-                        bytecode::code::describe(e.err_code as i32)
+                        super::bytecode::code::describe(e.err_code as i32)
                     )
                 } else {
-                    format!("job failed on the GPU with status {}", e.status)
+                    format!("the job failed on the GPU with status {}", e.status)
                 };
                 let msg = self.region.post_message(&text);
                 if let Some(c) = self.region.completion(comp) {
-                    // SAFETY: the GPU wrote every other field before publishing the log
-                    // entry; DONE is not yet set, so the client does not read the slot.
+                    // SAFETY: the GPU wrote every other field before it published the log
+                    // entry, and DONE is not set yet, so the client does not read the slot.
                     unsafe {
-                        let p = c as *const shm_maps::layout::Completion as *mut shm_maps::layout::Completion;
+                        let p = c as *const shm_maps::layout::Completion
+                            as *mut shm_maps::layout::Completion;
                         std::ptr::addr_of_mut!((*p).message).write(msg);
                     }
                     c.state.store(completion_state::DONE, Ordering::Release);
@@ -1088,20 +474,20 @@ impl Shared {
     }
 
     /// Runs forwarded jobs on the host runner.
-    fn drain_fwd(&self, ctx: &Context, max: usize) -> usize {
-        let ctl = self.ctl(ctx);
+    fn drain_fwd(&self, max: usize) -> usize {
+        let ctl = self.ctl();
         let mut pos = ctl.fwd_consumed.load(Ordering::Relaxed);
         let mut n = 0;
-        let mut runner = self.runner();
+        let mut runner = None;
         while n < max {
-            // SAFETY: index masked into the FWD_RING-entry pinned allocation.
-            let e = unsafe { &*ctx.fwd.add((pos & (FWD_RING as u64 - 1)) as usize) };
+            let e = self.fwd(pos);
             if e.seq.load(Ordering::Acquire) != pos + 1 {
                 break;
             }
             let d = e.desc;
             pos += 1;
             ctl.fwd_consumed.store(pos, Ordering::Release);
+            let runner = runner.get_or_insert_with(|| self.runner());
             let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| runner.run(&d)));
             if r.is_err() {
                 tracing::error!("forwarded job panicked: {}", self.region.describe(&d));
@@ -1113,9 +499,9 @@ impl Shared {
 
     fn runner(&self) -> JobRunner<'_> {
         let mut env = Env::new(0).with_max_insns(self.cfg.max_insns);
-        env.sink = TraceSink::Callback(Box::new(|line| {
-            tracing::info!(target: "bpftime::trace", worker = "host", "{line}")
-        }));
+        env.sink = TraceSink::Callback(Box::new(
+            |line| tracing::info!(target: "bpftime::trace", worker = "host", "{line}"),
+        ));
         JobRunner {
             region: &self.region,
             table: &self.table,
@@ -1125,35 +511,42 @@ impl Shared {
         }
     }
 
-    /// Prints new trace records.
-    fn drain_trace(&self, ctx: &Context, next: &mut u64) {
-        // SAFETY: header word 0 of the pinned trace ring is the GPU's record counter.
-        let head = unsafe { (*(ctx.trace as *const AtomicU64)).load(Ordering::Acquire) };
+    /// Logs new trace records (the GPU's `trace_printk`/`puts`).
+    fn drain_trace(&self, region_dev: u64, next: &mut u64) {
+        let ring = self.base().wrapping_add(TRACE_OFF as usize);
+        // SAFETY: word 0 of the trace ring header is the GPU's record counter.
+        let head = unsafe { (*(ring as *const AtomicU64)).load(Ordering::Acquire) };
         if head.saturating_sub(*next) > TRACE_RING as u64 {
-            tracing::warn!(lost = head - *next - TRACE_RING as u64, "trace ring overran");
+            tracing::warn!(
+                lost = head - *next - TRACE_RING as u64,
+                "trace ring overran"
+            );
             *next = head - TRACE_RING as u64;
         }
         while *next < head {
             let k = *next;
-            // SAFETY: record k mod capacity of the ring, 64 bytes at 64 + 64·i.
-            let rec = unsafe { ctx.trace.add(64 + 64 * (k % TRACE_RING as u64) as usize) };
-            // SAFETY: as above; seq is the first word, published last with release.
+            // SAFETY: record k mod capacity, 64 bytes at 64 + 64·i of the ring.
+            let rec = unsafe { ring.add(64 + 64 * (k % TRACE_RING as u64) as usize) };
+            // SAFETY: as above; seq is the first word, stored last with release.
             let seq = unsafe { (*(rec as *const AtomicU64)).load(Ordering::Acquire) };
             if seq != k + 1 {
-                break; // still being written
+                break;
             }
             // SAFETY: a published record of 8 words.
             let w: [u64; 8] = unsafe { std::ptr::read_volatile(rec as *const [u64; 8]) };
+            // %globaltimer is wall-clock ns: the mailbox's one-way latency.
+            let wall = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos() as u64)
+                .unwrap_or(0);
+            self.trace_latency.record(wall.saturating_sub(w[7]));
             let helper = w[1] as u32;
             let fmt_len = (w[1] >> 32) as usize;
+            let h = self.region.header();
             let read = |addr: u64, max: usize| -> Option<Vec<u8>> {
-                let off = addr.checked_sub(ctx.region_dev)?;
-                let base = self.region.header().arena_off;
-                let a = off.checked_sub(base)?;
-                let mut v = self.region.read_arena(a, max as u64).or_else(|| {
-                    let rest = self.region.header().arena_size.saturating_sub(a);
-                    self.region.read_arena(a, rest.min(max as u64))
-                })?;
+                let a = addr.checked_sub(region_dev)?.checked_sub(h.arena_off)?;
+                let len = (max as u64).min(h.arena_size.saturating_sub(a));
+                let mut v = self.region.read_arena(a, len)?;
                 if let Some(z) = v.iter().position(|b| *b == 0) {
                     v.truncate(z);
                 }
@@ -1173,42 +566,37 @@ impl Shared {
                 target: "bpftime::trace",
                 thread = w[6],
                 "{}",
-                line.unwrap_or_else(|| format!("<unreadable trace record from helper {helper}>"))
+                line.unwrap_or_else(|| format!("<trace record of helper {helper}: format not readable>"))
             );
             *next += 1;
         }
     }
 
     /// The host mailbox thread: busy-polls the done log, the forward ring and the trace
-    /// ring; after a while with nothing to do it polls every 50 µs instead.
+    /// ring (then every 50 µs after a quiet spell), and restarts a worker that died.
     fn mailbox_loop(&self) {
         let mut idle = 0u32;
         let mut trace_next = 0u64;
-        let mut seen_gen = 0;
+        let mut since_check = 0u32;
         while !self.quit.load(Ordering::Acquire) {
-            let mut work = 0;
-            {
-                let _mb = lock(&self.mailbox);
-                let c = lock(&self.ctx);
-                if let Some(ctx) = c.as_ref() {
-                    if ctx.generation != seen_gen && ctx.generation == 1 {
-                        trace_next = 0;
-                    }
-                    seen_gen = ctx.generation;
-                    // SAFETY of the raw reads: the pinned rings live as long as `ctx`,
-                    // which the held lock keeps alive.
-                    work += self.drain_done(ctx, 4096);
-                    self.drain_trace(ctx, &mut trace_next);
-                    let fwd_pending = {
-                        let ctl = self.ctl(ctx);
-                        let pos = ctl.fwd_consumed.load(Ordering::Relaxed);
-                        // SAFETY: masked index into the forward ring.
-                        let e = unsafe { &*ctx.fwd.add((pos & (FWD_RING as u64 - 1)) as usize) };
-                        e.seq.load(Ordering::Acquire) == pos + 1
-                    };
-                    if fwd_pending {
-                        work += self.drain_fwd(ctx, 64);
-                    }
+            let mut work = self.drain_done(4096);
+            let pos = self.ctl().fwd_consumed.load(Ordering::Relaxed);
+            if self.fwd(pos).seq.load(Ordering::Acquire) == pos + 1 {
+                work += self.drain_fwd(64);
+            }
+            // Never wait for the link here: a request may be waiting on the worker, and
+            // the worker's GPU may be waiting on this thread (a full done log).
+            let region_dev = self.region_dev.load(Ordering::Acquire);
+            if region_dev != 0 {
+                self.drain_trace(region_dev, &mut trace_next);
+            }
+            since_check += 1;
+            if since_check >= 2_000 || idle > 20_000 {
+                since_check = 0;
+                if let Some(why) = self.worker_died() {
+                    self.recover(&why);
+                    trace_next = 0;
+                    continue;
                 }
             }
             if work > 0 {
@@ -1222,12 +610,87 @@ impl Shared {
                 }
             }
         }
-        // Final pass.
-        let c = lock(&self.ctx);
-        if let Some(ctx) = c.as_ref() {
-            self.drain_done(ctx, usize::MAX);
-            self.drain_fwd(ctx, usize::MAX);
+    }
+
+    fn worker_died(&self) -> Option<String> {
+        let mut l = match self.link.try_lock() {
+            Ok(l) => l,
+            Err(_) => return None, // a request is in flight; check next time
+        };
+        let link = l.as_mut()?;
+        match link.child.try_wait() {
+            Ok(Some(st)) => {
+                l.take();
+                Some(format!("the GPU worker exited ({st})"))
+            }
+            _ => None,
         }
+    }
+
+    /// After the worker died: finish what it had taken, restart it, resend programs.
+    fn recover(&self, why: &str) {
+        tracing::error!("{why}: recovering");
+        // What the GPU finished and published stays valid in shared memory.
+        self.drain_done(usize::MAX);
+        self.drain_fwd(usize::MAX);
+        let h = self.region.header();
+        let total = h.max_clients * h.completions_per_client;
+        let msg = self.region.post_message(&format!(
+            "the GPU failed while running this job ({why}); the service restarted the GPU \
+             worker and carried on with the queue"
+        ));
+        let mut n = 0;
+        for i in 0..total {
+            let Some(comp) = self.region.completion(i) else {
+                continue;
+            };
+            if comp.state.load(Ordering::Acquire) != completion_state::RUNNING {
+                continue;
+            }
+            let now = monotonic_ns();
+            self.region.finish_completion(
+                i,
+                &CompletionData {
+                    status: status::DEVICE_FAULT,
+                    message: msg,
+                    started_ns: now,
+                    finished_ns: now,
+                    ..Default::default()
+                },
+            );
+            if let Some(cl) = self.region.client(i / h.completions_per_client) {
+                cl.in_flight.fetch_sub(1, Ordering::AcqRel);
+            }
+            self.stats.jobs_done.fetch_add(1, Ordering::Relaxed);
+            self.stats.jobs_failed.fetch_add(1, Ordering::Relaxed);
+            h.jobs_done.fetch_add(1, Ordering::Relaxed);
+            h.jobs_failed.fetch_add(1, Ordering::Relaxed);
+            n += 1;
+        }
+        self.fault_jobs.fetch_add(n, Ordering::Relaxed);
+        self.region_dev.store(0, Ordering::Release);
+        self.clear_mailbox();
+        let mut delay = Duration::from_millis(10);
+        while !self.quit.load(Ordering::Acquire) {
+            match self.spawn() {
+                Ok(link) => {
+                    *lock(&self.link) = Some(link);
+                    break;
+                }
+                Err(e) => {
+                    tracing::error!("cannot restart the GPU worker: {e}; retrying in {delay:?}");
+                    std::thread::sleep(delay);
+                    delay = (delay * 2).min(Duration::from_secs(5));
+                }
+            }
+        }
+        for p in self.table.list() {
+            if let Err(e) = self.send_program(p.id) {
+                tracing::error!(id = p.id, "cannot send the program to the new worker: {e}");
+            }
+        }
+        self.recoveries.fetch_add(1, Ordering::Relaxed);
+        tracing::warn!(failed_jobs = n, "recovered from the GPU fault");
     }
 
     /// After the kernel stopped: jobs still queued run (or are cancelled) on the host.

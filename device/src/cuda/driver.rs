@@ -130,7 +130,6 @@ pub fn ptx_to_cubin(ptx: &str, ordinal: i32) -> Result<Vec<u8>, DeviceError> {
     }
 }
 
-
 /// Device memory, host memory mapping and execution control for the persistent runtime.
 ///
 /// Every method is a thin checked wrapper of one driver call; the context of the owning
@@ -219,15 +218,21 @@ impl Gpu {
         self.cur()?;
         let mut v = 0;
         // SAFETY: context current, valid out-pointer.
-        unsafe { check("cuDeviceGetAttribute", sys::cuDeviceGetAttribute(&mut v, a, self.dev))? };
+        unsafe {
+            check(
+                "cuDeviceGetAttribute",
+                sys::cuDeviceGetAttribute(&mut v, a, self.dev),
+            )?
+        };
         Ok(v)
     }
 
     /// Streaming multiprocessors.
     pub fn sm_count(&self) -> Result<u32, DeviceError> {
-        Ok(self
-            .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?
-            as u32)
+        Ok(
+            self.attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?
+                as u32,
+        )
     }
 
     /// The device name.
@@ -250,7 +255,8 @@ impl Gpu {
     pub fn driver_version() -> String {
         let mut v = 0;
         // SAFETY: out-pointer is a valid local; only called with the driver present.
-        if !driver_present() || unsafe { sys::cuDriverGetVersion(&mut v) } != sys::CUresult::CUDA_SUCCESS
+        if !driver_present()
+            || unsafe { sys::cuDriverGetVersion(&mut v) } != sys::CUresult::CUDA_SUCCESS
         {
             return "none".into();
         }
@@ -376,7 +382,10 @@ impl Gpu {
         self.cur()?;
         // SAFETY: both ranges are device memory of this context (checked by the caller).
         unsafe {
-            check("cuMemcpyDtoDAsync", sys::cuMemcpyDtoDAsync_v2(dst, src, len, s.0))?;
+            check(
+                "cuMemcpyDtoDAsync",
+                sys::cuMemcpyDtoDAsync_v2(dst, src, len, s.0),
+            )?;
             check("cuStreamSynchronize", sys::cuStreamSynchronize(s.0))
         }
     }
@@ -386,7 +395,10 @@ impl Gpu {
         self.cur()?;
         // SAFETY: device memory of this context (the caller's allocation).
         unsafe {
-            check("cuMemsetD32Async", sys::cuMemsetD32Async(dst, v, words, s.0))?;
+            check(
+                "cuMemsetD32Async",
+                sys::cuMemsetD32Async(dst, v, words, s.0),
+            )?;
             check("cuStreamSynchronize", sys::cuStreamSynchronize(s.0))
         }
     }
@@ -497,7 +509,13 @@ impl Gpu {
     }
 
     /// Launches the empty kernel `<<<1, 1>>>` writing `v` to `out` (benchmark baseline).
-    pub fn launch_empty(&self, l: &Library, s: Stream, out: u64, v: u64) -> Result<(), DeviceError> {
+    pub fn launch_empty(
+        &self,
+        l: &Library,
+        s: Stream,
+        out: u64,
+        v: u64,
+    ) -> Result<(), DeviceError> {
         let f = self.function(l.empty)?;
         let (mut a, mut b) = (out, v);
         let mut args = [
@@ -527,7 +545,13 @@ impl Gpu {
 
     /// Captures one empty-kernel launch into a graph and returns a closure-free handle
     /// for [`Gpu::graph_launch`].
-    pub fn empty_graph(&self, l: &Library, s: Stream, out: u64, v: u64) -> Result<GraphExec, DeviceError> {
+    pub fn empty_graph(
+        &self,
+        l: &Library,
+        s: Stream,
+        out: u64,
+        v: u64,
+    ) -> Result<GraphExec, DeviceError> {
         self.cur()?;
         let mut g: sys::CUgraph = std::ptr::null_mut();
         let mut e: sys::CUgraphExec = std::ptr::null_mut();
@@ -626,10 +650,18 @@ fn link_ptx(inputs: &[(&str, &str)]) -> Result<Vec<u8>, DeviceError> {
             "cuLinkCreate",
             sys::cuLinkCreate_v2(2, opts.as_mut_ptr(), vals.as_mut_ptr(), &mut state),
         )?;
+        // Sources and names stay alive until the link state is destroyed.
+        let mut srcs: Vec<Vec<u8>> = Vec::with_capacity(inputs.len());
+        let mut names: Vec<std::ffi::CString> = Vec::with_capacity(inputs.len());
         for (name, ptx) in inputs {
             let mut src = ptx.as_bytes().to_vec();
             src.push(0);
-            let cname = std::ffi::CString::new(*name).unwrap_or_default();
+            srcs.push(src);
+            names.push(std::ffi::CString::new(*name).unwrap_or_default());
+            let (src, cname) = (
+                srcs.last_mut().expect("pushed"),
+                names.last().expect("pushed"),
+            );
             let r = sys::cuLinkAddData_v2(
                 state,
                 sys::CUjitInputType::CU_JIT_INPUT_PTX,

@@ -9,15 +9,23 @@
 //! | [`driver`]   | checked wrappers of the driver calls ([`Gpu`]): memory, streams, link, libraries, launch |
 //! | [`source`]   | the runtime's CUDA source, the generated layout header, NVRTC, the per-generation dispatch |
 //! | [`bytecode`] | relocation of programs for the device interpreter (instant tier)      |
-//! | [`backend`]  | the persistent kernel backend: generations, hot swap, mailboxes, fault recovery |
+//! | [`backend`]  | the service side: supervises the GPU worker process, host mailboxes, fault recovery |
+//! | [`worker`]   | the GPU worker process: context, persistent kernel, generations and hot swap |
+//! | [`wire`]     | what the two share: the mailbox block in the region, the command pipe |
 
 pub mod backend;
+pub mod baseline;
 pub mod bytecode;
 mod driver;
 pub mod source;
+pub mod wire;
+pub mod worker;
 
-pub use backend::{CudaBackend, CudaConfig, CudaStatus, SwapTimes, Tier};
-pub use driver::{Gpu, GraphExec, Library, Stream, StreamState, device_sm, driver_present, ptx_to_cubin};
+pub use backend::CudaBackend;
+pub use driver::{
+    Gpu, GraphExec, Library, Stream, StreamState, device_sm, driver_present, ptx_to_cubin,
+};
+pub use wire::{CudaConfig, CudaStatus, MAILBOX_BYTES, SwapTimes, Tier};
 
 /// CUDA failures.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

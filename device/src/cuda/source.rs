@@ -186,9 +186,19 @@ mod tests {
             assert_eq!(want, Some(off), "JobDesc.{f}");
             off += size * n;
         }
-        assert_eq!(off.div_ceil(8) * 8, std::mem::size_of::<shm_maps::JobDesc>());
-        let listed = shm_maps::layout::FIELDS.iter().filter(|r| r.0 == "JobDesc").count();
-        assert_eq!(listed, JOB_DESC_C.len(), "every JobDesc field is in the C view");
+        assert_eq!(
+            off.div_ceil(8) * 8,
+            std::mem::size_of::<shm_maps::JobDesc>()
+        );
+        let listed = shm_maps::layout::FIELDS
+            .iter()
+            .filter(|r| r.0 == "JobDesc")
+            .count();
+        assert_eq!(
+            listed,
+            JOB_DESC_C.len(),
+            "every JobDesc field is in the C view"
+        );
     }
 
     #[test]
@@ -199,7 +209,10 @@ mod tests {
             if (word.starts_with("BPFT_OFF_") || word.starts_with("BPFT_SIZE_"))
                 && !word.ends_with('_')
             {
-                assert!(h.contains(&format!("#define {word} ")), "{word} is not generated");
+                assert!(
+                    h.contains(&format!("#define {word} ")),
+                    "{word} is not generated"
+                );
             }
         }
     }

@@ -77,6 +77,12 @@ pub enum Command {
     Status(service::CommonArgs),
     /// Stop a running service (draining its queue unless --now).
     Stop(service::StopArgs),
+    /// Internal: the GPU worker process a CUDA-backend service starts.
+    #[command(hide = true)]
+    GpuWorker {
+        /// Arguments as JSON (`device::cuda::wire::WorkerArgs`).
+        args: String,
+    },
 }
 
 /// Runs a parsed command line.
@@ -96,6 +102,10 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Map(a) => service::map(a),
         Command::Status(a) => service::status(a),
         Command::Stop(a) => service::stop(a),
+        Command::GpuWorker { args } => {
+            let code = device::cuda::worker::main(&args);
+            Ok(ExitCode::from(code.clamp(0, 255) as u8))
+        }
     }
 }
 

@@ -222,13 +222,16 @@ fn handle(svc: &Arc<Service>, req: Request) -> (Reply, After) {
             Ok(owner) => {
                 let st = svc.state.lock().unwrap_or_else(|p| p.into_inner());
                 let mine = |a: &shm_maps::arena::Arena, off: u64| {
-                    a.owner_of(off, len)
-                        .is_some_and(|(o, _, _)| o == owner)
+                    a.owner_of(off, len).is_some_and(|(o, _, _)| o == owner)
                 };
                 if !mine(&st.arena, shm_off) {
-                    err(format!("shared buffer [{shm_off}, +{len}) is not one of this client's buffers"))
+                    err(format!(
+                        "shared buffer [{shm_off}, +{len}) is not one of this client's buffers"
+                    ))
                 } else if !mine(&st.device_arena, dev_off) {
-                    err(format!("device buffer [{dev_off}, +{len}) is not one of this client's device buffers"))
+                    err(format!(
+                        "device buffer [{dev_off}, +{len}) is not one of this client's device buffers"
+                    ))
                 } else {
                     drop(st);
                     match svc.with_cuda(|b| b.transfer(to_device, shm_off, dev_off, len)) {
@@ -376,9 +379,10 @@ fn load(
         Ok(p) => p,
         Err(e) => return err(e.to_string()),
     };
-    if let Err(e) = verify(&program, &VerifyOptions::default()) {
-        return err(format!("verifier rejected the program: {e}"));
-    }
+    let stack_depth = match verify(&program, &VerifyOptions::default()) {
+        Ok(v) => v.max_stack_depth as u32,
+        Err(e) => return err(format!("verifier rejected the program: {e}")),
+    };
     // One lock for the whole install, so two loads cannot race for a name.
     let mut st = svc.state.lock().unwrap_or_else(|p| p.into_inner());
     let old = match replacing {
@@ -427,6 +431,9 @@ fn load(
         program,
         vm,
         maps,
+        object: Arc::new(bytes),
+        selector: prog.map(str::to_string),
+        stack_depth,
     };
     let reply = info(&installed);
     svc.table.install(installed);

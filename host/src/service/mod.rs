@@ -145,9 +145,19 @@ impl Service {
                 kind == device::BackendKind::Cuda
             }
         };
+        let mut arena = Arena::new(region.header().arena_size, ARENA_ALIGN);
         let mut cuda = None;
         if want_cuda {
-            match CudaBackend::start(region.clone(), table.clone(), cfg.cuda.clone()) {
+            let mailbox = arena
+                .alloc(device::cuda::MAILBOX_BYTES, Owner::Service)
+                .map_err(|e| {
+                    ServiceError::Cuda(device::cuda::DeviceError::Call {
+                        call: "arena",
+                        code: format!("no room for the GPU mailboxes: {e}"),
+                        log: String::new(),
+                    })
+                })?;
+            match CudaBackend::start(region.clone(), table.clone(), cfg.cuda.clone(), mailbox) {
                 Ok(b) => cuda = Some(b),
                 Err(e) if cfg.backend == BackendChoice::Auto => {
                     tracing::warn!("the CUDA backend did not start ({e}): using the CPU backend");
@@ -162,13 +172,13 @@ impl Service {
                 (Backend::Cuda(b), stats, sets, "cuda")
             }
             None => {
-                let b = CpuBackend::start(region.clone(), table.clone(), cfg.workers, cfg.max_insns)
-                    .map_err(io("cannot start worker threads"))?;
+                let b =
+                    CpuBackend::start(region.clone(), table.clone(), cfg.workers, cfg.max_insns)
+                        .map_err(io("cannot start worker threads"))?;
                 let stats = b.stats.clone();
                 (Backend::Cpu(b), stats, cfg.workers.max(1) as u32, "cpu")
             }
         };
-        let arena_size = region.header().arena_size;
         let device_arena = Arena::new(cfg.cuda.device_arena, 256);
         let svc = Arc::new(Service {
             stats,
@@ -179,7 +189,7 @@ impl Service {
             table,
             state: Mutex::new(ControlState {
                 next_id: 1,
-                arena: Arena::new(arena_size, ARENA_ALIGN),
+                arena,
                 placed: Vec::new(),
                 device_arena,
             }),
@@ -354,16 +364,29 @@ impl Service {
                 p99_ns: snap.quantile(0.99),
                 p999_ns: snap.quantile(0.999),
             },
-            gpu: self.with_cuda(|b| serde_json::to_value(b.status()).ok()).flatten(),
+            gpu: self
+                .with_cuda(|b| serde_json::to_value(b.status()).ok())
+                .flatten(),
         }
     }
 
     /// Runs `f` on the CUDA backend, if that is the one running.
     pub(crate) fn with_cuda<T>(&self, f: impl FnOnce(&CudaBackend) -> T) -> Option<T> {
-        match self.backend.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
+        match self
+            .backend
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+        {
             Some(Backend::Cuda(b)) => Some(f(b)),
             _ => None,
         }
+    }
+
+    /// CUDA backend: builds and swaps a native generation now, and returns its timings
+    /// (`None` on the CPU backend).
+    pub fn cuda_swap_now(&self) -> Option<Result<device::cuda::SwapTimes, String>> {
+        self.with_cuda(|b| b.swap_now())
     }
 
     /// Tells the backend that program `id` was installed, replaced or unloaded.

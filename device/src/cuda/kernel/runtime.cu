@@ -337,9 +337,11 @@ __device__ void finish_job(const bpft_params &P, const bpft_job_desc &d, const b
                            u32 err_code, u64 started) {
     char *c = completion_ptr(P, d.completion);
     u64 fin = now_ns(P);
-    // status and message share one 8-byte word; message 0 until the host writes one.
-    st_rlx_sys((u64 *)(c + BPFT_OFF_Completion_status), (u64)(u32)status);
-    st_rlx_sys((u64 *)(c + BPFT_OFF_Completion_prog_version), (u64)p.version | ((u64)d.prog_id << 32));
+    // 4-byte fields are stored as 4-byte words (status sits at offset 4: no wider store).
+    st_rlx_sys32(c + BPFT_OFF_Completion_status, (u32)status);
+    st_rlx_sys32(c + BPFT_OFF_Completion_message, 0);
+    st_rlx_sys32(c + BPFT_OFF_Completion_prog_version, p.version);
+    st_rlx_sys32(c + BPFT_OFF_Completion_prog_id, d.prog_id);
     st_rlx_sys32(c + BPFT_OFF_Completion_err_pc, err_pc);
     st_rlx_sys((u64 *)(c + BPFT_OFF_Completion_records_done), done);
     st_rlx_sys((u64 *)(c + BPFT_OFF_Completion_records_failed), failed);
@@ -359,8 +361,9 @@ __device__ void finish_job(const bpft_params &P, const bpft_job_desc &d, const b
     post_done(P, e);
     if (status == ST_OK) st_rel_sys32(c + BPFT_OFF_Completion_state, CS_DONE);
 }
-static_assert(BPFT_OFF_Completion_message == BPFT_OFF_Completion_status + 4, "status|message word");
-static_assert(BPFT_OFF_Completion_prog_id == BPFT_OFF_Completion_prog_version + 4, "version|id word");
+static_assert(BPFT_OFF_Completion_records_done % 8 == 0 && BPFT_OFF_Completion_r0 % 8 == 0 &&
+                  BPFT_OFF_Completion_started_ns % 8 == 0 && BPFT_OFF_Completion_finished_ns % 8 == 0,
+              "8-byte completion fields are 8-byte aligned");
 
 // Hands a job to the host runner.
 __device__ void forward(const bpft_params &P, const bpft_job_desc &d) {
@@ -433,6 +436,7 @@ __device__ void dispatcher(const bpft_params &P) {
     u64 pos = ld_acq_sys(head_word);
     u64 taken = 0;
     u32 idle = 0;
+    u32 batches = 0;
     if (lane == 0) st_rlx_sys32(&C->running, 1);
     for (;;) {
         int ready = 0;
@@ -451,6 +455,12 @@ __device__ void dispatcher(const bpft_params &P) {
             continue;
         }
         idle = 0;
+        // Under steady load the queue is never empty: look at the stop word every 8th
+        // batch too, so a generation swap never waits for the clients to pause.
+        if ((++batches & 7) == 0) {
+            u32 stop = lane == 0 ? ld_acq_sys32(&C->stop) : 0;
+            if (__shfl_sync(FULL_MASK, stop, 0)) break;
+        }
         // Take every consecutive ready slot, one per lane.
         const u64 my = pos + lane;
         char *slot = (char *)(P.slots + (my & P.queue_mask) * BPFT_SIZE_QueueSlot);

@@ -1,0 +1,300 @@
+//! What the service and its GPU worker process share: the mailbox block in the region's
+//! arena, and the JSON-lines commands on the worker's stdin/stdout.
+//!
+//! The CUDA context lives in a child process (the *GPU worker*, `bpftime-super gpu-worker`)
+//! because a GPU fault is sticky: after `CUDA_ERROR_ILLEGAL_ADDRESS` or a `trap`, nothing in
+//! that process can use the GPU again (measured: `cuDevicePrimaryCtxReset` does not clear
+//! it). The service survives the worker, finishes its jobs, and starts a new one.
+//!
+//! **Mailbox block** (allocated by the service in the arena, registered with the GPU as part
+//! of the region; offsets from its start):
+//!
+//! | offset                 | what                                   | written by            |
+//! |------------------------|----------------------------------------|-----------------------|
+//! | 0                      | [`Ctl`] (256 bytes)                    | line 0 service, line 1 GPU |
+//! | [`DONE_OFF`]           | done log: [`DONE_LOG`] × [`DoneEntry`] | GPU (seq last, release) |
+//! | [`FWD_OFF`]            | forward ring: [`FWD_RING`] × [`FwdEntry`] | GPU              |
+//! | [`TRACE_OFF`]          | trace ring (`jit::prelude` layout)     | GPU                   |
+//!
+//! **Commands** (one JSON object per line; every command gets exactly one reply line):
+//!
+//! | service → worker | reply        | effect                                                  |
+//! |------------------|--------------|---------------------------------------------------------|
+//! | `program`        | `ack`        | instant tier at once (bytecode on the device), native at the next generation |
+//! | `unload`         | `ack`        | the id maps to nothing on the GPU (jobs go to the host) |
+//! | `swap`           | `swapped`    | builds and swaps a generation now                        |
+//! | `transfer`       | `ack`        | copies between the shared arena and device buffers       |
+//! | `status`         | `status`     | generation, tiers, swap pauses                           |
+//! | `stop`           | `ack`        | the kernel drains and exits, then the worker             |
+//!
+//! The worker's first line is `ready` (or `failed` with the reason).
+
+use serde::{Deserialize, Serialize};
+use std::sync::atomic::{AtomicU32, AtomicU64};
+
+/// Done log entries.
+pub const DONE_LOG: u32 = 1 << 16;
+/// Forward ring entries.
+pub const FWD_RING: u32 = 1 << 12;
+/// Trace ring records.
+pub const TRACE_RING: u32 = 1 << 12;
+/// Offset of the done log in the mailbox block.
+pub const DONE_OFF: u64 = 256;
+/// Offset of the forward ring.
+pub const FWD_OFF: u64 = DONE_OFF + DONE_LOG as u64 * 48;
+/// Offset of the trace ring.
+pub const TRACE_OFF: u64 = FWD_OFF + FWD_RING as u64 * 128;
+/// Size of the mailbox block.
+pub const MAILBOX_BYTES: u64 = TRACE_OFF + 64 + TRACE_RING as u64 * 64;
+
+/// `struct bpft_ctl`.
+#[repr(C)]
+pub struct Ctl {
+    /// Service: the kernel stops taking jobs, drains and exits.
+    pub stop: AtomicU32,
+    _pad0: u32,
+    /// Service: done-log entries consumed.
+    pub done_consumed: AtomicU64,
+    /// Service: forward-ring entries consumed.
+    pub fwd_consumed: AtomicU64,
+    _pad1: [u64; 13],
+    /// GPU: queue head at exit.
+    pub head: AtomicU64,
+    /// GPU: jobs taken in this generation.
+    pub jobs_taken: AtomicU64,
+    /// GPU: idle polls.
+    pub polls: AtomicU64,
+    /// GPU: 1 while the dispatcher runs.
+    pub running: AtomicU32,
+    /// GPU: generation number once drained.
+    pub exited: AtomicU32,
+    _pad2: [u64; 12],
+}
+
+/// `struct bpft_done`: a job the GPU finished.
+#[repr(C)]
+pub struct DoneEntry {
+    /// Position + 1 once published.
+    pub seq: AtomicU64,
+    /// Completion slot.
+    pub completion: u32,
+    /// Client slot.
+    pub client: u32,
+    /// Job status.
+    pub status: i32,
+    /// Pc of the first failure.
+    pub err_pc: u32,
+    /// First failing record.
+    pub err_record: u64,
+    /// Interpreter error code of that record.
+    pub err_code: u32,
+    /// 1: the service writes the message and publishes DONE.
+    pub finalize: u32,
+    /// Run time, ns.
+    pub run_ns: u64,
+}
+
+/// `struct bpft_fwd`: a job for the host runner.
+#[repr(C)]
+pub struct FwdEntry {
+    /// Position + 1 once published.
+    pub seq: AtomicU64,
+    /// The job.
+    pub desc: shm_maps::JobDesc,
+}
+
+const _: () = {
+    use std::mem::{offset_of, size_of};
+    assert!(size_of::<Ctl>() == 256);
+    assert!(offset_of!(Ctl, head) == 128);
+    assert!(offset_of!(Ctl, running) == 152);
+    assert!(size_of::<DoneEntry>() == 48);
+    assert!(size_of::<FwdEntry>() == 128);
+    assert!(FWD_OFF % 128 == 0 && TRACE_OFF % 64 == 0);
+};
+
+/// Settings of the CUDA backend.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct CudaConfig {
+    /// Device ordinal.
+    pub device: i32,
+    /// Interpreter instruction budget per record.
+    pub max_insns: u64,
+    /// Bytes of device memory for device-resident job buffers.
+    pub device_arena: u64,
+    /// Honour `job_flags::INJECT_FAULT` (tests of fault recovery).
+    pub allow_fault_injection: bool,
+    /// Wait this long (µs) after a program change before building a generation.
+    pub debounce_us: u64,
+    /// Build native generations (off: every program stays on the instant tier).
+    pub native: bool,
+    /// The `bpftime-super` binary that runs `gpu-worker`; `None`: found next to this one
+    /// (or `$BPFTIME_SUPER_BIN`).
+    pub worker_exe: Option<std::path::PathBuf>,
+}
+
+impl Default for CudaConfig {
+    fn default() -> Self {
+        CudaConfig {
+            device: 0,
+            max_insns: 1_000_000,
+            device_arena: 256 << 20,
+            allow_fault_injection: false,
+            debounce_us: 2_000,
+            native: true,
+            worker_exe: None,
+        }
+    }
+}
+
+/// Tier of a program on the GPU.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Tier {
+    /// The device interpreter (right after load).
+    Interp,
+    /// JIT-compiled code of the current generation.
+    Native,
+    /// Not runnable on the GPU: its jobs go to the host runner.
+    Host,
+}
+
+/// What `status` shows about the GPU.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct CudaStatus {
+    /// Device name.
+    pub device: String,
+    /// Driver version.
+    pub driver: String,
+    /// Current generation (1 = the first launch of this worker).
+    pub generation: u32,
+    /// Grid of the persistent kernel (blocks, threads per block).
+    pub grid: (u32, u32),
+    /// Per program: (id, version, tier).
+    pub programs: Vec<(u32, u32, Tier)>,
+    /// Native generation swaps done by this worker.
+    pub swaps: u64,
+    /// Pause of the last swap, ns (stop requested → new kernel launched).
+    pub last_swap_pause_ns: u64,
+    /// GPU workers restarted after a fault.
+    pub recoveries: u64,
+    /// Jobs completed with `DEVICE_FAULT`.
+    pub fault_jobs: u64,
+    /// Pid of the GPU worker process.
+    pub worker_pid: u32,
+    /// Trace records the host consumed.
+    pub trace_records: u64,
+    /// Trace mailbox latency, GPU write (`%globaltimer`) → host thread read, p50 ns.
+    pub trace_p50_ns: u64,
+    /// The same, p99 ns.
+    pub trace_p99_ns: u64,
+}
+
+/// Times of the last generation build.
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize)]
+pub struct SwapTimes {
+    /// eBPF → PTX for all programs, ns.
+    pub jit_ns: u64,
+    /// Driver link, ns.
+    pub link_ns: u64,
+    /// `cuLibraryLoadData`, ns.
+    pub load_ns: u64,
+    /// Stop → old kernel exited, ns.
+    pub drain_ns: u64,
+    /// Old exited → new launched, ns (unload, table writes, `cuKernelGetFunction`, launch).
+    pub relaunch_ns: u64,
+    /// Programs compiled to native code.
+    pub native: u32,
+}
+
+/// Service → worker.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(tag = "cmd", rename_all = "snake_case")]
+pub enum Cmd {
+    /// Install or replace program `id` (reloaded from its object file).
+    Program {
+        /// Program id.
+        id: u32,
+        /// Version.
+        version: u32,
+        /// Installed name (its maps are `name:map` in the map directory).
+        name: String,
+        /// Source file name (for messages).
+        file: String,
+        /// The `--prog` selector given at load.
+        selector: Option<String>,
+        /// The object, hex.
+        object_hex: String,
+        /// Verifier's deepest stack use, bytes.
+        stack_depth: u32,
+    },
+    /// Program `id` is gone.
+    Unload {
+        /// Program id.
+        id: u32,
+    },
+    /// Build and swap a generation now.
+    Swap,
+    /// Copy between the shared arena and the device arena.
+    Transfer {
+        /// Upload (true) or download.
+        to_device: bool,
+        /// Shared arena offset.
+        shm_off: u64,
+        /// Device arena offset.
+        dev_off: u64,
+        /// Bytes.
+        len: u64,
+    },
+    /// Report status.
+    Status,
+    /// Drain the kernel and exit.
+    Stop,
+}
+
+/// Worker → service.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(tag = "msg", rename_all = "snake_case")]
+pub enum Msg {
+    /// The first generation runs.
+    Ready {
+        /// Device address of the region in the worker.
+        region_dev: u64,
+        /// Value sets per-thread arrays get (GPU threads).
+        value_sets: u32,
+        /// Status at start.
+        status: CudaStatus,
+    },
+    /// The worker could not start.
+    Failed {
+        /// Why.
+        error: String,
+    },
+    /// Reply to `program`, `unload`, `transfer`, `stop`.
+    Ack {
+        /// Error text, if it failed.
+        error: Option<String>,
+    },
+    /// Reply to `swap`.
+    Swapped {
+        /// Error text, if it failed.
+        error: Option<String>,
+        /// Timings.
+        times: SwapTimes,
+    },
+    /// Reply to `status`.
+    Status(CudaStatus),
+}
+
+/// Arguments of `bpftime-super gpu-worker` (one JSON argument).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct WorkerArgs {
+    /// Region name.
+    pub region: String,
+    /// Arena offset of the mailbox block.
+    pub mailbox_off: u64,
+    /// Settings.
+    pub cfg: CudaConfig,
+    /// The service's pid (written into map lock words).
+    pub service_pid: u32,
+}

@@ -1,0 +1,842 @@
+//! The GPU worker process: owns the CUDA context, the persistent kernel and its
+//! generations. Started by [`super::CudaBackend`] as `bpftime-super gpu-worker ARGS`;
+//! speaks [`super::wire`] on stdin/stdout.
+//!
+//! One thread owns the context and does every device operation; a builder thread JIT-
+//! compiles, links and loads the next generation (none of which blocks the running kernel,
+//! GPU-FACTS §2) and hands the library back; a reader thread turns stdin lines into
+//! commands. A fault (a sticky CUDA error, or the kernel exiting unasked) ends the process
+//! with [`FAULT_EXIT`]; the service takes it from there.
+//!
+//! | memory                          | where                  | contents                      |
+//! |---------------------------------|------------------------|-------------------------------|
+//! | `bpft_state` (128 B)            | device                 | ring and log positions, drain |
+//! | program index `u32[MAX_PROGS]`  | device                 | entry index + 1 per id        |
+//! | entries `bpft_prog[MAX_ENTRIES]`| device                 | immutable once published      |
+//! | code arena                      | device                 | relocated bytecode, map descs |
+//! | job ring `bpft_djob[JOB_RING]`  | device                 | multi-record jobs             |
+//! | device buffers                  | device                 | clients' device-resident data |
+
+use super::DeviceError;
+use super::bytecode;
+use super::driver::{Gpu, Library, Stream, StreamState};
+use super::source;
+use super::wire::*;
+use shm_maps::ShmRegion;
+use shm_maps::arena::{Arena, Owner};
+use shm_maps::region::monotonic_ns;
+use std::collections::HashMap;
+use std::io::{BufRead, Write};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+/// Program table slots (ids at or above go to the host runner).
+pub const MAX_PROGS: u32 = 1 << 16;
+/// Program entries (immutable once published; reused round robin).
+pub const MAX_ENTRIES: u32 = 1 << 16;
+/// Device job ring slots.
+pub const JOB_RING: u32 = 256;
+/// Threads per block of the persistent kernel.
+pub const THREADS: u32 = 256;
+/// Device memory for bytecode and map descriptors.
+pub const CODE_ARENA: u64 = 64 << 20;
+/// Exit status of a worker whose context failed.
+pub const FAULT_EXIT: i32 = 3;
+
+const TIER_INTERP: u32 = 1;
+const TIER_NATIVE: u32 = 2;
+const TIER_HOST: u32 = 3;
+const STATE_BYTES: usize = 128;
+/// `sizeof(struct bpft_djob)` rounded up.
+const DJOB_BYTES: usize = 320;
+
+/// `struct bpft_prog` of the runtime.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct ProgEntry {
+    version: u32,
+    tier: u32,
+    native_slot: u32,
+    prog_id: u32,
+    interp: bytecode::ProgDesc,
+    reserved: [u64; 2],
+}
+
+/// `struct bpft_params` of the runtime.
+#[repr(C)]
+#[derive(Clone, Copy, Default, Debug)]
+struct Params {
+    slots: u64,
+    queue_hdr: u64,
+    completions: u64,
+    arena: u64,
+    arena_size: u64,
+    dev_arena: u64,
+    dev_arena_size: u64,
+    ctl: u64,
+    state: u64,
+    prog_index: u64,
+    progs: u64,
+    jobs: u64,
+    done_log: u64,
+    fwd_ring: u64,
+    trace_buf: u64,
+    time_offset: u64,
+    max_insns: u64,
+    queue_mask: u32,
+    max_progs: u32,
+    completions_total: u32,
+    max_records: u32,
+    job_mask: u32,
+    done_mask: u32,
+    fwd_mask: u32,
+    flags: u32,
+    generation: u32,
+    lock_pid: u32,
+}
+
+const _: () = {
+    use std::mem::{offset_of, size_of};
+    assert!(size_of::<ProgEntry>() == 64);
+    assert!(offset_of!(ProgEntry, interp) == 16);
+    assert!(size_of::<Params>() == 17 * 8 + 10 * 4);
+};
+
+fn as_bytes<T: Copy>(v: &T) -> &[u8] {
+    // SAFETY: `T` is a `#[repr(C)]` plain-data struct; the device reads these bytes.
+    unsafe { std::slice::from_raw_parts(v as *const T as *const u8, std::mem::size_of::<T>()) }
+}
+
+fn slice_bytes<T: Copy>(v: &[T]) -> &[u8] {
+    // SAFETY: as `as_bytes`, for a slice.
+    unsafe { std::slice::from_raw_parts(v.as_ptr() as *const u8, std::mem::size_of_val(v)) }
+}
+
+/// A program as the worker knows it.
+#[derive(Clone)]
+struct Prog {
+    id: u32,
+    version: u32,
+    name: String,
+    program: ebpf::Program,
+    stack_depth: u32,
+    /// Bytecode allocations in the code arena.
+    allocs: Vec<u64>,
+    tier: u32,
+}
+
+/// A generation built off the critical path.
+struct Built {
+    lib: Result<Library, DeviceError>,
+    /// (id, version, slot) of each native program.
+    natives: Vec<(u32, u32, u32)>,
+    times: SwapTimes,
+}
+
+struct Worker {
+    args: WorkerArgs,
+    region: Arc<ShmRegion>,
+    gpu: Arc<Gpu>,
+    kstream: Stream,
+    copy: Stream,
+    region_dev: u64,
+    state: u64,
+    prog_index: u64,
+    progs: u64,
+    code: u64,
+    code_alloc: Arena,
+    dev_arena: u64,
+    lib: Option<Library>,
+    params: Params,
+    grid: u32,
+    next_entry: u32,
+    installed: HashMap<u32, Prog>,
+    retired: Vec<u64>,
+    generation: u32,
+    swaps: u64,
+    last_pause: u64,
+    runtime_ptx: Arc<String>,
+    sm: u32,
+    device_name: String,
+}
+
+/// Runs the worker; returns the process exit status.
+pub fn main(args_json: &str) -> i32 {
+    let args: WorkerArgs = match serde_json::from_str(args_json) {
+        Ok(a) => a,
+        Err(e) => {
+            reply(&Msg::Failed {
+                error: format!("bad worker arguments: {e}"),
+            });
+            return 2;
+        }
+    };
+    let mut w = match Worker::start(args) {
+        Ok(w) => w,
+        Err(e) => {
+            reply(&Msg::Failed {
+                error: e.to_string(),
+            });
+            return 1;
+        }
+    };
+    reply(&Msg::Ready {
+        region_dev: w.region_dev,
+        value_sets: w.grid * THREADS,
+        status: w.status(),
+    });
+    w.serve()
+}
+
+fn reply(m: &Msg) {
+    let mut out = std::io::stdout().lock();
+    let mut line = serde_json::to_string(m).unwrap_or_else(|e| {
+        format!("{{\"msg\":\"ack\",\"error\":\"cannot encode the reply: {e}\"}}")
+    });
+    line.push('\n');
+    let _ = out.write_all(line.as_bytes());
+    let _ = out.flush();
+}
+
+fn fault(why: &str) -> ! {
+    tracing::error!("GPU fault: {why}; the worker exits so the service can restart it");
+    std::process::exit(FAULT_EXIT);
+}
+
+impl Worker {
+    fn start(args: WorkerArgs) -> Result<Worker, DeviceError> {
+        let region =
+            Arc::new(
+                ShmRegion::open_as_helper(&args.region).map_err(|e| DeviceError::Call {
+                    call: "shm open",
+                    code: e.to_string(),
+                    log: String::new(),
+                })?,
+            );
+        let gpu = Gpu::open(args.cfg.device)?;
+        let sm = super::device_sm(args.cfg.device)?;
+        let t = Instant::now();
+        let runtime_ptx = Arc::new(source::compile_runtime(sm)?);
+        tracing::info!(
+            sm,
+            ms = t.elapsed().as_secs_f64() * 1e3,
+            "compiled the persistent runtime with NVRTC"
+        );
+        let h = region.header();
+        let region_host = region.base().as_ptr();
+        let region_dev = gpu.register(region_host, region.len())?;
+        let kstream = gpu.stream()?;
+        let copy = gpu.stream()?;
+        let state = gpu.alloc(STATE_BYTES)?;
+        let prog_index = gpu.alloc(MAX_PROGS as usize * 4)?;
+        let progs = gpu.alloc(MAX_ENTRIES as usize * 64)?;
+        let jobs = gpu.alloc(JOB_RING as usize * DJOB_BYTES)?;
+        let code = gpu.alloc(CODE_ARENA as usize)?;
+        let dev_arena = gpu.alloc(args.cfg.device_arena as usize)?;
+        gpu.memset32(copy, state, 0, STATE_BYTES / 4)?;
+        gpu.memset32(copy, prog_index, 0, MAX_PROGS as usize)?;
+        gpu.memset32(copy, progs, 0, MAX_ENTRIES as usize * 16)?;
+        gpu.memset32(copy, jobs, 0, JOB_RING as usize * DJOB_BYTES / 4)?;
+        let mb = region_dev + h.arena_off + args.mailbox_off;
+        // %globaltimer counts wall-clock ns; completions carry CLOCK_MONOTONIC.
+        let wall = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0);
+        let params = Params {
+            slots: region_dev
+                + h.queue_off
+                + std::mem::size_of::<shm_maps::layout::QueueHeader>() as u64,
+            queue_hdr: region_dev + h.queue_off,
+            completions: region_dev + h.completions_off,
+            arena: region_dev + h.arena_off,
+            arena_size: h.arena_size,
+            dev_arena,
+            dev_arena_size: args.cfg.device_arena,
+            ctl: mb,
+            state,
+            prog_index,
+            progs,
+            jobs,
+            done_log: mb + DONE_OFF,
+            fwd_ring: mb + FWD_OFF,
+            trace_buf: mb + TRACE_OFF,
+            time_offset: monotonic_ns().wrapping_sub(wall),
+            max_insns: args.cfg.max_insns,
+            queue_mask: h.queue_capacity - 1,
+            max_progs: MAX_PROGS,
+            completions_total: h.max_clients * h.completions_per_client,
+            max_records: h.max_records,
+            job_mask: JOB_RING - 1,
+            done_mask: DONE_LOG - 1,
+            fwd_mask: FWD_RING - 1,
+            flags: args.cfg.allow_fault_injection as u32,
+            generation: 0,
+            lock_pid: std::process::id(),
+        };
+        let device_name = gpu.name();
+        let mut w = Worker {
+            args,
+            region,
+            gpu: Arc::new(gpu),
+            kstream,
+            copy,
+            region_dev,
+            state,
+            prog_index,
+            progs,
+            code,
+            code_alloc: Arena::new(CODE_ARENA, 256),
+            dev_arena,
+            lib: None,
+            params,
+            grid: 0,
+            next_entry: 0,
+            installed: HashMap::new(),
+            retired: Vec::new(),
+            generation: 0,
+            swaps: 0,
+            last_pause: 0,
+            runtime_ptx,
+            sm,
+            device_name,
+        };
+        // The first generation: the runtime alone (programs arrive as commands).
+        let built = build(&w.gpu, &w.runtime_ptx, w.sm, &[], w.params.trace_buf);
+        w.swap(built)?;
+        Ok(w)
+    }
+
+    fn ctl(&self) -> &Ctl {
+        let off = self.region.header().arena_off + self.args.mailbox_off;
+        // SAFETY: the mailbox block lies in the mapped arena (the service allocated
+        // MAILBOX_BYTES there) and starts 64-byte aligned.
+        unsafe { &*(self.region.base().as_ptr().add(off as usize) as *const Ctl) }
+    }
+
+    fn status(&self) -> CudaStatus {
+        let mut programs: Vec<_> = self
+            .installed
+            .values()
+            .map(|p| {
+                let t = match p.tier {
+                    TIER_NATIVE => Tier::Native,
+                    TIER_INTERP => Tier::Interp,
+                    _ => Tier::Host,
+                };
+                (p.id, p.version, t)
+            })
+            .collect();
+        programs.sort();
+        CudaStatus {
+            device: self.device_name.clone(),
+            driver: Gpu::driver_version(),
+            generation: self.generation,
+            grid: (self.grid, THREADS),
+            programs,
+            swaps: self.swaps,
+            last_swap_pause_ns: self.last_pause,
+            worker_pid: std::process::id(),
+            ..Default::default()
+        }
+    }
+
+    /// The device address of each map's header, from the map directory.
+    fn bindings(
+        &self,
+        name: &str,
+        program: &ebpf::Program,
+    ) -> Result<Vec<jit::MapBinding>, String> {
+        bindings(&self.region, self.region_dev, name, program)
+    }
+
+    /// Publishes the instant tier of `p` (or the host tier if it cannot run on the GPU).
+    fn publish_instant(&mut self, mut p: Prog) -> Result<(), String> {
+        if p.id >= MAX_PROGS {
+            return Err(format!(
+                "program id {} is beyond the GPU table; its jobs run on the host",
+                p.id
+            ));
+        }
+        let entry = match self.interp_entry(&p) {
+            Ok((e, allocs)) => {
+                p.allocs = allocs;
+                e
+            }
+            Err(e) => {
+                tracing::warn!(id = p.id, name = %p.name, "program stays on the host runner: {e}");
+                ProgEntry {
+                    version: p.version,
+                    tier: TIER_HOST,
+                    prog_id: p.id,
+                    ..Default::default()
+                }
+            }
+        };
+        p.tier = entry.tier;
+        self.write_entry(p.id, &entry).map_err(|e| e.to_string())?;
+        if let Some(old) = self.installed.insert(p.id, p) {
+            self.retired.extend(old.allocs);
+        }
+        Ok(())
+    }
+
+    fn interp_entry(&mut self, p: &Prog) -> Result<(ProgEntry, Vec<u64>), String> {
+        let maps = self.bindings(&p.name, &p.program)?;
+        let code = bytecode::relocate(&p.program, &maps).map_err(|e| e.to_string())?;
+        let descs: Vec<bytecode::MapDesc> = maps.iter().map(bytecode::map_desc).collect();
+        let code_len = (code.len() * 8) as u64;
+        let maps_len = (descs.len() * 32).max(32) as u64;
+        let off = self
+            .code_alloc
+            .alloc(code_len + maps_len, Owner::Service)
+            .map_err(|e| format!("device code arena: {e}"))?;
+        let base = self.code + off;
+        let mut bytes = slice_bytes(&code).to_vec();
+        bytes.extend_from_slice(slice_bytes(&descs));
+        self.gpu
+            .upload(self.copy, base, &bytes)
+            .map_err(|e| e.to_string())?;
+        Ok((
+            ProgEntry {
+                version: p.version,
+                tier: TIER_INTERP,
+                native_slot: 0,
+                prog_id: p.id,
+                interp: bytecode::ProgDesc {
+                    insns: base,
+                    maps: base + code_len,
+                    n_insns: code.len() as u32,
+                    n_maps: descs.len() as u32,
+                    stack_size: p.stack_depth.clamp(8, 512),
+                    reserved: 0,
+                },
+                reserved: [0; 2],
+            },
+            vec![off],
+        ))
+    }
+
+    /// Writes `e` into a fresh entry, then publishes its index for `id` (a 4-byte word:
+    /// the kernel sees the old or the new index, never a mix).
+    fn write_entry(&mut self, id: u32, e: &ProgEntry) -> Result<(), DeviceError> {
+        let idx = self.next_entry;
+        self.next_entry = (self.next_entry + 1) % MAX_ENTRIES;
+        self.gpu
+            .upload(self.copy, self.progs + idx as u64 * 64, as_bytes(e))?;
+        self.gpu.upload(
+            self.copy,
+            self.prog_index + id as u64 * 4,
+            &(idx + 1).to_le_bytes(),
+        )
+    }
+
+    fn unpublish(&mut self, id: u32) -> Result<(), DeviceError> {
+        if let Some(p) = self.installed.remove(&id) {
+            self.retired.extend(p.allocs);
+        }
+        if id < MAX_PROGS {
+            self.gpu.upload(
+                self.copy,
+                self.prog_index + id as u64 * 4,
+                &0u32.to_le_bytes(),
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Asks the kernel to drain and waits until it has exited.
+    fn stop_kernel(&mut self) -> Result<(), DeviceError> {
+        if self.lib.is_none() {
+            return Ok(());
+        }
+        self.ctl().stop.store(1, Ordering::Release);
+        loop {
+            match self.gpu.query(self.kstream) {
+                StreamState::Idle => return Ok(()),
+                StreamState::Busy => std::hint::spin_loop(),
+                StreamState::Failed(e) => {
+                    return Err(DeviceError::Call {
+                        call: "cuStreamQuery",
+                        code: e,
+                        log: String::new(),
+                    });
+                }
+            }
+        }
+    }
+
+    /// Swaps in a built generation: the old kernel drains and exits, native entries are
+    /// written, the new kernel is fetched and launched.
+    fn swap(&mut self, built: Built) -> Result<SwapTimes, DeviceError> {
+        let mut times = built.times;
+        let lib = built.lib?;
+        let t0 = Instant::now();
+        self.stop_kernel()?;
+        times.drain_ns = t0.elapsed().as_nanos() as u64;
+        let t1 = Instant::now();
+        if let Some(old) = self.lib.take() {
+            self.gpu.unload(old);
+        }
+        for off in std::mem::take(&mut self.retired) {
+            let _ = self.code_alloc.free(off, Owner::Service);
+        }
+        let mut native = 0;
+        for (id, version, slot) in &built.natives {
+            let Some(p) = self.installed.get(id) else {
+                continue;
+            };
+            if p.version != *version || p.tier == TIER_HOST {
+                continue; // replaced while this generation was built: stays interpreted
+            }
+            let mut entry = match self.interp_entry(&p.clone()) {
+                Ok((e, allocs)) => {
+                    if let Some(x) = self.installed.get_mut(id) {
+                        self.retired
+                            .extend(std::mem::replace(&mut x.allocs, allocs));
+                    }
+                    e
+                }
+                Err(_) => ProgEntry {
+                    version: *version,
+                    prog_id: *id,
+                    ..Default::default()
+                },
+            };
+            entry.tier = TIER_NATIVE;
+            entry.native_slot = *slot;
+            self.write_entry(*id, &entry)?;
+            if let Some(x) = self.installed.get_mut(id) {
+                x.tier = TIER_NATIVE;
+            }
+            native += 1;
+        }
+        times.native = native;
+        if self.grid == 0 {
+            let per_sm = self.gpu.occupancy(&lib, THREADS)?.clamp(1, 2);
+            self.grid = self.gpu.sm_count()? * per_sm;
+        }
+        // Clear the drain flag (offset 24 of bpft_state) for the new kernel.
+        self.gpu.memset32(self.copy, self.state + 24, 0, 1)?;
+        let ctl = self.ctl();
+        ctl.stop.store(0, Ordering::Release);
+        self.generation += 1;
+        self.params.generation = self.generation;
+        self.gpu
+            .launch_persistent(&lib, self.kstream, self.grid, THREADS, &self.params)?;
+        self.lib = Some(lib);
+        times.relaunch_ns = t1.elapsed().as_nanos() as u64;
+        let pause = t0.elapsed().as_nanos() as u64;
+        if self.generation > 1 {
+            self.swaps += 1;
+        }
+        self.last_pause = pause;
+        tracing::info!(
+            generation = self.generation,
+            native,
+            pause_us = pause as f64 / 1e3,
+            link_ms = times.link_ns as f64 / 1e6,
+            "generation launched"
+        );
+        Ok(times)
+    }
+
+    fn snapshot(&self) -> Vec<Prog> {
+        self.installed
+            .values()
+            .filter(|p| p.tier != TIER_HOST)
+            .cloned()
+            .collect()
+    }
+
+    fn check_fault(&self) {
+        match self.gpu.query(self.kstream) {
+            StreamState::Failed(e) => fault(&e),
+            StreamState::Idle if self.lib.is_some() => {
+                fault("the persistent kernel exited unexpectedly")
+            }
+            _ => {}
+        }
+    }
+
+    fn handle(&mut self, cmd: Cmd, swap_waiters: &mut u32, build_now: &mut bool) -> Option<Msg> {
+        let ack = |r: Result<(), String>| Msg::Ack { error: r.err() };
+        match cmd {
+            Cmd::Program {
+                id,
+                version,
+                name,
+                file,
+                selector,
+                object_hex,
+                stack_depth,
+            } => {
+                let r = hex_decode(&object_hex)
+                    .and_then(|b| {
+                        ebpf::elf::load(&b, &file, selector.as_deref()).map_err(|e| e.to_string())
+                    })
+                    .and_then(|program| {
+                        self.publish_instant(Prog {
+                            id,
+                            version,
+                            name,
+                            program,
+                            stack_depth,
+                            allocs: Vec::new(),
+                            tier: TIER_INTERP,
+                        })
+                    });
+                Some(ack(r))
+            }
+            Cmd::Unload { id } => Some(ack(self.unpublish(id).map_err(|e| e.to_string()))),
+            Cmd::Swap => {
+                *swap_waiters += 1;
+                *build_now = true;
+                None
+            }
+            Cmd::Transfer {
+                to_device,
+                shm_off,
+                dev_off,
+                len,
+            } => Some(ack(self.transfer(to_device, shm_off, dev_off, len))),
+            Cmd::Status => Some(Msg::Status(self.status())),
+            Cmd::Stop => None,
+        }
+    }
+
+    fn transfer(
+        &self,
+        to_device: bool,
+        shm_off: u64,
+        dev_off: u64,
+        len: u64,
+    ) -> Result<(), String> {
+        if dev_off
+            .checked_add(len)
+            .is_none_or(|e| e > self.args.cfg.device_arena)
+        {
+            return Err(format!(
+                "device buffer [{dev_off}, +{len}) lies outside the {}-byte device arena",
+                self.args.cfg.device_arena
+            ));
+        }
+        let p = self
+            .region
+            .arena_ptr(shm_off, len)
+            .ok_or_else(|| format!("shared buffer [{shm_off}, +{len}) lies outside the arena"))?;
+        // SAFETY: `p..p+len` is inside the mapped arena (checked); the requesting client
+        // owns it and leaves it alone during the request.
+        let bytes = unsafe { std::slice::from_raw_parts_mut(p.as_ptr(), len as usize) };
+        if to_device {
+            self.gpu.upload(self.copy, self.dev_arena + dev_off, bytes)
+        } else {
+            self.gpu
+                .download(self.copy, bytes, self.dev_arena + dev_off)
+        }
+        .map_err(|e| e.to_string())
+    }
+
+    /// The command loop. Returns the exit status.
+    fn serve(&mut self) -> i32 {
+        let (tx, rx) = mpsc::channel::<Option<Cmd>>();
+        std::thread::spawn(move || {
+            for line in std::io::stdin().lock().lines() {
+                let Ok(line) = line else { break };
+                match serde_json::from_str::<Cmd>(&line) {
+                    Ok(c) => {
+                        if tx.send(Some(c)).is_err() {
+                            return;
+                        }
+                    }
+                    Err(e) => tracing::error!("bad command `{line}`: {e}"),
+                }
+            }
+            let _ = tx.send(None); // the service went away
+        });
+        let (btx, brx) = mpsc::channel::<Built>();
+        let mut building = false;
+        let mut dirty_since: Option<u64> = None;
+        let mut swap_waiters = 0u32;
+        let mut build_now = false;
+        let mut last_check = Instant::now();
+        loop {
+            match rx.recv_timeout(Duration::from_micros(200)) {
+                Ok(Some(Cmd::Stop)) | Ok(None) => {
+                    let r = self.stop_kernel();
+                    reply(&Msg::Ack {
+                        error: r.err().map(|e| e.to_string()),
+                    });
+                    return 0;
+                }
+                Ok(Some(cmd)) => {
+                    let changes = matches!(cmd, Cmd::Program { .. } | Cmd::Unload { .. });
+                    if let Some(m) = self.handle(cmd, &mut swap_waiters, &mut build_now) {
+                        reply(&m);
+                    }
+                    if changes {
+                        dirty_since = Some(monotonic_ns());
+                    }
+                }
+                Err(mpsc::RecvTimeoutError::Timeout) => {}
+                Err(mpsc::RecvTimeoutError::Disconnected) => return 0,
+            }
+            if let Ok(built) = brx.try_recv() {
+                building = false;
+                let r = self.swap(built);
+                if let Err(e) = &r {
+                    if self.gpu.query(self.kstream) != StreamState::Busy {
+                        fault(&format!("generation swap failed: {e}"));
+                    }
+                    tracing::error!("generation build failed: {e}");
+                }
+                for _ in 0..swap_waiters {
+                    reply(&match &r {
+                        Ok(t) => Msg::Swapped {
+                            error: None,
+                            times: *t,
+                        },
+                        Err(e) => Msg::Swapped {
+                            error: Some(e.to_string()),
+                            times: SwapTimes::default(),
+                        },
+                    });
+                }
+                swap_waiters = 0;
+            }
+            let debounced = dirty_since.is_some_and(|t| {
+                self.args.cfg.native
+                    && monotonic_ns().saturating_sub(t) >= self.args.cfg.debounce_us * 1000
+            });
+            if !building && (build_now || debounced) {
+                building = true;
+                build_now = false;
+                dirty_since = None;
+                let (gpu, ptx, sm, progs) = (
+                    self.gpu.clone(),
+                    self.runtime_ptx.clone(),
+                    self.sm,
+                    if self.args.cfg.native {
+                        self.snapshot()
+                    } else {
+                        Vec::new()
+                    },
+                );
+                let (region, region_dev, trace) =
+                    (self.region.clone(), self.region_dev, self.params.trace_buf);
+                let btx = btx.clone();
+                std::thread::spawn(move || {
+                    let progs: Vec<(Prog, Vec<jit::MapBinding>)> = progs
+                        .into_iter()
+                        .filter_map(|p| {
+                            let b = bindings(&region, region_dev, &p.name, &p.program).ok()?;
+                            Some((p, b))
+                        })
+                        .collect();
+                    let _ = btx.send(build(&gpu, &ptx, sm, &progs, trace));
+                });
+            }
+            if last_check.elapsed() > Duration::from_millis(1) {
+                last_check = Instant::now();
+                if !building || self.lib.is_some() {
+                    self.check_fault();
+                }
+            }
+        }
+    }
+}
+
+fn bindings(
+    region: &ShmRegion,
+    region_dev: u64,
+    name: &str,
+    program: &ebpf::Program,
+) -> Result<Vec<jit::MapBinding>, String> {
+    let h = region.header();
+    program
+        .maps
+        .iter()
+        .map(|def| {
+            let qualified = format!("{name}:{}", def.name);
+            let e = region
+                .find_map(&qualified)
+                .ok_or_else(|| format!("map `{qualified}` is not in the map directory"))?;
+            let mut b =
+                jit::MapBinding::for_def(def, region_dev + h.arena_off + e.data_off, e.threads);
+            b.threads = e.threads.max(1);
+            Ok(b)
+        })
+        .collect()
+}
+
+/// JIT-compiles `progs`, links them with the runtime and loads the library. Runs on the
+/// builder thread while the current generation serves.
+fn build(
+    gpu: &Gpu,
+    runtime_ptx: &str,
+    sm: u32,
+    progs: &[(Prog, Vec<jit::MapBinding>)],
+    trace: u64,
+) -> Built {
+    let mut times = SwapTimes::default();
+    let t = Instant::now();
+    let mut funcs = Vec::new();
+    let mut natives = Vec::new();
+    let mut ptx = Vec::new();
+    for (p, maps) in progs {
+        let mut prog = p.program.clone();
+        prog.name = format!("p{}v{}", p.id, p.version);
+        let opts = jit::JitOptions {
+            sm,
+            maps: maps.clone(),
+            trace_buf: trace,
+            lock_pid: std::process::id(),
+            entry: false,
+            unaligned: true,
+            stack_size: Some(p.stack_depth.clamp(8, 512)),
+            ..Default::default()
+        };
+        match jit::compile(&prog, &opts) {
+            Ok(m) => {
+                natives.push((p.id, p.version, funcs.len() as u32));
+                funcs.push(m.prog_func().to_string());
+                ptx.push((format!("{}.ptx", prog.name), m.text()));
+            }
+            Err(e) => tracing::warn!(id = p.id, "JIT failed, stays on the interpreter: {e}"),
+        }
+    }
+    times.jit_ns = t.elapsed().as_nanos() as u64;
+    let dispatch = source::dispatch_ptx(&funcs, (8, 0), sm);
+    let mut inputs: Vec<(&str, &str)> = vec![
+        ("bpftime_runtime.ptx", runtime_ptx),
+        ("bpftime_dispatch.ptx", dispatch.as_str()),
+    ];
+    for (n, t) in &ptx {
+        inputs.push((n.as_str(), t.as_str()));
+    }
+    let t = Instant::now();
+    let lib = gpu.link(&inputs).and_then(|cubin| {
+        times.link_ns = t.elapsed().as_nanos() as u64;
+        let t = Instant::now();
+        let lib = gpu.load_library(&cubin);
+        times.load_ns = t.elapsed().as_nanos() as u64;
+        lib
+    });
+    Built {
+        lib,
+        natives,
+        times,
+    }
+}
+
+fn hex_decode(s: &str) -> Result<Vec<u8>, String> {
+    if s.len() % 2 != 0 {
+        return Err("odd-length hex".into());
+    }
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).map_err(|e| format!("bad hex: {e}")))
+        .collect()
+}
