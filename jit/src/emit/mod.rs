@@ -99,6 +99,14 @@ fn ctx_needed(f: &Function, prefix: usize) -> bool {
                     return true;
                 }
             }
+            Stmt::Inline { args, ret, .. } => {
+                if !written && args.contains(&r1) {
+                    return true;
+                }
+                if *ret == r1 {
+                    written = true;
+                }
+            }
             Stmt::Inst(i) => {
                 if k == 0 && i.op == "ld.param.b64" {
                     continue;
@@ -366,6 +374,7 @@ fn stmt(s: &mut String, st: &Stmt) {
                 s.push_str(t);
                 s.push('\n');
             }
+            Stmt::Inline { text, .. } => s.push_str(text),
         }
     }
 }

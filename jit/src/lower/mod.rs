@@ -99,6 +99,49 @@ struct Ctx<'a> {
     used: BTreeSet<prelude::Use>,
     func_names: Vec<(usize, String)>,
     scope: &'static str,
+    /// Helper uses inlined at some call site.
+    inlined: BTreeSet<prelude::Use>,
+    /// Bytes of inlined helper text in the function being lowered.
+    inlined_bytes: usize,
+    /// Frame size of the function being lowered: r10 is `stack + depth`.
+    depth: u32,
+}
+
+/// Most bytes of helper text inlined into one function; calls past it go to the `.func`s.
+/// Inlined bodies are 1-10 KB; the budget bounds the growth of programs with many helper
+/// calls (ptxas time grows with function size), which then pay a `CALL` per call.
+pub const INLINE_BUDGET: usize = 64 * 1024;
+
+/// What the lowering knows about each register on the current straight-line stretch
+/// (reset at labels and calls).
+#[derive(Clone, Copy)]
+struct Known {
+    /// The map whose address the register holds (`ld_imm64` of `map_idx`).
+    map: [Option<usize>; 11],
+    /// The register is `r10 + offset`.
+    stack: [Option<i64>; 11],
+    /// The register is a map value pointer from `map_lookup_elem` (or NULL, which the
+    /// verifier makes the program test before any access): global memory, never the stack.
+    val: [bool; 11],
+}
+
+impl Known {
+    fn new() -> Known {
+        let mut stack = [None; 11];
+        stack[FRAME_PTR as usize] = Some(0);
+        Known {
+            map: [None; 11],
+            stack,
+            val: [false; 11],
+        }
+    }
+
+    fn forget(&mut self, r: u8) {
+        let r = r as usize;
+        self.map[r] = None;
+        self.stack[r] = None;
+        self.val[r] = false;
+    }
 }
 
 impl Ctx<'_> {
@@ -138,6 +181,9 @@ pub fn lower(prog: &Program, opts: &JitOptions) -> Result<Lowered, CompileError>
         used: BTreeSet::new(),
         func_names: Vec::new(),
         scope: opts.insn_atomic_scope().ptx(),
+        inlined: BTreeSet::new(),
+        inlined_bytes: 0,
+        depth: 0,
     };
     // Decode every slot once.
     let mut pc = 0;
@@ -193,7 +239,10 @@ pub fn lower(prog: &Program, opts: &JitOptions) -> Result<Lowered, CompileError>
     } else {
         None
     };
-    let (prelude_protos, prelude) = prelude::generate(&cx.used, opts);
+    let (prelude_protos, bodies) = prelude::generate(&cx.used, opts);
+    let all: BTreeSet<prelude::Use> = cx.used.union(&cx.inlined).copied().collect();
+    let mut prelude = prelude::globals(&all);
+    prelude.extend(bodies);
     Ok(Lowered {
         module: Module {
             version: opts.ptx_version,
@@ -378,6 +427,8 @@ fn lower_function(cx: &mut Ctx, start: usize, end: usize) -> Result<Function, Co
         align: 16,
         size: depth,
     });
+    cx.depth = depth;
+    cx.inlined_bytes = 0;
     // Jump targets inside the function.
     let mut targets = vec![false; end - start];
     for pc in start..end {
@@ -426,7 +477,7 @@ fn lower_function(cx: &mut Ctx, start: usize, end: usize) -> Result<Function, Co
     // dead blocks after an unconditional branch only give ptxas more to get wrong.
     let reachable = reachable(cx, start, end);
     // Which map each register is known to hold (straight-line tracking, reset at labels).
-    let mut known: [Option<usize>; 11] = [None; 11];
+    let mut known = Known::new();
     let mut pc = start;
     while pc < end {
         let Some(d) = cx.dec[pc] else {
@@ -439,7 +490,7 @@ fn lower_function(cx: &mut Ctx, start: usize, end: usize) -> Result<Function, Co
         }
         if targets[pc - start] {
             f.place(crate::ptx::Label(pc as u32));
-            known = [None; 11];
+            known = Known::new();
         }
         lower_insn(cx, &mut f, pc, d, &mut known)?;
         pc += if d.op.is_wide() { 2 } else { 1 };
@@ -479,7 +530,7 @@ fn lower_insn(
     f: &mut Function,
     pc: usize,
     d: Dec,
-    known: &mut [Option<usize>; 11],
+    known: &mut Known,
 ) -> Result<(), CompileError> {
     let insn = d.insn;
     let (dst, src) = (insn.dst, insn.src);
@@ -489,12 +540,12 @@ fn lower_insn(
         d.op.kind(),
         OpKind::Alu { .. } | OpKind::End { .. } | OpKind::Ld64(_) | OpKind::Load { .. }
     );
-    let before = known[src as usize];
+    let before = *known;
     if writes_dst {
         if dst == FRAME_PTR {
             return Err(cx.err(pc, "r10 (frame pointer) is read-only"));
         }
-        known[dst as usize] = None;
+        known.forget(dst);
     }
     match d.op.kind() {
         OpKind::Alu { op, width, src: s } => {
@@ -504,8 +555,23 @@ fn lower_insn(
             };
             match width {
                 Width::W64 => {
-                    if op == AluOp::Mov && s == Src::Reg {
-                        known[dst as usize] = before;
+                    let (d, sr) = (dst as usize, src as usize);
+                    match (op, s) {
+                        (AluOp::Mov, Src::Reg) => {
+                            known.map[d] = before.map[sr];
+                            known.stack[d] = before.stack[sr];
+                            known.val[d] = before.val[sr];
+                        }
+                        (AluOp::Add | AluOp::Sub, Src::Imm) => {
+                            let delta = if op == AluOp::Add {
+                                imm64
+                            } else {
+                                imm64.wrapping_neg()
+                            };
+                            known.stack[d] = before.stack[d].map(|o| o.wrapping_add(delta));
+                            known.val[d] = before.val[d];
+                        }
+                        _ => {}
                     }
                     alu64(f, op, r(dst), opnd, s, imm64)
                 }
@@ -523,7 +589,7 @@ fn lower_insn(
                     let Some(b) = cx.opts.maps.get(i).filter(|_| i < cx.prog.maps.len()) else {
                         return Err(cx.err(pc, format!("map index {i} has no binding")));
                     };
-                    known[dst as usize] = Some(i);
+                    known.map[dst as usize] = Some(i);
                     b.base_addr
                 }
                 Ld64Kind::MapIdxValue => {
@@ -562,6 +628,8 @@ fn lower_insn(
             };
             if cx.opts.unaligned && size != Size::B && src != FRAME_PTR {
                 load_bytes(f, r(dst), r(src), insn.off as i64, size, sign_extend);
+            } else if let Some(a) = stack_addr(cx.depth, src, insn.off) {
+                f.push(local_op(op), [r(dst).into(), a]);
             } else {
                 f.push(op, [r(dst).into(), Operand::Addr(r(src), insn.off as i64)]);
             }
@@ -583,17 +651,36 @@ fn lower_insn(
             };
             if cx.opts.unaligned && size != Size::B && dst != FRAME_PTR {
                 store_bytes(f, r(dst), insn.off as i64, size, v);
+            } else if let Some(a) = stack_addr(cx.depth, dst, insn.off) {
+                f.push(local_op(op), [a, v.into()]);
             } else {
                 f.push(op, [Operand::Addr(r(dst), insn.off as i64), v.into()]);
             }
         }
         OpKind::Atomic { op, size, fetch } => {
-            atomic(f, cx.scope, op, size, fetch, r(dst), insn.off as i64, src);
+            let space = if known.val[dst as usize] {
+                Space::Global
+            } else if dst == FRAME_PTR {
+                Space::Stack(cx.depth)
+            } else {
+                Space::Unknown
+            };
+            atomic(
+                f,
+                cx.scope,
+                op,
+                size,
+                fetch,
+                r(dst),
+                insn.off as i64,
+                src,
+                space,
+            );
             if fetch {
                 if op == AtomicOp::Cmpxchg {
-                    known[0] = None;
+                    known.forget(0);
                 } else {
-                    known[src as usize] = None;
+                    known.forget(src);
                 }
             }
         }
@@ -613,7 +700,8 @@ fn lower_insn(
         }
         OpKind::Call => {
             call_helper(cx, f, pc, insn.imm, known)?;
-            *known = [None; 11];
+            *known = Known::new();
+            known.val[0] = insn.imm == ebpf::helpers::MAP_LOOKUP_ELEM;
         }
         OpKind::CallLocal => {
             let t = (pc as i64 + 1 + imm64) as usize;
@@ -622,7 +710,7 @@ fn lower_insn(
                 .expect("call targets are function starts")
                 .to_string();
             f.call(name, (1..=5).map(r).collect(), Some(r(0)));
-            *known = [None; 11];
+            *known = Known::new();
         }
         OpKind::CallKfunc => {
             return Err(cx.err(pc, "kfunc calls are not supported"));
@@ -633,6 +721,43 @@ fn lower_insn(
         }
     }
     Ok(())
+}
+
+/// `[stack+depth+off]` for an access through r10 that stays inside the frame: a `.local`
+/// access ptxas sees as such (an `STL`/`LDL` it can forward and keep in registers, where the
+/// generic address `r10 + off` gives a generic `ST.E`/`LD.E` it keeps as is).
+fn stack_addr(depth: u32, base: u8, off: i16) -> Option<Operand> {
+    let at = depth as i64 + off as i64;
+    (base == FRAME_PTR && at >= 0 && at < depth as i64).then_some(Operand::SymAddr("stack", at))
+}
+
+/// The `.local` spelling of a generic load or store opcode.
+fn local_op(op: &'static str) -> &'static str {
+    match op {
+        "ld.u8" => "ld.local.u8",
+        "ld.u16" => "ld.local.u16",
+        "ld.u32" => "ld.local.u32",
+        "ld.u64" => "ld.local.u64",
+        "ld.s8" => "ld.local.s8",
+        "ld.s16" => "ld.local.s16",
+        "ld.s32" => "ld.local.s32",
+        "st.u8" => "st.local.u8",
+        "st.u16" => "st.local.u16",
+        "st.u32" => "st.local.u32",
+        "st.u64" => "st.local.u64",
+        other => other,
+    }
+}
+
+/// What an atomic's base register is known to point to.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Space {
+    /// A map value from `map_lookup_elem`: global memory.
+    Global,
+    /// r10 of a frame of this many bytes: the thread's stack.
+    Stack(u32),
+    /// Either: decided at run time with `isspacep.local`.
+    Unknown,
 }
 
 /// A load assembled from byte loads (little-endian), for [`JitOptions::unaligned`].
@@ -907,9 +1032,10 @@ fn atomic(
     base: Reg,
     off: i64,
     src: u8,
+    space: Space,
 ) {
     let w32 = size != Size::Dw;
-    let addr = Operand::Addr(base, off);
+    let mut addr = Operand::Addr(base, off);
     let cls = if w32 { RegClass::B32 } else { RegClass::B64 };
     let (v, old) = if w32 {
         let v = f.reg(RegClass::B32);
@@ -942,59 +1068,95 @@ fn atomic(
         AtomicOp::Xchg => format!("exch{bits}"),
         AtomicOp::Cmpxchg => format!("cas{bits}"),
     };
-    let on_stack = base == r(FRAME_PTR);
-    let done = f.label();
-    let global = f.label();
-    if !on_stack {
-        let a = if off == 0 {
-            base
-        } else {
-            let a = f.reg(RegClass::B64);
-            f.push("add.s64", [a.into(), base.into(), imm(off)]);
-            a
-        };
-        let p = f.reg(RegClass::Pred);
-        f.push("isspacep.local", [p.into(), a.into()]);
-        f.bra(global, Some((p, false)));
-    }
-    // Plain path: the thread's own stack.
-    f.push(wsel(w32, "ld.u32", "ld.u64"), [old.into(), addr.clone()]);
-    let new = f.reg(cls);
-    let (o, n, vv): (Operand, Operand, Operand) = (old.into(), new.into(), v.into());
-    match op {
-        AtomicOp::Add => f.push(wsel(w32, "add.s32", "add.s64"), [n, o, vv]),
-        AtomicOp::Or => f.push(wsel(w32, "or.b32", "or.b64"), [n, o, vv]),
-        AtomicOp::And => f.push(wsel(w32, "and.b32", "and.b64"), [n, o, vv]),
-        AtomicOp::Xor => f.push(wsel(w32, "xor.b32", "xor.b64"), [n, o, vv]),
-        AtomicOp::Xchg => f.push(wsel(w32, "mov.b32", "mov.b64"), [n, vv]),
-        AtomicOp::Cmpxchg => {
-            let c = cmp.expect("cmpxchg has a comparand");
-            let p = f.reg(RegClass::Pred);
-            f.push(
-                wsel(w32, "setp.eq.b32", "setp.eq.b64"),
-                [p.into(), o.clone(), c.into()],
-            );
-            f.push(wsel(w32, "selp.b32", "selp.b64"), [n, vv, o, p.into()]);
-        }
-    }
-    f.push(wsel(w32, "st.u32", "st.u64"), [addr.clone(), new.into()]);
-    if !on_stack {
-        f.bra(done, None);
-        f.place(global);
+    if space == Space::Global {
+        // A map value: no stack check; `.global` lets ptxas emit a plain `RED`/`ATOM` (a
+        // generic one also handles shared-window addresses, with a fallback loop).
+        let g = f.reg(RegClass::B64);
+        f.push("cvta.to.global.u64", [g.into(), base.into()]);
+        let addr = Operand::Addr(g, off);
         if !fetch {
-            f.push(format!("red.relaxed{scope}.{opname}"), [addr, v.into()]);
+            f.push(
+                format!("red.relaxed{scope}.global.{opname}"),
+                [addr, v.into()],
+            );
         } else if let Some(c) = cmp {
             f.push(
-                format!("atom.acq_rel{scope}.{opname}"),
+                format!("atom.acq_rel{scope}.global.{opname}"),
                 [old.into(), addr, c.into(), v.into()],
             );
         } else {
             f.push(
-                format!("atom.acq_rel{scope}.{opname}"),
+                format!("atom.acq_rel{scope}.global.{opname}"),
                 [old.into(), addr, v.into()],
             );
         }
-        f.place(done);
+    } else {
+        let on_stack = matches!(space, Space::Stack(_));
+        let (ld, st) = match space {
+            Space::Stack(depth)
+                if off >= -(depth as i64) && off < 0 && (depth as i64 + off) >= 0 =>
+            {
+                addr = Operand::SymAddr("stack", depth as i64 + off);
+                (
+                    wsel(w32, "ld.local.u32", "ld.local.u64"),
+                    wsel(w32, "st.local.u32", "st.local.u64"),
+                )
+            }
+            _ => (wsel(w32, "ld.u32", "ld.u64"), wsel(w32, "st.u32", "st.u64")),
+        };
+        let done = f.label();
+        let global = f.label();
+        if !on_stack {
+            let a = if off == 0 {
+                base
+            } else {
+                let a = f.reg(RegClass::B64);
+                f.push("add.s64", [a.into(), base.into(), imm(off)]);
+                a
+            };
+            let p = f.reg(RegClass::Pred);
+            f.push("isspacep.local", [p.into(), a.into()]);
+            f.bra(global, Some((p, false)));
+        }
+        // Plain path: the thread's own stack.
+        f.push(ld, [old.into(), addr.clone()]);
+        let new = f.reg(cls);
+        let (o, n, vv): (Operand, Operand, Operand) = (old.into(), new.into(), v.into());
+        match op {
+            AtomicOp::Add => f.push(wsel(w32, "add.s32", "add.s64"), [n, o, vv]),
+            AtomicOp::Or => f.push(wsel(w32, "or.b32", "or.b64"), [n, o, vv]),
+            AtomicOp::And => f.push(wsel(w32, "and.b32", "and.b64"), [n, o, vv]),
+            AtomicOp::Xor => f.push(wsel(w32, "xor.b32", "xor.b64"), [n, o, vv]),
+            AtomicOp::Xchg => f.push(wsel(w32, "mov.b32", "mov.b64"), [n, vv]),
+            AtomicOp::Cmpxchg => {
+                let c = cmp.expect("cmpxchg has a comparand");
+                let p = f.reg(RegClass::Pred);
+                f.push(
+                    wsel(w32, "setp.eq.b32", "setp.eq.b64"),
+                    [p.into(), o.clone(), c.into()],
+                );
+                f.push(wsel(w32, "selp.b32", "selp.b64"), [n, vv, o, p.into()]);
+            }
+        }
+        f.push(st, [addr.clone(), new.into()]);
+        if !on_stack {
+            f.bra(done, None);
+            f.place(global);
+            if !fetch {
+                f.push(format!("red.relaxed{scope}.{opname}"), [addr, v.into()]);
+            } else if let Some(c) = cmp {
+                f.push(
+                    format!("atom.acq_rel{scope}.{opname}"),
+                    [old.into(), addr, c.into(), v.into()],
+                );
+            } else {
+                f.push(
+                    format!("atom.acq_rel{scope}.{opname}"),
+                    [old.into(), addr, v.into()],
+                );
+            }
+            f.place(done);
+        }
     }
     if fetch {
         let dst = if op == AtomicOp::Cmpxchg { 0 } else { src };
@@ -1067,7 +1229,7 @@ fn call_helper(
     f: &mut Function,
     pc: usize,
     id: i32,
-    known: &[Option<usize>; 11],
+    known: &Known,
 ) -> Result<(), CompileError> {
     let Some(def) = prelude::def(id) else {
         return Err(cx.err(pc, format!("helper {id} is not available on the GPU")));
@@ -1078,12 +1240,17 @@ fn call_helper(
         f.push("exit", []);
         return Ok(());
     }
+    // The key argument of map helpers, when it is a known place on the stack.
+    let site = prelude::Site {
+        key: known.stack[2]
+            .map(|o| cx.depth as i64 + o)
+            .filter(|&o| o >= 0 && o < cx.depth as i64),
+    };
     if def.map_kinds.is_empty() {
-        cx.used.insert(prelude::Use { id, map: None });
-        f.call(prelude::func_name(id, None), args, Some(r(0)));
+        helper_site(cx, f, prelude::Use { id, map: None }, args, site);
         return Ok(());
     }
-    let candidates: Vec<usize> = match known[1] {
+    let candidates: Vec<usize> = match known.map[1] {
         Some(i) => vec![i],
         None => (0..cx.prog.maps.len())
             .filter(|&i| def.map_kinds.contains(&cx.opts.maps[i].kind))
@@ -1102,16 +1269,14 @@ fn call_helper(
             ),
         ));
     }
-    if candidates.len() == 1 && known[1].is_some() {
+    if candidates.len() == 1 && known.map[1].is_some() {
         let i = candidates[0];
-        cx.used.insert(prelude::Use { id, map: Some(i) });
-        f.call(prelude::func_name(id, Some(i)), args, Some(r(0)));
+        helper_site(cx, f, prelude::Use { id, map: Some(i) }, args, site);
         return Ok(());
     }
     // Compare chain on r1 (the map's base address); an unknown map gives -EINVAL.
     let done = f.label();
     for i in candidates {
-        cx.used.insert(prelude::Use { id, map: Some(i) });
         let next = f.label();
         let p = f.reg(RegClass::Pred);
         f.push(
@@ -1119,13 +1284,39 @@ fn call_helper(
             [p.into(), r(1).into(), imm(cx.opts.maps[i].base_addr as i64)],
         );
         f.bra(next, Some((p, true)));
-        f.call(prelude::func_name(id, Some(i)), args.clone(), Some(r(0)));
+        helper_site(cx, f, prelude::Use { id, map: Some(i) }, args.clone(), site);
         f.bra(done, None);
         f.place(next);
     }
     f.push("mov.b64", [r(0).into(), imm(-22)]);
     f.place(done);
     Ok(())
+}
+
+/// One call site of helper use `u`: its body inlined (within [`INLINE_BUDGET`]), else a call
+/// of its `.func`.
+fn helper_site(
+    cx: &mut Ctx,
+    f: &mut Function,
+    u: prelude::Use,
+    args: Vec<Reg>,
+    site: prelude::Site,
+) {
+    if cx.inlined_bytes < INLINE_BUDGET
+        && let Some(text) = prelude::inline_block(u, cx.opts, site)
+        && cx.inlined_bytes + text.len() <= INLINE_BUDGET
+    {
+        cx.inlined_bytes += text.len();
+        cx.inlined.insert(u);
+        f.body.push(Stmt::Inline {
+            text,
+            args,
+            ret: r(0),
+        });
+        return;
+    }
+    cx.used.insert(u);
+    f.call(prelude::func_name(u.id, u.map), args, Some(r(0)));
 }
 
 /// The stand-alone kernel: one thread per record, running the program's body inline

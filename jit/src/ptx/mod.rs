@@ -159,6 +159,16 @@ pub enum Stmt {
     },
     /// A line of text copied as is (comments).
     Raw(String),
+    /// A helper's body inlined at a call site: a `{ }` block of text reading `args` (the
+    /// caller's registers) and writing `ret` (see [`crate::prelude::inline_block`]).
+    Inline {
+        /// The block, printed as is.
+        text: String,
+        /// Caller registers the block reads.
+        args: Vec<Reg>,
+        /// Caller register the block writes.
+        ret: Reg,
+    },
 }
 
 /// Whether a function is a kernel or a device function.
