@@ -456,7 +456,7 @@ fn lower_function(cx: &mut Ctx, start: usize, end: usize) -> Result<Function, Co
     }
     // Prologue.
     if is_entry {
-        f.push("ld.param.b64", [r(1).into(), Operand::SymAddr("ctx", 0)]);
+        f.push("ld.param.b64", [r(1).into(), Operand::SymAddr(&"ctx", 0)]);
         f.push("mov.b64", [r(2).into(), imm(0)]);
     } else {
         for i in 1..=5u8 {
@@ -464,12 +464,12 @@ fn lower_function(cx: &mut Ctx, start: usize, end: usize) -> Result<Function, Co
                 "ld.param.b64",
                 [
                     r(i).into(),
-                    Operand::SymAddr(["a1", "a2", "a3", "a4", "a5"][i as usize - 1], 0),
+                    Operand::SymAddr(&["a1", "a2", "a3", "a4", "a5"][i as usize - 1], 0),
                 ],
             );
         }
     }
-    f.push("cvta.local.u64", [r(10).into(), Operand::Sym("stack")]);
+    f.push("cvta.local.u64", [r(10).into(), Operand::Sym(&"stack")]);
     f.push("add.s64", [r(10).into(), r(10).into(), imm(depth as i64)]);
     f.push("mov.b64", [r(0).into(), imm(0)]);
 
@@ -540,7 +540,15 @@ fn lower_insn(
         d.op.kind(),
         OpKind::Alu { .. } | OpKind::End { .. } | OpKind::Ld64(_) | OpKind::Load { .. }
     );
-    let before = *known;
+    // What src and dst held before this instruction (dst is forgotten below).
+    let (sr, dr) = (src as usize & 15, dst as usize & 15);
+    let before = (
+        known.map[sr],
+        known.stack[sr],
+        known.val[sr],
+        known.stack[dr],
+        known.val[dr],
+    );
     if writes_dst {
         if dst == FRAME_PTR {
             return Err(cx.err(pc, "r10 (frame pointer) is read-only"));
@@ -555,12 +563,12 @@ fn lower_insn(
             };
             match width {
                 Width::W64 => {
-                    let (d, sr) = (dst as usize, src as usize);
+                    let d = dr;
                     match (op, s) {
                         (AluOp::Mov, Src::Reg) => {
-                            known.map[d] = before.map[sr];
-                            known.stack[d] = before.stack[sr];
-                            known.val[d] = before.val[sr];
+                            known.map[d] = before.0;
+                            known.stack[d] = before.1;
+                            known.val[d] = before.2;
                         }
                         (AluOp::Add | AluOp::Sub, Src::Imm) => {
                             let delta = if op == AluOp::Add {
@@ -568,8 +576,8 @@ fn lower_insn(
                             } else {
                                 imm64.wrapping_neg()
                             };
-                            known.stack[d] = before.stack[d].map(|o| o.wrapping_add(delta));
-                            known.val[d] = before.val[d];
+                            known.stack[d] = before.3.map(|o| o.wrapping_add(delta));
+                            known.val[d] = before.4;
                         }
                         _ => {}
                     }
@@ -631,7 +639,7 @@ fn lower_insn(
             } else if let Some(a) = stack_addr(cx.depth, src, insn.off) {
                 f.push(local_op(op), [r(dst).into(), a]);
             } else {
-                f.push(op, [r(dst).into(), Operand::Addr(r(src), insn.off as i64)]);
+                f.push(op, [r(dst).into(), Operand::Addr(r(src), insn.off as i32)]);
             }
         }
         OpKind::Store { size, src: s } => {
@@ -654,7 +662,7 @@ fn lower_insn(
             } else if let Some(a) = stack_addr(cx.depth, dst, insn.off) {
                 f.push(local_op(op), [a, v.into()]);
             } else {
-                f.push(op, [Operand::Addr(r(dst), insn.off as i64), v.into()]);
+                f.push(op, [Operand::Addr(r(dst), insn.off as i32), v.into()]);
             }
         }
         OpKind::Atomic { op, size, fetch } => {
@@ -716,7 +724,7 @@ fn lower_insn(
             return Err(cx.err(pc, "kfunc calls are not supported"));
         }
         OpKind::Exit => {
-            f.push("st.param.b64", [Operand::SymAddr("ret0", 0), r(0).into()]);
+            f.push("st.param.b64", [Operand::SymAddr(&"ret0", 0), r(0).into()]);
             f.push("ret", []);
         }
     }
@@ -728,7 +736,8 @@ fn lower_insn(
 /// generic address `r10 + off` gives a generic `ST.E`/`LD.E` it keeps as is).
 fn stack_addr(depth: u32, base: u8, off: i16) -> Option<Operand> {
     let at = depth as i64 + off as i64;
-    (base == FRAME_PTR && at >= 0 && at < depth as i64).then_some(Operand::SymAddr("stack", at))
+    (base == FRAME_PTR && at >= 0 && at < depth as i64)
+        .then_some(Operand::SymAddr(&"stack", at as i32))
 }
 
 /// The `.local` spelling of a generic load or store opcode.
@@ -764,10 +773,10 @@ enum Space {
 fn load_bytes(f: &mut Function, d: Reg, base: Reg, off: i64, size: Size, sign_extend: bool) {
     let n = size.bytes() as i64;
     let acc = f.reg(RegClass::B64);
-    f.push("ld.u8", [acc.into(), Operand::Addr(base, off)]);
+    f.push("ld.u8", [acc.into(), Operand::Addr(base, off as i32)]);
     for k in 1..n {
         let t = f.reg(RegClass::B64);
-        f.push("ld.u8", [t.into(), Operand::Addr(base, off + k)]);
+        f.push("ld.u8", [t.into(), Operand::Addr(base, (off + k) as i32)]);
         f.push("shl.b64", [t.into(), t.into(), imm(8 * k)]);
         f.push("or.b64", [acc.into(), acc.into(), t.into()]);
     }
@@ -782,11 +791,11 @@ fn load_bytes(f: &mut Function, d: Reg, base: Reg, off: i64, size: Size, sign_ex
 
 /// A store split into byte stores (little-endian), for [`JitOptions::unaligned`].
 fn store_bytes(f: &mut Function, base: Reg, off: i64, size: Size, v: Reg) {
-    f.push("st.u8", [Operand::Addr(base, off), v.into()]);
+    f.push("st.u8", [Operand::Addr(base, off as i32), v.into()]);
     for k in 1..size.bytes() as i64 {
         let t = f.reg(RegClass::B64);
         f.push("shr.u64", [t.into(), v.into(), imm(8 * k)]);
-        f.push("st.u8", [Operand::Addr(base, off + k), t.into()]);
+        f.push("st.u8", [Operand::Addr(base, (off + k) as i32), t.into()]);
     }
 }
 
@@ -991,7 +1000,7 @@ fn end(f: &mut Function, op: EndOp, bits: u8, d: Reg) {
             f.push("cvt.u32.u64", [t.into(), dd.clone()]);
             f.push(
                 "prmt.b32",
-                [t.into(), t.into(), t.into(), Operand::Sym("0x0123")],
+                [t.into(), t.into(), t.into(), Operand::Sym(&"0x0123")],
             );
             if bits == 16 {
                 f.push("shr.u32", [t.into(), t.into(), imm(16)]);
@@ -1004,11 +1013,11 @@ fn end(f: &mut Function, op: EndOp, bits: u8, d: Reg) {
             f.push("mov.b64", [Operand::Vec2(lo, hi), dd.clone()]);
             f.push(
                 "prmt.b32",
-                [lo.into(), lo.into(), lo.into(), Operand::Sym("0x0123")],
+                [lo.into(), lo.into(), lo.into(), Operand::Sym(&"0x0123")],
             );
             f.push(
                 "prmt.b32",
-                [hi.into(), hi.into(), hi.into(), Operand::Sym("0x0123")],
+                [hi.into(), hi.into(), hi.into(), Operand::Sym(&"0x0123")],
             );
             f.push("mov.b64", [dd, Operand::Vec2(hi, lo)]);
         }
@@ -1035,7 +1044,7 @@ fn atomic(
     space: Space,
 ) {
     let w32 = size != Size::Dw;
-    let mut addr = Operand::Addr(base, off);
+    let mut addr = Operand::Addr(base, off as i32);
     let cls = if w32 { RegClass::B32 } else { RegClass::B64 };
     let (v, old) = if w32 {
         let v = f.reg(RegClass::B32);
@@ -1073,7 +1082,7 @@ fn atomic(
         // generic one also handles shared-window addresses, with a fallback loop).
         let g = f.reg(RegClass::B64);
         f.push("cvta.to.global.u64", [g.into(), base.into()]);
-        let addr = Operand::Addr(g, off);
+        let addr = Operand::Addr(g, off as i32);
         if !fetch {
             f.push(
                 format!("red.relaxed{scope}.global.{opname}"),
@@ -1096,7 +1105,7 @@ fn atomic(
             Space::Stack(depth)
                 if off >= -(depth as i64) && off < 0 && (depth as i64 + off) >= 0 =>
             {
-                addr = Operand::SymAddr("stack", depth as i64 + off);
+                addr = Operand::SymAddr(&"stack", (depth as i64 + off) as i32);
                 (
                     wsel(w32, "ld.local.u32", "ld.local.u64"),
                     wsel(w32, "st.local.u32", "st.local.u64"),
@@ -1339,8 +1348,17 @@ fn entry_wrapper(name: &str, main: &Function) -> Function {
     });
     f.locals.extend(main.locals.iter().cloned());
     let p = |f: &mut Function, n: &'static str| {
+        const PARAMS: [&str; 10] = [
+            "in_base", "in_size", "out_base", "out_size", "n", "arg0", "arg1", "arg2", "arg3",
+            "results",
+        ];
+        static NAMES: [&str; 10] = PARAMS;
+        let k = PARAMS
+            .iter()
+            .position(|&q| q == n)
+            .expect("an entry parameter");
         let t = f.reg(RegClass::B64);
-        f.push("ld.param.u64", [t.into(), Operand::SymAddr(n, 0)]);
+        f.push("ld.param.u64", [t.into(), Operand::SymAddr(&NAMES[k], 0)]);
         t
     };
     let (tid, ntid, ctaid) = (
@@ -1348,9 +1366,9 @@ fn entry_wrapper(name: &str, main: &Function) -> Function {
         f.reg(RegClass::B32),
         f.reg(RegClass::B32),
     );
-    f.push("mov.u32", [tid.into(), Operand::Sym("%tid.x")]);
-    f.push("mov.u32", [ntid.into(), Operand::Sym("%ntid.x")]);
-    f.push("mov.u32", [ctaid.into(), Operand::Sym("%ctaid.x")]);
+    f.push("mov.u32", [tid.into(), Operand::Sym(&"%tid.x")]);
+    f.push("mov.u32", [ntid.into(), Operand::Sym(&"%ntid.x")]);
+    f.push("mov.u32", [ctaid.into(), Operand::Sym(&"%ctaid.x")]);
     let i = f.reg(RegClass::B64);
     f.push("mul.wide.u32", [i.into(), ctaid.into(), ntid.into()]);
     let t = f.reg(RegClass::B64);
@@ -1361,7 +1379,10 @@ fn entry_wrapper(name: &str, main: &Function) -> Function {
     f.push("setp.ge.u64", [pr.into(), i.into(), n.into()]);
     f.push_if(pr, true, "ret", []);
     let st = |f: &mut Function, off: i64, v: Reg| {
-        f.push("st.local.u64", [Operand::SymAddr("jobctx", off), v.into()]);
+        f.push(
+            "st.local.u64",
+            [Operand::SymAddr(&"jobctx", off as i32), v.into()],
+        );
     };
     let mut fields = [i; 10];
     for (k, (base, size, off)) in [
@@ -1406,7 +1427,7 @@ fn entry_wrapper(name: &str, main: &Function) -> Function {
         [Operand::Addr(slot, 0), zero.into()],
     );
     let ctx = f.reg(RegClass::B64);
-    f.push("cvta.local.u64", [ctx.into(), Operand::Sym("jobctx")]);
+    f.push("cvta.local.u64", [ctx.into(), Operand::Sym(&"jobctx")]);
     f.body.insert(
         0,
         Stmt::Raw("\t// one thread per record; the program's body follows inline".into()),

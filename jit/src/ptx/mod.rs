@@ -74,13 +74,15 @@ pub enum Operand {
     /// An integer immediate, printed in signed decimal.
     Imm(i64),
     /// A memory address `[base+off]`.
-    Addr(Reg, i64),
-    /// A memory address `[sym+off]` (locals, params).
-    SymAddr(&'static str, i64),
+    Addr(Reg, i32),
+    /// A memory address `[sym+off]` (locals, params). The name is behind a thin reference
+    /// (`&"stack"`) to keep operands, and so statements, small: lowering and printing move
+    /// them by value.
+    SymAddr(&'static &'static str, i32),
     /// A label.
     Label(Label),
-    /// A symbol or special register (`%tid.x`, a local array name).
-    Sym(&'static str),
+    /// A symbol or special register (`%tid.x`, a local array name), thin as in `SymAddr`.
+    Sym(&'static &'static str),
     /// A vector `{a, b}` (for `mov.b64 {lo, hi}`).
     Vec2(Reg, Reg),
 }
