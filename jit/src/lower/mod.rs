@@ -17,7 +17,9 @@
 //! | load / store               | generic `ld.u8…u64` / `ld.s8…s32` / `st` at `[reg+off]`       |
 //! | atomics                    | `atom.acq_rel<scope>` (fetch, xchg, `atom.cas`), `red.relaxed<scope>` (no fetch) |
 //! | jumps (64 and 32 bits)     | `setp` + `@p bra`                                             |
-//! | `call` helper              | `call.uni` of a prelude `.func` (per map when r1's map is known, else a compare chain over the bound maps) |
+//! | `call` helper              | the helper's body inlined as a `{ }` block (`prelude::inline_block`; per map when r1's map is known, else a compare chain over the bound maps), or `call.uni` of its `.func` past [`INLINE_BUDGET`] |
+//! | r10-relative load / store  | `ld.local` / `st.local` at `[stack+depth+off]` (ptxas forwards and keeps these) |
+//! | atomic on a `map_lookup_elem` result | `red`/`atom` `.global`, no `isspacep` check |
 //! | `call` local               | `call.uni` of the callee's `.func` with r1..r5; r0 comes back |
 //! | `exit`                     | `st.param.b64 [r0]`, `ret`                                    |
 //!
