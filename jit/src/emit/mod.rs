@@ -353,8 +353,8 @@ fn stmt(s: &mut String, st: &Stmt) {
                     let _ = writeln!(
                         s,
                         "\t.param .b64 param{k};\n\tst.param.b64 [param{k}], {}{};",
-                        a.class.prefix(),
-                        a.n
+                        a.class().prefix(),
+                        a.n()
                     );
                 }
                 if ret.is_some() {
@@ -375,7 +375,12 @@ fn stmt(s: &mut String, st: &Stmt) {
                 }
                 s.push_str(";\n");
                 if let Some(r) = ret {
-                    let _ = writeln!(s, "\tld.param.b64 {}{}, [retval0];", r.class.prefix(), r.n);
+                    let _ = writeln!(
+                        s,
+                        "\tld.param.b64 {}{}, [retval0];",
+                        r.class().prefix(),
+                        r.n()
+                    );
                 }
                 s.push_str("\t}\n");
             }
@@ -469,10 +474,10 @@ impl<'a> Line<'a> {
 
     #[inline(always)]
     fn reg(&mut self, r: crate::ptx::Reg) {
-        for &b in r.class.prefix().as_bytes() {
+        for &b in r.class().prefix().as_bytes() {
             self.byte(b);
         }
-        self.u64(r.n as u64);
+        self.u64(r.n() as u64);
     }
 }
 

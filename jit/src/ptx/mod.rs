@@ -53,13 +53,32 @@ impl RegClass {
     }
 }
 
-/// A virtual register.
+/// A virtual register: its class in the top 2 bits, its number (within the class) in the
+/// low 30, so that operands, and so IR statements, stay small.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct Reg {
+pub struct Reg(u32);
+
+impl Reg {
+    /// Register `n` (below 2^30) of class `class`.
+    pub fn new(class: RegClass, n: u32) -> Reg {
+        debug_assert!(n < 1 << 30);
+        Reg(((class as u32) << 30) | (n & ((1 << 30) - 1)))
+    }
+
     /// Its class.
-    pub class: RegClass,
+    pub fn class(self) -> RegClass {
+        match self.0 >> 30 {
+            0 => RegClass::Pred,
+            1 => RegClass::B16,
+            2 => RegClass::B32,
+            _ => RegClass::B64,
+        }
+    }
+
     /// Its number within the class.
-    pub n: u32,
+    pub fn n(self) -> u32 {
+        self.0 & ((1 << 30) - 1)
+    }
 }
 
 /// A label inside one function.
@@ -268,17 +287,14 @@ impl Function {
 
     /// The register holding eBPF register `r`.
     pub fn ebpf_reg(r: u8) -> Reg {
-        Reg {
-            class: RegClass::B64,
-            n: r as u32,
-        }
+        Reg::new(RegClass::B64, r as u32)
     }
 
     /// A fresh register of class `c`.
     pub fn reg(&mut self, c: RegClass) -> Reg {
         let n = self.next_reg[c.index()];
         self.next_reg[c.index()] += 1;
-        Reg { class: c, n }
+        Reg::new(c, n)
     }
 
     /// A fresh label.
