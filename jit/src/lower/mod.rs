@@ -297,6 +297,16 @@ fn check_bindings(prog: &Program, opts: &JitOptions) -> Result<(), CompileError>
 /// byte any access or derived pointer reaches, rounded up to 16; `STACK_SIZE` when r10
 /// escapes in a way the scan cannot follow.
 pub fn stack_depth(insns: &[Insn], start: usize, end: usize) -> u32 {
+    depth_scan(insns, start, end, |pc| decode(&insns[pc]).ok())
+}
+
+/// [`stack_depth`] with the opcodes from `op_at` (the lowering decoded them already).
+fn depth_scan(
+    insns: &[Insn],
+    start: usize,
+    end: usize,
+    op_at: impl Fn(usize) -> Option<Opcode>,
+) -> u32 {
     let mut deepest: i64 = 0;
     // Registers known to hold r10 + offset, on the straight-line path.
     let mut derived: [Option<i64>; 11] = [None; 11];
@@ -305,7 +315,7 @@ pub fn stack_depth(insns: &[Insn], start: usize, end: usize) -> u32 {
     let mut pc = start;
     while pc < end {
         let insn = insns[pc];
-        let Ok(op) = decode(&insn) else {
+        let Some(op) = op_at(pc) else {
             return STACK_SIZE as u32;
         };
         let (d, s) = (insn.dst as usize & 15, insn.src as usize & 15);
@@ -422,7 +432,7 @@ fn lower_function(cx: &mut Ctx, start: usize, end: usize) -> Result<Function, Co
     }
     let depth = match cx.opts.stack_size {
         Some(s) => s.clamp(16, STACK_SIZE as u32).next_multiple_of(16),
-        None => stack_depth(&cx.prog.insns, start, end),
+        None => depth_scan(&cx.prog.insns, start, end, |pc| cx.dec[pc].map(|d| d.op)),
     };
     f.locals.push(LocalArray {
         name: "stack".into(),
@@ -431,8 +441,8 @@ fn lower_function(cx: &mut Ctx, start: usize, end: usize) -> Result<Function, Co
     });
     cx.depth = depth;
     cx.inlined_bytes = 0;
-    // Jump targets inside the function.
-    let mut targets = vec![false; end - start];
+    // Jumps inside the function, checked; their targets get labels when the jump is reached.
+    let mut jumps = Vec::new();
     for pc in start..end {
         let Some(d) = cx.dec[pc] else { continue };
         let t = match d.op.kind() {
@@ -453,7 +463,7 @@ fn lower_function(cx: &mut Ctx, start: usize, end: usize) -> Result<Function, Co
                     format!("jump target {t} is the second slot of a ld_imm64"),
                 ));
             }
-            targets[t as usize - start] = true;
+            jumps.push((pc, t as usize));
         }
     }
     // Prologue.
@@ -478,6 +488,14 @@ fn lower_function(cx: &mut Ctx, start: usize, end: usize) -> Result<Function, Co
     // Instructions no path from the entry reaches are not emitted: they cannot run, and
     // dead blocks after an unconditional branch only give ptxas more to get wrong.
     let reachable = reachable(cx, start, end);
+    // Only reached jumps are emitted: a label for an unreached one's target would be unused
+    // (and cost the unused-label pass a scan of the body).
+    let mut targets = vec![false; end - start];
+    for &(pc, t) in &jumps {
+        if reachable[pc - start] {
+            targets[t - start] = true;
+        }
+    }
     // Which map each register is known to hold (straight-line tracking, reset at labels).
     let mut known = Known::new();
     let mut pc = start;
