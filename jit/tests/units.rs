@@ -278,3 +278,30 @@ fn multi_word_and_unaligned_keys_fence_once_per_match() {
     }
     common::assemble(&t, "hashcount, key through a pointer");
 }
+
+#[test]
+fn alu32_ops_are_64_bit_ops_then_masked() {
+    // `w5 = -w5` with w5 = 0x7fffffff on a conditional path: the `cvt`/`neg.s32`/`cvt` form
+    // is miscompiled by ptxas -O3 (case alu5440); the JIT emits `neg.s64` + `and.b64`.
+    let src = "r5 = 0x7fffffff\nif r1 < r3 goto +1\nw5 = -w5\nw5 += 3\nw5 -= w2\nw5 *= 7\nw5 ^= 1\nr0 = r5\nexit";
+    let p = Program::from_insns("n", assemble(src).unwrap());
+    let opts = JitOptions {
+        entry: false,
+        ..JitOptions::default()
+    };
+    let t = jit::compile(&p, &opts).unwrap().text();
+    for line in [
+        "neg.s64 %rd5, %rd5;",
+        "add.s64 %rd5, %rd5, 3;",
+        "sub.s64 %rd5, %rd5, %rd2;",
+        "mul.lo.s64 %rd5, %rd5, 7;",
+        "xor.b64 %rd5, %rd5, 1;",
+    ] {
+        assert!(
+            t.contains(&format!("\t{line}\n\tand.b64 %rd5, %rd5, 4294967295;\n")),
+            "{line}: {t}"
+        );
+    }
+    assert!(!t.contains("neg.s32") && !t.contains("cvt.u32.u64"), "{t}");
+    common::assemble(&t, "alu32 ops");
+}

@@ -8,7 +8,7 @@
 //!
 //! | eBPF                       | PTX                                                         |
 //! |----------------------------|-------------------------------------------------------------|
-//! | ALU64 / ALU32              | `add.s64` …; 32-bit ops on `cvt.u32.u64` halves, result `cvt.u64.u32` (zero-extends) |
+//! | ALU64 / ALU32              | `add.s64` …; 32-bit add/sub/mul/and/or/xor/neg as the 64-bit op + `and.b64 0xffffffff`, the others on `cvt.u32.u64` halves, result `cvt.u64.u32` (zero-extends) |
 //! | div / mod                  | divisor 0 replaced by 1, result selected (`/0 → 0`, `%0 → dst`); `sdiv` by −1 is `neg` (so `MIN / −1 = MIN`, `MIN % −1 = 0`) |
 //! | shifts                     | count `& 63` / `& 31`                                        |
 //! | `movsx`                    | `shl` + `shr.s` (8, 16 bits), `cvt.s64.s32`                  |
@@ -961,6 +961,35 @@ fn alu32(f: &mut Function, op: AluOp, d: Reg, src: u8, s: Src, imm32: i32) {
         }
         _ => {}
     }
+    // Operations whose low 32 bits depend only on the operands' low 32 bits: the 64-bit
+    // operation, then the upper half cleared. Two instructions instead of four, and it keeps
+    // clear of a ptxas -O3 miscompile (12.9 and 13.0, sm_90): `cvt.u32.u64` of a constant,
+    // `neg.s32` (or `sub.s32 0, x`, `mul.lo.s32 x, -1`), `cvt.u64.u32` on a conditional path
+    // folds to the constant unnegated when it is 0x7fffffff (differential case `alu5440`,
+    // `jit/gpu/repro/ptxas_o3_alu5440_77.ptx`).
+    let wide = match op {
+        AluOp::Add => Some("add.s64"),
+        AluOp::Sub => Some("sub.s64"),
+        AluOp::Mul => Some("mul.lo.s64"),
+        AluOp::Or => Some("or.b64"),
+        AluOp::And => Some("and.b64"),
+        AluOp::Xor => Some("xor.b64"),
+        AluOp::Neg => Some("neg.s64"),
+        _ => None,
+    };
+    if let Some(w) = wide {
+        if op == AluOp::Neg {
+            f.push(w, [dd.clone(), dd.clone()]);
+        } else {
+            let b: Operand = match s {
+                Src::Imm => imm(imm32 as i64),
+                Src::Reg => r(src).into(),
+            };
+            f.push(w, [dd.clone(), dd.clone(), b]);
+        }
+        f.push("and.b64", [dd.clone(), dd, imm(0xffff_ffff)]);
+        return;
+    }
     let a = f.reg(RegClass::B32);
     f.push("cvt.u32.u64", [a.into(), dd.clone()]);
     let b: Operand = match s {
@@ -973,13 +1002,6 @@ fn alu32(f: &mut Function, op: AluOp, d: Reg, src: u8, s: Src, imm32: i32) {
     };
     let aa: Operand = a.into();
     match op {
-        AluOp::Add => f.push("add.s32", [aa.clone(), aa, b]),
-        AluOp::Sub => f.push("sub.s32", [aa.clone(), aa, b]),
-        AluOp::Mul => f.push("mul.lo.s32", [aa.clone(), aa, b]),
-        AluOp::Or => f.push("or.b32", [aa.clone(), aa, b]),
-        AluOp::And => f.push("and.b32", [aa.clone(), aa, b]),
-        AluOp::Xor => f.push("xor.b32", [aa.clone(), aa, b]),
-        AluOp::Neg => f.push("neg.s32", [aa.clone(), aa]),
         AluOp::Lsh | AluOp::Rsh | AluOp::Arsh => {
             let opc = match op {
                 AluOp::Lsh => "shl.b32",
@@ -998,7 +1020,17 @@ fn alu32(f: &mut Function, op: AluOp, d: Reg, src: u8, s: Src, imm32: i32) {
         AluOp::Div | AluOp::Mod | AluOp::Sdiv | AluOp::Smod => {
             divmod(f, op, a, b, s, imm32 as i64, true);
         }
-        AluOp::Mov | AluOp::Movsx8 | AluOp::Movsx16 | AluOp::Movsx32 => {
+        AluOp::Mov
+        | AluOp::Movsx8
+        | AluOp::Movsx16
+        | AluOp::Movsx32
+        | AluOp::Add
+        | AluOp::Sub
+        | AluOp::Mul
+        | AluOp::Or
+        | AluOp::And
+        | AluOp::Xor
+        | AluOp::Neg => {
             unreachable!("handled above")
         }
     }
