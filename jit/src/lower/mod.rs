@@ -44,6 +44,8 @@ pub fn decode(insn: &Insn) -> Result<Opcode, ebpf::isa::DecodeError> {
     struct Rows {
         start: [u16; 257],
         rows: Vec<(ebpf::isa::Discr, Opcode)>,
+        /// The opcode of a byte with a single row that takes any slot.
+        single: [Option<Opcode>; 256],
     }
     static ROWS: LazyLock<Rows> = LazyLock::new(|| {
         let mut start = [0u16; 257];
@@ -58,10 +60,25 @@ pub fn decode(insn: &Insn) -> Result<Opcode, ebpf::isa::DecodeError> {
             );
         }
         start[256] = rows.len() as u16;
-        Rows { start, rows }
+        let mut single = [None; 256];
+        for (code, one) in single.iter_mut().enumerate() {
+            if let [(ebpf::isa::Discr::Any, op)] =
+                rows[start[code] as usize..start[code + 1] as usize]
+            {
+                *one = Some(op);
+            }
+        }
+        Rows {
+            start,
+            rows,
+            single,
+        }
     });
     let t = &*ROWS;
     let c = insn.code as usize;
+    if let Some(op) = t.single[c] {
+        return Ok(op);
+    }
     for &(d, op) in &t.rows[t.start[c] as usize..t.start[c + 1] as usize] {
         let ok = match d {
             ebpf::isa::Discr::Any => true,
