@@ -214,7 +214,8 @@ pub fn lower(prog: &Program, opts: &JitOptions) -> Result<Lowered, CompileError>
             return Err(cx.err(pc, "register out of range (expected r0..r10)"));
         }
         let mut next_imm = 0;
-        if op.is_wide() {
+        let wide = op.is_wide();
+        if wide {
             let Some(next) = prog.insns.get(pc + 1) else {
                 return Err(cx.err(pc, "ld_imm64 is missing its second slot"));
             };
@@ -228,7 +229,7 @@ pub fn lower(prog: &Program, opts: &JitOptions) -> Result<Lowered, CompileError>
             starts.insert(t as usize);
         }
         cx.dec[pc] = Some(Dec { op, insn, next_imm });
-        pc += if op.is_wide() { 2 } else { 1 };
+        pc += if wide { 2 } else { 1 };
     }
     let base = sanitize(&prog.name);
     let prog_func = format!("bpf_prog_{base}");
@@ -539,8 +540,47 @@ fn lower_function(cx: &mut Ctx, start: usize, end: usize) -> Result<Function, Co
 
 /// Which instructions of the function `start..end` a path from `start` reaches.
 fn reachable(cx: &Ctx, start: usize, end: usize) -> Vec<bool> {
+    // One forward sweep: a slot is reached when a reached slot before it falls or jumps
+    // there. Exact when no reached jump goes backwards (clang's output outside loops);
+    // otherwise the worklist below finishes the job from what the sweep found.
     let mut seen = vec![false; end - start];
-    let mut work = vec![start];
+    seen[0] = true;
+    let mut backward = false;
+    let mut pc = start;
+    while pc < end {
+        let Some(d) = cx.dec[pc] else {
+            pc += 1;
+            continue;
+        };
+        // `ld_imm64` (two slots) is the only opcode of byte 0x18.
+        debug_assert_eq!(d.op.is_wide(), d.insn.code == 0x18);
+        let next = pc + if d.insn.code == 0x18 { 2 } else { 1 };
+        if seen[pc - start] {
+            let (jump, falls) = match d.op.kind() {
+                OpKind::Ja => (Some(pc as i64 + 1 + d.insn.off as i64), false),
+                OpKind::JaLong => (Some(pc as i64 + 1 + d.insn.imm as i64), false),
+                OpKind::Jmp { .. } => (Some(pc as i64 + 1 + d.insn.off as i64), true),
+                OpKind::Exit => (None, false),
+                _ => (None, true),
+            };
+            if falls && next < end {
+                seen[next - start] = true;
+            }
+            if let Some(t) = jump
+                && t >= start as i64
+                && t < end as i64
+            {
+                backward |= t <= pc as i64;
+                seen[t as usize - start] = true;
+            }
+        }
+        pc = next;
+    }
+    if !backward {
+        return seen;
+    }
+    let mut work: Vec<usize> = (start..end).filter(|&pc| seen[pc - start]).collect();
+    seen.iter_mut().for_each(|s| *s = false);
     while let Some(pc) = work.pop() {
         if pc < start || pc >= end || seen[pc - start] {
             continue;
