@@ -1133,6 +1133,55 @@ fn end(f: &mut Function, op: EndOp, bits: u8, d: Reg) {
     }
 }
 
+/// The PTX opcode of an atomic: `red.relaxed` (no fetch) or `atom.acq_rel`, the scope
+/// (`.sys`/`.gpu`/`.cta`), `.global` or generic, the operation and width; from a table built
+/// once, so that IR opcodes stay `&'static str`.
+fn atomic_opcode(fetch: bool, scope: &str, global: bool, op: AtomicOp, w32: bool) -> &'static str {
+    const SCOPES: [&str; 3] = [".sys", ".gpu", ".cta"];
+    const OPS: [AtomicOp; 6] = [
+        AtomicOp::Add,
+        AtomicOp::Or,
+        AtomicOp::And,
+        AtomicOp::Xor,
+        AtomicOp::Xchg,
+        AtomicOp::Cmpxchg,
+    ];
+    static NAMES: LazyLock<Vec<String>> = LazyLock::new(|| {
+        let mut v = Vec::with_capacity(2 * 3 * 2 * 6 * 2);
+        for fetch in [false, true] {
+            for scope in SCOPES {
+                for global in [false, true] {
+                    for op in OPS {
+                        for w32 in [false, true] {
+                            let (bits, ty_add) = if w32 {
+                                (".b32", ".u32")
+                            } else {
+                                (".b64", ".u64")
+                            };
+                            let opname = match op {
+                                AtomicOp::Add => format!("add{ty_add}"),
+                                AtomicOp::Or => format!("or{bits}"),
+                                AtomicOp::And => format!("and{bits}"),
+                                AtomicOp::Xor => format!("xor{bits}"),
+                                AtomicOp::Xchg => format!("exch{bits}"),
+                                AtomicOp::Cmpxchg => format!("cas{bits}"),
+                            };
+                            let kind = if fetch { "atom.acq_rel" } else { "red.relaxed" };
+                            let space = if global { ".global" } else { "" };
+                            v.push(format!("{kind}{scope}{space}.{opname}"));
+                        }
+                    }
+                }
+            }
+        }
+        v
+    });
+    let s = SCOPES.iter().position(|&x| x == scope).unwrap_or(0);
+    let o = OPS.iter().position(|&x| x == op).unwrap_or(0);
+    let k = (((fetch as usize * 3 + s) * 2 + global as usize) * 6 + o) * 2 + w32 as usize;
+    &NAMES[k]
+}
+
 /// An atomic read-modify-write. PTX atomics on local memory are undefined, and the eBPF
 /// stack lives there: an access through r10 is lowered to a plain load/op/store (the stack
 /// is private to the thread), and one through any other register checks `isspacep.local`
@@ -1173,19 +1222,7 @@ fn atomic(
     } else {
         None
     };
-    let (bits, ty_add) = if w32 {
-        (".b32", ".u32")
-    } else {
-        (".b64", ".u64")
-    };
-    let opname = match op {
-        AtomicOp::Add => format!("add{ty_add}"),
-        AtomicOp::Or => format!("or{bits}"),
-        AtomicOp::And => format!("and{bits}"),
-        AtomicOp::Xor => format!("xor{bits}"),
-        AtomicOp::Xchg => format!("exch{bits}"),
-        AtomicOp::Cmpxchg => format!("cas{bits}"),
-    };
+    let name = |fetching: bool, global: bool| atomic_opcode(fetching, scope, global, op, w32);
     if space == Space::Global {
         // A map value: no stack check; `.global` lets ptxas emit a plain `RED`/`ATOM` (a
         // generic one also handles shared-window addresses, with a fallback loop).
@@ -1193,20 +1230,11 @@ fn atomic(
         f.push("cvta.to.global.u64", [g.into(), base.into()]);
         let addr = Operand::Addr(g, off as i32);
         if !fetch {
-            f.push(
-                format!("red.relaxed{scope}.global.{opname}"),
-                [addr, v.into()],
-            );
+            f.push(name(false, true), [addr, v.into()]);
         } else if let Some(c) = cmp {
-            f.push(
-                format!("atom.acq_rel{scope}.global.{opname}"),
-                [old.into(), addr, c.into(), v.into()],
-            );
+            f.push(name(true, true), [old.into(), addr, c.into(), v.into()]);
         } else {
-            f.push(
-                format!("atom.acq_rel{scope}.global.{opname}"),
-                [old.into(), addr, v.into()],
-            );
+            f.push(name(true, true), [old.into(), addr, v.into()]);
         }
     } else {
         let on_stack = matches!(space, Space::Stack(_));
@@ -1261,17 +1289,11 @@ fn atomic(
             f.bra(done, None);
             f.place(global);
             if !fetch {
-                f.push(format!("red.relaxed{scope}.{opname}"), [addr, v.into()]);
+                f.push(name(false, false), [addr, v.into()]);
             } else if let Some(c) = cmp {
-                f.push(
-                    format!("atom.acq_rel{scope}.{opname}"),
-                    [old.into(), addr, c.into(), v.into()],
-                );
+                f.push(name(true, false), [old.into(), addr, c.into(), v.into()]);
             } else {
-                f.push(
-                    format!("atom.acq_rel{scope}.{opname}"),
-                    [old.into(), addr, v.into()],
-                );
+                f.push(name(true, false), [old.into(), addr, v.into()]);
             }
             f.place(done);
         }

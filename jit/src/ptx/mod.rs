@@ -12,8 +12,6 @@
 //! Registers are SSA-like temporaries; ptxas allocates the real registers. The eBPF
 //! registers r0..r10 of a lowered function are `%rd0..%rd10` ([`Function::ebpf_reg`]).
 
-use std::borrow::Cow;
-
 /// A register class (PTX register type).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum RegClass {
@@ -124,7 +122,7 @@ pub struct Inst {
     /// `@p` / `@!p` guard.
     pub guard: Option<(Reg, bool)>,
     /// Opcode with all its modifiers, e.g. `add.s64`, `atom.sys.global.add.u64`.
-    pub op: Cow<'static, str>,
+    pub op: &'static str,
     /// Operands, destination first.
     pub args: Args,
 }
@@ -331,25 +329,19 @@ impl Function {
     }
 
     /// Appends an instruction.
-    pub fn push(&mut self, op: impl Into<Cow<'static, str>>, args: impl Into<Args>) {
+    pub fn push(&mut self, op: &'static str, args: impl Into<Args>) {
         self.body.push(Stmt::Inst(Inst {
             guard: None,
-            op: op.into(),
+            op,
             args: args.into(),
         }));
     }
 
     /// Appends a guarded instruction: runs when `pred` is `when`.
-    pub fn push_if(
-        &mut self,
-        pred: Reg,
-        when: bool,
-        op: impl Into<Cow<'static, str>>,
-        args: impl Into<Args>,
-    ) {
+    pub fn push_if(&mut self, pred: Reg, when: bool, op: &'static str, args: impl Into<Args>) {
         self.body.push(Stmt::Inst(Inst {
             guard: Some((pred, when)),
-            op: op.into(),
+            op,
             args: args.into(),
         }));
     }
@@ -371,7 +363,7 @@ impl Function {
         self.branched[k] = true;
         self.body.push(Stmt::Inst(Inst {
             guard,
-            op: Cow::Borrowed(if guard.is_some() { "bra" } else { "bra.uni" }),
+            op: if guard.is_some() { "bra" } else { "bra.uni" },
             args: [Operand::Label(l)].into(),
         }));
     }
