@@ -438,7 +438,7 @@ fn lower_function(cx: &mut Ctx, start: usize, end: usize) -> Result<Function, Co
         .expect("every start has a name")
         .to_string();
     let mut f = Function::new(name, FuncKind::Func);
-    f.body.reserve((end - start) * 3 + 16);
+    f.body.reserve((end - start) * 2 + 16);
     f.visible = start == 0;
     f.ret = Some("ret0".into());
     f.reserve_labels(end as u32 + 1);
