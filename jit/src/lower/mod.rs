@@ -713,7 +713,7 @@ fn lower_insn(
             };
             if cx.opts.unaligned && size != Size::B && src != FRAME_PTR {
                 load_bytes(f, r(dst), r(src), insn.off as i64, size, sign_extend);
-            } else if let Some(a) = stack_addr(cx.depth, src, insn.off) {
+            } else if let Some(a) = stack_addr(cx.depth, src, insn.off, size) {
                 f.push(local_op(op), [r(dst).into(), a]);
             } else {
                 f.push(op, [r(dst).into(), Operand::Addr(r(src), insn.off as i32)]);
@@ -736,7 +736,7 @@ fn lower_insn(
             };
             if cx.opts.unaligned && size != Size::B && dst != FRAME_PTR {
                 store_bytes(f, r(dst), insn.off as i64, size, v);
-            } else if let Some(a) = stack_addr(cx.depth, dst, insn.off) {
+            } else if let Some(a) = stack_addr(cx.depth, dst, insn.off, size) {
                 f.push(local_op(op), [a, v.into()]);
             } else {
                 f.push(op, [Operand::Addr(r(dst), insn.off as i32), v.into()]);
@@ -811,9 +811,9 @@ fn lower_insn(
 /// `[stack+depth+off]` for an access through r10 that stays inside the frame: a `.local`
 /// access ptxas sees as such (an `STL`/`LDL` it can forward and keep in registers, where the
 /// generic address `r10 + off` gives a generic `ST.E`/`LD.E` it keeps as is).
-fn stack_addr(depth: u32, base: u8, off: i16) -> Option<Operand> {
+fn stack_addr(depth: u32, base: u8, off: i16, size: Size) -> Option<Operand> {
     let at = depth as i64 + off as i64;
-    (base == FRAME_PTR && at >= 0 && at < depth as i64)
+    (base == FRAME_PTR && at >= 0 && at + size.bytes() as i64 <= depth as i64)
         .then_some(Operand::SymAddr(&"stack", at as i32))
 }
 
@@ -1240,7 +1240,7 @@ fn atomic(
         let on_stack = matches!(space, Space::Stack(_));
         let (ld, st) = match space {
             Space::Stack(depth)
-                if off >= -(depth as i64) && off < 0 && (depth as i64 + off) >= 0 =>
+                if depth as i64 + off >= 0 && off + if w32 { 4 } else { 8 } <= 0 =>
             {
                 addr = Operand::SymAddr(&"stack", (depth as i64 + off) as i32);
                 (
@@ -1385,6 +1385,7 @@ fn call_helper(
         key: known.stack[2]
             .map(|o| cx.depth as i64 + o)
             .filter(|&o| o >= 0 && o < cx.depth as i64),
+        frame: cx.depth,
     };
     if def.map_kinds.is_empty() {
         helper_site(cx, f, prelude::Use { id, map: None }, args, site);

@@ -73,8 +73,10 @@ pub struct Gen<'a> {
 pub struct Site {
     /// r2 (the key of map helpers) is `stack + key` in the caller's frame: the byte offset
     /// into its `.local` array `stack` (16-byte aligned), so the key is read from there in
-    /// aligned words.
+    /// aligned words (when the whole key lies inside the frame).
     pub key: Option<i64>,
+    /// Bytes of the caller's `stack` array.
+    pub frame: u32,
 }
 
 /// One helper of the table.
@@ -525,9 +527,10 @@ fn key_words(ks: u64, at: Option<i64>) -> Option<Vec<(u64, u64)>> {
 /// A mismatch needs no re-read: the key of the generation whose `LIVE` was acquired differs,
 /// and a newer occupant was inserted after that load, so missing it is a lookup ordered
 /// before that insert (as in shm-maps, where the re-read on a mismatch only retries).
-fn hash_find(b: &MapBinding, lock: Option<u32>, key_at: Option<i64>) -> String {
+fn hash_find(b: &MapBinding, lock: Option<u32>, key_at: Option<i64>, frame: u32) -> String {
     let geo = hash_geometry(b);
     let ks = b.key_size as u64;
+    let key_at = key_at.filter(|&a| a >= 0 && a + ks as i64 <= frame as i64);
     let mut s = String::new();
     let words = key_words(ks, key_at);
     match &words {
@@ -676,7 +679,7 @@ fn map_lookup(g: &Gen) -> String {
             s
         }
         MapKind::Hash => {
-            let mut s = hash_find(b, None, g.site.key);
+            let mut s = hash_find(b, None, g.site.key, g.site.frame);
             s.push_str(&fill(
                 "$Lnotfound:\n\tbra.uni $Ldone;\n$Lfound:\n\tadd.s64 %rd0, %rd7, @VOFF@;\n",
                 &hash_geometry(b),
@@ -712,7 +715,7 @@ fn map_update(g: &Gen) -> String {
         MapKind::Hash => {
             let geo = hash_geometry(b);
             let mut s = String::from(FLAGS_CHECK);
-            s.push_str(&hash_find(b, Some(pid), g.site.key));
+            s.push_str(&hash_find(b, Some(pid), g.site.key, g.site.frame));
             // Found: update in place under the slot's seqlock.
             s.push_str("$Lfound:\n\tmov.b64 %rd0, -17;\n\tsetp.eq.u64 %p1, %rd4, 1;\n\t@%p1 bra $Lunlock;\n\tadd.s64 %rd11, %rd7, 8;\n");
             s.push_str(&seq_lock(pid, false));
@@ -799,7 +802,7 @@ fn map_delete(g: &Gen) -> String {
             "\tmov.b64 %rd0, -22;\n".into()
         }
         MapKind::Hash => {
-            let mut s = hash_find(b, Some(g.opts.lock_pid), g.site.key);
+            let mut s = hash_find(b, Some(g.opts.lock_pid), g.site.key, g.site.frame);
             s.push_str(&fill(
                 "$Lnotfound:
 	mov.b64 %rd0, -2;
