@@ -305,3 +305,31 @@ fn alu32_ops_are_64_bit_ops_then_masked() {
     assert!(!t.contains("neg.s32") && !t.contains("cvt.u32.u64"), "{t}");
     common::assemble(&t, "alu32 ops");
 }
+
+#[test]
+fn array_lookups_read_a_stack_key_from_the_frame() {
+    let src = "r2 = 3\n*(u32 *)(r10 - 4) = r2\nr1 = map_idx[0] ll\nr2 = r10\nr2 += -4\ncall map_lookup_elem\nif r0 == 0 goto +2\nr0 = *(u64 *)(r0 + 0)\nexit\nr0 = 1\nexit";
+    let mut p = Program::from_insns("ar", assemble(src).unwrap());
+    p.maps = vec![ebpf::program::MapDef {
+        name: "hist".into(),
+        kind: ebpf::program::MapKind::PerThreadArray,
+        key_size: 4,
+        value_size: 8,
+        max_entries: 16,
+        flags: 0,
+        origin: ebpf::program::MapOrigin::Btf,
+        init: None,
+    }];
+    let opts = JitOptions {
+        maps: vec![jit::MapBinding::for_def(&p.maps[0], 1 << 40, 256)],
+        stack_size: Some(16),
+        entry: false,
+        ..JitOptions::default()
+    };
+    let t = jit::compile(&p, &opts).unwrap().text();
+    // Frame of 16 bytes: r10 - 4 is stack + 12, where the program stored the key.
+    assert!(t.contains("st.local.u32 [stack+12], %rd2;"), "{t}");
+    assert!(t.contains("ld.local.u32 %hr1, [stack+12];"), "{t}");
+    assert!(!t.contains("call.uni"), "{t}");
+    common::assemble(&t, "array lookup");
+}

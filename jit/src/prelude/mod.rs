@@ -431,9 +431,17 @@ fn map_of<'a>(g: &'a Gen) -> &'a MapBinding {
 }
 
 /// Array index → flat index in `%rd6`; jumps to `$Ldone` (with r0 as set) when out of range.
-fn array_index(b: &MapBinding) -> String {
+fn array_index(b: &MapBinding, site: Site) -> String {
+    // The u32 key from the caller's frame when the site knows where it is (ptxas forwards
+    // the program's store), else through the pointer.
+    let load = match site.key {
+        Some(a) if a % 4 == 0 && a + 4 <= site.frame as i64 => {
+            format!("ld.local.u32 %r1, [stack+{a}]")
+        }
+        _ => "ld.u32 %r1, [%rd2]".to_string(),
+    };
     let mut s = format!(
-        "\tld.u32 %r1, [%rd2];\n\tsetp.ge.u32 %p1, %r1, {};\n\t@%p1 bra $Ldone;\n\tcvt.u64.u32 %rd6, %r1;\n",
+        "\t{load};\n\tsetp.ge.u32 %p1, %r1, {};\n\t@%p1 bra $Ldone;\n\tcvt.u64.u32 %rd6, %r1;\n",
         b.max_entries
     );
     if b.kind == MapKind::PerThreadArray {
@@ -670,7 +678,7 @@ fn map_lookup(g: &Gen) -> String {
     let b = map_of(g);
     match b.kind {
         MapKind::Array | MapKind::PerThreadArray => {
-            let mut s = array_index(b);
+            let mut s = array_index(b, g.site);
             let stride = round_up(b.value_size as u64, 8);
             s.push_str(&format!(
                 "\tmul.lo.s64 %rd6, %rd6, {stride};\n\tadd.s64 %rd0, %rd6, {};\n",
@@ -700,7 +708,7 @@ fn map_update(g: &Gen) -> String {
             let stride = round_up(b.value_size as u64, 8);
             let mut s = String::from(FLAGS_CHECK);
             s.push_str("\tmov.b64 %rd0, -17;\n\tsetp.eq.u64 %p1, %rd4, 1;\n\t@%p1 bra $Ldone;\n\tmov.b64 %rd0, -7;\n");
-            s.push_str(&array_index(b));
+            s.push_str(&array_index(b, g.site));
             s.push_str(&format!(
                 "\tshl.b64 %rd11, %rd6, 3;\n\tadd.s64 %rd11, %rd11, {};\n\tmul.lo.s64 %rd17, %rd6, {stride};\n\tadd.s64 %rd17, %rd17, {};\n",
                 b.base_addr.wrapping_add(64) as i64,
