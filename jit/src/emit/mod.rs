@@ -424,21 +424,52 @@ struct Line<'a> {
 const NAMED_REGS: usize = 1024;
 
 /// Printed names of the first [`NAMED_REGS`] registers of each class (in [`RegClass`] order),
-/// padded to 8 bytes, with their lengths.
-fn reg_names() -> &'static [([u8; 8], u8)] {
-    static T: std::sync::LazyLock<Vec<([u8; 8], u8)>> = std::sync::LazyLock::new(|| {
-        let mut t = Vec::with_capacity(4 * NAMED_REGS);
-        for c in [RegClass::Pred, RegClass::B16, RegClass::B32, RegClass::B64] {
-            for n in 0..NAMED_REGS {
-                let name = format!("{}{n}", c.prefix());
-                let mut w = [0u8; 8];
-                w[..name.len()].copy_from_slice(name.as_bytes());
-                t.push((w, name.len() as u8));
+/// padded to 8 bytes, with their lengths; built at compile time.
+static REG_NAMES: [([u8; 8], u8); 4 * NAMED_REGS] = {
+    let prefixes: [&[u8]; 4] = [b"%p", b"%rs", b"%r", b"%rd"];
+    let mut t = [([0u8; 8], 0u8); 4 * NAMED_REGS];
+    let mut c = 0;
+    while c < 4 {
+        let p = prefixes[c];
+        let mut n = 0;
+        while n < NAMED_REGS {
+            let mut w = [0u8; 8];
+            let mut len = 0;
+            while len < p.len() {
+                w[len] = p[len];
+                len += 1;
             }
+            // Digits of n (below 10,000), most significant first.
+            let digits = if n >= 1000 {
+                4
+            } else if n >= 100 {
+                3
+            } else if n >= 10 {
+                2
+            } else {
+                1
+            };
+            let mut k = 0;
+            let mut div = 1;
+            while k + 1 < digits {
+                div *= 10;
+                k += 1;
+            }
+            while div > 0 {
+                w[len] = b'0' + ((n / div) % 10) as u8;
+                len += 1;
+                div /= 10;
+            }
+            t[c * NAMED_REGS + n] = (w, len as u8);
+            n += 1;
         }
-        t
-    });
-    &T
+        c += 1;
+    }
+    t
+};
+
+fn reg_names() -> &'static [([u8; 8], u8)] {
+    &REG_NAMES
 }
 
 impl<'a> Line<'a> {
