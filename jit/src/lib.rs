@@ -3,7 +3,8 @@
 //! ```text
 //! ebpf::Program → [lower] → ptx::Module → [passes] → [emit] → PTX text
 //!                    │
-//!                    └── prelude: helper .func bodies, only those the program calls
+//!                    └── prelude: helper bodies, inlined at call sites as `{ }` blocks
+//!                        (within `lower::INLINE_BUDGET`), else `.func`s
 //! ```
 //!
 //! The input is a *verified* program: the JIT trusts the verifier and emits no memory bounds
@@ -13,7 +14,7 @@
 //! | stage        | module        | what it does                                                     |
 //! |--------------|---------------|------------------------------------------------------------------|
 //! | lower        | [`lower`]     | one PTX `.func` per eBPF function, every opcode of `Opcode::ALL`  |
-//! | prelude      | [`prelude`]   | helpers (maps, ring buffer, time, trace, GPU ids) as `.func`s     |
+//! | prelude      | [`prelude`]   | helpers (maps, ring buffer, time, trace, GPU ids): inline blocks or `.func`s |
 //! | passes       | [`passes`]    | clean-ups on the IR (unused labels)                               |
 //! | emit         | [`emit`]      | prints the module                                                 |
 //!

@@ -1,5 +1,7 @@
 //! Small checks with hand-computed expectations: the stack scan, the helper table, errors.
 
+mod common;
+
 use ebpf::asm::assemble;
 use ebpf::program::Program;
 use jit::{CompileError, JitOptions};
@@ -124,6 +126,210 @@ fn unaligned_option_splits_accesses_into_bytes() {
     );
     assert_eq!(t.matches("ld.u8").count(), 4 + 2, "{t}");
     assert_eq!(t.matches("st.u8").count(), 2, "{t}");
-    // Stack accesses stay whole: r10-relative offsets are aligned by the verifier.
-    assert!(t.contains("ld.u64 %rd0, [%rd10+-8];"), "{t}");
+    // Stack accesses stay whole: r10-relative offsets are aligned by the verifier; they
+    // address the frame's `.local` array directly (frame of 16 bytes: r10 - 8 = stack + 8).
+    assert!(t.contains("ld.local.u64 %rd0, [stack+8];"), "{t}");
+}
+
+/// The hash-count program of the GPU benchmark (`gpu_diff bench`): a lookup with the key on
+/// the stack, an atomic add on the value, an insert when absent.
+const HASHCOUNT: &str = "
+r2 = *(u64 *)(r1 + 0)
+r3 = *(u64 *)(r1 + 8)
+r4 = r2
+r4 += 4
+if r4 > r3 goto bad
+r2 = *(u32 *)(r2 + 0)
+r2 &= 4095
+*(u32 *)(r10 - 4) = r2
+r1 = map_idx[0] ll
+r2 = r10
+r2 += -4
+call map_lookup_elem
+if r0 == 0 goto insert
+r1 = 1
+lock *(u64 *)(r0 + 0) += r1
+r0 = 0
+exit
+insert:
+r1 = 1
+*(u64 *)(r10 - 16) = r1
+r1 = map_idx[0] ll
+r2 = r10
+r2 += -4
+r3 = r10
+r3 += -16
+r4 = 1
+call map_update_elem
+r0 = 2
+exit
+bad:
+r0 = 1
+exit
+";
+
+fn hash_opts(key_size: u32, scope: jit::AtomicScope) -> (Program, JitOptions) {
+    let mut p = Program::from_insns("hc", assemble(HASHCOUNT).unwrap());
+    p.maps = vec![ebpf::program::MapDef {
+        name: "counts".into(),
+        kind: ebpf::program::MapKind::Hash,
+        key_size,
+        value_size: 8,
+        max_entries: 4096,
+        flags: 0,
+        origin: ebpf::program::MapOrigin::Btf,
+        init: None,
+    }];
+    let mut b = jit::MapBinding::for_def(&p.maps[0], 1 << 40, 1);
+    b.scope = scope;
+    let opts = JitOptions {
+        maps: vec![b],
+        stack_size: Some(16),
+        ..JitOptions::default()
+    };
+    (p, opts)
+}
+
+#[test]
+fn map_helpers_are_inlined_with_word_keys() {
+    let (p, opts) = hash_opts(4, jit::AtomicScope::Gpu);
+    let t = jit::compile(&p, &opts).unwrap().text();
+    // No helper `.func`, no call: both helper bodies are blocks at their call sites.
+    assert!(
+        !t.contains("call.uni") && !t.contains(".func (.param .b64 ret0) bpf_h"),
+        "{t}"
+    );
+    assert_eq!(
+        t.matches("{ // map_lookup_elem inline").count(),
+        2,
+        "func + entry: {t}"
+    );
+    // The 4-byte key at r10 - 4 of a 16-byte frame is read once, as a word, from the frame.
+    assert!(t.contains("ld.local.u32 %hd64, [stack+12];"), "{t}");
+    assert!(!t.contains("ld.u8 %hd22"), "no byte loop: {t}");
+    // One-word keys: acquire state, acquire key word, relaxed re-read; no fence in lookups.
+    let lookup = t.split("{ // map_lookup_elem inline").nth(1).unwrap();
+    let lookup = &lookup[..lookup.find("\t}\n").unwrap()];
+    assert!(
+        lookup.contains("ld.acquire.gpu.u64 %hd8, [%hd7];"),
+        "{lookup}"
+    );
+    assert!(
+        lookup.contains("ld.acquire.gpu.u32 %hd27, [%hd7+16];"),
+        "{lookup}"
+    );
+    assert!(
+        lookup.contains("ld.relaxed.gpu.u64 %hd30, [%hd7];"),
+        "{lookup}"
+    );
+    assert!(!lookup.contains("fence"), "{lookup}");
+    // The value pointer from the lookup is global: no stack check before the atomic.
+    assert!(t.contains("red.relaxed.gpu.global.add.u64"), "{t}");
+    assert!(!t.contains("isspacep"), "{t}");
+    // The job ctx is not read after the prefix: no copy in local memory.
+    assert!(!t.contains("st.local.u64 [jobctx"), "{t}");
+    common::assemble(&t, "hashcount, 4-byte key");
+}
+
+#[test]
+fn multi_word_and_unaligned_keys_fence_once_per_match() {
+    // A 12-byte key at r10 - 4 is 4-aligned: three u32 words, relaxed, one fence on a match.
+    let src = HASHCOUNT.replace(
+        "r2 = *(u32 *)(r2 + 0)\n",
+        "r2 = *(u32 *)(r2 + 0)\n*(u64 *)(r10 - 12) = r2\n",
+    );
+    let (mut p, opts) = hash_opts(12, jit::AtomicScope::Sys);
+    p.insns = assemble(&src.replace(
+        "r2 += -4\ncall map_lookup_elem",
+        "r2 += -12\ncall map_lookup_elem",
+    ))
+    .unwrap();
+    let t = jit::compile(&p, &opts).unwrap().text();
+    let lookup = t.split("{ // map_lookup_elem inline").nth(1).unwrap();
+    let lookup = &lookup[..lookup.find("\t}\n").unwrap()];
+    for (reg, off) in [(64, 4), (65, 8), (66, 12)] {
+        assert!(
+            lookup.contains(&format!("ld.local.u32 %hd{reg}, [stack+{off}];")),
+            "{lookup}"
+        );
+    }
+    for off in [16, 20, 24] {
+        assert!(
+            lookup.contains(&format!("ld.relaxed.sys.u32 %hd27, [%hd7+{off}];")),
+            "{lookup}"
+        );
+    }
+    assert_eq!(lookup.matches("fence.acq_rel.sys;").count(), 1, "{lookup}");
+    common::assemble(&t, "hashcount, 12-byte key");
+    // Through a pointer of unknown alignment (r2 from the record): bytes.
+    let src = HASHCOUNT.replace(
+        "r2 = r10\nr2 += -4\ncall map_lookup_elem",
+        "r2 = *(u64 *)(r1 + 0)\ncall map_lookup_elem",
+    );
+    let (mut p, opts) = hash_opts(4, jit::AtomicScope::Sys);
+    p.insns = assemble(&src).unwrap();
+    let t = jit::compile(&p, &opts).unwrap().text();
+    let lookup = t.split("{ // map_lookup_elem inline").nth(1).unwrap();
+    for k in 0..4 {
+        assert!(
+            lookup.contains(&format!("ld.u8 %hd{}, [%hd2+{k}];", 64 + k)),
+            "{lookup}"
+        );
+    }
+    common::assemble(&t, "hashcount, key through a pointer");
+}
+
+#[test]
+fn alu32_ops_are_64_bit_ops_then_masked() {
+    // `w5 = -w5` with w5 = 0x7fffffff on a conditional path: the `cvt`/`neg.s32`/`cvt` form
+    // is miscompiled by ptxas -O3 (case alu5440); the JIT emits `neg.s64` + `and.b64`.
+    let src = "r5 = 0x7fffffff\nif r1 < r3 goto +1\nw5 = -w5\nw5 += 3\nw5 -= w2\nw5 *= 7\nw5 ^= 1\nr0 = r5\nexit";
+    let p = Program::from_insns("n", assemble(src).unwrap());
+    let opts = JitOptions {
+        entry: false,
+        ..JitOptions::default()
+    };
+    let t = jit::compile(&p, &opts).unwrap().text();
+    for line in [
+        "neg.s64 %rd5, %rd5;",
+        "add.s64 %rd5, %rd5, 3;",
+        "sub.s64 %rd5, %rd5, %rd2;",
+        "mul.lo.s64 %rd5, %rd5, 7;",
+        "xor.b64 %rd5, %rd5, 1;",
+    ] {
+        assert!(
+            t.contains(&format!("\t{line}\n\tand.b64 %rd5, %rd5, 4294967295;\n")),
+            "{line}: {t}"
+        );
+    }
+    assert!(!t.contains("neg.s32") && !t.contains("cvt.u32.u64"), "{t}");
+    common::assemble(&t, "alu32 ops");
+}
+
+#[test]
+fn array_lookups_read_a_stack_key_from_the_frame() {
+    let src = "r2 = 3\n*(u32 *)(r10 - 4) = r2\nr1 = map_idx[0] ll\nr2 = r10\nr2 += -4\ncall map_lookup_elem\nif r0 == 0 goto +2\nr0 = *(u64 *)(r0 + 0)\nexit\nr0 = 1\nexit";
+    let mut p = Program::from_insns("ar", assemble(src).unwrap());
+    p.maps = vec![ebpf::program::MapDef {
+        name: "hist".into(),
+        kind: ebpf::program::MapKind::PerThreadArray,
+        key_size: 4,
+        value_size: 8,
+        max_entries: 16,
+        flags: 0,
+        origin: ebpf::program::MapOrigin::Btf,
+        init: None,
+    }];
+    let opts = JitOptions {
+        maps: vec![jit::MapBinding::for_def(&p.maps[0], 1 << 40, 256)],
+        stack_size: Some(16),
+        entry: false,
+        ..JitOptions::default()
+    };
+    let t = jit::compile(&p, &opts).unwrap().text();
+    // Frame of 16 bytes: r10 - 4 is stack + 12, where the program stored the key.
+    assert!(t.contains("st.local.u32 [stack+12], %rd2;"), "{t}");
+    assert!(t.contains("ld.local.u32 %hr1, [stack+12];"), "{t}");
+    assert!(!t.contains("call.uni"), "{t}");
+    common::assemble(&t, "array lookup");
 }

@@ -13,37 +13,8 @@ exit
 ; .target sm_90
 ; .address_size 64
 ;
-; .func (.param .b64 ret0) bpf_h5();
-; .func (.param .b64 ret0) bpf_h511();
 ; .visible .func (.param .b64 ret0) bpf_prog_helpers(
 ; 	.param .b64 ctx);
-;
-; .func (.param .b64 ret0) bpf_h5()
-; {
-; 	.reg .pred %p<16>;
-; 	.reg .b16 %rs<8>;
-; 	.reg .b32 %r<40>;
-; 	.reg .b64 %rd<64>;
-; 	mov.b64 %rd0, 0;
-; 	mov.u64 %rd0, %globaltimer;
-; $Ldone:
-; 	st.param.b64 [ret0], %rd0;
-; 	ret;
-; }
-;
-; .func (.param .b64 ret0) bpf_h511()
-; {
-; 	.reg .pred %p<16>;
-; 	.reg .b16 %rs<8>;
-; 	.reg .b32 %r<40>;
-; 	.reg .b64 %rd<64>;
-; 	mov.b64 %rd0, 0;
-; 	mov.u32 %r1, %laneid;
-; 	cvt.u64.u32 %rd0, %r1;
-; $Ldone:
-; 	st.param.b64 [ret0], %rd0;
-; 	ret;
-; }
 ;
 ; .visible .func (.param .b64 ret0) bpf_prog_helpers(
 ; 	.param .b64 ctx)
@@ -55,16 +26,27 @@ exit
 ; 	cvta.local.u64 %rd10, stack;
 ; 	add.s64 %rd10, %rd10, 16;
 ; 	mov.b64 %rd0, 0;
-; 	{
-; 	.param .b64 retval0;
-; 	call.uni (retval0), bpf_h511;
-; 	ld.param.b64 %rd0, [retval0];
+; 	{ // get_lane_id inline
+; 	.reg .pred %hp<16>;
+; 	.reg .b16 %hs<8>;
+; 	.reg .b32 %hr<40>;
+; 	.reg .b64 %hd<80>;
+; 	mov.b64 %hd0, 0;
+; 	mov.u32 %hr1, %laneid;
+; 	cvt.u64.u32 %hd0, %hr1;
+; $Ldone:
+; 	mov.b64 %rd0, %hd0;
 ; 	}
 ; 	mov.b64 %rd6, %rd0;
-; 	{
-; 	.param .b64 retval0;
-; 	call.uni (retval0), bpf_h5;
-; 	ld.param.b64 %rd0, [retval0];
+; 	{ // ktime_get_ns inline
+; 	.reg .pred %hp<16>;
+; 	.reg .b16 %hs<8>;
+; 	.reg .b32 %hr<40>;
+; 	.reg .b64 %hd<80>;
+; 	mov.b64 %hd0, 0;
+; 	mov.u64 %hd0, %globaltimer;
+; $Ldone:
+; 	mov.b64 %rd0, %hd0;
 ; 	}
 ; 	add.s64 %rd0, %rd0, %rd6;
 ; 	st.param.b64 [ret0], %rd0;

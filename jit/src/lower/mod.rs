@@ -8,7 +8,7 @@
 //!
 //! | eBPF                       | PTX                                                         |
 //! |----------------------------|-------------------------------------------------------------|
-//! | ALU64 / ALU32              | `add.s64` …; 32-bit ops on `cvt.u32.u64` halves, result `cvt.u64.u32` (zero-extends) |
+//! | ALU64 / ALU32              | `add.s64` …; 32-bit add/sub/mul/and/or/xor/neg as the 64-bit op + `and.b64 0xffffffff`, the others on `cvt.u32.u64` halves, result `cvt.u64.u32` (zero-extends) |
 //! | div / mod                  | divisor 0 replaced by 1, result selected (`/0 → 0`, `%0 → dst`); `sdiv` by −1 is `neg` (so `MIN / −1 = MIN`, `MIN % −1 = 0`) |
 //! | shifts                     | count `& 63` / `& 31`                                        |
 //! | `movsx`                    | `shl` + `shr.s` (8, 16 bits), `cvt.s64.s32`                  |
@@ -17,7 +17,9 @@
 //! | load / store               | generic `ld.u8…u64` / `ld.s8…s32` / `st` at `[reg+off]`       |
 //! | atomics                    | `atom.acq_rel<scope>` (fetch, xchg, `atom.cas`), `red.relaxed<scope>` (no fetch) |
 //! | jumps (64 and 32 bits)     | `setp` + `@p bra`                                             |
-//! | `call` helper              | `call.uni` of a prelude `.func` (per map when r1's map is known, else a compare chain over the bound maps) |
+//! | `call` helper              | the helper's body inlined as a `{ }` block (`prelude::inline_block`; per map when r1's map is known, else a compare chain over the bound maps), or `call.uni` of its `.func` past [`INLINE_BUDGET`] |
+//! | r10-relative load / store  | `ld.local` / `st.local` at `[stack+depth+off]` (ptxas forwards and keeps these) |
+//! | atomic on a `map_lookup_elem` result | `red`/`atom` `.global`, no `isspacep` check |
 //! | `call` local               | `call.uni` of the callee's `.func` with r1..r5; r0 comes back |
 //! | `exit`                     | `st.param.b64 [r0]`, `ret`                                    |
 //!
@@ -42,6 +44,8 @@ pub fn decode(insn: &Insn) -> Result<Opcode, ebpf::isa::DecodeError> {
     struct Rows {
         start: [u16; 257],
         rows: Vec<(ebpf::isa::Discr, Opcode)>,
+        /// The opcode of a byte with a single row that takes any slot.
+        single: [Option<Opcode>; 256],
     }
     static ROWS: LazyLock<Rows> = LazyLock::new(|| {
         let mut start = [0u16; 257];
@@ -56,10 +60,25 @@ pub fn decode(insn: &Insn) -> Result<Opcode, ebpf::isa::DecodeError> {
             );
         }
         start[256] = rows.len() as u16;
-        Rows { start, rows }
+        let mut single = [None; 256];
+        for (code, one) in single.iter_mut().enumerate() {
+            if let [(ebpf::isa::Discr::Any, op)] =
+                rows[start[code] as usize..start[code + 1] as usize]
+            {
+                *one = Some(op);
+            }
+        }
+        Rows {
+            start,
+            rows,
+            single,
+        }
     });
     let t = &*ROWS;
     let c = insn.code as usize;
+    if let Some(op) = t.single[c] {
+        return Ok(op);
+    }
     for &(d, op) in &t.rows[t.start[c] as usize..t.start[c + 1] as usize] {
         let ok = match d {
             ebpf::isa::Discr::Any => true,
@@ -99,6 +118,49 @@ struct Ctx<'a> {
     used: BTreeSet<prelude::Use>,
     func_names: Vec<(usize, String)>,
     scope: &'static str,
+    /// Helper uses inlined at some call site.
+    inlined: BTreeSet<prelude::Use>,
+    /// Bytes of inlined helper text in the function being lowered.
+    inlined_bytes: usize,
+    /// Frame size of the function being lowered: r10 is `stack + depth`.
+    depth: u32,
+}
+
+/// Most bytes of helper text inlined into one function; calls past it go to the `.func`s.
+/// Inlined bodies are 1-10 KB; the budget bounds the growth of programs with many helper
+/// calls (ptxas time grows with function size), which then pay a `CALL` per call.
+pub const INLINE_BUDGET: usize = 64 * 1024;
+
+/// What the lowering knows about each register on the current straight-line stretch
+/// (reset at labels and calls).
+#[derive(Clone, Copy)]
+struct Known {
+    /// The map whose address the register holds (`ld_imm64` of `map_idx`).
+    map: [Option<usize>; 11],
+    /// The register is `r10 + offset`.
+    stack: [Option<i64>; 11],
+    /// The register is a map value pointer from `map_lookup_elem` (or NULL, which the
+    /// verifier makes the program test before any access): global memory, never the stack.
+    val: [bool; 11],
+}
+
+impl Known {
+    fn new() -> Known {
+        let mut stack = [None; 11];
+        stack[FRAME_PTR as usize] = Some(0);
+        Known {
+            map: [None; 11],
+            stack,
+            val: [false; 11],
+        }
+    }
+
+    fn forget(&mut self, r: u8) {
+        let r = r as usize;
+        self.map[r] = None;
+        self.stack[r] = None;
+        self.val[r] = false;
+    }
 }
 
 impl Ctx<'_> {
@@ -138,6 +200,9 @@ pub fn lower(prog: &Program, opts: &JitOptions) -> Result<Lowered, CompileError>
         used: BTreeSet::new(),
         func_names: Vec::new(),
         scope: opts.insn_atomic_scope().ptx(),
+        inlined: BTreeSet::new(),
+        inlined_bytes: 0,
+        depth: 0,
     };
     // Decode every slot once.
     let mut pc = 0;
@@ -149,7 +214,8 @@ pub fn lower(prog: &Program, opts: &JitOptions) -> Result<Lowered, CompileError>
             return Err(cx.err(pc, "register out of range (expected r0..r10)"));
         }
         let mut next_imm = 0;
-        if op.is_wide() {
+        let wide = op.is_wide();
+        if wide {
             let Some(next) = prog.insns.get(pc + 1) else {
                 return Err(cx.err(pc, "ld_imm64 is missing its second slot"));
             };
@@ -163,7 +229,7 @@ pub fn lower(prog: &Program, opts: &JitOptions) -> Result<Lowered, CompileError>
             starts.insert(t as usize);
         }
         cx.dec[pc] = Some(Dec { op, insn, next_imm });
-        pc += if op.is_wide() { 2 } else { 1 };
+        pc += if wide { 2 } else { 1 };
     }
     let base = sanitize(&prog.name);
     let prog_func = format!("bpf_prog_{base}");
@@ -193,7 +259,10 @@ pub fn lower(prog: &Program, opts: &JitOptions) -> Result<Lowered, CompileError>
     } else {
         None
     };
-    let (prelude_protos, prelude) = prelude::generate(&cx.used, opts);
+    let (prelude_protos, bodies) = prelude::generate(&cx.used, opts);
+    let all: BTreeSet<prelude::Use> = cx.used.union(&cx.inlined).copied().collect();
+    let mut prelude = prelude::globals(&all);
+    prelude.extend(bodies);
     Ok(Lowered {
         module: Module {
             version: opts.ptx_version,
@@ -246,6 +315,16 @@ fn check_bindings(prog: &Program, opts: &JitOptions) -> Result<(), CompileError>
 /// byte any access or derived pointer reaches, rounded up to 16; `STACK_SIZE` when r10
 /// escapes in a way the scan cannot follow.
 pub fn stack_depth(insns: &[Insn], start: usize, end: usize) -> u32 {
+    depth_scan(insns, start, end, |pc| decode(&insns[pc]).ok())
+}
+
+/// [`stack_depth`] with the opcodes from `op_at` (the lowering decoded them already).
+fn depth_scan(
+    insns: &[Insn],
+    start: usize,
+    end: usize,
+    op_at: impl Fn(usize) -> Option<Opcode>,
+) -> u32 {
     let mut deepest: i64 = 0;
     // Registers known to hold r10 + offset, on the straight-line path.
     let mut derived: [Option<i64>; 11] = [None; 11];
@@ -254,7 +333,7 @@ pub fn stack_depth(insns: &[Insn], start: usize, end: usize) -> u32 {
     let mut pc = start;
     while pc < end {
         let insn = insns[pc];
-        let Ok(op) = decode(&insn) else {
+        let Some(op) = op_at(pc) else {
             return STACK_SIZE as u32;
         };
         let (d, s) = (insn.dst as usize & 15, insn.src as usize & 15);
@@ -359,7 +438,7 @@ fn lower_function(cx: &mut Ctx, start: usize, end: usize) -> Result<Function, Co
         .expect("every start has a name")
         .to_string();
     let mut f = Function::new(name, FuncKind::Func);
-    f.body.reserve((end - start) * 3 + 16);
+    f.body.reserve((end - start) * 2 + 16);
     f.visible = start == 0;
     f.ret = Some("ret0".into());
     f.reserve_labels(end as u32 + 1);
@@ -371,15 +450,17 @@ fn lower_function(cx: &mut Ctx, start: usize, end: usize) -> Result<Function, Co
     }
     let depth = match cx.opts.stack_size {
         Some(s) => s.clamp(16, STACK_SIZE as u32).next_multiple_of(16),
-        None => stack_depth(&cx.prog.insns, start, end),
+        None => depth_scan(&cx.prog.insns, start, end, |pc| cx.dec[pc].map(|d| d.op)),
     };
     f.locals.push(LocalArray {
         name: "stack".into(),
         align: 16,
         size: depth,
     });
-    // Jump targets inside the function.
-    let mut targets = vec![false; end - start];
+    cx.depth = depth;
+    cx.inlined_bytes = 0;
+    // Jumps inside the function, checked; their targets get labels when the jump is reached.
+    let mut jumps = Vec::new();
     for pc in start..end {
         let Some(d) = cx.dec[pc] else { continue };
         let t = match d.op.kind() {
@@ -400,12 +481,12 @@ fn lower_function(cx: &mut Ctx, start: usize, end: usize) -> Result<Function, Co
                     format!("jump target {t} is the second slot of a ld_imm64"),
                 ));
             }
-            targets[t as usize - start] = true;
+            jumps.push((pc, t as usize));
         }
     }
     // Prologue.
     if is_entry {
-        f.push("ld.param.b64", [r(1).into(), Operand::SymAddr("ctx", 0)]);
+        f.push("ld.param.b64", [r(1).into(), Operand::SymAddr(&"ctx", 0)]);
         f.push("mov.b64", [r(2).into(), imm(0)]);
     } else {
         for i in 1..=5u8 {
@@ -413,20 +494,28 @@ fn lower_function(cx: &mut Ctx, start: usize, end: usize) -> Result<Function, Co
                 "ld.param.b64",
                 [
                     r(i).into(),
-                    Operand::SymAddr(["a1", "a2", "a3", "a4", "a5"][i as usize - 1], 0),
+                    Operand::SymAddr(&["a1", "a2", "a3", "a4", "a5"][i as usize - 1], 0),
                 ],
             );
         }
     }
-    f.push("cvta.local.u64", [r(10).into(), Operand::Sym("stack")]);
+    f.push("cvta.local.u64", [r(10).into(), Operand::Sym(&"stack")]);
     f.push("add.s64", [r(10).into(), r(10).into(), imm(depth as i64)]);
     f.push("mov.b64", [r(0).into(), imm(0)]);
 
     // Instructions no path from the entry reaches are not emitted: they cannot run, and
     // dead blocks after an unconditional branch only give ptxas more to get wrong.
     let reachable = reachable(cx, start, end);
+    // Only reached jumps are emitted: a label for an unreached one's target would be unused
+    // (and cost the unused-label pass a scan of the body).
+    let mut targets = vec![false; end - start];
+    for &(pc, t) in &jumps {
+        if reachable[pc - start] {
+            targets[t - start] = true;
+        }
+    }
     // Which map each register is known to hold (straight-line tracking, reset at labels).
-    let mut known: [Option<usize>; 11] = [None; 11];
+    let mut known = Known::new();
     let mut pc = start;
     while pc < end {
         let Some(d) = cx.dec[pc] else {
@@ -439,7 +528,7 @@ fn lower_function(cx: &mut Ctx, start: usize, end: usize) -> Result<Function, Co
         }
         if targets[pc - start] {
             f.place(crate::ptx::Label(pc as u32));
-            known = [None; 11];
+            known = Known::new();
         }
         lower_insn(cx, &mut f, pc, d, &mut known)?;
         pc += if d.op.is_wide() { 2 } else { 1 };
@@ -451,8 +540,47 @@ fn lower_function(cx: &mut Ctx, start: usize, end: usize) -> Result<Function, Co
 
 /// Which instructions of the function `start..end` a path from `start` reaches.
 fn reachable(cx: &Ctx, start: usize, end: usize) -> Vec<bool> {
+    // One forward sweep: a slot is reached when a reached slot before it falls or jumps
+    // there. Exact when no reached jump goes backwards (clang's output outside loops);
+    // otherwise the worklist below finishes the job from what the sweep found.
     let mut seen = vec![false; end - start];
-    let mut work = vec![start];
+    seen[0] = true;
+    let mut backward = false;
+    let mut pc = start;
+    while pc < end {
+        let Some(d) = cx.dec[pc] else {
+            pc += 1;
+            continue;
+        };
+        // `ld_imm64` (two slots) is the only opcode of byte 0x18.
+        debug_assert_eq!(d.op.is_wide(), d.insn.code == 0x18);
+        let next = pc + if d.insn.code == 0x18 { 2 } else { 1 };
+        if seen[pc - start] {
+            let (jump, falls) = match d.op.kind() {
+                OpKind::Ja => (Some(pc as i64 + 1 + d.insn.off as i64), false),
+                OpKind::JaLong => (Some(pc as i64 + 1 + d.insn.imm as i64), false),
+                OpKind::Jmp { .. } => (Some(pc as i64 + 1 + d.insn.off as i64), true),
+                OpKind::Exit => (None, false),
+                _ => (None, true),
+            };
+            if falls && next < end {
+                seen[next - start] = true;
+            }
+            if let Some(t) = jump
+                && t >= start as i64
+                && t < end as i64
+            {
+                backward |= t <= pc as i64;
+                seen[t as usize - start] = true;
+            }
+        }
+        pc = next;
+    }
+    if !backward {
+        return seen;
+    }
+    let mut work: Vec<usize> = (start..end).filter(|&pc| seen[pc - start]).collect();
+    seen.iter_mut().for_each(|s| *s = false);
     while let Some(pc) = work.pop() {
         if pc < start || pc >= end || seen[pc - start] {
             continue;
@@ -479,7 +607,7 @@ fn lower_insn(
     f: &mut Function,
     pc: usize,
     d: Dec,
-    known: &mut [Option<usize>; 11],
+    known: &mut Known,
 ) -> Result<(), CompileError> {
     let insn = d.insn;
     let (dst, src) = (insn.dst, insn.src);
@@ -489,12 +617,20 @@ fn lower_insn(
         d.op.kind(),
         OpKind::Alu { .. } | OpKind::End { .. } | OpKind::Ld64(_) | OpKind::Load { .. }
     );
-    let before = known[src as usize];
+    // What src and dst held before this instruction (dst is forgotten below).
+    let (sr, dr) = (src as usize & 15, dst as usize & 15);
+    let before = (
+        known.map[sr],
+        known.stack[sr],
+        known.val[sr],
+        known.stack[dr],
+        known.val[dr],
+    );
     if writes_dst {
         if dst == FRAME_PTR {
             return Err(cx.err(pc, "r10 (frame pointer) is read-only"));
         }
-        known[dst as usize] = None;
+        known.forget(dst);
     }
     match d.op.kind() {
         OpKind::Alu { op, width, src: s } => {
@@ -504,8 +640,23 @@ fn lower_insn(
             };
             match width {
                 Width::W64 => {
-                    if op == AluOp::Mov && s == Src::Reg {
-                        known[dst as usize] = before;
+                    let d = dr;
+                    match (op, s) {
+                        (AluOp::Mov, Src::Reg) => {
+                            known.map[d] = before.0;
+                            known.stack[d] = before.1;
+                            known.val[d] = before.2;
+                        }
+                        (AluOp::Add | AluOp::Sub, Src::Imm) => {
+                            let delta = if op == AluOp::Add {
+                                imm64
+                            } else {
+                                imm64.wrapping_neg()
+                            };
+                            known.stack[d] = before.3.map(|o| o.wrapping_add(delta));
+                            known.val[d] = before.4;
+                        }
+                        _ => {}
                     }
                     alu64(f, op, r(dst), opnd, s, imm64)
                 }
@@ -523,7 +674,7 @@ fn lower_insn(
                     let Some(b) = cx.opts.maps.get(i).filter(|_| i < cx.prog.maps.len()) else {
                         return Err(cx.err(pc, format!("map index {i} has no binding")));
                     };
-                    known[dst as usize] = Some(i);
+                    known.map[dst as usize] = Some(i);
                     b.base_addr
                 }
                 Ld64Kind::MapIdxValue => {
@@ -562,8 +713,10 @@ fn lower_insn(
             };
             if cx.opts.unaligned && size != Size::B && src != FRAME_PTR {
                 load_bytes(f, r(dst), r(src), insn.off as i64, size, sign_extend);
+            } else if let Some(a) = stack_addr(cx.depth, src, insn.off, size) {
+                f.push(local_op(op), [r(dst).into(), a]);
             } else {
-                f.push(op, [r(dst).into(), Operand::Addr(r(src), insn.off as i64)]);
+                f.push(op, [r(dst).into(), Operand::Addr(r(src), insn.off as i32)]);
             }
         }
         OpKind::Store { size, src: s } => {
@@ -583,17 +736,36 @@ fn lower_insn(
             };
             if cx.opts.unaligned && size != Size::B && dst != FRAME_PTR {
                 store_bytes(f, r(dst), insn.off as i64, size, v);
+            } else if let Some(a) = stack_addr(cx.depth, dst, insn.off, size) {
+                f.push(local_op(op), [a, v.into()]);
             } else {
-                f.push(op, [Operand::Addr(r(dst), insn.off as i64), v.into()]);
+                f.push(op, [Operand::Addr(r(dst), insn.off as i32), v.into()]);
             }
         }
         OpKind::Atomic { op, size, fetch } => {
-            atomic(f, cx.scope, op, size, fetch, r(dst), insn.off as i64, src);
+            let space = if known.val[dst as usize] {
+                Space::Global
+            } else if dst == FRAME_PTR {
+                Space::Stack(cx.depth)
+            } else {
+                Space::Unknown
+            };
+            atomic(
+                f,
+                cx.scope,
+                op,
+                size,
+                fetch,
+                r(dst),
+                insn.off as i64,
+                src,
+                space,
+            );
             if fetch {
                 if op == AtomicOp::Cmpxchg {
-                    known[0] = None;
+                    known.forget(0);
                 } else {
-                    known[src as usize] = None;
+                    known.forget(src);
                 }
             }
         }
@@ -613,7 +785,8 @@ fn lower_insn(
         }
         OpKind::Call => {
             call_helper(cx, f, pc, insn.imm, known)?;
-            *known = [None; 11];
+            *known = Known::new();
+            known.val[0] = insn.imm == ebpf::helpers::MAP_LOOKUP_ELEM;
         }
         OpKind::CallLocal => {
             let t = (pc as i64 + 1 + imm64) as usize;
@@ -622,27 +795,65 @@ fn lower_insn(
                 .expect("call targets are function starts")
                 .to_string();
             f.call(name, (1..=5).map(r).collect(), Some(r(0)));
-            *known = [None; 11];
+            *known = Known::new();
         }
         OpKind::CallKfunc => {
             return Err(cx.err(pc, "kfunc calls are not supported"));
         }
         OpKind::Exit => {
-            f.push("st.param.b64", [Operand::SymAddr("ret0", 0), r(0).into()]);
+            f.push("st.param.b64", [Operand::SymAddr(&"ret0", 0), r(0).into()]);
             f.push("ret", []);
         }
     }
     Ok(())
 }
 
+/// `[stack+depth+off]` for an access through r10 that stays inside the frame: a `.local`
+/// access ptxas sees as such (an `STL`/`LDL` it can forward and keep in registers, where the
+/// generic address `r10 + off` gives a generic `ST.E`/`LD.E` it keeps as is).
+fn stack_addr(depth: u32, base: u8, off: i16, size: Size) -> Option<Operand> {
+    let at = depth as i64 + off as i64;
+    (base == FRAME_PTR && at >= 0 && at + size.bytes() as i64 <= depth as i64)
+        .then_some(Operand::SymAddr(&"stack", at as i32))
+}
+
+/// The `.local` spelling of a generic load or store opcode.
+fn local_op(op: &'static str) -> &'static str {
+    match op {
+        "ld.u8" => "ld.local.u8",
+        "ld.u16" => "ld.local.u16",
+        "ld.u32" => "ld.local.u32",
+        "ld.u64" => "ld.local.u64",
+        "ld.s8" => "ld.local.s8",
+        "ld.s16" => "ld.local.s16",
+        "ld.s32" => "ld.local.s32",
+        "st.u8" => "st.local.u8",
+        "st.u16" => "st.local.u16",
+        "st.u32" => "st.local.u32",
+        "st.u64" => "st.local.u64",
+        other => other,
+    }
+}
+
+/// What an atomic's base register is known to point to.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Space {
+    /// A map value from `map_lookup_elem`: global memory.
+    Global,
+    /// r10 of a frame of this many bytes: the thread's stack.
+    Stack(u32),
+    /// Either: decided at run time with `isspacep.local`.
+    Unknown,
+}
+
 /// A load assembled from byte loads (little-endian), for [`JitOptions::unaligned`].
 fn load_bytes(f: &mut Function, d: Reg, base: Reg, off: i64, size: Size, sign_extend: bool) {
     let n = size.bytes() as i64;
     let acc = f.reg(RegClass::B64);
-    f.push("ld.u8", [acc.into(), Operand::Addr(base, off)]);
+    f.push("ld.u8", [acc.into(), Operand::Addr(base, off as i32)]);
     for k in 1..n {
         let t = f.reg(RegClass::B64);
-        f.push("ld.u8", [t.into(), Operand::Addr(base, off + k)]);
+        f.push("ld.u8", [t.into(), Operand::Addr(base, (off + k) as i32)]);
         f.push("shl.b64", [t.into(), t.into(), imm(8 * k)]);
         f.push("or.b64", [acc.into(), acc.into(), t.into()]);
     }
@@ -657,11 +868,11 @@ fn load_bytes(f: &mut Function, d: Reg, base: Reg, off: i64, size: Size, sign_ex
 
 /// A store split into byte stores (little-endian), for [`JitOptions::unaligned`].
 fn store_bytes(f: &mut Function, base: Reg, off: i64, size: Size, v: Reg) {
-    f.push("st.u8", [Operand::Addr(base, off), v.into()]);
+    f.push("st.u8", [Operand::Addr(base, off as i32), v.into()]);
     for k in 1..size.bytes() as i64 {
         let t = f.reg(RegClass::B64);
         f.push("shr.u64", [t.into(), v.into(), imm(8 * k)]);
-        f.push("st.u8", [Operand::Addr(base, off + k), t.into()]);
+        f.push("st.u8", [Operand::Addr(base, (off + k) as i32), t.into()]);
     }
 }
 
@@ -807,6 +1018,35 @@ fn alu32(f: &mut Function, op: AluOp, d: Reg, src: u8, s: Src, imm32: i32) {
         }
         _ => {}
     }
+    // Operations whose low 32 bits depend only on the operands' low 32 bits: the 64-bit
+    // operation, then the upper half cleared. Two instructions instead of four, and it keeps
+    // clear of a ptxas -O3 miscompile (12.9 and 13.0, sm_90): `cvt.u32.u64` of a constant,
+    // `neg.s32` (or `sub.s32 0, x`, `mul.lo.s32 x, -1`), `cvt.u64.u32` on a conditional path
+    // folds to the constant unnegated when it is 0x7fffffff (differential case `alu5440`,
+    // `jit/gpu/repro/ptxas_o3_alu5440_77.ptx`).
+    let wide = match op {
+        AluOp::Add => Some("add.s64"),
+        AluOp::Sub => Some("sub.s64"),
+        AluOp::Mul => Some("mul.lo.s64"),
+        AluOp::Or => Some("or.b64"),
+        AluOp::And => Some("and.b64"),
+        AluOp::Xor => Some("xor.b64"),
+        AluOp::Neg => Some("neg.s64"),
+        _ => None,
+    };
+    if let Some(w) = wide {
+        if op == AluOp::Neg {
+            f.push(w, [dd.clone(), dd.clone()]);
+        } else {
+            let b: Operand = match s {
+                Src::Imm => imm(imm32 as i64),
+                Src::Reg => r(src).into(),
+            };
+            f.push(w, [dd.clone(), dd.clone(), b]);
+        }
+        f.push("and.b64", [dd.clone(), dd, imm(0xffff_ffff)]);
+        return;
+    }
     let a = f.reg(RegClass::B32);
     f.push("cvt.u32.u64", [a.into(), dd.clone()]);
     let b: Operand = match s {
@@ -819,13 +1059,6 @@ fn alu32(f: &mut Function, op: AluOp, d: Reg, src: u8, s: Src, imm32: i32) {
     };
     let aa: Operand = a.into();
     match op {
-        AluOp::Add => f.push("add.s32", [aa.clone(), aa, b]),
-        AluOp::Sub => f.push("sub.s32", [aa.clone(), aa, b]),
-        AluOp::Mul => f.push("mul.lo.s32", [aa.clone(), aa, b]),
-        AluOp::Or => f.push("or.b32", [aa.clone(), aa, b]),
-        AluOp::And => f.push("and.b32", [aa.clone(), aa, b]),
-        AluOp::Xor => f.push("xor.b32", [aa.clone(), aa, b]),
-        AluOp::Neg => f.push("neg.s32", [aa.clone(), aa]),
         AluOp::Lsh | AluOp::Rsh | AluOp::Arsh => {
             let opc = match op {
                 AluOp::Lsh => "shl.b32",
@@ -844,7 +1077,17 @@ fn alu32(f: &mut Function, op: AluOp, d: Reg, src: u8, s: Src, imm32: i32) {
         AluOp::Div | AluOp::Mod | AluOp::Sdiv | AluOp::Smod => {
             divmod(f, op, a, b, s, imm32 as i64, true);
         }
-        AluOp::Mov | AluOp::Movsx8 | AluOp::Movsx16 | AluOp::Movsx32 => {
+        AluOp::Mov
+        | AluOp::Movsx8
+        | AluOp::Movsx16
+        | AluOp::Movsx32
+        | AluOp::Add
+        | AluOp::Sub
+        | AluOp::Mul
+        | AluOp::Or
+        | AluOp::And
+        | AluOp::Xor
+        | AluOp::Neg => {
             unreachable!("handled above")
         }
     }
@@ -866,7 +1109,7 @@ fn end(f: &mut Function, op: EndOp, bits: u8, d: Reg) {
             f.push("cvt.u32.u64", [t.into(), dd.clone()]);
             f.push(
                 "prmt.b32",
-                [t.into(), t.into(), t.into(), Operand::Sym("0x0123")],
+                [t.into(), t.into(), t.into(), Operand::Sym(&"0x0123")],
             );
             if bits == 16 {
                 f.push("shr.u32", [t.into(), t.into(), imm(16)]);
@@ -879,15 +1122,64 @@ fn end(f: &mut Function, op: EndOp, bits: u8, d: Reg) {
             f.push("mov.b64", [Operand::Vec2(lo, hi), dd.clone()]);
             f.push(
                 "prmt.b32",
-                [lo.into(), lo.into(), lo.into(), Operand::Sym("0x0123")],
+                [lo.into(), lo.into(), lo.into(), Operand::Sym(&"0x0123")],
             );
             f.push(
                 "prmt.b32",
-                [hi.into(), hi.into(), hi.into(), Operand::Sym("0x0123")],
+                [hi.into(), hi.into(), hi.into(), Operand::Sym(&"0x0123")],
             );
             f.push("mov.b64", [dd, Operand::Vec2(hi, lo)]);
         }
     }
+}
+
+/// The PTX opcode of an atomic: `red.relaxed` (no fetch) or `atom.acq_rel`, the scope
+/// (`.sys`/`.gpu`/`.cta`), `.global` or generic, the operation and width; from a table built
+/// once, so that IR opcodes stay `&'static str`.
+fn atomic_opcode(fetch: bool, scope: &str, global: bool, op: AtomicOp, w32: bool) -> &'static str {
+    const SCOPES: [&str; 3] = [".sys", ".gpu", ".cta"];
+    const OPS: [AtomicOp; 6] = [
+        AtomicOp::Add,
+        AtomicOp::Or,
+        AtomicOp::And,
+        AtomicOp::Xor,
+        AtomicOp::Xchg,
+        AtomicOp::Cmpxchg,
+    ];
+    static NAMES: LazyLock<Vec<String>> = LazyLock::new(|| {
+        let mut v = Vec::with_capacity(2 * 3 * 2 * 6 * 2);
+        for fetch in [false, true] {
+            for scope in SCOPES {
+                for global in [false, true] {
+                    for op in OPS {
+                        for w32 in [false, true] {
+                            let (bits, ty_add) = if w32 {
+                                (".b32", ".u32")
+                            } else {
+                                (".b64", ".u64")
+                            };
+                            let opname = match op {
+                                AtomicOp::Add => format!("add{ty_add}"),
+                                AtomicOp::Or => format!("or{bits}"),
+                                AtomicOp::And => format!("and{bits}"),
+                                AtomicOp::Xor => format!("xor{bits}"),
+                                AtomicOp::Xchg => format!("exch{bits}"),
+                                AtomicOp::Cmpxchg => format!("cas{bits}"),
+                            };
+                            let kind = if fetch { "atom.acq_rel" } else { "red.relaxed" };
+                            let space = if global { ".global" } else { "" };
+                            v.push(format!("{kind}{scope}{space}.{opname}"));
+                        }
+                    }
+                }
+            }
+        }
+        v
+    });
+    let s = SCOPES.iter().position(|&x| x == scope).unwrap_or(0);
+    let o = OPS.iter().position(|&x| x == op).unwrap_or(0);
+    let k = (((fetch as usize * 3 + s) * 2 + global as usize) * 6 + o) * 2 + w32 as usize;
+    &NAMES[k]
 }
 
 /// An atomic read-modify-write. PTX atomics on local memory are undefined, and the eBPF
@@ -907,9 +1199,10 @@ fn atomic(
     base: Reg,
     off: i64,
     src: u8,
+    space: Space,
 ) {
     let w32 = size != Size::Dw;
-    let addr = Operand::Addr(base, off);
+    let mut addr = Operand::Addr(base, off as i32);
     let cls = if w32 { RegClass::B32 } else { RegClass::B64 };
     let (v, old) = if w32 {
         let v = f.reg(RegClass::B32);
@@ -929,72 +1222,81 @@ fn atomic(
     } else {
         None
     };
-    let (bits, ty_add) = if w32 {
-        (".b32", ".u32")
-    } else {
-        (".b64", ".u64")
-    };
-    let opname = match op {
-        AtomicOp::Add => format!("add{ty_add}"),
-        AtomicOp::Or => format!("or{bits}"),
-        AtomicOp::And => format!("and{bits}"),
-        AtomicOp::Xor => format!("xor{bits}"),
-        AtomicOp::Xchg => format!("exch{bits}"),
-        AtomicOp::Cmpxchg => format!("cas{bits}"),
-    };
-    let on_stack = base == r(FRAME_PTR);
-    let done = f.label();
-    let global = f.label();
-    if !on_stack {
-        let a = if off == 0 {
-            base
-        } else {
-            let a = f.reg(RegClass::B64);
-            f.push("add.s64", [a.into(), base.into(), imm(off)]);
-            a
-        };
-        let p = f.reg(RegClass::Pred);
-        f.push("isspacep.local", [p.into(), a.into()]);
-        f.bra(global, Some((p, false)));
-    }
-    // Plain path: the thread's own stack.
-    f.push(wsel(w32, "ld.u32", "ld.u64"), [old.into(), addr.clone()]);
-    let new = f.reg(cls);
-    let (o, n, vv): (Operand, Operand, Operand) = (old.into(), new.into(), v.into());
-    match op {
-        AtomicOp::Add => f.push(wsel(w32, "add.s32", "add.s64"), [n, o, vv]),
-        AtomicOp::Or => f.push(wsel(w32, "or.b32", "or.b64"), [n, o, vv]),
-        AtomicOp::And => f.push(wsel(w32, "and.b32", "and.b64"), [n, o, vv]),
-        AtomicOp::Xor => f.push(wsel(w32, "xor.b32", "xor.b64"), [n, o, vv]),
-        AtomicOp::Xchg => f.push(wsel(w32, "mov.b32", "mov.b64"), [n, vv]),
-        AtomicOp::Cmpxchg => {
-            let c = cmp.expect("cmpxchg has a comparand");
-            let p = f.reg(RegClass::Pred);
-            f.push(
-                wsel(w32, "setp.eq.b32", "setp.eq.b64"),
-                [p.into(), o.clone(), c.into()],
-            );
-            f.push(wsel(w32, "selp.b32", "selp.b64"), [n, vv, o, p.into()]);
-        }
-    }
-    f.push(wsel(w32, "st.u32", "st.u64"), [addr.clone(), new.into()]);
-    if !on_stack {
-        f.bra(done, None);
-        f.place(global);
+    let name = |fetching: bool, global: bool| atomic_opcode(fetching, scope, global, op, w32);
+    if space == Space::Global {
+        // A map value: no stack check; `.global` lets ptxas emit a plain `RED`/`ATOM` (a
+        // generic one also handles shared-window addresses, with a fallback loop).
+        let g = f.reg(RegClass::B64);
+        f.push("cvta.to.global.u64", [g.into(), base.into()]);
+        let addr = Operand::Addr(g, off as i32);
         if !fetch {
-            f.push(format!("red.relaxed{scope}.{opname}"), [addr, v.into()]);
+            f.push(name(false, true), [addr, v.into()]);
         } else if let Some(c) = cmp {
-            f.push(
-                format!("atom.acq_rel{scope}.{opname}"),
-                [old.into(), addr, c.into(), v.into()],
-            );
+            f.push(name(true, true), [old.into(), addr, c.into(), v.into()]);
         } else {
-            f.push(
-                format!("atom.acq_rel{scope}.{opname}"),
-                [old.into(), addr, v.into()],
-            );
+            f.push(name(true, true), [old.into(), addr, v.into()]);
         }
-        f.place(done);
+    } else {
+        let on_stack = matches!(space, Space::Stack(_));
+        let (ld, st) = match space {
+            Space::Stack(depth)
+                if depth as i64 + off >= 0 && off + if w32 { 4 } else { 8 } <= 0 =>
+            {
+                addr = Operand::SymAddr(&"stack", (depth as i64 + off) as i32);
+                (
+                    wsel(w32, "ld.local.u32", "ld.local.u64"),
+                    wsel(w32, "st.local.u32", "st.local.u64"),
+                )
+            }
+            _ => (wsel(w32, "ld.u32", "ld.u64"), wsel(w32, "st.u32", "st.u64")),
+        };
+        let done = f.label();
+        let global = f.label();
+        if !on_stack {
+            let a = if off == 0 {
+                base
+            } else {
+                let a = f.reg(RegClass::B64);
+                f.push("add.s64", [a.into(), base.into(), imm(off)]);
+                a
+            };
+            let p = f.reg(RegClass::Pred);
+            f.push("isspacep.local", [p.into(), a.into()]);
+            f.bra(global, Some((p, false)));
+        }
+        // Plain path: the thread's own stack.
+        f.push(ld, [old.into(), addr.clone()]);
+        let new = f.reg(cls);
+        let (o, n, vv): (Operand, Operand, Operand) = (old.into(), new.into(), v.into());
+        match op {
+            AtomicOp::Add => f.push(wsel(w32, "add.s32", "add.s64"), [n, o, vv]),
+            AtomicOp::Or => f.push(wsel(w32, "or.b32", "or.b64"), [n, o, vv]),
+            AtomicOp::And => f.push(wsel(w32, "and.b32", "and.b64"), [n, o, vv]),
+            AtomicOp::Xor => f.push(wsel(w32, "xor.b32", "xor.b64"), [n, o, vv]),
+            AtomicOp::Xchg => f.push(wsel(w32, "mov.b32", "mov.b64"), [n, vv]),
+            AtomicOp::Cmpxchg => {
+                let c = cmp.expect("cmpxchg has a comparand");
+                let p = f.reg(RegClass::Pred);
+                f.push(
+                    wsel(w32, "setp.eq.b32", "setp.eq.b64"),
+                    [p.into(), o.clone(), c.into()],
+                );
+                f.push(wsel(w32, "selp.b32", "selp.b64"), [n, vv, o, p.into()]);
+            }
+        }
+        f.push(st, [addr.clone(), new.into()]);
+        if !on_stack {
+            f.bra(done, None);
+            f.place(global);
+            if !fetch {
+                f.push(name(false, false), [addr, v.into()]);
+            } else if let Some(c) = cmp {
+                f.push(name(true, false), [old.into(), addr, c.into(), v.into()]);
+            } else {
+                f.push(name(true, false), [old.into(), addr, v.into()]);
+            }
+            f.place(done);
+        }
     }
     if fetch {
         let dst = if op == AtomicOp::Cmpxchg { 0 } else { src };
@@ -1067,7 +1369,7 @@ fn call_helper(
     f: &mut Function,
     pc: usize,
     id: i32,
-    known: &[Option<usize>; 11],
+    known: &Known,
 ) -> Result<(), CompileError> {
     let Some(def) = prelude::def(id) else {
         return Err(cx.err(pc, format!("helper {id} is not available on the GPU")));
@@ -1078,12 +1380,18 @@ fn call_helper(
         f.push("exit", []);
         return Ok(());
     }
+    // The key argument of map helpers, when it is a known place on the stack.
+    let site = prelude::Site {
+        key: known.stack[2]
+            .map(|o| cx.depth as i64 + o)
+            .filter(|&o| o >= 0 && o < cx.depth as i64),
+        frame: cx.depth,
+    };
     if def.map_kinds.is_empty() {
-        cx.used.insert(prelude::Use { id, map: None });
-        f.call(prelude::func_name(id, None), args, Some(r(0)));
+        helper_site(cx, f, prelude::Use { id, map: None }, args, site);
         return Ok(());
     }
-    let candidates: Vec<usize> = match known[1] {
+    let candidates: Vec<usize> = match known.map[1] {
         Some(i) => vec![i],
         None => (0..cx.prog.maps.len())
             .filter(|&i| def.map_kinds.contains(&cx.opts.maps[i].kind))
@@ -1102,16 +1410,14 @@ fn call_helper(
             ),
         ));
     }
-    if candidates.len() == 1 && known[1].is_some() {
+    if candidates.len() == 1 && known.map[1].is_some() {
         let i = candidates[0];
-        cx.used.insert(prelude::Use { id, map: Some(i) });
-        f.call(prelude::func_name(id, Some(i)), args, Some(r(0)));
+        helper_site(cx, f, prelude::Use { id, map: Some(i) }, args, site);
         return Ok(());
     }
     // Compare chain on r1 (the map's base address); an unknown map gives -EINVAL.
     let done = f.label();
     for i in candidates {
-        cx.used.insert(prelude::Use { id, map: Some(i) });
         let next = f.label();
         let p = f.reg(RegClass::Pred);
         f.push(
@@ -1119,13 +1425,39 @@ fn call_helper(
             [p.into(), r(1).into(), imm(cx.opts.maps[i].base_addr as i64)],
         );
         f.bra(next, Some((p, true)));
-        f.call(prelude::func_name(id, Some(i)), args.clone(), Some(r(0)));
+        helper_site(cx, f, prelude::Use { id, map: Some(i) }, args.clone(), site);
         f.bra(done, None);
         f.place(next);
     }
     f.push("mov.b64", [r(0).into(), imm(-22)]);
     f.place(done);
     Ok(())
+}
+
+/// One call site of helper use `u`: its body inlined (within [`INLINE_BUDGET`]), else a call
+/// of its `.func`.
+fn helper_site(
+    cx: &mut Ctx,
+    f: &mut Function,
+    u: prelude::Use,
+    args: Vec<Reg>,
+    site: prelude::Site,
+) {
+    if cx.inlined_bytes < INLINE_BUDGET
+        && let Some(text) = prelude::inline_block(u, cx.opts, site)
+        && cx.inlined_bytes + text.len() <= INLINE_BUDGET
+    {
+        cx.inlined_bytes += text.len();
+        cx.inlined.insert(u);
+        f.body.push(Stmt::Inline {
+            text,
+            args,
+            ret: r(0),
+        });
+        return;
+    }
+    cx.used.insert(u);
+    f.call(prelude::func_name(u.id, u.map), args, Some(r(0)));
 }
 
 /// The stand-alone kernel: one thread per record, running the program's body inline
@@ -1148,8 +1480,17 @@ fn entry_wrapper(name: &str, main: &Function) -> Function {
     });
     f.locals.extend(main.locals.iter().cloned());
     let p = |f: &mut Function, n: &'static str| {
+        const PARAMS: [&str; 10] = [
+            "in_base", "in_size", "out_base", "out_size", "n", "arg0", "arg1", "arg2", "arg3",
+            "results",
+        ];
+        static NAMES: [&str; 10] = PARAMS;
+        let k = PARAMS
+            .iter()
+            .position(|&q| q == n)
+            .expect("an entry parameter");
         let t = f.reg(RegClass::B64);
-        f.push("ld.param.u64", [t.into(), Operand::SymAddr(n, 0)]);
+        f.push("ld.param.u64", [t.into(), Operand::SymAddr(&NAMES[k], 0)]);
         t
     };
     let (tid, ntid, ctaid) = (
@@ -1157,9 +1498,9 @@ fn entry_wrapper(name: &str, main: &Function) -> Function {
         f.reg(RegClass::B32),
         f.reg(RegClass::B32),
     );
-    f.push("mov.u32", [tid.into(), Operand::Sym("%tid.x")]);
-    f.push("mov.u32", [ntid.into(), Operand::Sym("%ntid.x")]);
-    f.push("mov.u32", [ctaid.into(), Operand::Sym("%ctaid.x")]);
+    f.push("mov.u32", [tid.into(), Operand::Sym(&"%tid.x")]);
+    f.push("mov.u32", [ntid.into(), Operand::Sym(&"%ntid.x")]);
+    f.push("mov.u32", [ctaid.into(), Operand::Sym(&"%ctaid.x")]);
     let i = f.reg(RegClass::B64);
     f.push("mul.wide.u32", [i.into(), ctaid.into(), ntid.into()]);
     let t = f.reg(RegClass::B64);
@@ -1170,7 +1511,10 @@ fn entry_wrapper(name: &str, main: &Function) -> Function {
     f.push("setp.ge.u64", [pr.into(), i.into(), n.into()]);
     f.push_if(pr, true, "ret", []);
     let st = |f: &mut Function, off: i64, v: Reg| {
-        f.push("st.local.u64", [Operand::SymAddr("jobctx", off), v.into()]);
+        f.push(
+            "st.local.u64",
+            [Operand::SymAddr(&"jobctx", off as i32), v.into()],
+        );
     };
     let mut fields = [i; 10];
     for (k, (base, size, off)) in [
@@ -1215,7 +1559,7 @@ fn entry_wrapper(name: &str, main: &Function) -> Function {
         [Operand::Addr(slot, 0), zero.into()],
     );
     let ctx = f.reg(RegClass::B64);
-    f.push("cvta.local.u64", [ctx.into(), Operand::Sym("jobctx")]);
+    f.push("cvta.local.u64", [ctx.into(), Operand::Sym(&"jobctx")]);
     f.body.insert(
         0,
         Stmt::Raw("\t// one thread per record; the program's body follows inline".into()),

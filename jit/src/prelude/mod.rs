@@ -64,6 +64,19 @@ pub struct Gen<'a> {
     pub opts: &'a JitOptions,
     /// The map, for map helpers.
     pub map: Option<&'a MapBinding>,
+    /// What the call site knows (nothing for a `.func` body).
+    pub site: Site,
+}
+
+/// What a call site knows about the helper's arguments, for a body inlined there.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Site {
+    /// r2 (the key of map helpers) is `stack + key` in the caller's frame: the byte offset
+    /// into its `.local` array `stack` (16-byte aligned), so the key is read from there in
+    /// aligned words (when the whole key lies inside the frame).
+    pub key: Option<i64>,
+    /// Bytes of the caller's `stack` array.
+    pub frame: u32,
 }
 
 /// One helper of the table.
@@ -277,6 +290,10 @@ fn signature(name: &str, nargs: u8) -> String {
     format!(".func (.param .b64 ret0) {name}({})", params.join(", "))
 }
 
+/// Register declarations of a helper body (`.func` or inline block).
+const DECLS: &str =
+    "\t.reg .pred %p<16>;\n\t.reg .b16 %rs<8>;\n\t.reg .b32 %r<40>;\n\t.reg .b64 %rd<80>;\n";
+
 /// Prototypes and bodies of the helpers in `used`.
 pub fn generate(used: &BTreeSet<Use>, opts: &JitOptions) -> (Vec<String>, Vec<String>) {
     let mut protos = Vec::new();
@@ -288,13 +305,12 @@ pub fn generate(used: &BTreeSet<Use>, opts: &JitOptions) -> (Vec<String>, Vec<St
         let g = Gen {
             opts,
             map: u.map.and_then(|m| opts.maps.get(m)),
+            site: Site::default(),
         };
         let mut s = String::new();
-        if u.id == h::GET_PRANDOM_U32 {
-            s.push_str(".global .align 8 .b64 bpf_prandom_state[4096];\n");
-        }
         s.push_str(&sig);
-        s.push_str("\n{\n\t.reg .pred %p<16>;\n\t.reg .b16 %rs<8>;\n\t.reg .b32 %r<40>;\n\t.reg .b64 %rd<64>;\n");
+        s.push_str("\n{\n");
+        s.push_str(DECLS);
         for i in 1..=d.nargs {
             s.push_str(&format!("\tld.param.b64 %rd{i}, [a{i}];\n"));
         }
@@ -305,6 +321,46 @@ pub fn generate(used: &BTreeSet<Use>, opts: &JitOptions) -> (Vec<String>, Vec<St
         bodies.push(s);
     }
     (protos, bodies)
+}
+
+/// Module-level declarations the helpers in `used` need, whether called or inlined.
+pub fn globals(used: &BTreeSet<Use>) -> Vec<String> {
+    used.iter()
+        .filter(|u| u.id == h::GET_PRANDOM_U32)
+        .take(1)
+        .map(|_| ".global .align 8 .b64 bpf_prandom_state[4096];\n".to_string())
+        .collect()
+}
+
+/// The body of helper use `u` as a block to paste at a call site: its registers are declared
+/// inside the block (PTX scopes registers and labels to the enclosing `{ }`, so sites never
+/// collide with each other or with the caller) and renamed (`%rd` → `%hd`, `%r` → `%hr`,
+/// `%rs` → `%hs`, `%p` → `%hp`) so that the caller's r0..r5 (`%rd0..%rd5`) stay visible for
+/// the argument copies and the result. ptxas does not inline `.func` calls (a real `CALL`
+/// with the ABI's register saves), so this is how a helper's body reaches the
+/// optimiser together with the program's code (constants, the key's stack stores).
+pub fn inline_block(u: Use, opts: &JitOptions, site: Site) -> Option<String> {
+    let d = def(u.id)?;
+    let g = Gen {
+        opts,
+        map: u.map.and_then(|m| opts.maps.get(m)),
+        site,
+    };
+    let mut body = String::with_capacity(4096);
+    body.push_str(DECLS);
+    for i in 1..=d.nargs {
+        body.push_str(&format!("\tmov.b64 %rd{i}, %RD{i};\n"));
+    }
+    body.push_str("\tmov.b64 %rd0, 0;\n");
+    body.push_str(&(d.body)(&g));
+    body.push_str("$Ldone:\n\tmov.b64 %RD0, %rd0;\n");
+    let body = body
+        .replace("%rd", "%hd")
+        .replace("%rs", "%hs")
+        .replace("%r", "%hr")
+        .replace("%p", "%hp")
+        .replace("%RD", "%rd");
+    Some(format!("\t{{ // {} inline\n{body}\t}}\n", d.name))
 }
 
 /// Replaces `@KEY@` placeholders.
@@ -375,9 +431,17 @@ fn map_of<'a>(g: &'a Gen) -> &'a MapBinding {
 }
 
 /// Array index → flat index in `%rd6`; jumps to `$Ldone` (with r0 as set) when out of range.
-fn array_index(b: &MapBinding) -> String {
+fn array_index(b: &MapBinding, site: Site) -> String {
+    // The u32 key from the caller's frame when the site knows where it is (ptxas forwards
+    // the program's store), else through the pointer.
+    let load = match site.key {
+        Some(a) if a % 4 == 0 && a + 4 <= site.frame as i64 => {
+            format!("ld.local.u32 %r1, [stack+{a}]")
+        }
+        _ => "ld.u32 %r1, [%rd2]".to_string(),
+    };
     let mut s = format!(
-        "\tld.u32 %r1, [%rd2];\n\tsetp.ge.u32 %p1, %r1, {};\n\t@%p1 bra $Ldone;\n\tcvt.u64.u32 %rd6, %r1;\n",
+        "\t{load};\n\tsetp.ge.u32 %p1, %r1, {};\n\t@%p1 bra $Ldone;\n\tcvt.u64.u32 %rd6, %r1;\n",
         b.max_entries
     );
     if b.kind == MapKind::PerThreadArray {
@@ -411,21 +475,9 @@ fn hash_geometry(b: &MapBinding) -> [(&'static str, i64); 10] {
     ]
 }
 
-/// Hash of the key at `[%rd2]` into `%rd6`, then the probe: `%rd7` = state address of the
-/// live slot holding the key (jumps to `$Lfound`), or a jump to `$Lnotfound`.
-const HASH_FIND: &str = "\tmov.b64 %rd6, -3750763034362895579;
-	mov.b64 %rd20, 0;
-$Lh:
-	setp.ge.u64 %p5, %rd20, @KS@;
-	@%p5 bra $Lhd;
-	add.s64 %rd21, %rd2, %rd20;
-	ld.u8 %rd22, [%rd21];
-	xor.b64 %rd6, %rd6, %rd22;
-	mul.lo.s64 %rd6, %rd6, 1099511628211;
-	add.s64 %rd20, %rd20, 1;
-	bra.uni $Lh;
-$Lhd:
-	shr.u64 %rd23, %rd6, 33;
+/// FNV-1a's offset basis and prime, then murmur3's finalizer: `shm_maps::maps::hash::hash_key`
+/// bit for bit (the CPU and the GPU share the table).
+const FNV_FINAL: &str = "\tshr.u64 %rd23, %rd6, 33;
 	xor.b64 %rd6, %rd6, %rd23;
 	mul.lo.s64 %rd6, %rd6, -49064778989728563;
 	shr.u64 %rd23, %rd6, 33;
@@ -433,7 +485,113 @@ $Lhd:
 	mul.lo.s64 %rd6, %rd6, -4265267296055464877;
 	shr.u64 %rd23, %rd6, 33;
 	xor.b64 %rd6, %rd6, %rd23;
-@LOCK@	mov.b64 %rd24, 0;
+";
+const FNV_BASIS: i64 = -3750763034362895579;
+const FNV_PRIME: i64 = 1099511628211;
+
+/// First register of the key words (`%rd64..`) of an unrolled probe.
+const KEY_REG: usize = 64;
+/// Most key words an unrolled probe keeps in registers.
+const MAX_KEY_WORDS: usize = 16;
+
+/// The key split into words `(byte offset, bytes)`, each aligned at both ends: in the key's
+/// source (the eBPF stack at `stack + at`, 16-byte aligned array; `None`: a pointer of unknown
+/// alignment, so bytes) and in the slot (8-byte aligned key). `None` past [`MAX_KEY_WORDS`].
+fn key_words(ks: u64, at: Option<i64>) -> Option<Vec<(u64, u64)>> {
+    let mut w = Vec::new();
+    let mut p = 0;
+    while p < ks {
+        let c = [8u64, 4, 2, 1]
+            .into_iter()
+            .find(|&c| {
+                p + c <= ks
+                    && p % c == 0
+                    && at.is_some_and(|a| (a + p as i64).rem_euclid(c as i64) == 0)
+            })
+            .unwrap_or(1);
+        w.push((p, c));
+        p += c;
+    }
+    (w.len() <= MAX_KEY_WORDS).then_some(w)
+}
+
+/// Hash of the key into `%rd6`, then the probe: `%rd7` = state address of the live slot
+/// holding the key (jumps to `$Lfound`), or a jump to `$Lnotfound`. The key is at `[%rd2]`,
+/// or, when the call site knows it (`key_at`), at `[stack + key_at]` in the caller's frame.
+///
+/// Small keys (up to [`MAX_KEY_WORDS`] words) are loaded once into registers, in 8/4/2-byte
+/// words where the alignment is known (bytes otherwise), hashed and compared unrolled; larger
+/// ones go through byte loops.
+///
+/// **Ordering** (the reader side of the shm-maps protocol, `shm-maps/src/maps/hash.rs`):
+///
+/// | step | access | why |
+/// |------|--------|-----|
+/// | state of each probed slot | `ld.acquire` | pairs with the inserter's release store of `LIVE`: the key read next is that occupant's (or a later one's), so a mismatch is final for this generation |
+/// | key, one word | `ld.acquire` | orders the key read before the re-read of the state (below) |
+/// | key, several words or bytes | `ld.relaxed`, then `fence.acq_rel` once all match | the same ordering, paid once per match instead of per word |
+/// | state again, on a match only | `ld.relaxed` | a claimer CASes the state, fences (release) and then writes the key: if the key read saw any of a newer occupant's bytes, the re-read sees its claim and the slot is read again |
+///
+/// A mismatch needs no re-read: the key of the generation whose `LIVE` was acquired differs,
+/// and a newer occupant was inserted after that load, so missing it is a lookup ordered
+/// before that insert (as in shm-maps, where the re-read on a mismatch only retries).
+fn hash_find(b: &MapBinding, lock: Option<u32>, key_at: Option<i64>, frame: u32) -> String {
+    let geo = hash_geometry(b);
+    let ks = b.key_size as u64;
+    let key_at = key_at.filter(|&a| a >= 0 && a + ks as i64 <= frame as i64);
+    let mut s = String::new();
+    let words = key_words(ks, key_at);
+    match &words {
+        Some(words) => {
+            for (i, &(p, c)) in words.iter().enumerate() {
+                let r = KEY_REG + i;
+                match key_at {
+                    Some(a) => s.push_str(&format!(
+                        "\tld.local.u{} %rd{r}, [stack+{}];\n",
+                        8 * c,
+                        a + p as i64
+                    )),
+                    None => s.push_str(&format!("\tld.u{} %rd{r}, [%rd2+{p}];\n", 8 * c)),
+                }
+            }
+            s.push_str(&format!("\tmov.b64 %rd6, {FNV_BASIS};\n"));
+            for (i, &(_, c)) in words.iter().enumerate() {
+                let r = KEY_REG + i;
+                for j in 0..c {
+                    if c == 1 {
+                        s.push_str(&format!("\txor.b64 %rd6, %rd6, %rd{r};\n"));
+                    } else {
+                        s.push_str(&format!(
+                            "\tbfe.u64 %rd22, %rd{r}, {}, 8;\n\txor.b64 %rd6, %rd6, %rd22;\n",
+                            8 * j
+                        ));
+                    }
+                    s.push_str(&format!("\tmul.lo.s64 %rd6, %rd6, {FNV_PRIME};\n"));
+                }
+            }
+        }
+        None => s.push_str(&format!(
+            "\tmov.b64 %rd6, {FNV_BASIS};
+	mov.b64 %rd20, 0;
+$Lh:
+	setp.ge.u64 %p5, %rd20, {ks};
+	@%p5 bra $Lhd;
+	add.s64 %rd21, %rd2, %rd20;
+	ld.u8 %rd22, [%rd21];
+	xor.b64 %rd6, %rd6, %rd22;
+	mul.lo.s64 %rd6, %rd6, {FNV_PRIME};
+	add.s64 %rd20, %rd20, 1;
+	bra.uni $Lh;
+$Lhd:
+"
+        )),
+    }
+    s.push_str(FNV_FINAL);
+    if let Some(pid) = lock {
+        s.push_str(&stripe_lock(pid));
+    }
+    s.push_str(
+        "\tmov.b64 %rd24, 0;
 $Lfl:
 	setp.ge.u64 %p6, %rd24, @SLOTS@;
 	@%p6 bra $Lnotfound;
@@ -448,8 +606,29 @@ $Lfa:
 	@%p6 bra $Lnotfound;
 	setp.ne.u64 %p6, %rd26, 2;
 	@%p6 bra $Lfn;
-	mov.b32 %r5, 1;
-	mov.b64 %rd27, 0;
+",
+    );
+    match &words {
+        Some(words) => {
+            let sem = if words.len() == 1 {
+                "acquire"
+            } else {
+                "relaxed"
+            };
+            for (i, &(p, c)) in words.iter().enumerate() {
+                s.push_str(&format!(
+                    "\tld.{sem}.sys.u{} %rd27, [%rd7+{}];\n\tsetp.ne.u64 %p7, %rd27, %rd{};\n\t@%p7 bra $Lfn;\n",
+                    8 * c,
+                    16 + p,
+                    KEY_REG + i
+                ));
+            }
+            if words.len() > 1 {
+                s.push_str("\tfence.acq_rel.sys;\n");
+            }
+        }
+        None => s.push_str(
+            "\tmov.b64 %rd27, 0;
 $Lfc:
 	setp.ge.u64 %p7, %rd27, @KS@;
 	@%p7 bra $Lfcd;
@@ -458,33 +637,25 @@ $Lfc:
 	add.s64 %rd29, %rd7, %rd27;
 	ld.relaxed.sys.u8 %r7, [%rd29+16];
 	setp.ne.u32 %p7, %r6, %r7;
-	@%p7 mov.b32 %r5, 0;
-	@%p7 bra $Lfcd;
+	@%p7 bra $Lfn;
 	add.s64 %rd27, %rd27, 1;
 	bra.uni $Lfc;
 $Lfcd:
 	fence.acq_rel.sys;
-	ld.relaxed.sys.u64 %rd30, [%rd7];
+",
+        ),
+    }
+    s.push_str(
+        "\tld.relaxed.sys.u64 %rd30, [%rd7];
 	setp.ne.u64 %p7, %rd30, %rd8;
 	@%p7 bra $Lfa;
-	setp.eq.u32 %p7, %r5, 1;
-	@%p7 bra $Lfound;
+	bra.uni $Lfound;
 $Lfn:
 	add.s64 %rd24, %rd24, 1;
 	bra.uni $Lfl;
-";
-
-/// The stripe lock address of hash `%rd6` into `%rd10`, then the lock.
-fn stripe_lock(pid: u32) -> String {
-    format!(
-        "\tand.b64 %rd10, %rd6, @SMASK@;\n\tand.b64 %rd10, %rd10, @LMASK@;\n\tshl.b64 %rd10, %rd10, 2;\n\tadd.s64 %rd10, %rd10, @LOCKBASE@;\n{}",
-        pid_lock("%rd10", pid, "s")
-    )
-}
-
-fn hash_find(b: &MapBinding, lock: Option<u32>) -> String {
-    let t = HASH_FIND.replace("@LOCK@", &lock.map(stripe_lock).unwrap_or_default());
-    let t = fill(&t, &hash_geometry(b));
+",
+    );
+    let t = fill(&s, &geo);
     // The probe's acquire loads, fence and stripe lock take the binding's scope: a map bound
     // with `.gpu` lives in device memory that no host touches while programs run, and a
     // `.sys` fence per probe costs a system-wide memory barrier and an L1 invalidation.
@@ -495,11 +666,19 @@ fn hash_find(b: &MapBinding, lock: Option<u32>) -> String {
     }
 }
 
+/// The stripe lock address of hash `%rd6` into `%rd10`, then the lock.
+fn stripe_lock(pid: u32) -> String {
+    format!(
+        "\tand.b64 %rd10, %rd6, @SMASK@;\n\tand.b64 %rd10, %rd10, @LMASK@;\n\tshl.b64 %rd10, %rd10, 2;\n\tadd.s64 %rd10, %rd10, @LOCKBASE@;\n{}",
+        pid_lock("%rd10", pid, "s")
+    )
+}
+
 fn map_lookup(g: &Gen) -> String {
     let b = map_of(g);
     match b.kind {
         MapKind::Array | MapKind::PerThreadArray => {
-            let mut s = array_index(b);
+            let mut s = array_index(b, g.site);
             let stride = round_up(b.value_size as u64, 8);
             s.push_str(&format!(
                 "\tmul.lo.s64 %rd6, %rd6, {stride};\n\tadd.s64 %rd0, %rd6, {};\n",
@@ -508,7 +687,7 @@ fn map_lookup(g: &Gen) -> String {
             s
         }
         MapKind::Hash => {
-            let mut s = hash_find(b, None);
+            let mut s = hash_find(b, None, g.site.key, g.site.frame);
             s.push_str(&fill(
                 "$Lnotfound:\n\tbra.uni $Ldone;\n$Lfound:\n\tadd.s64 %rd0, %rd7, @VOFF@;\n",
                 &hash_geometry(b),
@@ -529,7 +708,7 @@ fn map_update(g: &Gen) -> String {
             let stride = round_up(b.value_size as u64, 8);
             let mut s = String::from(FLAGS_CHECK);
             s.push_str("\tmov.b64 %rd0, -17;\n\tsetp.eq.u64 %p1, %rd4, 1;\n\t@%p1 bra $Ldone;\n\tmov.b64 %rd0, -7;\n");
-            s.push_str(&array_index(b));
+            s.push_str(&array_index(b, g.site));
             s.push_str(&format!(
                 "\tshl.b64 %rd11, %rd6, 3;\n\tadd.s64 %rd11, %rd11, {};\n\tmul.lo.s64 %rd17, %rd6, {stride};\n\tadd.s64 %rd17, %rd17, {};\n",
                 b.base_addr.wrapping_add(64) as i64,
@@ -544,7 +723,7 @@ fn map_update(g: &Gen) -> String {
         MapKind::Hash => {
             let geo = hash_geometry(b);
             let mut s = String::from(FLAGS_CHECK);
-            s.push_str(&hash_find(b, Some(pid)));
+            s.push_str(&hash_find(b, Some(pid), g.site.key, g.site.frame));
             // Found: update in place under the slot's seqlock.
             s.push_str("$Lfound:\n\tmov.b64 %rd0, -17;\n\tsetp.eq.u64 %p1, %rd4, 1;\n\t@%p1 bra $Lunlock;\n\tadd.s64 %rd11, %rd7, 8;\n");
             s.push_str(&seq_lock(pid, false));
@@ -631,7 +810,7 @@ fn map_delete(g: &Gen) -> String {
             "\tmov.b64 %rd0, -22;\n".into()
         }
         MapKind::Hash => {
-            let mut s = hash_find(b, Some(g.opts.lock_pid));
+            let mut s = hash_find(b, Some(g.opts.lock_pid), g.site.key, g.site.frame);
             s.push_str(&fill(
                 "$Lnotfound:
 	mov.b64 %rd0, -2;

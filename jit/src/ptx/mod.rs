@@ -12,8 +12,6 @@
 //! Registers are SSA-like temporaries; ptxas allocates the real registers. The eBPF
 //! registers r0..r10 of a lowered function are `%rd0..%rd10` ([`Function::ebpf_reg`]).
 
-use std::borrow::Cow;
-
 /// A register class (PTX register type).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum RegClass {
@@ -53,13 +51,32 @@ impl RegClass {
     }
 }
 
-/// A virtual register.
+/// A virtual register: its class in the top 2 bits, its number (within the class) in the
+/// low 30, so that operands, and so IR statements, stay small.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct Reg {
+pub struct Reg(u32);
+
+impl Reg {
+    /// Register `n` (below 2^30) of class `class`.
+    pub fn new(class: RegClass, n: u32) -> Reg {
+        debug_assert!(n < 1 << 30);
+        Reg(((class as u32) << 30) | (n & ((1 << 30) - 1)))
+    }
+
     /// Its class.
-    pub class: RegClass,
+    pub fn class(self) -> RegClass {
+        match self.0 >> 30 {
+            0 => RegClass::Pred,
+            1 => RegClass::B16,
+            2 => RegClass::B32,
+            _ => RegClass::B64,
+        }
+    }
+
     /// Its number within the class.
-    pub n: u32,
+    pub fn n(self) -> u32 {
+        self.0 & ((1 << 30) - 1)
+    }
 }
 
 /// A label inside one function.
@@ -74,13 +91,15 @@ pub enum Operand {
     /// An integer immediate, printed in signed decimal.
     Imm(i64),
     /// A memory address `[base+off]`.
-    Addr(Reg, i64),
-    /// A memory address `[sym+off]` (locals, params).
-    SymAddr(&'static str, i64),
+    Addr(Reg, i32),
+    /// A memory address `[sym+off]` (locals, params). The name is behind a thin reference
+    /// (`&"stack"`) to keep operands, and so statements, small: lowering and printing move
+    /// them by value.
+    SymAddr(&'static &'static str, i32),
     /// A label.
     Label(Label),
-    /// A symbol or special register (`%tid.x`, a local array name).
-    Sym(&'static str),
+    /// A symbol or special register (`%tid.x`, a local array name), thin as in `SymAddr`.
+    Sym(&'static &'static str),
     /// A vector `{a, b}` (for `mov.b64 {lo, hi}`).
     Vec2(Reg, Reg),
 }
@@ -103,7 +122,7 @@ pub struct Inst {
     /// `@p` / `@!p` guard.
     pub guard: Option<(Reg, bool)>,
     /// Opcode with all its modifiers, e.g. `add.s64`, `atom.sys.global.add.u64`.
-    pub op: Cow<'static, str>,
+    pub op: &'static str,
     /// Operands, destination first.
     pub args: Args,
 }
@@ -159,6 +178,16 @@ pub enum Stmt {
     },
     /// A line of text copied as is (comments).
     Raw(String),
+    /// A helper's body inlined at a call site: a `{ }` block of text reading `args` (the
+    /// caller's registers) and writing `ret` (see [`crate::prelude::inline_block`]).
+    Inline {
+        /// The block, printed as is.
+        text: String,
+        /// Caller registers the block reads.
+        args: Vec<Reg>,
+        /// Caller register the block writes.
+        ret: Reg,
+    },
 }
 
 /// Whether a function is a kernel or a device function.
@@ -256,17 +285,14 @@ impl Function {
 
     /// The register holding eBPF register `r`.
     pub fn ebpf_reg(r: u8) -> Reg {
-        Reg {
-            class: RegClass::B64,
-            n: r as u32,
-        }
+        Reg::new(RegClass::B64, r as u32)
     }
 
     /// A fresh register of class `c`.
     pub fn reg(&mut self, c: RegClass) -> Reg {
         let n = self.next_reg[c.index()];
         self.next_reg[c.index()] += 1;
-        Reg { class: c, n }
+        Reg::new(c, n)
     }
 
     /// A fresh label.
@@ -303,25 +329,19 @@ impl Function {
     }
 
     /// Appends an instruction.
-    pub fn push(&mut self, op: impl Into<Cow<'static, str>>, args: impl Into<Args>) {
+    pub fn push(&mut self, op: &'static str, args: impl Into<Args>) {
         self.body.push(Stmt::Inst(Inst {
             guard: None,
-            op: op.into(),
+            op,
             args: args.into(),
         }));
     }
 
     /// Appends a guarded instruction: runs when `pred` is `when`.
-    pub fn push_if(
-        &mut self,
-        pred: Reg,
-        when: bool,
-        op: impl Into<Cow<'static, str>>,
-        args: impl Into<Args>,
-    ) {
+    pub fn push_if(&mut self, pred: Reg, when: bool, op: &'static str, args: impl Into<Args>) {
         self.body.push(Stmt::Inst(Inst {
             guard: Some((pred, when)),
-            op: op.into(),
+            op,
             args: args.into(),
         }));
     }
@@ -343,7 +363,7 @@ impl Function {
         self.branched[k] = true;
         self.body.push(Stmt::Inst(Inst {
             guard,
-            op: Cow::Borrowed(if guard.is_some() { "bra" } else { "bra.uni" }),
+            op: if guard.is_some() { "bra" } else { "bra.uni" },
             args: [Operand::Label(l)].into(),
         }));
     }
