@@ -160,6 +160,9 @@ pub mod job_flags {
     pub const DEVICE_INPUT: u32 = 1 << 3;
     /// `output_off` is an offset into the device-resident buffer arena.
     pub const DEVICE_OUTPUT: u32 = 1 << 4;
+    /// Benchmark: the GPU runtime writes `n` records into its host mailbox and waits for
+    /// the host's answer to each; r0 = the total round-trip ns (CUDA backend only).
+    pub const MAILBOX_PING: u32 = 1 << 14;
     /// Testing only: the GPU runtime executes `trap` on this job, which kills the CUDA
     /// context. Honoured only by a service started with `--allow-fault-injection`; refused
     /// (`BAD_DESCRIPTOR`) otherwise.

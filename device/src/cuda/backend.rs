@@ -93,7 +93,6 @@ struct Shared {
     /// The worker's device address of the region (to read trace format strings).
     region_dev: AtomicU64,
     last_status: Mutex<CudaStatus>,
-    trace_latency: crate::stats::Histogram,
 }
 
 /// A running CUDA backend.
@@ -166,7 +165,6 @@ impl CudaBackend {
             quit: AtomicBool::new(false),
             region_dev: AtomicU64::new(0),
             last_status: Mutex::new(CudaStatus::default()),
-            trace_latency: Default::default(),
         });
         shared.clear_mailbox();
         let link = shared.spawn().map_err(|e| DeviceError::Call {
@@ -258,10 +256,7 @@ impl CudaBackend {
         }
         st.recoveries = s.recoveries.load(Ordering::Relaxed);
         st.fault_jobs = s.fault_jobs.load(Ordering::Relaxed);
-        let snap = crate::stats::Snapshot::of([&s.trace_latency]);
-        st.trace_records = snap.count();
-        st.trace_p50_ns = snap.quantile(0.5);
-        st.trace_p99_ns = snap.quantile(0.99);
+        st.trace_records = s.ctl().trace_consumed.load(Ordering::Relaxed);
         st.clone()
     }
 
@@ -534,14 +529,14 @@ impl Shared {
             }
             // SAFETY: a published record of 8 words.
             let w: [u64; 8] = unsafe { std::ptr::read_volatile(rec as *const [u64; 8]) };
-            // %globaltimer is wall-clock ns: the mailbox's one-way latency.
-            let wall = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_nanos() as u64)
-                .unwrap_or(0);
-            self.trace_latency.record(wall.saturating_sub(w[7]));
             let helper = w[1] as u32;
             let fmt_len = (w[1] >> 32) as usize;
+            if helper == 0 {
+                // A mailbox ping: answered by the consumed counter below.
+                *next += 1;
+                self.ctl().trace_consumed.store(*next, Ordering::Release);
+                continue;
+            }
             let h = self.region.header();
             let read = |addr: u64, max: usize| -> Option<Vec<u8>> {
                 let a = addr.checked_sub(region_dev)?.checked_sub(h.arena_off)?;
@@ -569,6 +564,7 @@ impl Shared {
                 line.unwrap_or_else(|| format!("<trace record of helper {helper}: format not readable>"))
             );
             *next += 1;
+            self.ctl().trace_consumed.store(*next, Ordering::Release);
         }
     }
 
@@ -648,11 +644,19 @@ impl Shared {
                 continue;
             }
             let now = monotonic_ns();
+            // SAFETY: the slot is RUNNING: only the (dead) worker wrote it since the client
+            // stamped its tag and program; the client reads it only after DONE.
+            let (tag, prog_id) = unsafe {
+                let p = comp as *const shm_maps::layout::Completion;
+                (std::ptr::addr_of!((*p).tag).read(), std::ptr::addr_of!((*p).prog_id).read())
+            };
             self.region.finish_completion(
                 i,
                 &CompletionData {
                     status: status::DEVICE_FAULT,
                     message: msg,
+                    tag,
+                    prog_id,
                     started_ns: now,
                     finished_ns: now,
                     ..Default::default()

@@ -36,6 +36,10 @@ fn context(ordinal: i32) -> Result<sys::CUdevice, DeviceError> {
     unsafe {
         check("cuInit", sys::cuInit(0))?;
         check("cuDeviceGet", sys::cuDeviceGet(&mut dev, ordinal))?;
+        // Keep local memory at its high-water mark (CU_CTX_LMEM_RESIZE_TO_MAX): every
+        // generation's kernel needs the same large stack, so a launch never waits for
+        // local memory to be reallocated. Fails harmlessly once the context is active.
+        let _ = sys::cuDevicePrimaryCtxSetFlags_v2(dev, 0x10);
         check(
             "cuDevicePrimaryCtxRetain",
             sys::cuDevicePrimaryCtxRetain(&mut ctx, dev),
@@ -159,6 +163,7 @@ pub struct Library {
     lib: sys::CUlibrary,
     kernel: sys::CUkernel,
     empty: sys::CUkernel,
+    func: Option<sys::CUfunction>,
 }
 // SAFETY: driver handles, used with the owning context current.
 unsafe impl Send for Library {}
@@ -361,6 +366,24 @@ impl Gpu {
         }
     }
 
+    /// Queues a copy of host bytes to device memory on `s` without waiting for it. The
+    /// source is pageable memory, which the driver stages before returning, so `src` may
+    /// be reused at once; call [`Gpu::sync`] before relying on the device contents.
+    pub fn upload_async(&self, s: Stream, dst: u64, src: &[u8]) -> Result<(), DeviceError> {
+        if src.is_empty() {
+            return Ok(());
+        }
+        self.cur()?;
+        // SAFETY: `dst..dst+len` is device memory of this context; pageable `src` is copied
+        // to a staging buffer before the call returns (CUDA's documented behaviour).
+        unsafe {
+            check(
+                "cuMemcpyHtoDAsync",
+                sys::cuMemcpyHtoDAsync_v2(dst, src.as_ptr() as *const c_void, src.len(), s.0),
+            )
+        }
+    }
+
     /// Copies device memory to the host on `s` and waits.
     pub fn download(&self, s: Stream, dst: &mut [u8], src: u64) -> Result<(), DeviceError> {
         if dst.is_empty() {
@@ -440,7 +463,12 @@ impl Gpu {
                 sys::cuLibraryGetKernel(&mut empty, lib, c"bpft_empty".as_ptr()),
             )?;
         }
-        Ok(Library { lib, kernel, empty })
+        Ok(Library {
+            lib,
+            kernel,
+            empty,
+            func: None,
+        })
     }
 
     /// `cuLibraryUnload` (blocks while a kernel runs: call only between generations).
@@ -475,16 +503,26 @@ impl Gpu {
         Ok(n.max(0) as u32)
     }
 
+    /// Fetches the persistent kernel's function: uploads the library's code, which blocks
+    /// while any kernel runs (GPU-FACTS §2). [`Gpu::launch_persistent`] does it if needed.
+    pub fn prepare(&self, l: &mut Library) -> Result<(), DeviceError> {
+        if l.func.is_none() {
+            l.func = Some(self.function(l.kernel)?);
+        }
+        Ok(())
+    }
+
     /// Launches the persistent kernel of `l` with `params` (passed by value).
     pub fn launch_persistent<P>(
         &self,
-        l: &Library,
+        l: &mut Library,
         s: Stream,
         grid: u32,
         threads: u32,
         params: &P,
     ) -> Result<(), DeviceError> {
-        let f = self.function(l.kernel)?;
+        self.prepare(l)?;
+        let f = l.func.expect("prepared");
         let mut args = [params as *const P as *mut c_void];
         // SAFETY: the kernel takes one by-value struct whose layout `P` mirrors
         // (`#[repr(C)]`, size-asserted); the driver copies the argument at launch.

@@ -69,8 +69,10 @@ pub fn layout_header() -> String {
 
 /// The whole translation unit NVRTC compiles: layout macros, interpreter, runtime.
 pub fn runtime_source() -> String {
+    // The interpreter stays a function of its own: its register needs must not set the
+    // kernel's, nor spill around the native path's calls.
     format!(
-        "{}\n#line 1 \"bpf_interp.cuh\"\n{}\n#line 1 \"runtime.cu\"\n{}",
+        "{}\n#define BPF_INTERP_API static __noinline__ __device__\n#line 1 \"bpf_interp.cuh\"\n{}\n#line 1 \"runtime.cu\"\n{}",
         layout_header(),
         INTERP_CUH,
         RUNTIME_CU

@@ -57,7 +57,9 @@ pub struct Ctl {
     pub done_consumed: AtomicU64,
     /// Service: forward-ring entries consumed.
     pub fwd_consumed: AtomicU64,
-    _pad1: [u64; 13],
+    /// Service: trace records consumed (the answer a mailbox ping waits for).
+    pub trace_consumed: AtomicU64,
+    _pad1: [u64; 12],
     /// GPU: queue head at exit.
     pub head: AtomicU64,
     /// GPU: jobs taken in this generation.
@@ -182,12 +184,8 @@ pub struct CudaStatus {
     pub fault_jobs: u64,
     /// Pid of the GPU worker process.
     pub worker_pid: u32,
-    /// Trace records the host consumed.
+    /// Trace-ring records the host consumed since the worker started.
     pub trace_records: u64,
-    /// Trace mailbox latency, GPU write (`%globaltimer`) → host thread read, p50 ns.
-    pub trace_p50_ns: u64,
-    /// The same, p99 ns.
-    pub trace_p99_ns: u64,
 }
 
 /// Times of the last generation build.
@@ -201,8 +199,16 @@ pub struct SwapTimes {
     pub load_ns: u64,
     /// Stop → old kernel exited, ns.
     pub drain_ns: u64,
-    /// Old exited → new launched, ns (unload, table writes, `cuKernelGetFunction`, launch).
+    /// Old exited → new launched, ns (the sum of the three below).
     pub relaunch_ns: u64,
+    /// Of which: unloading the previous generation's library.
+    pub unload_ns: u64,
+    /// Of which: publishing the native programs' table entries.
+    pub publish_ns: u64,
+    /// Of which: `cuKernelGetFunction` (the code upload) and the launch.
+    pub launch_ns: u64,
+    /// Of `launch_ns`: `cuKernelGetFunction` alone.
+    pub getfunc_ns: u64,
     /// Programs compiled to native code.
     pub native: u32,
 }

@@ -42,6 +42,8 @@ pub const JOB_RING: u32 = 256;
 pub const THREADS: u32 = 256;
 /// Device memory for bytecode and map descriptors.
 pub const CODE_ARENA: u64 = 64 << 20;
+/// Old generations' libraries kept loaded before a pause unloads them all.
+pub const STALE_LIBS: usize = 16;
 /// Exit status of a worker whose context failed.
 pub const FAULT_EXIT: i32 = 3;
 
@@ -149,6 +151,7 @@ struct Worker {
     code_alloc: Arena,
     dev_arena: u64,
     lib: Option<Library>,
+    stale: Vec<Library>,
     params: Params,
     grid: u32,
     next_entry: u32,
@@ -291,6 +294,7 @@ impl Worker {
             code_alloc: Arena::new(CODE_ARENA, 256),
             dev_arena,
             lib: None,
+            stale: Vec::new(),
             params,
             grid: 0,
             next_entry: 0,
@@ -473,29 +477,18 @@ impl Worker {
     fn swap(&mut self, built: Built) -> Result<SwapTimes, DeviceError> {
         let mut times = built.times;
         let lib = built.lib?;
-        let t0 = Instant::now();
-        self.stop_kernel()?;
-        times.drain_ns = t0.elapsed().as_nanos() as u64;
-        let t1 = Instant::now();
-        if let Some(old) = self.lib.take() {
-            self.gpu.unload(old);
-        }
-        for off in std::mem::take(&mut self.retired) {
-            let _ = self.code_alloc.free(off, Owner::Service);
-        }
-        let mut native = 0;
+        // Off the pause: write the native entries into fresh slots (unpublished, so the
+        // running generation cannot see them) and find the grid size.
+        let mut publish: Vec<(u32, u32)> = Vec::new();
         for (id, version, slot) in &built.natives {
-            let Some(p) = self.installed.get(id) else {
-                continue;
-            };
+            let Some(p) = self.installed.get(id).cloned() else { continue };
             if p.version != *version || p.tier == TIER_HOST {
                 continue; // replaced while this generation was built: stays interpreted
             }
-            let mut entry = match self.interp_entry(&p.clone()) {
+            let mut entry = match self.interp_entry(&p) {
                 Ok((e, allocs)) => {
                     if let Some(x) = self.installed.get_mut(id) {
-                        self.retired
-                            .extend(std::mem::replace(&mut x.allocs, allocs));
+                        self.retired.extend(std::mem::replace(&mut x.allocs, allocs));
                     }
                     e
                 }
@@ -507,35 +500,73 @@ impl Worker {
             };
             entry.tier = TIER_NATIVE;
             entry.native_slot = *slot;
-            self.write_entry(*id, &entry)?;
-            if let Some(x) = self.installed.get_mut(id) {
-                x.tier = TIER_NATIVE;
-            }
-            native += 1;
+            let idx = self.next_entry;
+            self.next_entry = (self.next_entry + 1) % MAX_ENTRIES;
+            self.gpu
+                .upload(self.copy, self.progs + idx as u64 * 64, as_bytes(&entry))?;
+            publish.push((*id, idx));
         }
-        times.native = native;
         if self.grid == 0 {
             let per_sm = self.gpu.occupancy(&lib, THREADS)?.clamp(1, 2);
             self.grid = self.gpu.sm_count()? * per_sm;
         }
-        // Clear the drain flag (offset 24 of bpft_state) for the new kernel.
-        self.gpu.memset32(self.copy, self.state + 24, 0, 1)?;
-        let ctl = self.ctl();
-        ctl.stop.store(0, Ordering::Release);
+        // The pause.
+        let t0 = Instant::now();
+        self.stop_kernel()?;
+        times.drain_ns = t0.elapsed().as_nanos() as u64;
+        let t1 = Instant::now();
+        // Old libraries are unloaded only here, with no kernel running; to keep most pauses
+        // short they are unloaded in batches of STALE_LIBS.
+        if let Some(old) = self.lib.take() {
+            self.stale.push(old);
+        }
+        if self.stale.len() >= STALE_LIBS {
+            for l in self.stale.drain(..) {
+                self.gpu.unload(l);
+            }
+        }
+        times.unload_ns = t1.elapsed().as_nanos() as u64;
+        let t2 = Instant::now();
+        for (id, idx) in &publish {
+            self.gpu.upload_async(
+                self.copy,
+                self.prog_index + *id as u64 * 4,
+                &(idx + 1).to_le_bytes(),
+            )?;
+            if let Some(x) = self.installed.get_mut(id) {
+                x.tier = TIER_NATIVE;
+            }
+        }
+        // Clear the drain flag (offset 24 of bpft_state) for the new kernel, then wait once.
+        self.gpu.upload_async(self.copy, self.state + 24, &0u32.to_le_bytes())?;
+        self.gpu.sync(self.copy)?;
+        self.ctl().stop.store(0, Ordering::Release);
+        times.publish_ns = t2.elapsed().as_nanos() as u64;
+        let t3 = Instant::now();
+        let mut lib = lib;
+        self.gpu.prepare(&mut lib)?;
+        times.getfunc_ns = t3.elapsed().as_nanos() as u64;
         self.generation += 1;
         self.params.generation = self.generation;
         self.gpu
-            .launch_persistent(&lib, self.kstream, self.grid, THREADS, &self.params)?;
+            .launch_persistent(&mut lib, self.kstream, self.grid, THREADS, &self.params)?;
         self.lib = Some(lib);
+        times.launch_ns = t3.elapsed().as_nanos() as u64;
         times.relaunch_ns = t1.elapsed().as_nanos() as u64;
+        times.native = publish.len() as u32;
         let pause = t0.elapsed().as_nanos() as u64;
+        // Bytecode of replaced versions: no kernel ran between the stop and the launch
+        // above, and entries that pointed at it are unpublished, so it can be reused.
+        for off in std::mem::take(&mut self.retired) {
+            let _ = self.code_alloc.free(off, Owner::Service);
+        }
         if self.generation > 1 {
             self.swaps += 1;
         }
         self.last_pause = pause;
         tracing::info!(
             generation = self.generation,
-            native,
+            native = times.native,
             pause_us = pause as f64 / 1e3,
             link_ms = times.link_ns as f64 / 1e6,
             "generation launched"
@@ -819,6 +850,13 @@ fn build(
     let t = Instant::now();
     let lib = gpu.link(&inputs).and_then(|cubin| {
         times.link_ns = t.elapsed().as_nanos() as u64;
+        // Debugging and SASS reading: BPFTIME_DUMP_CUBIN=DIR keeps every generation.
+        if let Some(dir) = std::env::var_os("BPFTIME_DUMP_CUBIN") {
+            let path = std::path::Path::new(&dir).join(format!("generation-{}.cubin", funcs.len()));
+            if let Err(e) = std::fs::write(&path, &cubin) {
+                tracing::warn!("cannot write {}: {e}", path.display());
+            }
+        }
         let t = Instant::now();
         let lib = gpu.load_library(&cubin);
         times.load_ns = t.elapsed().as_nanos() as u64;

@@ -147,7 +147,8 @@ struct bpft_ctl {
     u32 pad0;
     u64 done_consumed;   // host: done-log entries consumed
     u64 fwd_consumed;    // host: forward-ring entries consumed
-    u64 pad1[13];
+    u64 trace_consumed;  // host: trace records consumed (the mailbox's answer)
+    u64 pad1[12];
     u64 head;            // GPU: queue head at exit
     u64 jobs_taken;      // GPU: jobs taken from the queue in this generation
     u64 polls;           // GPU: idle polls (approximate)
@@ -165,7 +166,8 @@ struct bpft_state {
     u32 drain;           // set by the dispatcher once the ring is empty at stop
     u32 pad;
     u64 ring_start;      // job_pub at this generation's launch
-    u64 pad2[11];
+    u64 done_seen;       // last done_consumed read from the host (saves a PCIe read)
+    u64 pad2[10];
 };
 
 // A multi-record job on the device ring.
@@ -180,8 +182,8 @@ struct bpft_djob {
     u64 finished;        // records finished
     u64 failed;
     u64 first_err;       // lowest failing record (atomicMin), ~0 none
-    u64 best_idx;        // highest successful record + 1, and its r0, under `lock`
-    u64 best_r0;
+    alignas(16) u64 best_idx;  // highest successful record + 1, and its r0: one 16-byte word
+    u64 best_r0;         // updated with a 128-bit CAS
     u32 lock;
     u32 err_pc;
     u32 err_code;
@@ -219,6 +221,7 @@ static_assert(sizeof(struct bpft_fwd) == 128, "bpft_fwd size");
 #define JF_STOP_ON_ERROR (1u << 2)
 #define JF_DEVICE_INPUT (1u << 3)
 #define JF_DEVICE_OUTPUT (1u << 4)
+#define JF_MAILBOX_PING (1u << 14)
 #define JF_INJECT_FAULT (1u << 15)
 
 // Records a warp claims at once from a ring job.
@@ -316,25 +319,16 @@ __device__ __forceinline__ int run_record(const bpft_params &P, const bpft_prog 
     return bpf_interp_run(&p.interp, (u64)ctx, &env, r0, err_pc);
 }
 
-// Claims a done-log entry and publishes it (waits while the host is a full ring behind).
-__device__ void post_done(const bpft_params &P, const bpft_done &e) {
-    bpft_state *S = (bpft_state *)P.state;
-    bpft_ctl *C = (bpft_ctl *)P.ctl;
-    u64 pos = atomicAdd(&S->done_pos, 1ull);
-    while (pos - ld_acq_sys(&C->done_consumed) > P.done_mask) __nanosleep(200);
-    bpft_done *slot = (bpft_done *)P.done_log + (pos & P.done_mask);
-    u64 *dst = (u64 *)slot;
-    const u64 *src = (const u64 *)&e;
-#pragma unroll
-    for (int i = 1; i < 6; i++) st_rlx_sys(dst + i, src[i]);
-    st_rel_sys(&slot->seq, pos + 1);
-}
-
-// Writes the completion of a finished job. With an error status the host finalizes it
-// (writes the message text, then publishes DONE); otherwise DONE is published here.
+// Writes the completion of a finished job and its done-log entry with one system-scope
+// fence: fields first (relaxed), then `fence.sc.sys`, then the log entry's seq and, for OK
+// jobs, DONE (relaxed stores the fence orders after every field). With an error status
+// the host finalizes it (writes the message text, then publishes DONE). Waits while the
+// done log is a whole ring ahead of the host.
 __device__ void finish_job(const bpft_params &P, const bpft_job_desc &d, const bpft_prog &p,
                            s32 status, u64 done, u64 failed, u64 r0, u32 err_pc, u64 err_record,
                            u32 err_code, u64 started) {
+    bpft_state *S = (bpft_state *)P.state;
+    bpft_ctl *C = (bpft_ctl *)P.ctl;
     char *c = completion_ptr(P, d.completion);
     u64 fin = now_ns(P);
     // 4-byte fields are stored as 4-byte words (status sits at offset 4: no wider store).
@@ -348,19 +342,25 @@ __device__ void finish_job(const bpft_params &P, const bpft_job_desc &d, const b
     st_rlx_sys((u64 *)(c + BPFT_OFF_Completion_r0), r0);
     st_rlx_sys((u64 *)(c + BPFT_OFF_Completion_started_ns), started);
     st_rlx_sys((u64 *)(c + BPFT_OFF_Completion_finished_ns), fin);
-    bpft_done e;
-    e.seq = 0;
-    e.completion = d.completion;
-    e.client = d.client;
-    e.status = status;
-    e.err_pc = err_pc;
-    e.err_record = err_record;
-    e.err_code = err_code;
-    e.finalize = status != ST_OK;
-    e.run_ns = fin - started;
-    post_done(P, e);
-    if (status == ST_OK) st_rel_sys32(c + BPFT_OFF_Completion_state, CS_DONE);
+    u64 pos = atomicAdd(&S->done_pos, 1ull);
+    // Read the host's position over PCIe only when the cached one says the log is full.
+    if (pos - ld_rlx_gpu(&S->done_seen) > P.done_mask) {
+        u64 seen;
+        while (pos - (seen = ld_acq_sys(&C->done_consumed)) > P.done_mask) __nanosleep(200);
+        atomicMax(&S->done_seen, seen);
+    }
+    bpft_done *slot = (bpft_done *)P.done_log + (pos & P.done_mask);
+    u64 *dst = (u64 *)slot;
+    st_rlx_sys((u64 *)((char *)slot + 8), (u64)d.completion | ((u64)d.client << 32));
+    st_rlx_sys((u64 *)((char *)slot + 16), (u64)(u32)status | ((u64)err_pc << 32));
+    st_rlx_sys(dst + 3, err_record);
+    st_rlx_sys(dst + 4, (u64)err_code | ((u64)(status != ST_OK) << 32));
+    st_rlx_sys(dst + 5, fin - started);
+    asm volatile("fence.sc.sys;" ::: "memory");
+    st_rlx_sys(&slot->seq, pos + 1);
+    if (status == ST_OK) st_rlx_sys32(c + BPFT_OFF_Completion_state, CS_DONE);
 }
+static_assert(sizeof(struct bpft_done) == 48 && BPFT_OFF_Completion_state == 0, "done entry words");
 static_assert(BPFT_OFF_Completion_records_done % 8 == 0 && BPFT_OFF_Completion_r0 % 8 == 0 &&
                   BPFT_OFF_Completion_started_ns % 8 == 0 && BPFT_OFF_Completion_finished_ns % 8 == 0,
               "8-byte completion fields are 8-byte aligned");
@@ -427,6 +427,29 @@ __device__ void publish(const bpft_params &P, const bpft_job_desc &d, const bpft
     __threadfence();
 }
 
+// Benchmark of the host mailbox (job flag MAILBOX_PING): n times, write a record into the
+// trace ring and wait until the host thread has consumed it (ctl->trace_consumed), timed
+// with %globaltimer on the GPU alone. r0 = total ns, records_done = n.
+__device__ void mailbox_ping(const bpft_params &P, const bpft_job_desc &d, const bpft_prog &p,
+                             u64 started) {
+    bpft_ctl *C = (bpft_ctl *)P.ctl;
+    u64 *ring = (u64 *)P.trace_buf;
+    u64 total = 0;
+    for (u64 i = 0; i < d.n; i++) {
+        u64 k = atomicAdd((unsigned long long *)ring, 1ull);
+        u64 cap = ring[1];
+        u64 *rec = ring + 8 + 8 * (k & (cap - 1));
+        u64 t0 = globaltimer();
+        st_rlx_sys(rec + 1, 0);  // helper 0: a ping, not printed
+        st_rlx_sys(rec + 7, t0);
+        st_rel_sys(rec, k + 1);
+        while (ld_acq_sys(&C->trace_consumed) < k + 1) {
+        }
+        total += globaltimer() - t0;
+    }
+    finish_job(P, d, p, ST_OK, d.n, 0, total, 0, 0, 0, started);
+}
+
 __device__ void dispatcher(const bpft_params &P) {
     bpft_state *S = (bpft_state *)P.state;
     bpft_ctl *C = (bpft_ctl *)P.ctl;
@@ -461,27 +484,33 @@ __device__ void dispatcher(const bpft_params &P) {
             u32 stop = lane == 0 ? ld_acq_sys32(&C->stop) : 0;
             if (__shfl_sync(FULL_MASK, stop, 0)) break;
         }
-        // Take every consecutive ready slot, one per lane.
+        // Take every consecutive ready slot, one per lane. Lane 0's slot is known ready:
+        // it reads its descriptor while the other lanes look at their slots' seq words, so
+        // a lone job costs one PCIe round trip here, not two.
         const u64 my = pos + lane;
         char *slot = (char *)(P.slots + (my & P.queue_mask) * BPFT_SIZE_QueueSlot);
-        u64 seq = ld_acq_sys(slot);
-        u32 mask = __ballot_sync(FULL_MASK, seq == my + 1);
-        u32 k = (~mask == 0) ? 32 : (__ffs(~mask) - 1);
         bpft_job_desc d;
-        u64 started = 0;
-        if (lane < k) {
-            u64 *dst = (u64 *)&d;
-            const char *src = slot + BPFT_OFF_QueueSlot_desc;
-            // desc is at offset 8: read [8,16) alone, then 16-byte pairs.
-            dst[0] = ld_rlx_sys(src);
+        u64 *dw = (u64 *)&d;
+        const char *src = slot + BPFT_OFF_QueueSlot_desc;
+        int mine = 1;
+        if (lane == 0) {
+            dw[0] = ld_rlx_sys(src);
 #pragma unroll
-            for (int i = 1; i < 15; i += 2) ld_rlx_sys_v2(src + 8 * i, dst[i], dst[i + 1]);
-            started = now_ns(P);
+            for (int i = 1; i < 15; i += 2) ld_rlx_sys_v2(src + 8 * i, dw[i], dw[i + 1]);
+        } else {
+            mine = ld_acq_sys(slot) == my + 1;
+        }
+        u32 mask = __ballot_sync(FULL_MASK, mine);
+        u32 k = (~mask == 0) ? 32 : (__ffs(~mask) - 1);
+        u64 started = now_ns(P);
+        if (lane < k) {
+            if (lane != 0) {
+                dw[0] = ld_rlx_sys(src);
+#pragma unroll
+                for (int i = 1; i < 15; i += 2) ld_rlx_sys_v2(src + 8 * i, dw[i], dw[i + 1]);
+            }
             if (d.completion < P.completions_total)
                 st_rlx_sys32(completion_ptr(P, d.completion) + BPFT_OFF_Completion_state, CS_RUNNING);
-            // Free the slot for the producer one lap later (after RUNNING: the release
-            // orders it, so a context loss never leaves a taken job without a RUNNING mark).
-            st_rel_sys(slot, my + cap);
         }
         pos += k;
         taken += k;
@@ -493,18 +522,27 @@ __device__ void dispatcher(const bpft_params &P) {
         if (lane < k) {
             if (lookup_prog(P, d.prog_id, &p) && validate(P, d, p, in_base, out_base, res_base)) {
                 if (d.flags & JF_INJECT_FAULT) asm volatile("trap;");
-                kind = d.n == 1 ? 1 : 2;
+                kind = (d.flags & JF_MAILBOX_PING) ? 4 : d.n == 1 ? 1 : 2;
             } else {
                 kind = 3;
             }
         }
         if (kind == 1) run_short(P, d, p, in_base, out_base, res_base, started);
+        if (kind == 4) mailbox_ping(P, d, p, started);
         for (u32 l = 0; l < k; l++) {
             if (lane == l) {
                 if (kind == 2) publish(P, d, p, in_base, out_base, res_base, started);
                 else if (kind == 3) forward(P, d);
             }
             __syncwarp();
+        }
+        // Free the slots for the producers one lap later. A short job's slot goes after its
+        // DONE (whose fence orders RUNNING and the completion first), so no release is
+        // needed; the others need RUNNING visible first (a lost context must never leave a
+        // taken job unmarked), hence a release store.
+        if (lane < k) {
+            if (kind == 1 || kind == 4) st_rlx_sys(slot, my + cap);
+            else st_rel_sys(slot, my + cap);
         }
     }
     // Drain: wait for every published ring job to retire, then let the workers go.
@@ -530,8 +568,58 @@ __device__ void dispatcher(const bpft_params &P) {
     __syncwarp();
 }
 
+// Runs records base+lane, base+lane+32, ... < end of a native program (which cannot fail:
+// the verifier proved it). Kept out of line with few live values, so the call per record
+// into the JIT's code saves little.
+__device__ __noinline__ void native_chunk(u32 slot, u64 in_base, u32 in_size, u64 out_base,
+                                          u32 out_size, u64 res_base, u64 n, const u64 *args,
+                                          u64 base, u64 end, u32 lane, u64 *ok_idx, u64 *ok_r0) {
+    u64 ctx[10];
+    ctx[5] = n;
+    ctx[6] = args[0];
+    ctx[7] = args[1];
+    ctx[8] = args[2];
+    ctx[9] = args[3];
+    u64 last = 0, r0 = 0;
+    for (u64 i = base + lane; i < end; i += 32) {
+        u64 in = in_base + i * in_size;
+        ctx[0] = in;
+        ctx[1] = in + in_size;
+        u64 out = out_base ? out_base + i * out_size : 0;
+        ctx[2] = out;
+        ctx[3] = out ? out + out_size : 0;
+        ctx[4] = i;
+        r0 = bpft_native(slot, (u64)ctx);
+        if (res_base) ((u64 *)res_base)[i] = r0;
+        last = i + 1;
+    }
+    *ok_idx = last;
+    *ok_r0 = r0;
+}
+
+// Raises {*idx, *idx+1 word} to {i, r0} if i is higher: the pair changes as one 16-byte
+// word (sm_90 atom.cas.b128), so no lock and no torn pair.
+__device__ void best_update(u64 *pair, u64 i, u64 r0) {
+    u64 cur_i = ld_rlx_gpu(pair), cur_r = ld_rlx_gpu(pair + 1);
+    while (i > cur_i) {
+        u64 got_i, got_r;
+        asm volatile(
+            "{\n\t.reg .b128 c, n, d;\n\t.reg .b64 g;\n\t"
+            "mov.b128 c, {%2, %3};\n\tmov.b128 n, {%4, %5};\n\t"
+            "cvta.to.global.u64 g, %6;\n\t"
+            "atom.relaxed.gpu.global.cas.b128 d, [g], c, n;\n\t"
+            "mov.b128 {%0, %1}, d;\n\t}"
+            : "=l"(got_i), "=l"(got_r)
+            : "l"(cur_i), "l"(cur_r), "l"(i), "l"(r0), "l"(pair)
+            : "memory");
+        if (got_i == cur_i && got_r == cur_r) return;
+        cur_i = got_i;
+        cur_r = got_r;
+    }
+}
+
 // A worker warp: walks the ring from this generation's start. A job of n records is
-// worked on by ceil(n / BPFT_CHUNK) warps at most, chosen by rotating over the workers, so
+// worked on by ceil(n / chunk) warps at most (chunk below), chosen by rotating over the workers, so
 // a small job costs one warp and a large one uses the whole GPU.
 __device__ void worker(const bpft_params &P) {
     bpft_state *S = (bpft_state *)P.state;
@@ -553,8 +641,17 @@ __device__ void worker(const bpft_params &P) {
             continue;
         }
         spin = 0;
-        const u64 n = j->d.n;
-        u64 needed = (n + BPFT_CHUNK - 1) / BPFT_CHUNK;
+        // One copy of the job for the whole walk: the loop below calls out of this
+        // function, so fields read through `j` would be reloaded for every record.
+        const bpft_job_desc jd = j->d;
+        const bpft_prog jprog = j->p;
+        const u64 in_base = j->in_base, out_base = j->out_base, res_base = j->res_base;
+        const u64 n = jd.n;
+        // About two chunks per warp (at least BPFT_CHUNK records): a claim is an atomic on
+        // one word that every warp shares, so a big job must not need many of them.
+        u64 chunk = (n + 2 * nworkers - 1) / (2 * nworkers);
+        chunk = chunk < BPFT_CHUNK ? BPFT_CHUNK : (chunk + 31) & ~31ull;
+        u64 needed = (n + chunk - 1) / chunk;
         if (needed > nworkers) needed = nworkers;
         if ((w + jp) % nworkers >= needed) {
             jp++;
@@ -573,17 +670,20 @@ __device__ void worker(const bpft_params &P) {
         }
         for (;;) {
             u64 base = 0;
-            if (lane == 0) base = atomicAdd(&j->next, (u64)BPFT_CHUNK);
+            if (lane == 0) base = atomicAdd(&j->next, chunk);
             base = __shfl_sync(FULL_MASK, base, 0);
             if (base >= n) break;
-            u64 end = base + BPFT_CHUNK < n ? base + BPFT_CHUNK : n;
+            u64 end = base + chunk < n ? base + chunk : n;
             u64 ok_idx = 0, ok_r0 = 0, nfail = 0, first_fail = ~0ull;
             u32 fpc = 0, fcode = 0;
-            for (u64 i = base + lane; i < end; i += 32) {
+            if (jprog.tier == BPFT_TIER_NATIVE) {
+                native_chunk(jprog.native_slot, in_base, jd.in_rec_size, out_base, jd.out_rec_size,
+                             res_base, n, jd.args, base, end, lane, &ok_idx, &ok_r0);
+            } else for (u64 i = base + lane; i < end; i += 32) {
                 u64 r0 = 0;
                 u32 pc = 0;
-                int e = run_record(P, j->p, j->d, j->in_base, j->out_base, i, &r0, &pc);
-                if (j->res_base) ((u64 *)j->res_base)[i] = e ? ~0ull : r0;
+                int e = run_record(P, jprog, jd, in_base, out_base, i, &r0, &pc);
+                if (res_base) ((u64 *)res_base)[i] = e ? ~0ull : r0;
                 if (e) {
                     nfail++;
                     if (i < first_fail) {
@@ -617,17 +717,7 @@ __device__ void worker(const bpft_params &P) {
                 }
             }
             if (lane == 0) {
-                if (ok_idx) {
-                    while (atomicCAS(&j->lock, 0u, 1u) != 0u) {
-                    }
-                    __threadfence();
-                    if (ok_idx > j->best_idx) {
-                        j->best_idx = ok_idx;
-                        j->best_r0 = ok_r0;
-                    }
-                    __threadfence();
-                    atomicExch(&j->lock, 0u);
-                }
+                if (ok_idx) best_update(&j->best_idx, ok_idx, ok_r0);
                 if (nfail) {
                     atomicAdd(&j->failed, nfail);
                     u64 prev = atomicMin(&j->first_err, first_fail);
@@ -638,8 +728,12 @@ __device__ void worker(const bpft_params &P) {
                         j->err_code = fcode;
                     }
                 }
-                // Make the results of this chunk visible before counting it finished.
-                __threadfence_system();
+                // Make this chunk's outputs visible before counting it finished: to the
+                // host when they live in shared memory, else within the GPU.
+                if (res_base || (out_base && !(jd.flags & JF_DEVICE_OUTPUT)))
+                    __threadfence_system();
+                else
+                    __threadfence();
                 u64 before = atomicAdd(&j->finished, end - base);
                 if (before + (end - base) == n) {
                     __threadfence();
@@ -662,7 +756,9 @@ __device__ void worker(const bpft_params &P) {
     }
 }
 
-extern "C" __global__ void bpft_persistent(bpft_params P) {
+// Two blocks per SM (at most 128 registers a thread): twice the warps in flight for
+// memory-bound jobs; the interpreter, a separate function, spills instead.
+extern "C" __global__ void __launch_bounds__(256, 2) bpft_persistent(bpft_params P) {
     const u32 warp = threadIdx.x >> 5;
     if (blockIdx.x == 0 && warp == 0) {
         dispatcher(P);
