@@ -79,6 +79,48 @@ impl<'a> JobQueue<'a> {
         self.len() == 0
     }
 
+    /// Recovery after the only consumer died (the GPU worker): every position in the lap
+    /// before `head` whose slot was taken but never freed (`seq == pos + 1`), with its job.
+    /// Call only while no consumer runs.
+    pub fn unreleased(&self) -> Vec<(u64, JobDesc)> {
+        let head = self.hdr.head.load(Ordering::Acquire);
+        let cap = self.capacity();
+        (head.saturating_sub(cap)..head)
+            .filter_map(|pos| {
+                let s = self.slot(pos);
+                // ORDERING: acquire pairs with the producer's release of `seq`.
+                (s.seq.load(Ordering::Acquire) == pos + 1).then_some((pos, s.desc))
+            })
+            .collect()
+    }
+
+    /// The job at `pos` if its slot is full (`seq == pos + 1`). Recovery only.
+    pub fn peek(&self, pos: u64) -> Option<JobDesc> {
+        let s = self.slot(pos);
+        // ORDERING: acquire pairs with the producer's release of `seq`.
+        (s.seq.load(Ordering::Acquire) == pos + 1).then_some(s.desc)
+    }
+
+    /// Frees the slot of `pos` for the producer one lap later, as its consumer would
+    /// have. Recovery only (the consumer died after taking it).
+    pub fn release(&self, pos: u64) {
+        // ORDERING: release pairs with the producer's acquire load of `seq`.
+        self.slot(pos)
+            .seq
+            .store(pos + self.capacity(), Ordering::Release);
+    }
+
+    /// The consumers' position.
+    pub fn head(&self) -> u64 {
+        self.hdr.head.load(Ordering::Acquire)
+    }
+
+    /// Moves the consumers' position to `to` (positions before it were taken). Recovery
+    /// only, with no consumer running.
+    pub fn set_head(&self, to: u64) {
+        self.hdr.head.store(to, Ordering::Release);
+    }
+
     fn slot(&self, pos: u64) -> &QueueSlot {
         &self.slots[(pos & self.mask) as usize]
     }

@@ -378,7 +378,7 @@ fn main() {
         let n = GIB / 64;
         let shm = c.alloc(GIB).unwrap();
         let chunk = 64 << 20;
-        let mut last = vec![0u8; 64];
+        let mut last = [0u8; 64];
         for off in (0..GIB).step_by(chunk as usize) {
             let data: Vec<u8> = (off..off + chunk)
                 .map(|i| (i.wrapping_mul(0x9E3779B1) >> 11) as u8)
@@ -478,7 +478,11 @@ fn main() {
         let mut drain: Vec<f64> = t.iter().map(|x| x.drain_ns as f64 / 1e6).collect();
         let med = |f: fn(&device::cuda::SwapTimes) -> u64| {
             let mut v: Vec<f64> = t.iter().map(|x| f(x) as f64 / 1e6).collect();
-            if v.is_empty() { f64::NAN } else { pct(&mut v, 0.5) }
+            if v.is_empty() {
+                f64::NAN
+            } else {
+                pct(&mut v, 0.5)
+            }
         };
         let parts = json!({"unload_p50_ms": med(|x| x.unload_ns), "publish_p50_ms": med(|x| x.publish_ns),
             "launch_p50_ms": med(|x| x.launch_ns), "getfunc_p50_ms": med(|x| x.getfunc_ns), "load_library_p50_ms": med(|x| x.load_ns), "jit_p50_ms": med(|x| x.jit_ns)});
@@ -565,7 +569,9 @@ fn main() {
         }
         let p50 = pct(&mut rtt, 0.5);
         let tbuf = c.alloc(6400).unwrap();
-        let traced_ok = c.run(&Job::new(trace_id, 100).input(&tbuf, 64), T).is_ok_and(|r| r.ok());
+        let traced_ok = c
+            .run(&Job::new(trace_id, 100).input(&tbuf, 64), T)
+            .is_ok_and(|r| r.ok());
         res.insert("h_host_mailbox".into(), json!({"pings": rtt.len(), "p50_us": p50, "p99_us": pct(&mut rtt, 0.99), "all_ok": ok,
             "trace_printk_job_ok": traced_ok,
             "what": "GPU writes a record into the host mailbox (trace ring) and spins until the host thread's answer; timed on the GPU (%globaltimer)",
@@ -640,6 +646,7 @@ fn main() {
         let st = svc.status();
         let pass = fault_status == shm_maps::layout::status::DEVICE_FAULT
             && after_ok == 100
+            && v.iter().all(|x| x.get("submitted").is_some())
             && sum("submitted") == sum("completed")
             && sum("duplicates") == 0;
         res.insert(

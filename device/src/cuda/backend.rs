@@ -626,6 +626,16 @@ impl Shared {
     /// After the worker died: finish what it had taken, restart it, resend programs.
     fn recover(&self, why: &str) {
         tracing::error!("{why}: recovering");
+        let n = self.fail_taken(why);
+        self.region_dev.store(0, Ordering::Release);
+        self.clear_mailbox();
+        self.restart(n);
+    }
+
+    /// The accounting half of recovery, with no worker running: finishes what the dead
+    /// worker published, fails every job it had taken with `DEVICE_FAULT`, and repairs the
+    /// queue. Returns the number of failed jobs.
+    fn fail_taken(&self, why: &str) -> u64 {
         // What the GPU finished and published stays valid in shared memory.
         self.drain_done(usize::MAX);
         self.drain_fwd(usize::MAX);
@@ -635,12 +645,40 @@ impl Shared {
             "the GPU failed while running this job ({why}); the service restarted the GPU \
              worker and carried on with the queue"
         ));
+        // The queue as the dead dispatcher left it. (1) Slots it took but never freed (it
+        // frees a one-record job's slot after the job's completion): their jobs are failed
+        // unless DONE, and the slots freed, or the queue would wedge one lap later. (2)
+        // Full slots at the head whose completions it had marked RUNNING: it took them but
+        // its head store never landed; they are failed and taken here, never run twice.
+        let q = self.region.queue();
+        let mut taken: Vec<u32> = Vec::new();
+        for (pos, d) in q.unreleased() {
+            taken.push(d.completion);
+            q.release(pos);
+        }
+        let mut head = q.head();
+        while let Some(d) = q.peek(head) {
+            let marked = self
+                .region
+                .completion(d.completion)
+                .is_some_and(|c| c.state.load(Ordering::Acquire) == completion_state::RUNNING);
+            if !marked {
+                break;
+            }
+            taken.push(d.completion);
+            q.release(head);
+            head += 1;
+            q.set_head(head);
+        }
         let mut n = 0;
         for i in 0..total {
             let Some(comp) = self.region.completion(i) else {
                 continue;
             };
-            if comp.state.load(Ordering::Acquire) != completion_state::RUNNING {
+            let st = comp.state.load(Ordering::Acquire);
+            let failed = st == completion_state::RUNNING
+                || (st == completion_state::SUBMITTED && taken.contains(&i));
+            if !failed {
                 continue;
             }
             let now = monotonic_ns();
@@ -648,7 +686,10 @@ impl Shared {
             // stamped its tag and program; the client reads it only after DONE.
             let (tag, prog_id) = unsafe {
                 let p = comp as *const shm_maps::layout::Completion;
-                (std::ptr::addr_of!((*p).tag).read(), std::ptr::addr_of!((*p).prog_id).read())
+                (
+                    std::ptr::addr_of!((*p).tag).read(),
+                    std::ptr::addr_of!((*p).prog_id).read(),
+                )
             };
             self.region.finish_completion(
                 i,
@@ -672,8 +713,11 @@ impl Shared {
             n += 1;
         }
         self.fault_jobs.fetch_add(n, Ordering::Relaxed);
-        self.region_dev.store(0, Ordering::Release);
-        self.clear_mailbox();
+        n
+    }
+
+    /// Starts a new worker (retrying with backoff) and sends it every program.
+    fn restart(&self, failed: u64) {
         let mut delay = Duration::from_millis(10);
         while !self.quit.load(Ordering::Acquire) {
             match self.spawn() {
@@ -694,7 +738,7 @@ impl Shared {
             }
         }
         self.recoveries.fetch_add(1, Ordering::Relaxed);
-        tracing::warn!(failed_jobs = n, "recovered from the GPU fault");
+        tracing::warn!(failed_jobs = failed, "recovered from the GPU fault");
     }
 
     /// After the kernel stopped: jobs still queued run (or are cancelled) on the host.
@@ -711,5 +755,240 @@ impl Shared {
                 runner.run(d);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The service side of the GPU protocol against a simulated device: the test writes
+    //! the done log, forward ring and queue exactly as the kernel does, and checks what the
+    //! host makes of it.
+    use super::*;
+    use shm_maps::RegionConfig;
+    use shm_maps::layout::job_flags;
+
+    fn shared(name: &str) -> Arc<Shared> {
+        let region = Arc::new(
+            ShmRegion::create(
+                name,
+                &RegionConfig {
+                    queue_capacity: 8,
+                    max_clients: 2,
+                    completions_per_client: 16,
+                    arena_size: 16 << 20,
+                    ..RegionConfig::default()
+                },
+                0o600,
+                true,
+            )
+            .expect("region"),
+        );
+        region.set_ready();
+        let s = Arc::new(Shared {
+            region,
+            table: Arc::new(ProgramTable::default()),
+            cfg: CudaConfig::default(),
+            mailbox_off: 0,
+            exe: PathBuf::from("/nonexistent"),
+            link: Mutex::new(None),
+            control: Arc::new(Control::default()),
+            stats: Arc::new(WorkerStats::default()),
+            host_stats: Arc::new(WorkerStats::default()),
+            recoveries: AtomicU64::new(0),
+            fault_jobs: AtomicU64::new(0),
+            value_sets: AtomicU32::new(1),
+            quit: AtomicBool::new(false),
+            region_dev: AtomicU64::new(0),
+            last_status: Mutex::new(CudaStatus::default()),
+        });
+        s.clear_mailbox();
+        s
+    }
+
+    /// A client's submit: stamp completion `c`, count it in flight, queue the job.
+    fn submit(s: &Shared, c: u32, tag: u64, prog: u32) {
+        s.region.begin_completion(c, tag, monotonic_ns()).unwrap();
+        s.region
+            .client(0)
+            .unwrap()
+            .in_flight
+            .fetch_add(1, Ordering::AcqRel);
+        let d = JobDesc {
+            prog_id: prog,
+            n: 1,
+            in_rec_size: 8,
+            input_len: 8,
+            client: 0,
+            completion: c,
+            tag,
+            ..Default::default()
+        };
+        assert_eq!(s.region.queue().push_batch(&[d]), 1);
+    }
+
+    /// What the kernel does on taking the job at the head: mark RUNNING, move the head.
+    fn gpu_take(s: &Shared, mark: bool, move_head: bool) -> JobDesc {
+        let q = s.region.queue();
+        let d = q.peek(q.head()).expect("a full slot");
+        if mark {
+            s.region.start_completion(d.completion).unwrap();
+        }
+        if move_head {
+            q.set_head(q.head() + 1);
+        }
+        d
+    }
+
+    fn post_done(s: &Shared, pos: u64, comp: u32, status: i32, finalize: bool) {
+        let e = s.done(pos);
+        // SAFETY: test-only writes into the mailbox block, as the GPU makes them.
+        unsafe {
+            let p = e as *const DoneEntry as *mut DoneEntry;
+            (*p).completion = comp;
+            (*p).client = 0;
+            (*p).status = status;
+            (*p).err_pc = 3;
+            (*p).err_record = 0;
+            (*p).err_code = 1;
+            (*p).finalize = finalize as u32;
+            (*p).run_ns = 1000;
+        }
+        e.seq.store(pos + 1, Ordering::Release);
+    }
+
+    #[test]
+    fn done_log_counts_and_finalizes_errors() {
+        let s = shared(&format!("bpftime-test-done-{}", std::process::id()));
+        submit(&s, 0, 10, 1);
+        submit(&s, 1, 11, 1);
+        // Job 0 finished OK: the GPU wrote DONE itself.
+        s.region.finish_completion(
+            0,
+            &CompletionData {
+                tag: 10,
+                r0: 5,
+                ..Default::default()
+            },
+        );
+        post_done(&s, 0, 0, status::OK, false);
+        // Job 1 failed: fields written, DONE left to the host.
+        post_done(&s, 1, 1, status::RUNTIME_ERROR, true);
+        assert!(
+            s.region.read_completion(1).is_none(),
+            "not DONE before the host finalizes"
+        );
+        assert_eq!(s.drain_done(usize::MAX), 2);
+        let c = s.region.read_completion(1).expect("finalized");
+        let text = s.region.message(c.message).unwrap();
+        assert!(
+            text.contains("record 0") && text.contains("insn 3"),
+            "{text}"
+        );
+        assert!(
+            text.contains("budget"),
+            "the interpreter's error is named: {text}"
+        );
+        assert_eq!(
+            s.region
+                .client(0)
+                .unwrap()
+                .in_flight
+                .load(Ordering::Acquire),
+            0
+        );
+        assert_eq!(s.stats.jobs_done.load(Ordering::Relaxed), 2);
+        assert_eq!(s.stats.jobs_failed.load(Ordering::Relaxed), 1);
+        assert_eq!(s.ctl().done_consumed.load(Ordering::Relaxed), 2);
+        assert_eq!(s.drain_done(usize::MAX), 0, "nothing new");
+    }
+
+    #[test]
+    fn forwarded_jobs_get_the_host_runners_errors() {
+        let s = shared(&format!("bpftime-test-fwd-{}", std::process::id()));
+        submit(&s, 2, 7, 99); // no program 99
+        let d = gpu_take(&s, true, true);
+        s.region.queue().release(0);
+        let e = s.fwd(0);
+        // SAFETY: test-only write of the forward entry, as the GPU makes it.
+        unsafe { (*(e as *const FwdEntry as *mut FwdEntry)).desc = d };
+        e.seq.store(1, Ordering::Release);
+        assert_eq!(s.drain_fwd(usize::MAX), 1);
+        let c = s
+            .region
+            .read_completion(2)
+            .expect("completed by the host runner");
+        assert_eq!(c.status, status::UNKNOWN_PROGRAM);
+        assert_eq!(c.tag, 7);
+        assert_eq!(
+            s.region
+                .client(0)
+                .unwrap()
+                .in_flight
+                .load(Ordering::Acquire),
+            0
+        );
+    }
+
+    #[test]
+    fn a_dead_worker_loses_and_duplicates_nothing() {
+        let s = shared(&format!("bpftime-test-fault-{}", std::process::id()));
+        for c in 0..5 {
+            submit(&s, c, 100 + c as u64, 1);
+        }
+        // Job 0: taken and finished (DONE), but its slot never freed (short path).
+        gpu_take(&s, true, true);
+        s.region.finish_completion(
+            0,
+            &CompletionData {
+                tag: 100,
+                ..Default::default()
+            },
+        );
+        post_done(&s, 0, 0, status::OK, false);
+        // Job 1: taken, RUNNING, slot not freed.
+        gpu_take(&s, true, true);
+        // Job 2: taken and RUNNING, but the head store never landed.
+        let q = s.region.queue();
+        let d2 = q.peek(q.head()).unwrap();
+        s.region.start_completion(d2.completion).unwrap();
+        // Jobs 3 and 4: still queued.
+        let failed = s.fail_taken("test fault");
+        assert_eq!(failed, 2, "jobs 1 and 2");
+        for (c, st) in [
+            (0, status::OK),
+            (1, status::DEVICE_FAULT),
+            (2, status::DEVICE_FAULT),
+        ] {
+            let r = s.region.read_completion(c).expect("completed");
+            assert_eq!(r.status, st, "completion {c}");
+            assert_eq!(r.tag, 100 + c as u64, "the client's tag is kept");
+        }
+        for c in [3, 4] {
+            assert!(
+                s.region.read_completion(c).is_none(),
+                "job {c} waits for the next worker"
+            );
+        }
+        assert_eq!(q.head(), 3, "job 2 is taken, not run again");
+        assert_eq!(q.len(), 2);
+        assert_eq!(
+            s.region
+                .client(0)
+                .unwrap()
+                .in_flight
+                .load(Ordering::Acquire),
+            2
+        );
+        // Every slot is usable again: the producers can fill a whole lap.
+        let mut jobs = Vec::new();
+        for _ in 0..6 {
+            jobs.push(JobDesc {
+                completion: 9,
+                client: 0,
+                flags: job_flags::RESULTS,
+                ..Default::default()
+            });
+        }
+        assert_eq!(q.push_batch(&jobs), 6, "no wedged slot");
     }
 }

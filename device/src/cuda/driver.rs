@@ -259,8 +259,8 @@ impl Gpu {
     /// The driver version as `major.minor` (e.g. 13.0).
     pub fn driver_version() -> String {
         let mut v = 0;
-        // SAFETY: out-pointer is a valid local; only called with the driver present.
         if !driver_present()
+            // SAFETY: out-pointer is a valid local; the driver is present (checked first).
             || unsafe { sys::cuDriverGetVersion(&mut v) } != sys::CUresult::CUDA_SUCCESS
         {
             return "none".into();

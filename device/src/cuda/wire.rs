@@ -112,7 +112,7 @@ const _: () = {
     assert!(offset_of!(Ctl, running) == 152);
     assert!(size_of::<DoneEntry>() == 48);
     assert!(size_of::<FwdEntry>() == 128);
-    assert!(FWD_OFF % 128 == 0 && TRACE_OFF % 64 == 0);
+    assert!(FWD_OFF.is_multiple_of(128) && TRACE_OFF.is_multiple_of(64));
 };
 
 /// Settings of the CUDA backend.

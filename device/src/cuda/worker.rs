@@ -481,14 +481,17 @@ impl Worker {
         // running generation cannot see them) and find the grid size.
         let mut publish: Vec<(u32, u32)> = Vec::new();
         for (id, version, slot) in &built.natives {
-            let Some(p) = self.installed.get(id).cloned() else { continue };
+            let Some(p) = self.installed.get(id).cloned() else {
+                continue;
+            };
             if p.version != *version || p.tier == TIER_HOST {
                 continue; // replaced while this generation was built: stays interpreted
             }
             let mut entry = match self.interp_entry(&p) {
                 Ok((e, allocs)) => {
                     if let Some(x) = self.installed.get_mut(id) {
-                        self.retired.extend(std::mem::replace(&mut x.allocs, allocs));
+                        self.retired
+                            .extend(std::mem::replace(&mut x.allocs, allocs));
                     }
                     e
                 }
@@ -538,7 +541,8 @@ impl Worker {
             }
         }
         // Clear the drain flag (offset 24 of bpft_state) for the new kernel, then wait once.
-        self.gpu.upload_async(self.copy, self.state + 24, &0u32.to_le_bytes())?;
+        self.gpu
+            .upload_async(self.copy, self.state + 24, &0u32.to_le_bytes())?;
         self.gpu.sync(self.copy)?;
         self.ctl().stop.store(0, Ordering::Release);
         times.publish_ns = t2.elapsed().as_nanos() as u64;
@@ -870,7 +874,7 @@ fn build(
 }
 
 fn hex_decode(s: &str) -> Result<Vec<u8>, String> {
-    if s.len() % 2 != 0 {
+    if !s.len().is_multiple_of(2) {
         return Err("odd-length hex".into());
     }
     (0..s.len())
