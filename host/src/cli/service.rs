@@ -151,8 +151,13 @@ fn connect(name: &str) -> Result<Client> {
 }
 
 fn print_program(p: &ProgramInfo) {
+    let tier = p
+        .tier
+        .as_deref()
+        .map(|t| format!(", GPU tier {t}"))
+        .unwrap_or_default();
     println!(
-        "{}: {} version {} ({} insns, {}:{})",
+        "{}: {} version {} ({} insns, {}:{}{tier})",
         p.id, p.name, p.version, p.insns, p.file, p.section
     );
     for m in &p.maps {
@@ -491,6 +496,19 @@ pub fn status(a: CommonArgs) -> Result<ExitCode> {
             s.arena_used >> 20,
             s.arena_size >> 20
         );
+        if let Some(g) = &s.gpu {
+            let n = |k: &str| g.get(k).and_then(|v| v.as_u64()).unwrap_or(0);
+            println!(
+                "gpu {} (driver {}): generation {}, {} swaps (last pause {:.0} µs), {} worker restarts, {} jobs failed by GPU faults",
+                g.get("device").and_then(|v| v.as_str()).unwrap_or("?"),
+                g.get("driver").and_then(|v| v.as_str()).unwrap_or("?"),
+                n("generation"),
+                n("swaps"),
+                n("last_swap_pause_ns") as f64 / 1e3,
+                n("recoveries"),
+                n("fault_jobs")
+            );
+        }
         for p in &s.programs {
             print_program(p);
         }
