@@ -304,7 +304,7 @@ impl Shared {
         unsafe {
             &*(self
                 .base()
-                .add((DONE_OFF + (pos & (DONE_LOG as u64 - 1)) * 48) as usize)
+                .add((DONE_OFF + (pos & (DONE_LOG as u64 - 1)) * 64) as usize)
                 as *const DoneEntry)
         }
     }
@@ -453,10 +453,13 @@ impl Shared {
                 s.jobs_failed.fetch_add(1, Ordering::Relaxed);
                 h.jobs_failed.fetch_add(1, Ordering::Relaxed);
             }
-            if let Some(c) = self.region.read_completion(comp) {
-                s.records.fetch_add(c.records_done, Ordering::Relaxed);
-                s.records_failed
-                    .fetch_add(c.records_failed, Ordering::Relaxed);
+            s.records.fetch_add(e.records_done, Ordering::Relaxed);
+            s.records_failed
+                .fetch_add(e.records_failed, Ordering::Relaxed);
+            // The client may have read and reused the slot already; count what is there.
+            if let Some(c) = self.region.read_completion(comp)
+                && c.tag != 0
+            {
                 s.latency
                     .record(c.finished_ns.saturating_sub(c.submitted_ns));
             }
@@ -852,6 +855,8 @@ mod tests {
             (*p).err_code = 1;
             (*p).finalize = finalize as u32;
             (*p).run_ns = 1000;
+            (*p).records_done = (status == status::OK) as u64;
+            (*p).records_failed = (status != status::OK) as u64;
         }
         e.seq.store(pos + 1, Ordering::Release);
     }
@@ -898,6 +903,8 @@ mod tests {
         );
         assert_eq!(s.stats.jobs_done.load(Ordering::Relaxed), 2);
         assert_eq!(s.stats.jobs_failed.load(Ordering::Relaxed), 1);
+        assert_eq!(s.stats.records.load(Ordering::Relaxed), 1);
+        assert_eq!(s.stats.records_failed.load(Ordering::Relaxed), 1);
         assert_eq!(s.ctl().done_consumed.load(Ordering::Relaxed), 2);
         assert_eq!(s.drain_done(usize::MAX), 0, "nothing new");
     }

@@ -41,7 +41,7 @@ pub const TRACE_RING: u32 = 1 << 12;
 /// Offset of the done log in the mailbox block.
 pub const DONE_OFF: u64 = 256;
 /// Offset of the forward ring.
-pub const FWD_OFF: u64 = DONE_OFF + DONE_LOG as u64 * 48;
+pub const FWD_OFF: u64 = DONE_OFF + DONE_LOG as u64 * 64;
 /// Offset of the trace ring.
 pub const TRACE_OFF: u64 = FWD_OFF + FWD_RING as u64 * 128;
 /// Size of the mailbox block.
@@ -94,6 +94,10 @@ pub struct DoneEntry {
     pub finalize: u32,
     /// Run time, ns.
     pub run_ns: u64,
+    /// Records that ran.
+    pub records_done: u64,
+    /// Records that failed.
+    pub records_failed: u64,
 }
 
 /// `struct bpft_fwd`: a job for the host runner.
@@ -110,7 +114,7 @@ const _: () = {
     assert!(size_of::<Ctl>() == 256);
     assert!(offset_of!(Ctl, head) == 128);
     assert!(offset_of!(Ctl, running) == 152);
-    assert!(size_of::<DoneEntry>() == 48);
+    assert!(size_of::<DoneEntry>() == 64);
     assert!(size_of::<FwdEntry>() == 128);
     assert!(FWD_OFF.is_multiple_of(128) && TRACE_OFF.is_multiple_of(64));
 };

@@ -345,7 +345,12 @@ impl Service {
         StatusInfo {
             name: self.cfg.name.clone(),
             backend: self.backend_name.into(),
-            workers: self.stats.len(),
+            // CPU: worker threads; CUDA: threads of the persistent kernel.
+            workers: if self.backend_name == "cuda" {
+                self.value_sets as usize
+            } else {
+                self.stats.len()
+            },
             uptime_s: self.started.elapsed().as_secs_f64(),
             programs: self.programs(),
             queue_depth: q.len(),

@@ -200,8 +200,10 @@ struct bpft_done {
     u32 err_code;        // interpreter error code of that record
     u32 finalize;        // 1: the host writes the message and publishes DONE
     u64 run_ns;          // finished - started
+    u64 records_done;
+    u64 records_failed;
 };
-static_assert(sizeof(struct bpft_done) == 48, "bpft_done size");
+static_assert(sizeof(struct bpft_done) == 64, "bpft_done size");
 
 // Forward ring entry (pinned): a job for the host's CPU job runner.
 struct bpft_fwd {
@@ -356,11 +358,13 @@ __device__ void finish_job(const bpft_params &P, const bpft_job_desc &d, const b
     st_rlx_sys(dst + 3, err_record);
     st_rlx_sys(dst + 4, (u64)err_code | ((u64)(status != ST_OK) << 32));
     st_rlx_sys(dst + 5, fin - started);
+    st_rlx_sys(dst + 6, done);
+    st_rlx_sys(dst + 7, failed);
     asm volatile("fence.sc.sys;" ::: "memory");
     st_rlx_sys(&slot->seq, pos + 1);
     if (status == ST_OK) st_rlx_sys32(c + BPFT_OFF_Completion_state, CS_DONE);
 }
-static_assert(sizeof(struct bpft_done) == 48 && BPFT_OFF_Completion_state == 0, "done entry words");
+static_assert(sizeof(struct bpft_done) == 64 && BPFT_OFF_Completion_state == 0, "done entry words");
 static_assert(BPFT_OFF_Completion_records_done % 8 == 0 && BPFT_OFF_Completion_r0 % 8 == 0 &&
                   BPFT_OFF_Completion_started_ns % 8 == 0 && BPFT_OFF_Completion_finished_ns % 8 == 0,
               "8-byte completion fields are 8-byte aligned");
