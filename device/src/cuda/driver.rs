@@ -163,6 +163,7 @@ pub struct Library {
     lib: sys::CUlibrary,
     kernel: sys::CUkernel,
     empty: sys::CUkernel,
+    clock: Option<sys::CUkernel>,
     func: Option<sys::CUfunction>,
 }
 // SAFETY: driver handles, used with the owning context current.
@@ -463,10 +464,15 @@ impl Gpu {
                 sys::cuLibraryGetKernel(&mut empty, lib, c"bpft_empty".as_ptr()),
             )?;
         }
+        let mut ck: sys::CUkernel = std::ptr::null_mut();
+        // SAFETY: as above; the runtime's libraries have `bpft_clock`, baselines do not.
+        let has_clock = unsafe { sys::cuLibraryGetKernel(&mut ck, lib, c"bpft_clock".as_ptr()) }
+            == sys::CUresult::CUDA_SUCCESS;
         Ok(Library {
             lib,
             kernel,
             empty,
+            clock: has_clock.then_some(ck),
             func: None,
         })
     }
@@ -561,6 +567,38 @@ impl Gpu {
             &mut b as *mut u64 as *mut c_void,
         ];
         // SAFETY: `bpft_empty(u64*, u64)`; arguments are copied at launch.
+        unsafe {
+            check(
+                "cuLaunchKernel",
+                sys::cuLaunchKernel(
+                    f,
+                    1,
+                    1,
+                    1,
+                    1,
+                    1,
+                    1,
+                    0,
+                    s.0,
+                    args.as_mut_ptr(),
+                    std::ptr::null_mut(),
+                ),
+            )
+        }
+    }
+
+    /// Launches `bpft_clock(out)` (writes `%globaltimer` to `out`) on `s`. Fetches the
+    /// function, so call it only while no kernel runs.
+    pub fn launch_clock(&self, l: &Library, s: Stream, out: u64) -> Result<(), DeviceError> {
+        let k = l.clock.ok_or_else(|| DeviceError::Call {
+            call: "cuLibraryGetKernel",
+            code: "this library has no bpft_clock".into(),
+            log: String::new(),
+        })?;
+        let f = self.function(k)?;
+        let mut a = out;
+        let mut args = [&mut a as *mut u64 as *mut c_void];
+        // SAFETY: `bpft_clock(u64 *)`; the argument is copied at launch.
         unsafe {
             check(
                 "cuLaunchKernel",

@@ -308,9 +308,38 @@ impl Worker {
             device_name,
         };
         // The first generation: the runtime alone (programs arrive as commands).
-        let built = build(&w.gpu, &w.runtime_ptx, w.sm, &[], w.params.trace_buf);
+        let mut built = build(&w.gpu, &w.runtime_ptx, w.sm, &[], w.params.trace_buf);
+        if let Ok(lib) = &built.lib {
+            w.params.time_offset = w.calibrate(lib)?;
+        }
+        if let Ok(lib) = &mut built.lib {
+            w.gpu.prepare(lib)?;
+        }
         w.swap(built)?;
         Ok(w)
+    }
+
+    /// CLOCK_MONOTONIC minus `%globaltimer`, from the fastest of 20 launches of a kernel
+    /// that reads the timer (the error is at most half that launch's round trip, a few
+    /// µs). Completion times are host-clock values, comparable with the clients'.
+    fn calibrate(&self, lib: &Library) -> Result<u64, DeviceError> {
+        let out = self.gpu.alloc(8)?;
+        let mut best = (u64::MAX, 0u64);
+        for _ in 0..20 {
+            let t0 = monotonic_ns();
+            self.gpu.launch_clock(lib, self.copy, out)?;
+            self.gpu.sync(self.copy)?;
+            let t1 = monotonic_ns();
+            let mut v = [0u8; 8];
+            self.gpu.download(self.copy, &mut v, out)?;
+            let gpu = u64::from_le_bytes(v);
+            if t1 - t0 < best.0 {
+                best = (t1 - t0, (t0 / 2 + t1 / 2).wrapping_sub(gpu));
+            }
+        }
+        self.gpu.free(out)?;
+        tracing::debug!(round_trip_ns = best.0, "GPU clock calibrated");
+        Ok(best.1)
     }
 
     fn ctl(&self) -> &Ctl {
@@ -700,7 +729,16 @@ impl Worker {
         loop {
             match rx.recv_timeout(Duration::from_micros(200)) {
                 Ok(Some(Cmd::Stop)) | Ok(None) => {
+                    // A build still linking must finish before the process tears the
+                    // driver down at exit (exiting under it corrupted the heap).
+                    if building {
+                        let _ = brx.recv();
+                    }
                     let r = self.stop_kernel();
+                    for l in self.stale.drain(..).chain(self.lib.take()) {
+                        self.gpu.unload(l);
+                    }
+                    self.gpu.unregister(self.region.base().as_ptr());
                     reply(&Msg::Ack {
                         error: r.err().map(|e| e.to_string()),
                     });
