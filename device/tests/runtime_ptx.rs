@@ -66,7 +66,7 @@ fn runtime_compiles_and_assembles() {
         "completions are published with release"
     );
     ptxas("runtime", &ptx);
-    let dispatch = source::dispatch_ptx(&["bpf_prog_a".into()], (8, 0), 90);
+    let dispatch = source::dispatch_ptx(&[("bpf_prog_a".into(), "bpf_loop_a".into())], (8, 0), 90);
     // The dispatch declares an extern function: assemble it as relocatable code.
     ptxas("dispatch", &dispatch);
 }

@@ -140,6 +140,12 @@ pub struct JitOptions {
     pub lock_pid: u32,
     /// Emit the `.entry bpf_entry_<name>` stand-alone wrapper (default true).
     pub entry: bool,
+    /// Emit `.func (.param .b64 r0) bpf_loop_<name>(in_base, in_size, out_base, out_size, n,
+    /// arg0..arg3, results, first, end, stride)`: runs records `first, first + stride, …
+    /// < end` with the body inline and the ctx in registers, and returns the last r0. A
+    /// persistent runtime calls it once per chunk instead of the program's `.func` once per
+    /// record. Needs `entry: false` (the two wrappers inline the same body). Default false.
+    pub chunk_loop: bool,
     /// Split 2-, 4- and 8-byte loads and stores not based on r10 into byte accesses. GPUs
     /// fault (and kill the context) on misaligned accesses, which the CPU interpreter
     /// allows; set this when records are not 8-byte aligned (record sizes that are not
@@ -157,6 +163,7 @@ impl Default for JitOptions {
             trace_buf: 0,
             lock_pid: 0,
             entry: true,
+            chunk_loop: false,
             unaligned: false,
         }
     }
@@ -211,6 +218,7 @@ pub struct PtxModule {
     module: ptx::Module,
     prog_func: String,
     entry_func: Option<String>,
+    loop_func: Option<String>,
 }
 
 impl PtxModule {
@@ -233,6 +241,11 @@ impl PtxModule {
     pub fn entry_func(&self) -> Option<&str> {
         self.entry_func.as_deref()
     }
+
+    /// Name of the chunk loop, when emitted: `bpf_loop_<name>`.
+    pub fn loop_func(&self) -> Option<&str> {
+        self.loop_func.as_deref()
+    }
 }
 
 /// Compiles a verified program to PTX.
@@ -244,6 +257,7 @@ pub fn compile(prog: &Program, opts: &JitOptions) -> Result<PtxModule, CompileEr
         module,
         prog_func: lowered.prog_func,
         entry_func: lowered.entry_func,
+        loop_func: lowered.loop_func,
     })
 }
 

@@ -333,3 +333,51 @@ fn array_lookups_read_a_stack_key_from_the_frame() {
     assert!(!t.contains("call.uni"), "{t}");
     common::assemble(&t, "array lookup");
 }
+
+/// The chunk loop runs the body once per record: every exit of the body becomes the loop's
+/// next step, the ctx words are recomputed per record, and the module assembles.
+#[test]
+fn chunk_loop_wraps_the_body_in_a_loop() {
+    // Early exit, a bpf-to-bpf call and a fall-through exit: three ways out of the body.
+    let src = "r2 = *(u64 *)(r1 + 0)\nr3 = *(u64 *)(r1 + 8)\nr4 = r2\nr4 += 8\n\
+               if r4 > r3 goto short\nr1 = *(u64 *)(r2 + 0)\ncall sub\nr0 += 1\nexit\n\
+               short:\nr0 = 7\nexit\nsub:\nr0 = r1\nr0 *= 3\nexit\n";
+    let p = Program::from_insns("lp", assemble(src).unwrap());
+    let opts = JitOptions {
+        entry: false,
+        chunk_loop: true,
+        ..JitOptions::default()
+    };
+    let m = jit::compile(&p, &opts).unwrap();
+    assert_eq!(m.loop_func(), Some("bpf_loop_lp"));
+    let t = m.text();
+    let body = &t[t
+        .rfind(".func (.param .b64 ret) bpf_loop_lp(")
+        .expect("loop func")..];
+    let head = body
+        .find("bra.uni $L_")
+        .map(|k| &body[k + 8..])
+        .expect("a branch back");
+    let head = &head[..head.find(';').unwrap()];
+    assert!(
+        body.contains(&format!("{head}:\n")),
+        "the loop head {head} is placed: {body}"
+    );
+    assert!(body.contains(".param .b64 stride"), "{body}");
+    // One `ret` only: the loop's own, after the last record.
+    assert_eq!(body.matches("\tret;\n").count(), 1, "{body}");
+    assert!(
+        body.contains("add.s64") && body.contains("st.param.b64 [ret]"),
+        "{body}"
+    );
+    common::assemble(&t, "chunk loop");
+    // Helper 507 ends the thread: no loop for such a program.
+    let q = Program::from_insns("ex", assemble("call 507\nr0 = 0\nexit").unwrap());
+    assert_eq!(jit::compile(&q, &opts).unwrap().loop_func(), None);
+    // With the entry, no loop (they would inline the same body).
+    let both = JitOptions {
+        chunk_loop: true,
+        ..JitOptions::default()
+    };
+    assert_eq!(jit::compile(&p, &both).unwrap().loop_func(), None);
+}

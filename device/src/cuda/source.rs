@@ -125,35 +125,79 @@ pub fn compile_runtime(sm: u32) -> Result<String, DeviceError> {
         })
 }
 
-/// The generation's `bpft_native(slot, ctx)`: calls `funcs[slot]` (each a JIT `.func`
-/// taking the job ctx and returning r0). PTX `.version`/`.target` as given.
-pub fn dispatch_ptx(funcs: &[String], ptx_version: (u32, u32), sm: u32) -> String {
+/// Parameters of a JIT chunk loop (`jit::JitOptions::chunk_loop`), in order.
+const LOOP_PARAMS: [&str; 13] = [
+    "in_base", "in_size", "out_base", "out_size", "n", "arg0", "arg1", "arg2", "arg3", "results",
+    "first", "end", "stride",
+];
+
+/// The generation's dispatch functions, for `progs[slot] = (func, loop)` (the JIT's
+/// `.func` running one record, and its chunk loop):
+/// - `bpft_native(slot, ctx)`: one record (the short path);
+/// - `bpft_native_loop(slot, in_base, in_size, out_base, out_size, n, arg0..arg3, results,
+///   first, end, stride)`: the records `first, first + stride, … < end`, with the body
+///   inline; returns the last r0.
+///
+/// PTX `.version`/`.target` as given.
+pub fn dispatch_ptx(progs: &[(String, String)], ptx_version: (u32, u32), sm: u32) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
         "// generated: native program dispatch\n.version {}.{}\n.target sm_{sm}\n.address_size 64\n",
         ptx_version.0, ptx_version.1
     );
-    for f in funcs {
+    let lp: Vec<String> = LOOP_PARAMS
+        .iter()
+        .map(|p| format!(".param .b64 {p}"))
+        .collect();
+    for (f, l) in progs {
         let _ = writeln!(s, ".extern .func (.param .b64 r) {f}(.param .b64 ctx);");
+        let _ = writeln!(s, ".extern .func (.param .b64 r) {l}({});", lp.join(", "));
     }
     s.push_str(
         "\n.visible .func (.param .b64 ret) bpft_native(.param .b32 slot, .param .b64 ctx)\n{\n\
          \t.reg .b32 %s;\n\t.reg .b64 %c, %r;\n\t.reg .pred %p;\n\
          \tld.param.b32 %s, [slot];\n\tld.param.b64 %c, [ctx];\n\tmov.b64 %r, 0;\n",
     );
-    for (i, _) in funcs.iter().enumerate() {
+    for (i, _) in progs.iter().enumerate() {
         let _ = writeln!(s, "\tsetp.eq.u32 %p, %s, {i};\n\t@%p bra L{i};");
     }
     s.push_str("\tbra LDONE;\n");
-    for (i, f) in funcs.iter().enumerate() {
+    for (i, (f, _)) in progs.iter().enumerate() {
         let _ = writeln!(
             s,
             "L{i}:\n\t{{\n\t.param .b64 a;\n\t.param .b64 rv;\n\tst.param.b64 [a], %c;\n\
              \tcall (rv), {f}, (a);\n\tld.param.b64 %r, [rv];\n\t}}\n\tbra LDONE;"
         );
     }
-    s.push_str("LDONE:\n\tst.param.b64 [ret], %r;\n\tret;\n}\n");
+    s.push_str("LDONE:\n\tst.param.b64 [ret], %r;\n\tret;\n}\n\n");
+    let _ = writeln!(
+        s,
+        ".visible .func (.param .b64 ret) bpft_native_loop(.param .b32 slot, {})\n{{\n\
+         \t.reg .b32 %s;\n\t.reg .b64 %v<13>, %r;\n\t.reg .pred %p;\n\
+         \tld.param.b32 %s, [slot];\n\tmov.b64 %r, 0;",
+        lp.join(", ")
+    );
+    for (k, p) in LOOP_PARAMS.iter().enumerate() {
+        let _ = writeln!(s, "\tld.param.b64 %v{k}, [{p}];");
+    }
+    for (i, _) in progs.iter().enumerate() {
+        let _ = writeln!(s, "\tsetp.eq.u32 %p, %s, {i};\n\t@%p bra M{i};");
+    }
+    s.push_str("\tbra MDONE;\n");
+    for (i, (_, l)) in progs.iter().enumerate() {
+        let _ = writeln!(s, "M{i}:\n\t{{");
+        for k in 0..LOOP_PARAMS.len() {
+            let _ = writeln!(s, "\t.param .b64 a{k};\n\tst.param.b64 [a{k}], %v{k};");
+        }
+        let args: Vec<String> = (0..LOOP_PARAMS.len()).map(|k| format!("a{k}")).collect();
+        let _ = writeln!(
+            s,
+            "\t.param .b64 rv;\n\tcall (rv), {l}, ({});\n\tld.param.b64 %r, [rv];\n\t}}\n\tbra MDONE;",
+            args.join(", ")
+        );
+    }
+    s.push_str("MDONE:\n\tst.param.b64 [ret], %r;\n\tret;\n}\n");
     s
 }
 
@@ -221,11 +265,19 @@ mod tests {
 
     #[test]
     fn dispatch_calls_each_slot() {
-        let p = dispatch_ptx(&["bpf_prog_p1".into(), "bpf_prog_p2".into()], (8, 0), 90);
+        let progs = [
+            ("bpf_prog_p1".to_string(), "bpf_loop_p1".to_string()),
+            ("bpf_prog_p2".to_string(), "bpf_loop_p2".to_string()),
+        ];
+        let p = dispatch_ptx(&progs, (8, 0), 90);
         assert!(p.contains(".extern .func (.param .b64 r) bpf_prog_p1(.param .b64 ctx);"));
         assert!(p.contains("setp.eq.u32 %p, %s, 1;"));
         assert!(p.contains("call (rv), bpf_prog_p2, (a);"));
+        assert!(p.contains(
+            "call (rv), bpf_loop_p2, (a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12);"
+        ));
         let empty = dispatch_ptx(&[], (8, 0), 90);
-        assert!(empty.contains(".visible .func (.param .b64 ret) bpft_native"));
+        assert!(empty.contains(".visible .func (.param .b64 ret) bpft_native("));
+        assert!(empty.contains(".visible .func (.param .b64 ret) bpft_native_loop("));
     }
 }

@@ -867,14 +867,24 @@ fn build(
             trace_buf: trace,
             lock_pid: std::process::id(),
             entry: false,
+            chunk_loop: true,
             unaligned: true,
             stack_size: Some(p.stack_depth.clamp(8, 512)),
             ..Default::default()
         };
         match jit::compile(&prog, &opts) {
             Ok(m) => {
+                // No chunk loop: the program ends GPU threads (helper 507), which the
+                // persistent kernel cannot allow; it stays on the interpreter.
+                let Some(lf) = m.loop_func() else {
+                    tracing::info!(
+                        id = p.id,
+                        "calls helper 507 (exit): stays on the interpreter"
+                    );
+                    continue;
+                };
                 natives.push((p.id, p.version, funcs.len() as u32));
-                funcs.push(m.prog_func().to_string());
+                funcs.push((m.prog_func().to_string(), lf.to_string()));
                 ptx.push((format!("{}.ptx", prog.name), m.text()));
             }
             Err(e) => tracing::warn!(id = p.id, "JIT failed, stays on the interpreter: {e}"),

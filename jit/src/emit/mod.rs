@@ -167,6 +167,7 @@ fn inline_entry(out: &mut String, e: &Function, main: &Function, span: &Span) {
     signature(s, e);
     s.push_str("\n{\n");
     decls(s, e);
+    let body_start = s.len();
     let r1 = Function::ebpf_reg(1);
     let needed = ctx_needed(main, span.prefix);
     for st in &e.body {
@@ -250,6 +251,17 @@ fn inline_entry(out: &mut String, e: &Function, main: &Function, span: &Span) {
         at = b;
     }
     copy_within(s, at, span.to);
+    if let Some(lp) = &inl.looped {
+        // A chunk loop: the body's exits go to the next record instead of returning.
+        let body = s.split_off(body_start);
+        let mut to = String::from("\tbra $L_");
+        push_u64(&mut to, lp.next.0 as u64);
+        to.push_str(";\n");
+        s.push_str(&body.replace("\tret;\n", &to));
+        for st in &lp.tail {
+            stmt(s, st);
+        }
+    }
     s.push_str("}\n");
 }
 

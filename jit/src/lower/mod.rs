@@ -99,6 +99,8 @@ pub struct Lowered {
     pub module: Module,
     /// `bpf_prog_<name>`.
     pub prog_func: String,
+    /// Name of the chunk loop (`bpf_loop_<name>`), when emitted.
+    pub loop_func: Option<String>,
     /// `bpf_entry_<name>`, when emitted.
     pub entry_func: Option<String>,
 }
@@ -259,6 +261,20 @@ pub fn lower(prog: &Program, opts: &JitOptions) -> Result<Lowered, CompileError>
     } else {
         None
     };
+    // Helper 507 ends the thread (`exit`): no loop may run such a body.
+    let ends_thread = prog
+        .insns
+        .iter()
+        .any(|i| i.code == 0x85 && i.src == 0 && i.imm == ebpf::helpers::EXIT);
+    let loop_func = if opts.chunk_loop && !opts.entry && !ends_thread {
+        let name = format!("bpf_loop_{base}");
+        let main = &functions[0];
+        let w = loop_wrapper(&name, main);
+        functions.push(w);
+        Some(name)
+    } else {
+        None
+    };
     let (prelude_protos, bodies) = prelude::generate(&cx.used, opts);
     let all: BTreeSet<prelude::Use> = cx.used.union(&cx.inlined).copied().collect();
     let mut prelude = prelude::globals(&all);
@@ -273,6 +289,7 @@ pub fn lower(prog: &Program, opts: &JitOptions) -> Result<Lowered, CompileError>
         },
         prog_func,
         entry_func,
+        loop_func,
     })
 }
 
@@ -1570,6 +1587,118 @@ fn entry_wrapper(name: &str, main: &Function) -> Function {
         fields,
         slot,
         no_res,
+        looped: None,
+    });
+    f
+}
+
+/// The chunk loop of [`crate::JitOptions::chunk_loop`]: `.func (.param .b64 ret)
+/// bpf_loop_<name>(in_base, in_size, out_base, out_size, n, arg0..arg3, results, first, end,
+/// stride)`. Like the entry it runs the body inline with the ctx words in registers; the
+/// record index comes from the loop instead of the thread id, every exit of the body goes
+/// to the loop's next step, and the last record's r0 is returned.
+fn loop_wrapper(name: &str, main: &Function) -> Function {
+    const PARAMS: [&str; 13] = [
+        "in_base", "in_size", "out_base", "out_size", "n", "arg0", "arg1", "arg2", "arg3",
+        "results", "first", "end", "stride",
+    ];
+    static NAMES: [&str; 13] = PARAMS;
+    let mut f = Function::new(name, FuncKind::Func);
+    f.continue_numbering(main);
+    f.visible = true;
+    f.ret = Some("ret".into());
+    f.params = PARAMS.iter().map(|s| s.to_string()).collect();
+    f.locals.push(LocalArray {
+        name: "jobctx".into(),
+        align: 16,
+        size: JobCtx::SIZE as u32,
+    });
+    f.locals.extend(main.locals.iter().cloned());
+    let param = |f: &mut Function, k: usize| {
+        let t = f.reg(RegClass::B64);
+        f.push("ld.param.b64", [t.into(), Operand::SymAddr(&NAMES[k], 0)]);
+        t
+    };
+    let vals: Vec<Reg> = (0..PARAMS.len()).map(|k| param(&mut f, k)).collect();
+    let (in_base, in_size, out_base, out_size, n) = (vals[0], vals[1], vals[2], vals[3], vals[4]);
+    let (res, first, end, stride) = (vals[9], vals[10], vals[11], vals[12]);
+    let i = f.reg(RegClass::B64);
+    f.push("mov.b64", [i.into(), first.into()]);
+    let last = f.reg(RegClass::B64);
+    f.push("mov.b64", [last.into(), imm(0)]);
+    let no_res = f.reg(RegClass::Pred);
+    f.push("setp.eq.u64", [no_res.into(), res.into(), imm(0)]);
+    let head = f.label();
+    let next = f.label();
+    let done = f.label();
+    f.place(head);
+    let pr = f.reg(RegClass::Pred);
+    f.push("setp.ge.u64", [pr.into(), i.into(), end.into()]);
+    f.bra(done, Some((pr, true)));
+    let st = |f: &mut Function, off: i64, v: Reg| {
+        f.push(
+            "st.local.u64",
+            [Operand::SymAddr(&"jobctx", off as i32), v.into()],
+        );
+    };
+    let mut fields = [i; 10];
+    for (k, (b, sz, off)) in [
+        (in_base, in_size, JobCtx::DATA),
+        (out_base, out_size, JobCtx::OUT),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let start = f.reg(RegClass::B64);
+        f.push("mad.lo.s64", [start.into(), i.into(), sz.into(), b.into()]);
+        let endp = f.reg(RegClass::B64);
+        f.push("add.s64", [endp.into(), start.into(), sz.into()]);
+        st(&mut f, off, start);
+        st(&mut f, off + 8, endp);
+        fields[2 * k] = start;
+        fields[2 * k + 1] = endp;
+    }
+    st(&mut f, JobCtx::INDEX, i);
+    st(&mut f, JobCtx::N, n);
+    fields[4] = i;
+    fields[5] = n;
+    for k in 0..4 {
+        st(&mut f, JobCtx::ARGS + 8 * k as i64, vals[5 + k]);
+        fields[6 + k] = vals[5 + k];
+    }
+    let slot = f.reg(RegClass::B64);
+    f.push("mad.lo.s64", [slot.into(), i.into(), imm(8), res.into()]);
+    let ctx = f.reg(RegClass::B64);
+    f.push("cvta.local.u64", [ctx.into(), Operand::Sym(&"jobctx")]);
+    f.body.insert(
+        0,
+        Stmt::Raw(
+            "\t// records first, first + stride, ... < end; the program's body follows inline"
+                .into(),
+        ),
+    );
+    // After the body: keep r0, step, loop; at the end return the last r0.
+    let mut tail = Function::new("tail", FuncKind::Func);
+    tail.place(next);
+    tail.push("mov.b64", [last.into(), Function::ebpf_reg(0).into()]);
+    tail.push("add.s64", [i.into(), i.into(), stride.into()]);
+    // The branch back is made in `f`, so that `f` knows its head label is a target (the
+    // unused-label pass keeps it), and moved to the tail.
+    f.bra(head, None);
+    tail.body.extend(f.body.pop());
+    tail.place(done);
+    tail.push("st.param.b64", [Operand::SymAddr(&"ret", 0), last.into()]);
+    tail.push("ret", []);
+    f.inline = Some(crate::ptx::InlineBody {
+        func: 0,
+        ctx,
+        fields,
+        slot,
+        no_res,
+        looped: Some(crate::ptx::LoopTail {
+            next,
+            tail: tail.body,
+        }),
     });
     f
 }

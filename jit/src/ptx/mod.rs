@@ -262,6 +262,19 @@ pub struct InlineBody {
     pub slot: Reg,
     /// True when there is no result array.
     pub no_res: Reg,
+    /// For a chunk loop ([`crate::JitOptions::chunk_loop`]): the statements printed after
+    /// the body, which starts at the loop head; every `ret` of the body becomes a branch to
+    /// `next`, the first of these statements.
+    pub looped: Option<LoopTail>,
+}
+
+/// The end of a chunk loop: what runs after each record, and after the last.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LoopTail {
+    /// Label the body's exits branch to.
+    pub next: Label,
+    /// Statements from `next` on (advance, branch back, return).
+    pub tail: Vec<Stmt>,
 }
 
 impl Function {

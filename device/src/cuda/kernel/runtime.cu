@@ -231,6 +231,11 @@ static_assert(sizeof(struct bpft_fwd) == 128, "bpft_fwd size");
 
 // The native programs of this generation (generated per generation, linked in).
 extern "C" __device__ u64 bpft_native(u32 slot, u64 ctx);
+// Records first, first + stride, ... < end of the native program in `slot`, its body
+// inline (the JIT's chunk loop); returns the last r0.
+extern "C" __device__ u64 bpft_native_loop(u32 slot, u64 in_base, u64 in_size, u64 out_base,
+                                           u64 out_size, u64 n, u64 a0, u64 a1, u64 a2, u64 a3,
+                                           u64 results, u64 first, u64 end, u64 stride);
 
 __device__ __forceinline__ char *completion_ptr(const bpft_params &P, u32 i) {
     return (char *)(P.completions + (u64)i * BPFT_SIZE_Completion);
@@ -573,32 +578,21 @@ __device__ void dispatcher(const bpft_params &P) {
 }
 
 // Runs records base+lane, base+lane+32, ... < end of a native program (which cannot fail:
-// the verifier proved it). Kept out of line with few live values, so the call per record
-// into the JIT's code saves little.
-__device__ __noinline__ void native_chunk(u32 slot, u64 in_base, u32 in_size, u64 out_base,
-                                          u32 out_size, u64 res_base, u64 n, const u64 *args,
-                                          u64 base, u64 end, u32 lane, u64 *ok_idx, u64 *ok_r0) {
-    u64 ctx[10];
-    ctx[5] = n;
-    ctx[6] = args[0];
-    ctx[7] = args[1];
-    ctx[8] = args[2];
-    ctx[9] = args[3];
-    u64 last = 0, r0 = 0;
-    for (u64 i = base + lane; i < end; i += 32) {
-        u64 in = in_base + i * in_size;
-        ctx[0] = in;
-        ctx[1] = in + in_size;
-        u64 out = out_base ? out_base + i * out_size : 0;
-        ctx[2] = out;
-        ctx[3] = out ? out + out_size : 0;
-        ctx[4] = i;
-        r0 = bpft_native(slot, (u64)ctx);
-        if (res_base) ((u64 *)res_base)[i] = r0;
-        last = i + 1;
+// the verifier proved it) through the JIT's chunk loop: one call per chunk, the body inline
+// with the ctx in registers.
+__device__ __forceinline__ void native_chunk(u32 slot, u64 in_base, u32 in_size, u64 out_base,
+                                             u32 out_size, u64 res_base, u64 n, const u64 *args,
+                                             u64 base, u64 end, u32 lane, u64 *ok_idx,
+                                             u64 *ok_r0) {
+    u64 first = base + lane;
+    if (first >= end) {
+        *ok_idx = 0;
+        *ok_r0 = 0;
+        return;
     }
-    *ok_idx = last;
-    *ok_r0 = r0;
+    *ok_r0 = bpft_native_loop(slot, in_base, in_size, out_base, out_size, n, args[0], args[1],
+                              args[2], args[3], res_base, first, end, 32);
+    *ok_idx = first + ((end - 1 - first) / 32) * 32 + 1;
 }
 
 // Raises {*idx, *idx+1 word} to {i, r0} if i is higher: the pair changes as one 16-byte
