@@ -78,60 +78,7 @@ pub fn device_sm(ordinal: i32) -> Result<u32, DeviceError> {
 /// Compiles PTX to a cubin for the current device with the driver's JIT linker.
 pub fn ptx_to_cubin(ptx: &str, ordinal: i32) -> Result<Vec<u8>, DeviceError> {
     context(ordinal)?;
-    let mut src = ptx.as_bytes().to_vec();
-    src.push(0);
-    let mut log = vec![0u8; 16 << 10];
-    let mut opts = [
-        sys::CUjit_option::CU_JIT_ERROR_LOG_BUFFER,
-        sys::CUjit_option::CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES,
-    ];
-    let mut vals = [log.as_mut_ptr() as *mut c_void, log.len() as *mut c_void];
-    let mut state: sys::CUlinkState = std::ptr::null_mut();
-    let name = c"bpftime.ptx";
-    let with_log = |call: &'static str, r: sys::CUresult, log: &[u8]| {
-        check(call, r).map_err(|e| match e {
-            DeviceError::Call { call, code, .. } => DeviceError::Call {
-                call,
-                code,
-                log: String::from_utf8_lossy(log.split(|b| *b == 0).next().unwrap_or(&[]))
-                    .into_owned(),
-            },
-            other => other,
-        })
-    };
-    // SAFETY: a context is current; option arrays, the NUL-terminated source and the log
-    // buffer outlive the link state, which is destroyed before returning; the cubin is
-    // copied out before `cuLinkDestroy` frees it.
-    unsafe {
-        check(
-            "cuLinkCreate",
-            sys::cuLinkCreate_v2(2, opts.as_mut_ptr(), vals.as_mut_ptr(), &mut state),
-        )?;
-        let r = sys::cuLinkAddData_v2(
-            state,
-            sys::CUjitInputType::CU_JIT_INPUT_PTX,
-            src.as_mut_ptr() as *mut c_void,
-            src.len(),
-            name.as_ptr(),
-            0,
-            std::ptr::null_mut(),
-            std::ptr::null_mut(),
-        );
-        if let Err(e) = with_log("cuLinkAddData", r, &log) {
-            sys::cuLinkDestroy(state);
-            return Err(e);
-        }
-        let mut cubin: *mut c_void = std::ptr::null_mut();
-        let mut size = 0usize;
-        let r = sys::cuLinkComplete(state, &mut cubin, &mut size);
-        if let Err(e) = with_log("cuLinkComplete", r, &log) {
-            sys::cuLinkDestroy(state);
-            return Err(e);
-        }
-        let out = std::slice::from_raw_parts(cubin as *const u8, size).to_vec();
-        sys::cuLinkDestroy(state);
-        Ok(out)
-    }
+    link_ptx(&[("bpftime.ptx", ptx)], None)
 }
 
 /// Device memory, host memory mapping and execution control for the persistent runtime.
@@ -430,7 +377,18 @@ impl Gpu {
     /// Links PTX inputs into one cubin (the driver's JIT linker; never blocks a kernel).
     pub fn link(&self, inputs: &[(&str, &str)]) -> Result<Vec<u8>, DeviceError> {
         self.cur()?;
-        link_ptx(inputs)
+        link_ptx(inputs, None)
+    }
+
+    /// As [`Gpu::link`], compiling every input with at most `max_regs` registers a thread
+    /// (a kernel's `__launch_bounds__` bind the functions it calls).
+    pub fn link_max_regs(
+        &self,
+        inputs: &[(&str, &str)],
+        max_regs: u32,
+    ) -> Result<Vec<u8>, DeviceError> {
+        self.cur()?;
+        link_ptx(inputs, Some(max_regs))
     }
 
     /// Loads a generation's cubin as a library (lazy loading: does not block a running
@@ -700,13 +658,17 @@ pub struct GraphExec(sys::CUgraphExec);
 unsafe impl Send for GraphExec {}
 
 /// Links several PTX inputs with the driver's linker (a context must be current).
-fn link_ptx(inputs: &[(&str, &str)]) -> Result<Vec<u8>, DeviceError> {
+fn link_ptx(inputs: &[(&str, &str)], max_regs: Option<u32>) -> Result<Vec<u8>, DeviceError> {
     let mut log = vec![0u8; 64 << 10];
-    let mut opts = [
+    let mut opts = vec![
         sys::CUjit_option::CU_JIT_ERROR_LOG_BUFFER,
         sys::CUjit_option::CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES,
     ];
-    let mut vals = [log.as_mut_ptr() as *mut c_void, log.len() as *mut c_void];
+    let mut vals = vec![log.as_mut_ptr() as *mut c_void, log.len() as *mut c_void];
+    if let Some(r) = max_regs {
+        opts.push(sys::CUjit_option::CU_JIT_MAX_REGISTERS);
+        vals.push(r as usize as *mut c_void);
+    }
     let mut state: sys::CUlinkState = std::ptr::null_mut();
     let logged = |call: &'static str, r: sys::CUresult, log: &[u8]| {
         check(call, r).map_err(|e| match e {
@@ -724,7 +686,12 @@ fn link_ptx(inputs: &[(&str, &str)]) -> Result<Vec<u8>, DeviceError> {
     unsafe {
         check(
             "cuLinkCreate",
-            sys::cuLinkCreate_v2(2, opts.as_mut_ptr(), vals.as_mut_ptr(), &mut state),
+            sys::cuLinkCreate_v2(
+                opts.len() as u32,
+                opts.as_mut_ptr(),
+                vals.as_mut_ptr(),
+                &mut state,
+            ),
         )?;
         // Sources and names stay alive until the link state is destroyed.
         let mut srcs: Vec<Vec<u8>> = Vec::with_capacity(inputs.len());

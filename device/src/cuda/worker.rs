@@ -900,7 +900,8 @@ fn build(
         inputs.push((n.as_str(), t.as_str()));
     }
     let t = Instant::now();
-    let lib = gpu.link(&inputs).and_then(|cubin| {
+    // The kernel's __launch_bounds__(256, 2) allow 128 registers, and bind what it calls.
+    let lib = gpu.link_max_regs(&inputs, 128).and_then(|cubin| {
         times.link_ns = t.elapsed().as_nanos() as u64;
         // Debugging and SASS reading: BPFTIME_DUMP_CUBIN=DIR keeps every generation.
         if let Some(dir) = std::env::var_os("BPFTIME_DUMP_CUBIN") {
