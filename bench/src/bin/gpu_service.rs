@@ -283,39 +283,10 @@ fn main() {
         .load_bytes("traced.bin", &traced(), Some("traced"))
         .expect("load")
         .id;
-    let zero_id = c
-        .load_bytes("zero.bin", &constant(0), Some("zero"))
-        .expect("load")
-        .id;
     let times = svc
         .cuda_swap_now()
         .expect("cuda")
         .expect("first native generation");
-    if std::env::var_os("BPFTIME_GPU_SCAN").is_some() {
-        // Diagnosis: run time of large jobs by program and size (device-resident input).
-        let dev = c.device_alloc(GIB).unwrap();
-        let mut rows = Vec::new();
-        for (name, id) in [("sum64", sum_id), ("zero", zero_id)] {
-            for n in [1u64 << 16, 1 << 20, 1 << 22, 1 << 24] {
-                let mut t = Vec::new();
-                for _ in 0..4 {
-                    let r = c.run(&Job::new(id, n).device_input(&dev, 64), T).unwrap();
-                    t.push(r.run_ns as f64 / 1e3);
-                }
-                t.remove(0);
-                let us = pct(&mut t, 0.5);
-                eprintln!(
-                    "{name} n={n}: {us:.1} us, {:.2} G records/s",
-                    n as f64 / us / 1e3
-                );
-                rows.push(json!({"prog": name, "n": n, "run_us": us}));
-            }
-        }
-        res.insert("scan".into(), json!(rows));
-        save(&res);
-        svc.stop(false);
-        return;
-    }
     res.insert(
         "first_generation".into(),
         serde_json::to_value(times).unwrap(),

@@ -729,7 +729,7 @@ fn lower_insn(
                 (Size::W, true) => "ld.s32",
             };
             if cx.opts.unaligned && size != Size::B && src != FRAME_PTR {
-                load_bytes(f, op, r(dst), r(src), insn.off as i64, size, sign_extend);
+                load_bytes(f, r(dst), r(src), insn.off as i64, size, sign_extend);
             } else if let Some(a) = stack_addr(cx.depth, src, insn.off, size) {
                 f.push(local_op(op), [r(dst).into(), a]);
             } else {
@@ -752,7 +752,7 @@ fn lower_insn(
                 }
             };
             if cx.opts.unaligned && size != Size::B && dst != FRAME_PTR {
-                store_bytes(f, op, r(dst), insn.off as i64, size, v);
+                store_bytes(f, r(dst), insn.off as i64, size, v);
             } else if let Some(a) = stack_addr(cx.depth, dst, insn.off, size) {
                 f.push(local_op(op), [a, v.into()]);
             } else {
@@ -863,86 +863,33 @@ enum Space {
     Unknown,
 }
 
-/// Whether `base + off` is a multiple of `size`: the predicate of the direct access in
-/// [`JitOptions::unaligned`] mode.
-fn aligned_pred(f: &mut Function, base: Reg, off: i64, size: Size) -> Reg {
-    let a = f.reg(RegClass::B64);
-    f.push("add.s64", [a.into(), base.into(), imm(off)]);
-    f.push(
-        "and.b64",
-        [a.into(), a.into(), imm(size.bytes() as i64 - 1)],
-    );
-    let p = f.reg(RegClass::Pred);
-    f.push("setp.eq.u64", [p.into(), a.into(), imm(0)]);
-    p
-}
-
-/// A load for [`JitOptions::unaligned`]: one direct load when the address is aligned, else
-/// assembled from byte loads (little-endian). Both paths are predicated, no branch.
-fn load_bytes(
-    f: &mut Function,
-    op: &'static str,
-    d: Reg,
-    base: Reg,
-    off: i64,
-    size: Size,
-    sign_extend: bool,
-) {
-    let p = aligned_pred(f, base, off, size);
-    let direct = f.reg(RegClass::B64);
-    f.push_if(
-        p,
-        true,
-        op,
-        [direct.into(), Operand::Addr(base, off as i32)],
-    );
+/// A load assembled from byte loads (little-endian), for [`JitOptions::unaligned`].
+fn load_bytes(f: &mut Function, d: Reg, base: Reg, off: i64, size: Size, sign_extend: bool) {
     let n = size.bytes() as i64;
     let acc = f.reg(RegClass::B64);
-    f.push_if(
-        p,
-        false,
-        "ld.u8",
-        [acc.into(), Operand::Addr(base, off as i32)],
-    );
+    f.push("ld.u8", [acc.into(), Operand::Addr(base, off as i32)]);
     for k in 1..n {
         let t = f.reg(RegClass::B64);
-        f.push_if(
-            p,
-            false,
-            "ld.u8",
-            [t.into(), Operand::Addr(base, (off + k) as i32)],
-        );
-        f.push_if(p, false, "shl.b64", [t.into(), t.into(), imm(8 * k)]);
-        f.push_if(p, false, "or.b64", [acc.into(), acc.into(), t.into()]);
+        f.push("ld.u8", [t.into(), Operand::Addr(base, (off + k) as i32)]);
+        f.push("shl.b64", [t.into(), t.into(), imm(8 * k)]);
+        f.push("or.b64", [acc.into(), acc.into(), t.into()]);
     }
     if sign_extend && n < 8 {
         let sh = 64 - 8 * n;
-        f.push_if(p, false, "shl.b64", [acc.into(), acc.into(), imm(sh)]);
-        f.push_if(p, false, "shr.s64", [acc.into(), acc.into(), imm(sh)]);
+        f.push("shl.b64", [acc.into(), acc.into(), imm(sh)]);
+        f.push("shr.s64", [d.into(), acc.into(), imm(sh)]);
+    } else {
+        f.push("mov.b64", [d.into(), acc.into()]);
     }
-    f.push("selp.b64", [d.into(), direct.into(), acc.into(), p.into()]);
 }
 
-/// A store for [`JitOptions::unaligned`]: one direct store when the address is aligned,
-/// else byte stores (little-endian).
-fn store_bytes(f: &mut Function, op: &'static str, base: Reg, off: i64, size: Size, v: Reg) {
-    let p = aligned_pred(f, base, off, size);
-    f.push_if(p, true, op, [Operand::Addr(base, off as i32), v.into()]);
-    f.push_if(
-        p,
-        false,
-        "st.u8",
-        [Operand::Addr(base, off as i32), v.into()],
-    );
+/// A store split into byte stores (little-endian), for [`JitOptions::unaligned`].
+fn store_bytes(f: &mut Function, base: Reg, off: i64, size: Size, v: Reg) {
+    f.push("st.u8", [Operand::Addr(base, off as i32), v.into()]);
     for k in 1..size.bytes() as i64 {
         let t = f.reg(RegClass::B64);
-        f.push_if(p, false, "shr.u64", [t.into(), v.into(), imm(8 * k)]);
-        f.push_if(
-            p,
-            false,
-            "st.u8",
-            [Operand::Addr(base, (off + k) as i32), t.into()],
-        );
+        f.push("shr.u64", [t.into(), v.into(), imm(8 * k)]);
+        f.push("st.u8", [Operand::Addr(base, (off + k) as i32), t.into()]);
     }
 }
 
