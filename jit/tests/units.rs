@@ -108,7 +108,7 @@ fn stack_atomics_are_plain_memory_operations() {
 }
 
 #[test]
-fn unaligned_option_splits_accesses_into_bytes() {
+fn unaligned_option_splits_misaligned_accesses_into_bytes() {
     let src = "r2 = *(u32 *)(r1 + 1)\n*(u16 *)(r1 + 3) = r2\nr3 = *(s16 *)(r1 + 5)\nr0 = *(u64 *)(r10 - 8)\nexit";
     let p = Program::from_insns("u", assemble(src).unwrap());
     let aligned = jit::compile(&p, &JitOptions::default()).unwrap().text();
@@ -120,12 +120,22 @@ fn unaligned_option_splits_accesses_into_bytes() {
         ..JitOptions::default()
     };
     let t = jit::compile(&p, &opts).unwrap().text();
-    assert!(
-        !t.contains("ld.u32") && !t.contains("st.u16") && !t.contains("ld.s16"),
-        "{t}"
-    );
+    // Each access: the direct one when the address is aligned, byte accesses on a branch
+    // taken when it is not.
+    for direct in [
+        "ld.u32 %rd2, [%rd1+1];",
+        "st.u16 [%rd1+3], %rd2;",
+        "ld.s16 %rd3, [%rd1+5];",
+    ] {
+        assert!(t.contains(direct), "{direct}: {t}");
+    }
     assert_eq!(t.matches("ld.u8").count(), 4 + 2, "{t}");
     assert_eq!(t.matches("st.u8").count(), 2, "{t}");
+    assert_eq!(
+        t.matches("setp.ne.u64").count(),
+        3,
+        "one alignment test per access: {t}"
+    );
     // Stack accesses stay whole: r10-relative offsets are aligned by the verifier; they
     // address the frame's `.local` array directly (frame of 16 bytes: r10 - 8 = stack + 8).
     assert!(t.contains("ld.local.u64 %rd0, [stack+8];"), "{t}");

@@ -729,7 +729,7 @@ fn lower_insn(
                 (Size::W, true) => "ld.s32",
             };
             if cx.opts.unaligned && size != Size::B && src != FRAME_PTR {
-                load_bytes(f, r(dst), r(src), insn.off as i64, size, sign_extend);
+                load_bytes(f, op, r(dst), r(src), insn.off as i64, size, sign_extend);
             } else if let Some(a) = stack_addr(cx.depth, src, insn.off, size) {
                 f.push(local_op(op), [r(dst).into(), a]);
             } else {
@@ -752,7 +752,7 @@ fn lower_insn(
                 }
             };
             if cx.opts.unaligned && size != Size::B && dst != FRAME_PTR {
-                store_bytes(f, r(dst), insn.off as i64, size, v);
+                store_bytes(f, op, r(dst), insn.off as i64, size, v);
             } else if let Some(a) = stack_addr(cx.depth, dst, insn.off, size) {
                 f.push(local_op(op), [a, v.into()]);
             } else {
@@ -863,8 +863,42 @@ enum Space {
     Unknown,
 }
 
-/// A load assembled from byte loads (little-endian), for [`JitOptions::unaligned`].
-fn load_bytes(f: &mut Function, d: Reg, base: Reg, off: i64, size: Size, sign_extend: bool) {
+/// Branches to a fresh label when `base + off` is not a multiple of `size`; returns that
+/// label (the slow path) and the join label, for [`JitOptions::unaligned`] accesses.
+fn unless_aligned(
+    f: &mut Function,
+    base: Reg,
+    off: i64,
+    size: Size,
+) -> (crate::ptx::Label, crate::ptx::Label) {
+    let a = f.reg(RegClass::B64);
+    f.push("add.s64", [a.into(), base.into(), imm(off)]);
+    f.push(
+        "and.b64",
+        [a.into(), a.into(), imm(size.bytes() as i64 - 1)],
+    );
+    let p = f.reg(RegClass::Pred);
+    f.push("setp.ne.u64", [p.into(), a.into(), imm(0)]);
+    let (slow, join) = (f.label(), f.label());
+    f.bra(slow, Some((p, true)));
+    (slow, join)
+}
+
+/// A load for [`JitOptions::unaligned`]: one direct load when the address is aligned (the
+/// common case), else, on a branch of its own, assembled from byte loads (little-endian).
+fn load_bytes(
+    f: &mut Function,
+    op: &'static str,
+    d: Reg,
+    base: Reg,
+    off: i64,
+    size: Size,
+    sign_extend: bool,
+) {
+    let (slow, join) = unless_aligned(f, base, off, size);
+    f.push(op, [d.into(), Operand::Addr(base, off as i32)]);
+    f.bra(join, None);
+    f.place(slow);
     let n = size.bytes() as i64;
     let acc = f.reg(RegClass::B64);
     f.push("ld.u8", [acc.into(), Operand::Addr(base, off as i32)]);
@@ -881,16 +915,23 @@ fn load_bytes(f: &mut Function, d: Reg, base: Reg, off: i64, size: Size, sign_ex
     } else {
         f.push("mov.b64", [d.into(), acc.into()]);
     }
+    f.place(join);
 }
 
-/// A store split into byte stores (little-endian), for [`JitOptions::unaligned`].
-fn store_bytes(f: &mut Function, base: Reg, off: i64, size: Size, v: Reg) {
+/// A store for [`JitOptions::unaligned`]: one direct store when the address is aligned,
+/// else, on a branch of its own, byte stores (little-endian).
+fn store_bytes(f: &mut Function, op: &'static str, base: Reg, off: i64, size: Size, v: Reg) {
+    let (slow, join) = unless_aligned(f, base, off, size);
+    f.push(op, [Operand::Addr(base, off as i32), v.into()]);
+    f.bra(join, None);
+    f.place(slow);
     f.push("st.u8", [Operand::Addr(base, off as i32), v.into()]);
     for k in 1..size.bytes() as i64 {
         let t = f.reg(RegClass::B64);
         f.push("shr.u64", [t.into(), v.into(), imm(8 * k)]);
         f.push("st.u8", [Operand::Addr(base, (off + k) as i32), t.into()]);
     }
+    f.place(join);
 }
 
 /// Immediate as the 64-bit operand value (sign-extended).
