@@ -137,79 +137,30 @@ fn handle(svc: &Arc<Service>, req: Request) -> (Reply, After) {
             client,
             generation,
             len,
-        } => match check_client(svc, client, generation) {
-            Err(e) => err(e),
-            Ok(owner) => {
-                let r = svc
-                    .state
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .arena
-                    .alloc(len, owner);
-                match r {
-                    Ok(off) => ok(serde_json::json!({ "off": off })),
-                    Err(e) => err(e.to_string()),
-                }
-            }
-        },
+        } => buffer_op(svc, client, generation, Pool::Shared, |a, o| {
+            a.alloc(len, o).map(|off| serde_json::json!({ "off": off }))
+        }),
         Request::Free {
             client,
             generation,
             off,
-        } => match check_client(svc, client, generation) {
-            Err(e) => err(e),
-            Ok(owner) => {
-                let r = svc
-                    .state
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .arena
-                    .free(off, owner);
-                match r {
-                    Ok(_) => ok(()),
-                    Err(e) => err(e.to_string()),
-                }
-            }
-        },
+        } => buffer_op(svc, client, generation, Pool::Shared, |a, o| {
+            a.free(off, o).map(|_| serde_json::Value::Null)
+        }),
         Request::DeviceAlloc {
             client,
             generation,
             len,
-        } => match check_client(svc, client, generation) {
-            Err(e) => err(e),
-            Ok(_) if svc.with_cuda(|_| ()).is_none() => err(NO_GPU),
-            Ok(owner) => {
-                let r = svc
-                    .state
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .device_arena
-                    .alloc(len, owner);
-                match r {
-                    Ok(off) => ok(serde_json::json!({ "off": off })),
-                    Err(e) => err(format!("device arena: {e}")),
-                }
-            }
-        },
+        } => buffer_op(svc, client, generation, Pool::Device, |a, o| {
+            a.alloc(len, o).map(|off| serde_json::json!({ "off": off }))
+        }),
         Request::DeviceFree {
             client,
             generation,
             off,
-        } => match check_client(svc, client, generation) {
-            Err(e) => err(e),
-            Ok(owner) => {
-                let r = svc
-                    .state
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .device_arena
-                    .free(off, owner);
-                match r {
-                    Ok(_) => ok(()),
-                    Err(e) => err(format!("device arena: {e}")),
-                }
-            }
-        },
+        } => buffer_op(svc, client, generation, Pool::Device, |a, o| {
+            a.free(off, o).map(|_| serde_json::Value::Null)
+        }),
         Request::DeviceCopy {
             client,
             generation,
@@ -255,6 +206,49 @@ fn handle(svc: &Arc<Service>, req: Request) -> (Reply, After) {
         }
     };
     (reply, None)
+}
+
+/// Which buffer arena a request names.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Pool {
+    /// The shared-memory arena.
+    Shared,
+    /// The CUDA backend's device arena.
+    Device,
+}
+
+/// `alloc`/`free` of a client's buffer in one of the arenas.
+fn buffer_op(
+    svc: &Service,
+    client: u32,
+    generation: u32,
+    pool: Pool,
+    op: impl FnOnce(
+        &mut shm_maps::arena::Arena,
+        Owner,
+    ) -> Result<serde_json::Value, shm_maps::arena::ArenaError>,
+) -> Reply {
+    let owner = match check_client(svc, client, generation) {
+        Ok(o) => o,
+        Err(e) => return err(e),
+    };
+    if pool == Pool::Device && svc.with_cuda(|_| ()).is_none() {
+        return err(NO_GPU);
+    }
+    let mut st = svc.state.lock().unwrap_or_else(|p| p.into_inner());
+    let (arena, what) = match pool {
+        Pool::Shared => (&mut st.arena, "arena"),
+        Pool::Device => (&mut st.device_arena, "device arena"),
+    };
+    match op(arena, owner) {
+        Ok(v) => Reply {
+            ok: true,
+            data: v,
+            error: None,
+        },
+        Err(e) if pool == Pool::Device => err(format!("{what}: {e}")),
+        Err(e) => err(e.to_string()),
+    }
 }
 
 fn check_client(svc: &Service, slot: u32, generation: u32) -> Result<Owner, String> {

@@ -1568,40 +1568,12 @@ fn entry_wrapper(name: &str, main: &Function) -> Function {
     let pr = f.reg(RegClass::Pred);
     f.push("setp.ge.u64", [pr.into(), i.into(), n.into()]);
     f.push_if(pr, true, "ret", []);
-    let st = |f: &mut Function, off: i64, v: Reg| {
-        f.push(
-            "st.local.u64",
-            [Operand::SymAddr(&"jobctx", off as i32), v.into()],
-        );
-    };
-    let mut fields = [i; 10];
-    for (k, (base, size, off)) in [
-        ("in_base", "in_size", JobCtx::DATA),
-        ("out_base", "out_size", JobCtx::OUT),
-    ]
-    .into_iter()
-    .enumerate()
-    {
-        let b = p(&mut f, base);
-        let s = p(&mut f, size);
-        let start = f.reg(RegClass::B64);
-        f.push("mad.lo.s64", [start.into(), i.into(), s.into(), b.into()]);
-        let endp = f.reg(RegClass::B64);
-        f.push("add.s64", [endp.into(), start.into(), s.into()]);
-        st(&mut f, off, start);
-        st(&mut f, off + 8, endp);
-        fields[2 * k] = start;
-        fields[2 * k + 1] = endp;
-    }
-    st(&mut f, JobCtx::INDEX, i);
-    st(&mut f, JobCtx::N, n);
-    fields[4] = i;
-    fields[5] = n;
-    for (k, a) in ["arg0", "arg1", "arg2", "arg3"].into_iter().enumerate() {
-        let v = p(&mut f, a);
-        st(&mut f, JobCtx::ARGS + 8 * k as i64, v);
-        fields[6 + k] = v;
-    }
+    let vals: Vec<Reg> = ["in_base", "in_size", "out_base", "out_size"]
+        .into_iter()
+        .map(|q| p(&mut f, q))
+        .collect();
+    let args = ["arg0", "arg1", "arg2", "arg3"].map(|q| p(&mut f, q));
+    let fields = ctx_words(&mut f, i, [vals[0], vals[1], vals[2], vals[3]], n, args);
     let res = p(&mut f, "results");
     let no_res = f.reg(RegClass::Pred);
     f.push("setp.eq.u64", [no_res.into(), res.into(), imm(0)]);
@@ -1631,6 +1603,39 @@ fn entry_wrapper(name: &str, main: &Function) -> Function {
         looped: None,
     });
     f
+}
+
+/// The ten job-ctx words of record `i` (`JobCtx` order) in registers, also stored to the
+/// `jobctx` local array (dropped by the printer when nothing reads the ctx pointer):
+/// `bufs` = in_base, in_size, out_base, out_size.
+fn ctx_words(f: &mut Function, i: Reg, bufs: [Reg; 4], n: Reg, args: [Reg; 4]) -> [Reg; 10] {
+    let st = |f: &mut Function, off: i64, v: Reg| {
+        f.push(
+            "st.local.u64",
+            [Operand::SymAddr(&"jobctx", off as i32), v.into()],
+        );
+    };
+    let mut fields = [i; 10];
+    for (k, off) in [JobCtx::DATA, JobCtx::OUT].into_iter().enumerate() {
+        let (b, sz) = (bufs[2 * k], bufs[2 * k + 1]);
+        let start = f.reg(RegClass::B64);
+        f.push("mad.lo.s64", [start.into(), i.into(), sz.into(), b.into()]);
+        let endp = f.reg(RegClass::B64);
+        f.push("add.s64", [endp.into(), start.into(), sz.into()]);
+        st(f, off, start);
+        st(f, off + 8, endp);
+        fields[2 * k] = start;
+        fields[2 * k + 1] = endp;
+    }
+    st(f, JobCtx::INDEX, i);
+    st(f, JobCtx::N, n);
+    fields[4] = i;
+    fields[5] = n;
+    for (k, a) in args.into_iter().enumerate() {
+        st(f, JobCtx::ARGS + 8 * k as i64, a);
+        fields[6 + k] = a;
+    }
+    fields
 }
 
 /// The chunk loop of [`crate::JitOptions::chunk_loop`]: `.func (.param .b64 ret)
@@ -1676,37 +1681,8 @@ fn loop_wrapper(name: &str, main: &Function) -> Function {
     let pr = f.reg(RegClass::Pred);
     f.push("setp.ge.u64", [pr.into(), i.into(), end.into()]);
     f.bra(done, Some((pr, true)));
-    let st = |f: &mut Function, off: i64, v: Reg| {
-        f.push(
-            "st.local.u64",
-            [Operand::SymAddr(&"jobctx", off as i32), v.into()],
-        );
-    };
-    let mut fields = [i; 10];
-    for (k, (b, sz, off)) in [
-        (in_base, in_size, JobCtx::DATA),
-        (out_base, out_size, JobCtx::OUT),
-    ]
-    .into_iter()
-    .enumerate()
-    {
-        let start = f.reg(RegClass::B64);
-        f.push("mad.lo.s64", [start.into(), i.into(), sz.into(), b.into()]);
-        let endp = f.reg(RegClass::B64);
-        f.push("add.s64", [endp.into(), start.into(), sz.into()]);
-        st(&mut f, off, start);
-        st(&mut f, off + 8, endp);
-        fields[2 * k] = start;
-        fields[2 * k + 1] = endp;
-    }
-    st(&mut f, JobCtx::INDEX, i);
-    st(&mut f, JobCtx::N, n);
-    fields[4] = i;
-    fields[5] = n;
-    for k in 0..4 {
-        st(&mut f, JobCtx::ARGS + 8 * k as i64, vals[5 + k]);
-        fields[6 + k] = vals[5 + k];
-    }
+    let args = [vals[5], vals[6], vals[7], vals[8]];
+    let fields = ctx_words(&mut f, i, [in_base, in_size, out_base, out_size], n, args);
     let slot = f.reg(RegClass::B64);
     f.push("mad.lo.s64", [slot.into(), i.into(), imm(8), res.into()]);
     let ctx = f.reg(RegClass::B64);
