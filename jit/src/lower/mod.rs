@@ -1683,22 +1683,6 @@ fn loop_wrapper(name: &str, main: &Function) -> Function {
     f.bra(done, Some((pr, true)));
     let args = [vals[5], vals[6], vals[7], vals[8]];
     let fields = ctx_words(&mut f, i, [in_base, in_size, out_base, out_size], n, args);
-    // Prefetch the next step's input record into L2 (its first and last byte), so its
-    // loads overlap this record's work: one record at a time per lane is otherwise one
-    // memory latency per record.
-    let nx = f.reg(RegClass::B64);
-    f.push("add.s64", [nx.into(), i.into(), stride.into()]);
-    let more = f.reg(RegClass::Pred);
-    f.push("setp.lt.u64", [more.into(), nx.into(), end.into()]);
-    let na = f.reg(RegClass::B64);
-    f.push(
-        "mad.lo.s64",
-        [na.into(), nx.into(), in_size.into(), in_base.into()],
-    );
-    f.push_if(more, true, "prefetch.L2", [Operand::Addr(na, 0)]);
-    let nl = f.reg(RegClass::B64);
-    f.push("add.s64", [nl.into(), na.into(), in_size.into()]);
-    f.push_if(more, true, "prefetch.L2", [Operand::Addr(nl, -1)]);
     let slot = f.reg(RegClass::B64);
     f.push("mad.lo.s64", [slot.into(), i.into(), imm(8), res.into()]);
     let ctx = f.reg(RegClass::B64);
