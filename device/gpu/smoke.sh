@@ -34,6 +34,19 @@ import struct
 d=open('$OUT/big.bin','rb').read(); o=open('$OUT/big_out.bin','rb').read()
 ok=all(struct.unpack_from('<I',o,4*i)[0]==(sum(struct.unpack_from('<II',d,8*i))&0xffffffff) for i in range(100000))
 print('big job outputs', 'match' if ok else 'DIFFER'); exit(0 if ok else 1)" && echo "ok: 100k-record job" || { echo "FAIL: 100k-record job"; fail=1; }
+# `records` (a per-thread array) lives in GPU memory by default: map dump reads it from the
+# GPU, and the per-thread counts add up to the records run so far (4 + 100,000).
+"$BIN" map dump --name "$name" records --json >"$OUT/dump1.json"
+python3 -c "
+import json,struct
+d=json.load(open('$OUT/dump1.json')); v=bytes.fromhex(d['entries'][0][1])
+total=sum(struct.unpack_from('<Q',v,8*i)[0] for i in range(len(v)//8))
+print('per-thread record counts add up to', total); exit(0 if total==100004 else 1)" && echo "ok: device map dump" || { echo "FAIL: device map dump"; fail=1; }
+# map update writes thread 0's value in GPU memory; the next dump shows it.
+"$BIN" map update --name "$name" records 00000000 2a00000000000000
+"$BIN" map dump --name "$name" records --json >"$OUT/dump2.json"
+check 'python3 -c "import json; v=json.load(open(\"$OUT/dump2.json\"))[\"entries\"][0][1]; exit(0 if v.startswith(\"2a00000000000000\") else 1)"' "device map update"
+grep -q '"placement": "device"' <("$BIN" list --name "$name" --json) && echo "ok: list shows the placement" || { echo "FAIL: list shows the placement"; fail=1; }
 sleep 0.5
 "$BIN" status --name "$name" --json >"$OUT/status1.json"; cat "$OUT/status1.json"; echo
 check 'grep -q "\"tier\": \"native\"" "$OUT/status1.json"' "program moved to the native tier"

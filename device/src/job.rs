@@ -147,6 +147,18 @@ impl JobRunner<'_> {
             )
         })?;
         cm.prog_version = prog.version;
+        if let Some(k) = prog.device_maps.iter().position(|d| *d) {
+            return Err(refuse(
+                status::BAD_DESCRIPTOR,
+                format!(
+                    "program `{}` keeps map `{}` in GPU memory, so the host cannot run this job: \
+                     jobs of such programs run on the GPU only (no VARLEN or STOP_ON_ERROR, \
+                     valid buffers)",
+                    prog.name,
+                    prog.program.maps.get(k).map_or("?", |m| m.name.as_str())
+                ),
+            ));
+        }
         let max = region.header().max_records as u64;
         if d.n > max {
             return Err(refuse(

@@ -32,6 +32,9 @@ pub struct Installed {
     pub selector: Option<String>,
     /// Deepest stack use along any call chain, from the verifier (bytes).
     pub stack_depth: u32,
+    /// Per map (like `maps`): whether it lives in GPU memory (CUDA backend). Such a program
+    /// cannot run on the host: its maps' arena storage is only a mirror.
+    pub device_maps: Vec<bool>,
 }
 
 /// The table. Readers (workers) take a read lock for a pointer copy; writers (the control

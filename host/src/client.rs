@@ -367,12 +367,25 @@ impl Client {
         prog: Option<&str>,
         name: Option<&str>,
     ) -> Result<ProgramInfo, ClientError> {
+        self.load_file_placed(path, prog, name, &[])
+    }
+
+    /// Like [`Client::load_file_as`], choosing where maps live: `MAP=device` or `MAP=shm`
+    /// (CUDA backend; see `Request::Load`).
+    pub fn load_file_placed(
+        &mut self,
+        path: &Path,
+        prog: Option<&str>,
+        name: Option<&str>,
+        placement: &[String],
+    ) -> Result<ProgramInfo, ClientError> {
         let (file, object_hex) = Self::object(path)?;
         self.typed(&Request::Load {
             file,
             object_hex,
             prog: prog.map(str::to_string),
             name: name.map(str::to_string),
+            placement: placement.to_vec(),
         })
     }
 
@@ -388,6 +401,7 @@ impl Client {
             object_hex: crate::hex::encode(bytes),
             prog: None,
             name: name.map(str::to_string),
+            placement: Vec::new(),
         })
     }
 
@@ -451,6 +465,11 @@ impl Client {
             .region
             .find_map(name)
             .ok_or_else(|| ClientError::Service(format!("no map `{name}` in the directory")))?;
+        if e.flags & shm_maps::layout::MAP_FLAG_DEVICE != 0 {
+            return Err(ClientError::Service(format!(
+                "map `{name}` lives in GPU memory: read it with `map dump` (Client::map_dump)"
+            )));
+        }
         let kind = ebpf::MapKind::from_id(e.kind).ok_or_else(|| {
             ClientError::Protocol(format!("map `{name}` has unknown kind {}", e.kind))
         })?;

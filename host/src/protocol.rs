@@ -34,6 +34,10 @@ pub enum Request {
         prog: Option<String>,
         /// Name to install it under (default: the function name).
         name: Option<String>,
+        /// Where maps live, as `MAP=device` or `MAP=shm` (CUDA backend; the default puts
+        /// per-thread arrays in GPU memory and every other map in shared memory).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        placement: Vec<String>,
     },
     /// Hot-swap the program installed as `name`.
     Replace {
@@ -158,6 +162,9 @@ pub struct MapInfo {
     pub value_size: u32,
     /// Entries.
     pub max_entries: u32,
+    /// `shm` (the shared region) or `device` (GPU memory, CUDA backend).
+    #[serde(default)]
+    pub placement: String,
 }
 
 /// An installed program.

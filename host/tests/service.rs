@@ -518,3 +518,41 @@ fn stop_now_cancels_queued_jobs_but_completes_every_one() {
     assert!(cancelled > 0, "--now cancelled the queued jobs");
     run.svc.wait();
 }
+
+/// Map placement: on the CPU backend every map is shared, `device` is refused with the
+/// reason, and a bad placement names what was expected.
+#[test]
+fn map_placement_on_the_cpu_backend() {
+    let name = format!("bpftime-test-place-{}", std::process::id());
+    let _svc = start(config(&name));
+    let mut c = Client::connect(&name).unwrap();
+    let obj = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/vec_add.bpf.o");
+    let e = c
+        .load_file_placed(&obj, None, None, &["records=device".into()])
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("needs the CUDA backend"), "{e}");
+    let e = c
+        .load_file_placed(&obj, None, None, &["records=gpu".into()])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("`gpu` is not a placement (device or shm)"),
+        "{e}"
+    );
+    let e = c
+        .load_file_placed(&obj, None, None, &["nosuch=shm".into()])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("no map `nosuch`") && e.contains("records"),
+        "{e}"
+    );
+    let p = c
+        .load_file_placed(&obj, None, None, &["records=shm".into()])
+        .unwrap();
+    assert_eq!(p.maps[0].placement, "shm");
+    // The per-thread array's default on the CPU backend is shared memory too.
+    let p = c.load_file_as(&obj, None, Some("again")).unwrap();
+    assert_eq!(p.maps[0].placement, "shm");
+}

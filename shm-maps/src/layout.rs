@@ -311,6 +311,11 @@ pub struct Message {
     pub text: [u8; 240],
 }
 
+/// Bit of [`MapEntry::flags`]: the map lives in GPU memory (CUDA backend); its storage in the
+/// arena is the service's host mirror, refreshed only by `map dump`, so other processes
+/// must not attach to it.
+pub const MAP_FLAG_DEVICE: u32 = 1 << 31;
+
 /// A map in the directory; its storage lives in the arena.
 #[repr(C, align(128))]
 pub struct MapEntry {

@@ -239,6 +239,25 @@ impl CudaBackend {
         }
     }
 
+    /// Copies bytes `[off, off + len)` of device map `map` (`program:map`) between GPU
+    /// memory and its arena mirror.
+    pub fn map_sync(&self, map: &str, to_device: bool, off: u64, len: u64) -> Result<(), String> {
+        let mut l = lock(&self.shared.link);
+        let link = l
+            .as_mut()
+            .ok_or("the GPU worker is restarting; try again")?;
+        match link.request(&Cmd::MapSync {
+            map: map.to_string(),
+            to_device,
+            off,
+            len,
+        })? {
+            Msg::Ack { error: None } => Ok(()),
+            Msg::Ack { error: Some(e) } => Err(e),
+            other => Err(format!("unexpected reply {other:?}")),
+        }
+    }
+
     /// GPU facts for `status` (the last known ones while the worker restarts).
     pub fn status(&self) -> CudaStatus {
         let s = &self.shared;
@@ -394,6 +413,14 @@ impl Shared {
                 selector: p.selector.clone(),
                 object_hex: hex(&p.object),
                 stack_depth: p.stack_depth,
+                device_maps: p
+                    .program
+                    .maps
+                    .iter()
+                    .zip(&p.device_maps)
+                    .filter(|(_, d)| **d)
+                    .map(|(m, _)| m.name.clone())
+                    .collect(),
             },
             None => Cmd::Unload { id },
         };
@@ -934,6 +961,53 @@ mod tests {
                 .load(Ordering::Acquire),
             0
         );
+    }
+
+    #[test]
+    fn the_host_refuses_jobs_of_programs_with_maps_in_gpu_memory() {
+        let s = shared(&format!("bpftime-test-devmap-{}", std::process::id()));
+        let def = ebpf::MapDef {
+            name: "counts".into(),
+            kind: ebpf::MapKind::PerThreadArray,
+            key_size: 4,
+            value_size: 8,
+            max_entries: 1,
+            flags: 0,
+            origin: ebpf::MapOrigin::Manual,
+            init: None,
+        };
+        let map = ebpf::maps::create_local(&def, 1).unwrap();
+        let mut program =
+            ebpf::Program::from_insns("p", ebpf::asm::assemble("r0 = 0\nexit").unwrap());
+        program.maps.push(def);
+        let vm = ebpf::interp::Vm::new(&program, vec![map.clone()]).unwrap();
+        s.table.install(crate::programs::Installed {
+            id: 1,
+            name: "p".into(),
+            version: 1,
+            program,
+            vm,
+            maps: vec![map],
+            object: Arc::new(Vec::new()),
+            selector: None,
+            stack_depth: 0,
+            device_maps: vec![true],
+        });
+        // A job the GPU forwarded (say, STOP_ON_ERROR): the host must not run it on the
+        // mirror of a GPU map.
+        submit(&s, 3, 9, 1);
+        let mut d = gpu_take(&s, true, true);
+        d.flags |= job_flags::STOP_ON_ERROR;
+        s.region.queue().release(0);
+        let e = s.fwd(0);
+        // SAFETY: test-only write of the forward entry, as the GPU makes it.
+        unsafe { (*(e as *const FwdEntry as *mut FwdEntry)).desc = d };
+        e.seq.store(1, Ordering::Release);
+        assert_eq!(s.drain_fwd(usize::MAX), 1);
+        let c = s.region.read_completion(3).expect("completed");
+        assert_eq!(c.status, status::BAD_DESCRIPTOR);
+        let text = s.region.message(c.message).unwrap();
+        assert!(text.contains("keeps map `counts` in GPU memory"), "{text}");
     }
 
     #[test]

@@ -24,6 +24,7 @@
 //! | `unload`         | `ack`        | the id maps to nothing on the GPU (jobs go to the host) |
 //! | `swap`           | `swapped`    | builds and swaps a generation now                        |
 //! | `transfer`       | `ack`        | copies between the shared arena and device buffers       |
+//! | `map_sync`       | `ack`        | copies a device map to or from its arena mirror          |
 //! | `status`         | `status`     | generation, tiers, swap pauses                           |
 //! | `stop`           | `ack`        | the kernel drains and exits, then the worker             |
 //!
@@ -237,6 +238,22 @@ pub enum Cmd {
         object_hex: String,
         /// Verifier's deepest stack use, bytes.
         stack_depth: u32,
+        /// Its maps that live in GPU memory (names within the program). The worker copies
+        /// each from its arena mirror to device memory the first time it sees it.
+        #[serde(default)]
+        device_maps: Vec<String>,
+    },
+    /// Copy a device map between GPU memory and its arena mirror: bytes `[off, off + len)`
+    /// of the map's storage.
+    MapSync {
+        /// `program:map`.
+        map: String,
+        /// Mirror → GPU (true) or GPU → mirror.
+        to_device: bool,
+        /// Offset in the map's storage.
+        off: u64,
+        /// Bytes.
+        len: u64,
     },
     /// Program `id` is gone.
     Unload {

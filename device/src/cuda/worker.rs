@@ -127,7 +127,12 @@ struct Prog {
     /// Bytecode allocations in the code arena.
     allocs: Vec<u64>,
     tier: u32,
+    /// Its maps that live in GPU memory.
+    device_maps: Vec<String>,
 }
+
+/// Device maps: `program:map` → (device address, storage bytes).
+type DeviceMaps = HashMap<String, (u64, u64)>;
 
 /// A generation built off the critical path.
 struct Built {
@@ -156,6 +161,7 @@ struct Worker {
     grid: u32,
     next_entry: u32,
     installed: HashMap<u32, Prog>,
+    dev_maps: DeviceMaps,
     retired: Vec<u64>,
     generation: u32,
     swaps: u64,
@@ -299,6 +305,7 @@ impl Worker {
             grid: 0,
             next_entry: 0,
             installed: HashMap::new(),
+            dev_maps: HashMap::new(),
             retired: Vec::new(),
             generation: 0,
             swaps: 0,
@@ -382,7 +389,67 @@ impl Worker {
         name: &str,
         program: &ebpf::Program,
     ) -> Result<Vec<jit::MapBinding>, String> {
-        bindings(&self.region, self.region_dev, name, program)
+        bindings(&self.region, self.region_dev, &self.dev_maps, name, program)
+    }
+
+    /// Copies each of `p`'s device maps not on the GPU yet from its arena mirror.
+    fn place_maps(&mut self, p: &Prog) -> Result<(), String> {
+        let h = self.region.header();
+        for m in &p.device_maps {
+            let q = format!("{}:{m}", p.name);
+            if self.dev_maps.contains_key(&q) {
+                continue;
+            }
+            let e = self
+                .region
+                .find_map(&q)
+                .ok_or_else(|| format!("map `{q}` is not in the map directory"))?;
+            let mirror = self
+                .region
+                .read_arena(e.data_off, e.data_len)
+                .ok_or_else(|| format!("map `{q}` lies outside the arena"))?;
+            let _ = h;
+            let dev = self
+                .gpu
+                .alloc(e.data_len as usize)
+                .map_err(|e| e.to_string())?;
+            self.gpu
+                .upload(self.copy, dev, &mirror)
+                .map_err(|e| e.to_string())?;
+            tracing::info!(map = %q, bytes = e.data_len, "map placed in GPU memory");
+            self.dev_maps.insert(q, (dev, e.data_len));
+        }
+        Ok(())
+    }
+
+    /// `map_sync`: bytes `[off, off + len)` of device map `map` to or from its mirror.
+    fn map_sync(&self, map: &str, to_device: bool, off: u64, len: u64) -> Result<(), String> {
+        let &(dev, size) = self
+            .dev_maps
+            .get(map)
+            .ok_or_else(|| format!("map `{map}` is not in GPU memory"))?;
+        if off.checked_add(len).is_none_or(|e| e > size) {
+            return Err(format!(
+                "[{off}, +{len}) lies outside map `{map}` ({size} bytes)"
+            ));
+        }
+        let e = self
+            .region
+            .find_map(map)
+            .ok_or_else(|| format!("map `{map}` is not in the map directory"))?;
+        let p = self
+            .region
+            .arena_ptr(e.data_off + off, len)
+            .ok_or_else(|| format!("map `{map}` lies outside the arena"))?;
+        // SAFETY: `p..p+len` is inside the mirror's arena allocation (checked); the service
+        // holds its control lock for the map while it asks for the copy.
+        let bytes = unsafe { std::slice::from_raw_parts_mut(p.as_ptr(), len as usize) };
+        if to_device {
+            self.gpu.upload(self.copy, dev + off, bytes)
+        } else {
+            self.gpu.download(self.copy, bytes, dev + off)
+        }
+        .map_err(|e| e.to_string())
     }
 
     /// Publishes the instant tier of `p` (or the host tier if it cannot run on the GPU).
@@ -557,6 +624,20 @@ impl Worker {
                 self.gpu.unload(l);
             }
         }
+        // Device maps no installed program uses any more (no kernel runs now).
+        let live: std::collections::HashSet<String> = self
+            .installed
+            .values()
+            .flat_map(|p| p.device_maps.iter().map(move |m| format!("{}:{m}", p.name)))
+            .collect();
+        let gpu = self.gpu.clone();
+        self.dev_maps.retain(|k, (dev, _)| {
+            let keep = live.contains(k);
+            if !keep {
+                let _ = gpu.free(*dev);
+            }
+            keep
+        });
         times.unload_ns = t1.elapsed().as_nanos() as u64;
         let t2 = Instant::now();
         for (id, idx) in &publish {
@@ -636,13 +717,14 @@ impl Worker {
                 selector,
                 object_hex,
                 stack_depth,
+                device_maps,
             } => {
                 let r = hex_decode(&object_hex)
                     .and_then(|b| {
                         ebpf::elf::load(&b, &file, selector.as_deref()).map_err(|e| e.to_string())
                     })
                     .and_then(|program| {
-                        self.publish_instant(Prog {
+                        let p = Prog {
                             id,
                             version,
                             name,
@@ -650,10 +732,19 @@ impl Worker {
                             stack_depth,
                             allocs: Vec::new(),
                             tier: TIER_INTERP,
-                        })
+                            device_maps,
+                        };
+                        self.place_maps(&p)?;
+                        self.publish_instant(p)
                     });
                 Some(ack(r))
             }
+            Cmd::MapSync {
+                map,
+                to_device,
+                off,
+                len,
+            } => Some(ack(self.map_sync(&map, to_device, off, len))),
             Cmd::Unload { id } => Some(ack(self.unpublish(id).map_err(|e| e.to_string()))),
             Cmd::Swap => {
                 *swap_waiters += 1;
@@ -797,14 +888,19 @@ impl Worker {
                         Vec::new()
                     },
                 );
-                let (region, region_dev, trace) =
-                    (self.region.clone(), self.region_dev, self.params.trace_buf);
+                let (region, region_dev, trace, dev_maps) = (
+                    self.region.clone(),
+                    self.region_dev,
+                    self.params.trace_buf,
+                    self.dev_maps.clone(),
+                );
                 let btx = btx.clone();
                 std::thread::spawn(move || {
                     let progs: Vec<(Prog, Vec<jit::MapBinding>)> = progs
                         .into_iter()
                         .filter_map(|p| {
-                            let b = bindings(&region, region_dev, &p.name, &p.program).ok()?;
+                            let b = bindings(&region, region_dev, &dev_maps, &p.name, &p.program)
+                                .ok()?;
                             Some((p, b))
                         })
                         .collect();
@@ -821,9 +917,13 @@ impl Worker {
     }
 }
 
+/// The device address of each of `program`'s maps: in GPU memory for device maps (with
+/// `.gpu` atomics: the host never touches them while the kernel runs), else in the
+/// registered region.
 fn bindings(
     region: &ShmRegion,
     region_dev: u64,
+    dev_maps: &DeviceMaps,
     name: &str,
     program: &ebpf::Program,
 ) -> Result<Vec<jit::MapBinding>, String> {
@@ -836,9 +936,13 @@ fn bindings(
             let e = region
                 .find_map(&qualified)
                 .ok_or_else(|| format!("map `{qualified}` is not in the map directory"))?;
-            let mut b =
-                jit::MapBinding::for_def(def, region_dev + h.arena_off + e.data_off, e.threads);
+            let (base, scope) = match dev_maps.get(&qualified) {
+                Some(&(dev, _)) => (dev, jit::AtomicScope::Gpu),
+                None => (region_dev + h.arena_off + e.data_off, jit::AtomicScope::Sys),
+            };
+            let mut b = jit::MapBinding::for_def(def, base, e.threads);
             b.threads = e.threads.max(1);
+            b.scope = scope;
             Ok(b)
         })
         .collect()

@@ -162,8 +162,17 @@ fn print_program(p: &ProgramInfo) {
     );
     for m in &p.maps {
         println!(
-            "    map {}: {} key {} value {} entries {}",
-            m.name, m.kind, m.key_size, m.value_size, m.max_entries
+            "    map {}: {} key {} value {} entries {}{}",
+            m.name,
+            m.kind,
+            m.key_size,
+            m.value_size,
+            m.max_entries,
+            if m.placement == "device" {
+                ", in GPU memory"
+            } else {
+                ""
+            }
         );
     }
 }
@@ -190,13 +199,22 @@ pub struct LoadArgs {
     /// Install under this name (default: the function name).
     #[arg(long = "as")]
     install_as: Option<String>,
+    /// Where a map lives on the CUDA backend: `MAP=device` (GPU memory) or `MAP=shm` (the
+    /// shared region). Default: per-thread arrays in GPU memory, other maps shared.
+    #[arg(long = "map-placement", value_name = "MAP=device|shm")]
+    placement: Vec<String>,
 }
 
 /// Runs `load`.
 pub fn load(a: LoadArgs) -> Result<ExitCode> {
     let mut c = connect(&a.common.name)?;
     let p = c
-        .load_file_as(&a.file, a.prog.as_deref(), a.install_as.as_deref())
+        .load_file_placed(
+            &a.file,
+            a.prog.as_deref(),
+            a.install_as.as_deref(),
+            &a.placement,
+        )
         .with_context(|| format!("cannot load {}", a.file.display()))?;
     emit(a.common.json, &p, print_program)
 }

@@ -92,6 +92,7 @@ fn handle(svc: &Arc<Service>, req: Request) -> (Reply, After) {
             object_hex,
             prog,
             name,
+            placement,
         } => load(
             svc,
             &file,
@@ -99,13 +100,22 @@ fn handle(svc: &Arc<Service>, req: Request) -> (Reply, After) {
             prog.as_deref(),
             name.as_deref(),
             None,
+            &placement,
         ),
         Request::Replace {
             name,
             file,
             object_hex,
             prog,
-        } => load(svc, &file, &object_hex, prog.as_deref(), None, Some(&name)),
+        } => load(
+            svc,
+            &file,
+            &object_hex,
+            prog.as_deref(),
+            None,
+            Some(&name),
+            &[],
+        ),
         Request::Unload { prog } => match find(svc, &prog) {
             Some(p) => {
                 svc.table.remove(p.id);
@@ -117,14 +127,24 @@ fn handle(svc: &Arc<Service>, req: Request) -> (Reply, After) {
         },
         Request::List => ok(svc.programs()),
         Request::MapDump { map } => match find_map(svc, &map) {
-            Ok((qualified, m)) => ok(MapDump {
-                map: qualified,
-                entries: m
-                    .entries()
-                    .into_iter()
-                    .map(|(k, v)| (crate::hex::encode(&k), crate::hex::encode(&v)))
-                    .collect(),
-            }),
+            Ok((qualified, m)) => {
+                // A device map: bring the GPU's contents into the mirror first.
+                let synced = super::maps::device_span(svc, &qualified).map_or(Ok(()), |len| {
+                    svc.with_cuda(|b| b.map_sync(&qualified, false, 0, len))
+                        .unwrap_or_else(|| Err(NO_GPU.into()))
+                });
+                match synced {
+                    Err(e) => err(format!("cannot read map `{qualified}` from the GPU: {e}")),
+                    Ok(()) => ok(MapDump {
+                        map: qualified,
+                        entries: m
+                            .entries()
+                            .into_iter()
+                            .map(|(k, v)| (crate::hex::encode(&k), crate::hex::encode(&v)))
+                            .collect(),
+                    }),
+                }
+            }
             Err(e) => err(e),
         },
         Request::MapUpdate {
@@ -275,12 +295,18 @@ pub(super) fn info(p: &Installed) -> ProgramInfo {
         section: p.program.section.clone(),
         file: p.program.file.clone(),
         insns: p.program.insns.len(),
-        maps: p.program.maps.iter().map(map_info).collect(),
+        maps: p
+            .program
+            .maps
+            .iter()
+            .zip(p.device_maps.iter().chain(std::iter::repeat(&false)))
+            .map(|(d, on_gpu)| map_info(d, *on_gpu))
+            .collect(),
         tier: None,
     }
 }
 
-fn map_info(d: &ebpf::MapDef) -> MapInfo {
+fn map_info(d: &ebpf::MapDef, device: bool) -> MapInfo {
     MapInfo {
         name: d.name.clone(),
         kind: serde_json::to_value(d.kind)
@@ -290,6 +316,7 @@ fn map_info(d: &ebpf::MapDef) -> MapInfo {
         key_size: d.key_size,
         value_size: d.value_size,
         max_entries: d.max_entries,
+        placement: if device { "device" } else { "shm" }.into(),
     }
 }
 
@@ -350,6 +377,10 @@ fn map_update(svc: &Service, spec: &str, key_hex: &str, value_hex: &str, flags: 
             value.len()
         ));
     }
+    if let Some(len) = super::maps::device_span(svc, &name) {
+        return super::maps::update_device_map(svc, &name, &m, len, &key, &value, flags)
+            .map_or_else(err, ok);
+    }
     match m.update(&key, &value, flags, 0) {
         Ok(()) => ok(()),
         Err(e) => err(format!("update of map `{name}` failed: {e}")),
@@ -364,6 +395,7 @@ fn load(
     prog: Option<&str>,
     name: Option<&str>,
     replacing: Option<&str>,
+    placement: &[String],
 ) -> Reply {
     let bytes = match crate::hex::decode(object_hex) {
         Ok(b) => b,
@@ -402,7 +434,14 @@ fn load(
             p.id
         ));
     }
-    let maps = match super::maps::bind(svc, &mut st, &install_name, &program, old.as_deref()) {
+    let (maps, device_maps) = match super::maps::bind(
+        svc,
+        &mut st,
+        &install_name,
+        &program,
+        old.as_deref(),
+        placement,
+    ) {
         Ok(m) => m,
         Err(e) => return err(e),
     };
@@ -428,6 +467,7 @@ fn load(
         object: Arc::new(bytes),
         selector: prog.map(str::to_string),
         stack_depth,
+        device_maps,
     };
     let reply = info(&installed);
     svc.table.install(installed);

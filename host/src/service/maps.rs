@@ -18,6 +18,58 @@ pub(crate) struct Placed {
     map: Weak<dyn MapOps>,
     off: u64,
     dir: Option<u32>,
+    /// `program:map`.
+    pub name: String,
+    /// Storage size in bytes.
+    pub len: u64,
+    /// In GPU memory (the arena storage is the host mirror).
+    pub device: bool,
+}
+
+/// The placement a load asks for: `MAP=device` or `MAP=shm` for maps of `program`.
+fn requested(program: &Program, placement: &[String]) -> Result<Vec<(String, bool)>, String> {
+    placement
+        .iter()
+        .map(|p| {
+            let (m, w) = p
+                .split_once('=')
+                .ok_or_else(|| format!("map placement `{p}`: expected MAP=device or MAP=shm"))?;
+            let device = match w {
+                "device" => true,
+                "shm" => false,
+                other => {
+                    return Err(format!(
+                        "map placement `{p}`: `{other}` is not a placement (device or shm)"
+                    ));
+                }
+            };
+            if !program.maps.iter().any(|d| d.name == m) {
+                return Err(format!(
+                    "map placement `{p}`: the program has no map `{m}` (it has {})",
+                    program
+                        .maps
+                        .iter()
+                        .map(|d| d.name.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ));
+            }
+            Ok((m.to_string(), device))
+        })
+        .collect()
+}
+
+/// Whether `def` goes to GPU memory: as asked, else the default for its kind.
+fn placement_of(svc: &Service, def: &MapDef, asked: &[(String, bool)]) -> Result<bool, String> {
+    let cuda = svc.with_cuda(|_| ()).is_some();
+    match asked.iter().find(|(m, _)| *m == def.name) {
+        Some((_, true)) if !cuda => Err(format!(
+            "map `{}`: placement `device` needs the CUDA backend (this service runs on the CPU)",
+            def.name
+        )),
+        Some((_, d)) => Ok(*d),
+        None => Ok(cuda && def.kind == ebpf::MapKind::PerThreadArray),
+    }
 }
 
 fn shape(d: &MapDef) -> String {
@@ -27,26 +79,34 @@ fn shape(d: &MapDef) -> String {
     )
 }
 
-/// Storage for each of `program`'s maps, reusing `old`'s where the replace rules allow.
+/// Each map's storage and whether it lives in GPU memory.
+pub(super) type Bound = (Vec<Arc<dyn MapOps>>, Vec<bool>);
+
+/// Storage for each of `program`'s maps, reusing `old`'s where the replace rules allow, and
+/// whether each lives in GPU memory.
 pub(super) fn bind(
     svc: &Service,
     st: &mut ControlState,
     install_name: &str,
     program: &Program,
     old: Option<&Installed>,
-) -> Result<Vec<Arc<dyn MapOps>>, String> {
+    placement: &[String],
+) -> Result<Bound, String> {
+    let asked = requested(program, placement)?;
     let mut out = Vec::with_capacity(program.maps.len());
+    let mut device = Vec::with_capacity(program.maps.len());
     for def in &program.maps {
         let prev = old.and_then(|o| {
             o.program
                 .maps
                 .iter()
                 .zip(&o.maps)
-                .find(|(d, _)| d.name == def.name)
+                .zip(&o.device_maps)
+                .find(|((d, _), _)| d.name == def.name)
         });
         let read_only = matches!(def.origin, MapOrigin::GlobalData { writable: false });
         match prev {
-            Some((d, m)) if !read_only => {
+            Some(((d, m), on_gpu)) if !read_only => {
                 if d.kind != def.kind
                     || d.key_size != def.key_size
                     || d.value_size != def.value_size
@@ -61,12 +121,25 @@ pub(super) fn bind(
                         shape(def)
                     ));
                 }
+                if let Some((_, want)) = asked.iter().find(|(n, _)| *n == def.name)
+                    && want != on_gpu
+                {
+                    return Err(format!(
+                        "replace refused: map `{}` keeps its placement across a replace",
+                        def.name
+                    ));
+                }
                 out.push(m.clone());
+                device.push(*on_gpu);
             }
-            _ => out.push(create(svc, st, install_name, def)?),
+            _ => {
+                let on_gpu = placement_of(svc, def, &asked)?;
+                out.push(create(svc, st, install_name, def, on_gpu)?);
+                device.push(on_gpu);
+            }
         }
     }
-    Ok(out)
+    Ok((out, device))
 }
 
 /// Places a map in the region's arena and publishes it in the map directory as
@@ -76,6 +149,7 @@ fn create(
     st: &mut ControlState,
     install_name: &str,
     def: &MapDef,
+    device: bool,
 ) -> Result<Arc<dyn MapOps>, String> {
     let threads = svc.value_sets.max(1);
     let what = |e: &dyn std::fmt::Display| format!("cannot create map `{}`: {e}", def.name);
@@ -94,7 +168,12 @@ fn create(
         key_size: def.key_size,
         value_size: def.value_size,
         max_entries: def.max_entries,
-        flags: def.flags,
+        flags: def.flags
+            | if device {
+                shm_maps::layout::MAP_FLAG_DEVICE
+            } else {
+                0
+            },
         data_off: off,
         data_len: len,
         threads,
@@ -106,6 +185,9 @@ fn create(
         map: Arc::downgrade(&map),
         off,
         dir,
+        name: format!("{install_name}:{}", def.name),
+        len,
+        device,
     });
     Ok(map)
 }
@@ -124,4 +206,60 @@ pub(super) fn collect(svc: &Service, st: &mut ControlState) {
             i += 1;
         }
     }
+}
+
+/// The storage size of `qualified` (`program:map`) if it is a device map.
+pub(super) fn device_span(svc: &Service, qualified: &str) -> Option<u64> {
+    let st = svc.state.lock().unwrap_or_else(|p| p.into_inner());
+    st.placed
+        .iter()
+        .find(|p| p.device && p.name == qualified && p.map.strong_count() > 0)
+        .map(|p| p.len)
+}
+
+/// `map update` of a device map: copy the GPU's contents into the mirror, update the
+/// mirror, upload the bytes that changed. A GPU program writing the same bytes between the
+/// two copies loses that write (documented: updates of device maps are atomic per 8-byte
+/// word, not per entry, against running programs).
+pub(super) fn update_device_map(
+    svc: &Service,
+    qualified: &str,
+    m: &Arc<dyn MapOps>,
+    len: u64,
+    key: &[u8],
+    value: &[u8],
+    flags: u64,
+) -> Result<(), String> {
+    let sync = |to_device: bool, off: u64, n: u64| {
+        svc.with_cuda(|b| b.map_sync(qualified, to_device, off, n))
+            .unwrap_or_else(|| Err("the CUDA backend is not running".into()))
+    };
+    let off = {
+        let st = svc.state.lock().unwrap_or_else(|p| p.into_inner());
+        st.placed
+            .iter()
+            .find(|p| p.name == qualified)
+            .map(|p| p.off)
+            .ok_or_else(|| format!("map `{qualified}` is gone"))?
+    };
+    sync(false, 0, len).map_err(|e| format!("cannot read map `{qualified}` from the GPU: {e}"))?;
+    let before = svc
+        .region
+        .read_arena(off, len)
+        .ok_or_else(|| format!("map `{qualified}` lies outside the arena"))?;
+    m.update(key, value, flags, 0)
+        .map_err(|e| format!("update of map `{qualified}` failed: {e}"))?;
+    let after = svc
+        .region
+        .read_arena(off, len)
+        .ok_or_else(|| format!("map `{qualified}` lies outside the arena"))?;
+    let first = before.iter().zip(&after).position(|(a, b)| a != b);
+    let last = before.iter().zip(&after).rposition(|(a, b)| a != b);
+    if let (Some(a), Some(b)) = (first, last) {
+        // Whole 8-byte words: the GPU sees each word old or new, never half.
+        let (a, b) = ((a as u64) & !7, ((b as u64) | 7) + 1);
+        sync(true, a, b.min(len) - a)
+            .map_err(|e| format!("cannot write map `{qualified}` to the GPU: {e}"))?;
+    }
+    Ok(())
 }
