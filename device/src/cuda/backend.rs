@@ -38,15 +38,6 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-fn hex(b: &[u8]) -> String {
-    let mut s = String::with_capacity(b.len() * 2);
-    for x in b {
-        use std::fmt::Write;
-        let _ = write!(s, "{x:02x}");
-    }
-    s
-}
-
 /// The running worker process and its pipes.
 struct Link {
     child: Child,
@@ -149,24 +140,7 @@ impl CudaBackend {
         }
         let exe = worker_exe(&cfg)?;
         let control = Arc::new(Control::default());
-        let shared = Arc::new(Shared {
-            region,
-            table,
-            cfg,
-            mailbox_off,
-            exe,
-            link: Mutex::new(None),
-            control: control.clone(),
-            stats: Arc::new(WorkerStats::default()),
-            host_stats: Arc::new(WorkerStats::default()),
-            recoveries: AtomicU64::new(0),
-            fault_jobs: AtomicU64::new(0),
-            value_sets: AtomicU32::new(1),
-            quit: AtomicBool::new(false),
-            region_dev: AtomicU64::new(0),
-            last_status: Mutex::new(CudaStatus::default()),
-        });
-        shared.clear_mailbox();
+        let shared = Shared::new(region, table, cfg, mailbox_off, exe, control.clone());
         let link = shared.spawn().map_err(|e| DeviceError::Call {
             call: "gpu-worker",
             code: e,
@@ -307,6 +281,36 @@ impl CudaBackend {
 }
 
 impl Shared {
+    /// The service side with no worker yet, its mailbox block cleared.
+    fn new(
+        region: Arc<ShmRegion>,
+        table: Arc<ProgramTable>,
+        cfg: CudaConfig,
+        mailbox_off: u64,
+        exe: PathBuf,
+        control: Arc<Control>,
+    ) -> Arc<Shared> {
+        let s = Arc::new(Shared {
+            region,
+            table,
+            cfg,
+            mailbox_off,
+            exe,
+            link: Mutex::new(None),
+            control,
+            stats: Arc::new(WorkerStats::default()),
+            host_stats: Arc::new(WorkerStats::default()),
+            recoveries: AtomicU64::new(0),
+            fault_jobs: AtomicU64::new(0),
+            value_sets: AtomicU32::new(1),
+            quit: AtomicBool::new(false),
+            region_dev: AtomicU64::new(0),
+            last_status: Mutex::new(CudaStatus::default()),
+        });
+        s.clear_mailbox();
+        s
+    }
+
     fn base(&self) -> *mut u8 {
         let off = self.region.header().arena_off + self.mailbox_off;
         // SAFETY: the mailbox block is an arena allocation of MAILBOX_BYTES.
@@ -411,7 +415,7 @@ impl Shared {
                 name: p.name.clone(),
                 file: p.program.file.clone(),
                 selector: p.selector.clone(),
-                object_hex: hex(&p.object),
+                object: p.object.to_vec(),
                 stack_depth: p.stack_depth,
                 device_maps: p
                     .program
@@ -814,25 +818,14 @@ mod tests {
             .expect("region"),
         );
         region.set_ready();
-        let s = Arc::new(Shared {
+        Shared::new(
             region,
-            table: Arc::new(ProgramTable::default()),
-            cfg: CudaConfig::default(),
-            mailbox_off: 0,
-            exe: PathBuf::from("/nonexistent"),
-            link: Mutex::new(None),
-            control: Arc::new(Control::default()),
-            stats: Arc::new(WorkerStats::default()),
-            host_stats: Arc::new(WorkerStats::default()),
-            recoveries: AtomicU64::new(0),
-            fault_jobs: AtomicU64::new(0),
-            value_sets: AtomicU32::new(1),
-            quit: AtomicBool::new(false),
-            region_dev: AtomicU64::new(0),
-            last_status: Mutex::new(CudaStatus::default()),
-        });
-        s.clear_mailbox();
-        s
+            Arc::new(ProgramTable::default()),
+            CudaConfig::default(),
+            0,
+            PathBuf::from("/nonexistent"),
+            Arc::new(Control::default()),
+        )
     }
 
     /// A client's submit: stamp completion `c`, count it in flight, queue the job.

@@ -234,8 +234,8 @@ pub enum Cmd {
         file: String,
         /// The `--prog` selector given at load.
         selector: Option<String>,
-        /// The object, hex.
-        object_hex: String,
+        /// The object file's bytes (a JSON array: objects are a few KB).
+        object: Vec<u8>,
         /// Verifier's deepest stack use, bytes.
         stack_depth: u32,
         /// Its maps that live in GPU memory (names within the program). The worker copies

@@ -715,14 +715,12 @@ impl Worker {
                 name,
                 file,
                 selector,
-                object_hex,
+                object,
                 stack_depth,
                 device_maps,
             } => {
-                let r = hex_decode(&object_hex)
-                    .and_then(|b| {
-                        ebpf::elf::load(&b, &file, selector.as_deref()).map_err(|e| e.to_string())
-                    })
+                let r = ebpf::elf::load(&object, &file, selector.as_deref())
+                    .map_err(|e| e.to_string())
                     .and_then(|program| {
                         let p = Prog {
                             id,
@@ -1024,14 +1022,4 @@ fn build(
         natives,
         times,
     }
-}
-
-fn hex_decode(s: &str) -> Result<Vec<u8>, String> {
-    if !s.len().is_multiple_of(2) {
-        return Err("odd-length hex".into());
-    }
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).map_err(|e| format!("bad hex: {e}")))
-        .collect()
 }

@@ -329,6 +329,8 @@ impl Service {
 
     /// Current status.
     pub fn status(&self) -> StatusInfo {
+        // One request to the GPU worker serves both the tiers and the GPU section.
+        let gpu = self.with_cuda(|b| b.status());
         let snap = Snapshot::of(self.stats.iter().map(|s| &s.latency));
         let sum = |f: fn(&device::stats::WorkerStats) -> u64| self.stats.iter().map(|s| f(s)).sum();
         let q = self.region.queue();
@@ -352,7 +354,7 @@ impl Service {
                 self.stats.len()
             },
             uptime_s: self.started.elapsed().as_secs_f64(),
-            programs: self.programs(),
+            programs: self.programs_with(gpu.as_ref().map_or(&[][..], |g| &g.programs)),
             queue_depth: q.len(),
             queue_capacity: q.capacity(),
             jobs_done: sum(|s| s.jobs_done.load(Ordering::Relaxed)),
@@ -402,6 +404,11 @@ impl Service {
     /// The installed programs (with their GPU tier on the CUDA backend).
     pub fn programs(&self) -> Vec<ProgramInfo> {
         let tiers = self.with_cuda(|b| b.status().programs).unwrap_or_default();
+        self.programs_with(&tiers)
+    }
+
+    /// The installed programs, tiers taken from a GPU status already read.
+    fn programs_with(&self, tiers: &[(u32, u32, device::cuda::Tier)]) -> Vec<ProgramInfo> {
         self.table
             .list()
             .iter()
