@@ -62,7 +62,11 @@ fn exercise(bytes: &[u8]) {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+    // PROPTEST_CASES raises the count for a longer run.
+    #![proptest_config(ProptestConfig {
+        cases: std::env::var("PROPTEST_CASES").ok().and_then(|s| s.parse().ok()).unwrap_or(512),
+        ..ProptestConfig::default()
+    })]
 
     #[test]
     fn truncations_never_panic(pick in any::<prop::sample::Index>(), cut in any::<prop::sample::Index>()) {

@@ -27,9 +27,11 @@
 //! | 56  | u64  | decompressed size    | exact size of the payload once decompressed                |
 //!
 //! A compressed payload starts right after the entry header and is `compressed size` bytes
-//! of one raw LZ4 *block* (flag 0x2000, `-Xfatbin -compress-all`, the default compression
-//! since CUDA 11.x) or one ZSTD *frame* (flag 0x8000, CUDA 12.8+ `-compress-mode=size`),
-//! followed by zero padding up to `payload size`. An uncompressed payload is `payload size`
+//! of one raw LZ4 *block* (flag 0x2000: `-Xfatbin -compress-all` up to CUDA 12.x) or one
+//! ZSTD *frame* (flag 0x8000: CUDA 12.8+ `-compress-mode=size`; CUDA 13.0 compresses PTX
+//! entries this way by default, and cubins too under `-compress-all`, as the corpus in
+//! `tests/corpus` shows), followed by zero padding up to `payload size`; it must decompress
+//! to exactly `decompressed size` bytes. An uncompressed payload is `payload size`
 //! bytes, padding included; PTX payloads here lose their trailing NULs and cubin payloads
 //! are cut to the extent their own ELF headers give, so both come out byte-exact.
 //!
@@ -133,9 +135,11 @@ pub struct FatbinEntry {
     pub compressed: bool,
     /// The raw flags (`FLAG_*`).
     pub flags: u64,
-    /// The identifier string (usually the source file name), if the entry has one.
+    /// The identifier string (usually the source file name), if the entry has a
+    /// non-empty one.
     pub identifier: Option<String>,
-    /// The ptxas options string, if the entry has one.
+    /// The ptxas options string, if the entry has a non-empty one (nvcc 13 gives PTX
+    /// entries an empty one).
     pub options: Option<String>,
     /// The payload, decompressed: PTX text without trailing NULs, or a cubin.
     pub payload: Vec<u8>,
@@ -439,8 +443,8 @@ fn parse_entries(r: Le<'_>, start: usize, end: usize) -> Result<Vec<FatbinEntry>
     Ok(entries)
 }
 
-/// The string of `len` bytes at `off` in `entry`, NULs at its end dropped; `None` (and a
-/// warning) when it does not fit.
+/// The string of `len` bytes at `off` in `entry`, up to its first NUL; `None` when it is
+/// empty, or (with a warning) when it does not fit.
 fn entry_string(
     entry: &[u8],
     off: usize,
@@ -459,7 +463,7 @@ fn entry_string(
         return None;
     };
     let s = s.split(|&b| b == 0).next().unwrap_or_default();
-    Some(String::from_utf8_lossy(s).into_owned())
+    (!s.is_empty()).then(|| String::from_utf8_lossy(s).into_owned())
 }
 
 /// A payload compression method.
