@@ -1,11 +1,12 @@
 //! The image module against hand-built fixtures (`common`): every kind, every storage
-//! method, every error path the brief names.
+//! method, every error path.
 
 mod common;
 
 use attach::image::{
     CubinInfo, EntryKind, ImageError, ImageKind, Unpacked, best_ptx, classify, cubin_info,
     host_elf_fatbins, image_bytes, image_len, parse_fatbin, parse_wrapper, unpack, wrapper_fatbin,
+    wrapper_prelinked,
 };
 use common::{ELF, PTX, Sec, Store, container, cubin, entry, host_elf, ptx, sample_fatbin};
 
@@ -402,4 +403,49 @@ fn pointers_wrapper() {
         parse_wrapper(&bad),
         Err(ImageError::BadField { off: 4, .. })
     ));
+}
+
+#[test]
+fn pointers_wrapper_version_2() {
+    let linked = sample_fatbin(Store::Plain);
+    let rel_a = container(&[entry(
+        PTX,
+        80,
+        ptx(80, "a").as_bytes(),
+        Store::Zstd,
+        None,
+        None,
+    )]);
+    let rel_b = container(&[entry(
+        ELF,
+        90,
+        &cubin(90, 8, &["b"], &[], true),
+        Store::Lz4,
+        None,
+        None,
+    )]);
+    let list: Vec<u64> = vec![rel_a.as_ptr() as u64, rel_b.as_ptr() as u64, 0];
+    let mut w = Vec::new();
+    w.extend_from_slice(&0x4662_43B1u32.to_le_bytes());
+    w.extend_from_slice(&2u32.to_le_bytes());
+    w.extend_from_slice(&(linked.as_ptr() as u64).to_le_bytes());
+    w.extend_from_slice(&(list.as_ptr() as u64).to_le_bytes());
+    // SAFETY: `w` is a version-2 wrapper whose data and list point at live containers.
+    let pre = unsafe { wrapper_prelinked(w.as_ptr()) }.unwrap();
+    assert_eq!(pre, [&rel_a[..], &rel_b[..]]);
+    // SAFETY: as above.
+    assert_eq!(unsafe { wrapper_fatbin(w.as_ptr()) }, Some(&linked[..]));
+    assert_eq!(unpack(pre[1]).unwrap().cubins[0].1.kernels, ["b"]);
+
+    // Version 1: no list.
+    w[4] = 1;
+    // SAFETY: a version-1 wrapper; the list pointer is not read.
+    assert_eq!(unsafe { wrapper_prelinked(w.as_ptr()) }, Some(vec![]));
+
+    // A wrapper whose data points at itself is no image (and does not recurse).
+    let mut selfref = w.clone();
+    let me = selfref.as_ptr() as u64;
+    selfref[8..16].copy_from_slice(&me.to_le_bytes());
+    // SAFETY: the data pointer points at readable bytes (the wrapper itself).
+    assert_eq!(unsafe { image_len(selfref.as_ptr()) }, None);
 }

@@ -16,6 +16,11 @@
 //! | [`ImageKind::Cubin`]     | `\x7fELF`, `e_machine` 190 (`EM_CUDA`)           | furthest end of headers, sections, segments | [`cubin`] |
 //! | [`ImageKind::HostElf`]   | `\x7fELF`, any other machine (offline use only)  | as for a cubin                          | [`host`]      |
 //!
+//! A wrapper's `data` is followed by [`image_bytes`] and [`wrapper_fatbin`]; a version-2
+//! wrapper (relocatable device code) also lists prelinked containers, which
+//! [`wrapper_prelinked`] returns. Wrappers are read as nvcc lays them out for 64-bit
+//! little-endian hosts.
+//!
 //! Everything taking a byte slice is safe and total: bad input yields [`ImageError`], never
 //! a panic. Only [`image_len`] and [`image_bytes`] read through a raw pointer, and trust
 //! the image's own headers to say how far they may read.
@@ -101,14 +106,15 @@ unsafe fn locate(ptr: *const u8) -> Option<(ImageKind, *const u8, usize)> {
             // SAFETY: a valid wrapper is the whole 24-byte struct.
             let w = parse_wrapper(&unsafe { read_at(ptr, 0, WRAPPER_LEN) }?).ok()?;
             let data = usize::try_from(w.data).ok()? as *const u8;
-            // SAFETY: a valid wrapper's `data` points at a valid fat binary.
-            let (kind, start, len) = unsafe { locate(data) }?;
-            (kind == ImageKind::Fatbin).then_some((ImageKind::FatbinWrapper, start, len))
+            // SAFETY: a valid wrapper's `data` points at a valid fat binary, whose 16-byte
+            // header is readable; checking it first also keeps a wrapper that points at a
+            // wrapper from recursing.
+            let len = unsafe { fatbin_len(data) }?;
+            Some((ImageKind::FatbinWrapper, data, len))
         }
         FATBIN_MAGIC => {
-            // SAFETY: a valid container has its whole 16-byte header.
-            let header = unsafe { read_at(ptr, 0, 16) }?;
-            let len = fatbin::container_len(&header).ok()?;
+            // SAFETY: forwarded from the caller (a valid fat binary).
+            let len = unsafe { fatbin_len(ptr) }?;
             Some((ImageKind::Fatbin, ptr, len))
         }
         _ if magic.to_le_bytes() == elf::ELFMAG => {
@@ -121,6 +127,19 @@ unsafe fn locate(ptr: *const u8) -> Option<(ImageKind, *const u8, usize)> {
         }
         _ => None,
     }
+}
+
+/// Length of the fat binary container at `ptr`, `None` if there is none.
+///
+/// # Safety
+/// `ptr` must be null or point to 16 readable bytes.
+unsafe fn fatbin_len(ptr: *const u8) -> Option<usize> {
+    if ptr.is_null() {
+        return None;
+    }
+    // SAFETY: the caller guarantees a readable 16-byte header.
+    let header = unsafe { read_at(ptr, 0, 16) }?;
+    fatbin::container_len(&header).ok()
 }
 
 /// Copies `len` bytes at `ptr + off`; `None` when the range is not addressable.
@@ -176,6 +195,43 @@ pub unsafe fn wrapper_fatbin<'a>(ptr: *const u8) -> Option<&'a [u8]> {
         (ImageKind::FatbinWrapper, bytes) => Some(bytes),
         _ => None,
     }
+}
+
+/// Most prelinked fat binaries a version-2 wrapper may list before the list is taken to be
+/// corrupt.
+const MAX_PRELINKED: usize = 1 << 16;
+
+/// The prelinked fat binaries of a version-2 wrapper (relocatable device code, `-rdc`):
+/// its `filename_or_fatbins` is a null-terminated array of pointers to containers. Empty
+/// for a version-1 wrapper; `None` if `ptr` is no wrapper or an element is no container.
+///
+/// # Safety
+/// As for [`image_bytes`]; for version 2, the array and every container it lists must be
+/// valid too.
+pub unsafe fn wrapper_prelinked<'a>(ptr: *const u8) -> Option<Vec<&'a [u8]>> {
+    if ptr.is_null() {
+        return None;
+    }
+    // SAFETY: the caller guarantees a valid wrapper: 24 readable bytes.
+    let w = parse_wrapper(&unsafe { read_at(ptr, 0, WRAPPER_LEN) }?).ok()?;
+    let list = usize::try_from(w.filename_or_fatbins).ok()? as *const u8;
+    let mut out = Vec::new();
+    if w.version != 2 || list.is_null() {
+        return Some(out);
+    }
+    for i in 0..MAX_PRELINKED {
+        // SAFETY: a valid version-2 list is readable up to and including its null.
+        let p = unsafe { read_at(list, i * 8, 8) }?;
+        let p = usize::try_from(u64::from_le_bytes(p.try_into().ok()?)).ok()? as *const u8;
+        if p.is_null() {
+            return Some(out);
+        }
+        // SAFETY: each listed pointer is a valid container, alive for 'a.
+        let len = unsafe { fatbin_len(p) }?;
+        // SAFETY: `len` bytes measured from the container's own header.
+        out.push(unsafe { std::slice::from_raw_parts(p, len) });
+    }
+    None
 }
 
 /// What a loader should do with an image: every PTX module and every cubin in it.
