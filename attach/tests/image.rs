@@ -449,3 +449,24 @@ fn pointers_wrapper_version_2() {
     // SAFETY: the data pointer points at readable bytes (the wrapper itself).
     assert_eq!(unsafe { image_len(selfref.as_ptr()) }, None);
 }
+
+#[test]
+fn arch_fields() {
+    use attach::image::cubin::sm_from_flags;
+    use attach::image::ptx_target_sm;
+    // ABI 7: low byte (with the virtual arch in bits 16..24); ABI 8: bits 8..16.
+    assert_eq!(sm_from_flags(7, 0x0050_0550), 0x50);
+    assert_eq!(sm_from_flags(8, 0x0600_5a04), 90);
+    assert_eq!(sm_from_flags(8, 0x0600_6402), 100);
+    // Unknown ABI version: the low byte when it is an old-style sm number.
+    assert_eq!(sm_from_flags(0, 0x0046_0546), 70);
+    assert_eq!(sm_from_flags(0, 0x0000_7802), 120);
+
+    assert_eq!(ptx_target_sm(".version 8.0\n.target sm_90a\n"), Some(90));
+    assert_eq!(
+        ptx_target_sm("  .target sm_80, texmode_independent\n"),
+        Some(80)
+    );
+    assert_eq!(ptx_target_sm(".target compute_75\n"), Some(75));
+    assert_eq!(ptx_target_sm(".version 8.0\n"), None);
+}

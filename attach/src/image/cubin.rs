@@ -4,7 +4,7 @@
 //! |------------------|------------------------------------------------------------------------|
 //! | architecture     | `e_flags`: bits 0..8 when `EI_ABIVERSION` is 7 (`ELFABIVERSION_CUDA_V1`), bits 8..16 from version 8 on (Blackwell and CUDA 13) |
 //! | a function       | an `STT_FUNC` symbol whose section is `.text.<name>`                   |
-//! | a kernel (entry) | such a function with `STO_CUDA_ENTRY` (0x10) in `st_other`, or, failing that bit, with a `.nv.info.<name>` section (per-kernel attributes: parameter layout, register count) |
+//! | a kernel (entry) | such a function with `STO_CUDA_ENTRY` (0x10) in `st_other`; in a cubin where no symbol has that bit, one with a `.nv.info.<name>` section (per-kernel attributes: parameter layout, register count) |
 //! | a device function| any other function (non-inlined `__device__` code, `-rdc`)            |
 //! | image length     | the furthest end of the ELF header, program and section header tables, section contents and segments |
 //!
@@ -92,10 +92,8 @@ pub(crate) fn cubin_info_at(bytes: &[u8], base: usize) -> Result<CubinInfo, Imag
     let symtab = sections
         .symbols(endian, bytes, elf::SHT_SYMTAB)
         .map_err(oerr)?;
-    let mut info = CubinInfo {
-        sm,
-        ..CubinInfo::default()
-    };
+    // Functions in their own `.text.<name>`, with their STO_CUDA_ENTRY bit.
+    let mut funcs = Vec::new();
     for (idx, sym) in symtab.enumerate() {
         if sym.st_type() != elf::STT_FUNC {
             continue;
@@ -109,10 +107,19 @@ pub(crate) fn cubin_info_at(bytes: &[u8], base: usize) -> Result<CubinInfo, Imag
             .get(sec.0)
             .and_then(|s| s.strip_prefix(".text."))
             .is_some_and(|s| s == name);
-        if !in_own_text {
-            continue;
+        if in_own_text {
+            funcs.push((name, sym.st_other() & STO_CUDA_ENTRY != 0));
         }
-        if sym.st_other() & STO_CUDA_ENTRY != 0 || infos.contains(name.as_str()) {
+    }
+    // ptxas marks every kernel; only a cubin with no mark at all falls back to
+    // `.nv.info.<name>` (which relocatable device functions may have too).
+    let marked = funcs.iter().any(|(_, entry)| *entry);
+    let mut info = CubinInfo {
+        sm,
+        ..CubinInfo::default()
+    };
+    for (name, entry) in funcs {
+        if entry || (!marked && infos.contains(name.as_str())) {
             info.kernels.push(name);
         } else {
             info.device_functions.push(name);

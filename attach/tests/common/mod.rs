@@ -105,7 +105,8 @@ pub fn cuda_flags(sm: u32, abi: u8) -> u32 {
 }
 
 /// A cubin for `sm` with kernels (marked `STO_CUDA_ENTRY` when `entry_bit`, else only by
-/// their `.nv.info.<name>` section) and device functions.
+/// their `.nv.info.<name>` section) and device functions (with a `.nv.info.<name>` of their
+/// own when `entry_bit`).
 pub fn cubin(sm: u32, abi: u8, kernels: &[&str], device_fns: &[&str], entry_bit: bool) -> Vec<u8> {
     // Section indices: 1 .strtab, 2 .symtab, then the code sections.
     let mut secs = vec![];
@@ -119,7 +120,9 @@ pub fn cubin(sm: u32, abi: u8, kernels: &[&str], device_fns: &[&str], entry_bit:
     for (name, is_kernel) in funcs {
         let shndx = 3 + code.len() as u16;
         code.push(Sec::progbits(&format!(".text.{name}"), vec![0xAB; 32]));
-        if is_kernel && !entry_bit {
+        // Kernels without the entry bit are known by their `.nv.info.<name>`; with it,
+        // device functions get one too, as relocatable device code may.
+        if is_kernel != entry_bit {
             code.push(Sec::progbits(
                 &format!(".nv.info.{name}"),
                 vec![4, 0x0a, 8, 0],
