@@ -22,8 +22,9 @@
 //! little-endian hosts.
 //!
 //! Everything taking a byte slice is safe and total: bad input yields [`ImageError`], never
-//! a panic. Only [`image_len`] and [`image_bytes`] read through a raw pointer, and trust
-//! the image's own headers to say how far they may read.
+//! a panic. Only the `unsafe fn`s ([`image_len`], [`image_bytes`], [`wrapper_fatbin`],
+//! [`wrapper_prelinked`]) read through raw pointers, and they trust the image's own headers
+//! to say how far they may read.
 
 pub mod cubin;
 mod error;
@@ -120,7 +121,8 @@ unsafe fn locate(ptr: *const u8) -> Option<(ImageKind, *const u8, usize)> {
         _ if magic.to_le_bytes() == elf::ELFMAG => {
             // SAFETY: a valid ELF image holds everything its headers point at, which is
             // all that elf_extent asks for (it checks the ELF header first).
-            let len = cubin::elf_extent(&|off, len| unsafe { read_at(ptr, off, len) })?;
+            let len = cubin::elf_extent(&|off, len| unsafe { read_at(ptr, off, len) })
+                .filter(|&n| n <= isize::MAX as usize)?;
             // SAFETY: the extent was just measured from the image's own headers.
             let bytes = unsafe { std::slice::from_raw_parts(ptr, len) };
             Some((classify(bytes)?, ptr, len))
@@ -139,7 +141,9 @@ unsafe fn fatbin_len(ptr: *const u8) -> Option<usize> {
     }
     // SAFETY: the caller guarantees a readable 16-byte header.
     let header = unsafe { read_at(ptr, 0, 16) }?;
-    fatbin::container_len(&header).ok()
+    fatbin::container_len(&header)
+        .ok()
+        .filter(|&n| n <= isize::MAX as usize)
 }
 
 /// Copies `len` bytes at `ptr + off`; `None` when the range is not addressable.
