@@ -31,6 +31,12 @@ pub fn ptxas() -> Option<PathBuf> {
 
 /// Assembles `ptx` for sm_90; panics with ptxas's message and the numbered PTX on failure.
 pub fn assemble(ptx: &str, what: &str) {
+    assemble_for(ptx, what, "sm_90");
+}
+
+/// Assembles `ptx` for `arch` (`sm_80`, `sm_90a`); panics with ptxas's message and the
+/// numbered PTX on failure.
+pub fn assemble_for(ptx: &str, what: &str, arch: &str) {
     let Some(p) = ptxas() else { return };
     let dir = std::env::temp_dir().join(format!("bpftime-jit-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -41,7 +47,8 @@ pub fn assemble(ptx: &str, what: &str) {
     let src = dir.join(format!("{name}.ptx"));
     std::fs::write(&src, ptx).unwrap();
     let out = Command::new(p)
-        .args(["-arch=sm_90", "-o"])
+        .arg(format!("-arch={arch}"))
+        .arg("-o")
         .arg(dir.join(format!("{name}.cubin")))
         .arg(&src)
         .output()

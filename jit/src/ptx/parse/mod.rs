@@ -860,6 +860,10 @@ impl<'a> Parser<'a> {
 
     /// Statements up to the `}` closing the body (whose `{` is consumed). Returns the `}`.
     fn body(&mut self, out: &mut Vec<PtxStatement>) -> Result<Token, ParseError> {
+        let body_line = self
+            .toks
+            .get(self.pos.saturating_sub(1))
+            .map_or(0, |t| t.line);
         let mut depth = 1u32;
         loop {
             let Some(t) = self.peek() else {
@@ -883,6 +887,15 @@ impl<'a> Parser<'a> {
                 }
                 TokKind::Directive => {
                     let d = self.text(t);
+                    if matches!(
+                        d,
+                        ".entry" | ".func" | ".visible" | ".weak" | ".version" | ".target"
+                    ) {
+                        return Err(self.err(&format!(
+                            "`}}` closing the function body that opened on line {body_line} \
+                             (`{d}` is module-scope)"
+                        )));
+                    }
                     self.pos += 1;
                     let end = if d == ".loc" {
                         let loc = self.loc_args()?;
