@@ -278,6 +278,97 @@ fn debug_sections_and_inlined_locs() {
     );
 }
 
+#[test]
+fn hand_written_edge_cases() {
+    let text = read("hand/edge_cases.ptx");
+    let f = parse::parse(&text).unwrap();
+    assert_eq!((f.version, f.sm()), ((7, 8), Some(75)));
+    let kernels: Vec<&str> = f.kernels().map(|k| k.name).collect();
+    assert_eq!(
+        kernels,
+        vec![
+            "guarded",
+            "no_params",
+            "no_list",
+            "weak_kernel",
+            "guard_last"
+        ]
+    );
+    assert!(f.function("no_list").unwrap().params_close.is_none());
+    assert!(f.function("no_params").unwrap().params_close.is_some());
+    assert!(f.function("die").unwrap().directives[0].name == ".noreturn");
+    let g = f.function("guarded").unwrap();
+    assert_eq!(g.params[0].ptr, ".ptr .global .align 4");
+    assert_eq!(g.params[0].align, 8);
+    let exits: Vec<(&str, u32, Option<bool>)> = g
+        .statements
+        .iter()
+        .filter(|s| s.is_return())
+        .map(|s| {
+            (
+                s.opcode.as_str(),
+                s.depth,
+                s.guard.as_ref().map(|g| g.negated),
+            )
+        })
+        .collect();
+    assert_eq!(
+        exits,
+        vec![
+            ("ret", 1, Some(false)),
+            ("ret.uni", 2, None),
+            ("exit", 1, Some(true)),
+            ("ret", 1, None)
+        ]
+    );
+    assert!(
+        g.statements
+            .iter()
+            .any(|s| s.opcode == ".callprototype" && s.kind == StmtKind::Directive)
+    );
+    let ld = g
+        .statements
+        .iter()
+        .find(|s| s.opcode == "ld.global.v4.f32")
+        .unwrap();
+    assert_eq!(
+        ld.operands[0],
+        Operand::Vector(vec![
+            Operand::Reg("%f1".into()),
+            Operand::Sink,
+            Operand::Reg("%f3".into()),
+            Operand::Sink
+        ])
+    );
+    let lut = f.globals.iter().find(|g| g.name == "lut").unwrap();
+    assert!(text[lut.span.clone()].ends_with("4294967295};"));
+
+    let mut tag = Busy { extra_param: true };
+    let out = probe::splice(&text, &f, &ProbeModule::default(), &mut tag).unwrap();
+    let sites: Vec<(String, Site)> = out
+        .attached
+        .iter()
+        .filter(|a| a.kernel == "guarded")
+        .map(|a| (a.kernel.clone(), a.site.clone()))
+        .collect();
+    assert_eq!(sites.len(), 5);
+    assert_eq!(
+        sites[3].1,
+        Site::Exit {
+            index: 2,
+            line: exits_line(&text, "@!%p3 exit;")
+        }
+    );
+    // `@%p1 ret;` is skipped when %p1 is false, `@!%p3 exit;` when %p3 is true.
+    assert!(out.text.contains("@!%p1 bra $__bpftime_skip_1;"));
+    assert!(out.text.contains("@%p3 bra $__bpftime_skip_3;"));
+    assert!(out.text.contains("\t@!%p3 exit;\n$__bpftime_skip_3:"));
+}
+
+fn exits_line(text: &str, what: &str) -> u32 {
+    1 + text[..text.find(what).unwrap()].matches('\n').count() as u32
+}
+
 struct Nothing;
 impl ProbeBlocks for Nothing {
     fn block(&mut self, _: &PtxFunction<'_>, _: &Site, _: u32) -> Option<String> {

@@ -67,9 +67,10 @@ fn ident_continue(b: u8) -> bool {
 pub fn lex(src: &str) -> Result<Vec<Token>, ParseError> {
     let b = src.as_bytes();
     let mut toks = Vec::with_capacity(src.len() / 4);
-    let mut i = 0usize;
+    // A UTF-8 byte order mark is not a token.
+    let mut i = if src.starts_with('\u{feff}') { 3 } else { 0 };
     let mut line = 1u32;
-    let mut line_start = 0usize;
+    let mut line_start = i;
     let col = |i: usize, ls: usize| (i - ls + 1) as u32;
     while i < b.len() {
         let c = b[i];

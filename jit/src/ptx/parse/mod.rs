@@ -543,7 +543,12 @@ impl<'a> Parser<'a> {
                 self.pos += 1;
                 let idx = self.expect_u32("a file index")?;
                 let s = self.expect_kind(TokKind::Str, "a file name string")?;
-                let path = unquote(self.text(s));
+                let mut path = unquote(self.text(s));
+                // A second string: `.file 1 "dir" "name"`.
+                if let Some(n) = self.peek().filter(|t| t.kind == TokKind::Str) {
+                    self.pos += 1;
+                    path = format!("{}/{}", path.trim_end_matches('/'), unquote(self.text(n)));
+                }
                 // Optional `, timestamp, size`.
                 while self.is_punct(b',') {
                     self.pos += 1;
@@ -808,7 +813,8 @@ impl<'a> Parser<'a> {
         while let Some(t) = self.peek().filter(|t| t.kind == TokKind::Directive) {
             self.pos += 1;
             let d = self.text(t);
-            if d == ".ptr" {
+            // `.ptr .global .align 16`, also written `.ptr.global.align 16`.
+            if d == ".ptr" || d.starts_with(".ptr.") {
                 in_ptr = true;
             }
             if in_ptr {
@@ -816,7 +822,7 @@ impl<'a> Parser<'a> {
                     ptr.push(' ');
                 }
                 ptr.push_str(d);
-                if d == ".align" {
+                if d == ".align" || d.ends_with(".align") {
                     let n = self.expect_u32("an alignment")?;
                     ptr.push_str(&format!(" {n}"));
                 }
@@ -1229,6 +1235,12 @@ $L__info_string0:
             ]
         );
         assert_eq!(k.params[0].ptr, ".ptr .global .align 16");
+        let old = parse(
+            ".version 6.0\n.target sm_60\n.entry e(.param .u64 .ptr.global.align 16 p) { ret; }",
+        )
+        .unwrap();
+        let p = &old.functions[0].params[0];
+        assert_eq!((p.ptr.as_str(), p.align), (".ptr.global.align 16", 8));
         assert_eq!(&SMALL[k.params_close.unwrap()..][..1], ")");
         assert_eq!(k.directives[0].name, ".maxntid");
         assert_eq!(k.directives[0].values, vec![128, 1, 1]);
