@@ -5,6 +5,9 @@
 //!                    │
 //!                    └── prelude: helper bodies, inlined at call sites as `{ }` blocks
 //!                        (within `lower::INLINE_BUDGET`), else `.func`s
+//!
+//! app PTX text (nvcc, NVRTC, Numba, Triton, CuPy)
+//!   → [ptx::parse] → PtxFile (spans) → [passes::probe] (+ probe blocks: PTX text) → PTX text
 //! ```
 //!
 //! The input is a *verified* program: the JIT trusts the verifier and emits no memory bounds
@@ -16,6 +19,8 @@
 //! | lower        | [`lower`]     | one PTX `.func` per eBPF function, every opcode of `Opcode::ALL`  |
 //! | prelude      | [`prelude`]   | helpers (maps, ring buffer, time, trace, GPU ids): inline blocks or `.func`s |
 //! | passes       | [`passes`]    | clean-ups on the IR (unused labels)                               |
+//! | parse        | [`ptx::parse`] | foreign PTX → [`ptx::parse::PtxFile`]: functions, params, statements, byte spans |
+//! | probe        | [`passes::probe`] | splices probe blocks into foreign PTX at kernel entry and exits |
 //! | emit         | [`emit`]      | prints the module                                                 |
 //!
 //! The output holds, for a program `name`:

@@ -1,11 +1,15 @@
-//! Passes over the PTX IR between lowering and printing.
+//! Passes: over the PTX IR between lowering and printing ([`run`]), and over foreign PTX
+//! text ([`probe`]).
 //!
-//! | pass            | effect                                                    |
-//! |-----------------|-----------------------------------------------------------|
-//! | `unused_labels` | drops label definitions no branch refers to               |
+//! | pass            | input                          | effect                                   |
+//! |-----------------|--------------------------------|------------------------------------------|
+//! | `unused_labels` | [`crate::ptx::Module`] (IR)    | drops label definitions no branch refers to |
+//! | [`probe`]       | app PTX text + [`crate::ptx::parse::PtxFile`] | splices probe blocks at kernel entry and before each `ret`/`exit` |
 //!
-//! ptxas does the real optimisation (register allocation, constant folding); the passes
+//! ptxas does the real optimisation (register allocation, constant folding); the IR passes
 //! only keep the text small and readable.
+
+pub mod probe;
 
 use crate::ptx::{Module, Operand, Stmt};
 

@@ -11,6 +11,12 @@
 //!
 //! Registers are SSA-like temporaries; ptxas allocates the real registers. The eBPF
 //! registers r0..r10 of a lowered function are `%rd0..%rd10` ([`Function::ebpf_reg`]).
+//!
+//! Foreign PTX (what nvcc, NVRTC, Numba, Triton or CuPy produced) is not lowered into this
+//! IR: [`parse`] reads it into a span-keeping [`parse::PtxFile`], for passes that splice
+//! text into it ([`crate::passes::probe`]).
+
+pub mod parse;
 
 /// A register class (PTX register type).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

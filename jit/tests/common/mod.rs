@@ -8,6 +8,11 @@ use std::process::Command;
 /// The ptxas to use: `$PTXAS`, else what `scripts/ptxas --locate` finds. `None` (with a
 /// loud skip message) when there is none, unless `BPFTIME_REQUIRE_PTXAS` is set.
 pub fn ptxas() -> Option<PathBuf> {
+    static FOUND: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
+    FOUND.get_or_init(locate_ptxas).clone()
+}
+
+fn locate_ptxas() -> Option<PathBuf> {
     if let Some(p) = std::env::var_os("PTXAS") {
         return Some(PathBuf::from(p));
     }
@@ -31,7 +36,21 @@ pub fn ptxas() -> Option<PathBuf> {
 
 /// Assembles `ptx` for sm_90; panics with ptxas's message and the numbered PTX on failure.
 pub fn assemble(ptx: &str, what: &str) {
-    let Some(p) = ptxas() else { return };
+    assemble_for(ptx, what, "sm_90");
+}
+
+/// Assembles `ptx` for `arch` (`sm_80`, `sm_90a`); panics with ptxas's message and the
+/// numbered PTX on failure.
+pub fn assemble_for(ptx: &str, what: &str, arch: &str) {
+    if let Some(Err(e)) = try_assemble_for(ptx, what, arch) {
+        panic!("{e}");
+    }
+}
+
+/// Assembles `ptx` for `arch`: `None` when there is no ptxas, else ptxas's verdict (the
+/// error holds ptxas's message and the numbered PTX).
+pub fn try_assemble_for(ptx: &str, what: &str, arch: &str) -> Option<Result<(), String>> {
+    let p = ptxas()?;
     let dir = std::env::temp_dir().join(format!("bpftime-jit-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let name: String = what
@@ -41,22 +60,51 @@ pub fn assemble(ptx: &str, what: &str) {
     let src = dir.join(format!("{name}.ptx"));
     std::fs::write(&src, ptx).unwrap();
     let out = Command::new(p)
-        .args(["-arch=sm_90", "-o"])
+        .arg(format!("-arch={arch}"))
+        .arg("-o")
         .arg(dir.join(format!("{name}.cubin")))
         .arg(&src)
         .output()
         .expect("run ptxas");
-    if !out.status.success() {
-        let numbered: String = ptx
-            .lines()
-            .enumerate()
-            .map(|(i, l)| format!("{:5} {l}\n", i + 1))
-            .collect();
-        panic!(
-            "ptxas rejected {what}:\n{}\n{numbered}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+    if out.status.success() {
+        return Some(Ok(()));
     }
+    let numbered: String = ptx
+        .lines()
+        .enumerate()
+        .map(|(i, l)| format!("{:5} {l}\n", i + 1))
+        .collect();
+    Some(Err(format!(
+        "ptxas rejected {what}:\n{}\n{numbered}",
+        String::from_utf8_lossy(&out.stderr)
+    )))
+}
+
+/// The newest PTX ISA version the ptxas in use accepts (from `ptxas --version`'s
+/// `release X.Y`), if known.
+pub fn ptxas_max_isa() -> Option<(u32, u32)> {
+    static MAX: std::sync::OnceLock<Option<(u32, u32)>> = std::sync::OnceLock::new();
+    *MAX.get_or_init(query_max_isa)
+}
+
+fn query_max_isa() -> Option<(u32, u32)> {
+    let p = ptxas()?;
+    let out = Command::new(p).arg("--version").output().ok()?;
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let rel = text.split("release ").nth(1)?;
+    let (maj, rest) = rel.split_once('.')?;
+    let min: String = rest.chars().take_while(|c| c.is_ascii_digit()).collect();
+    let (maj, min): (u32, u32) = (maj.trim().parse().ok()?, min.parse().ok()?);
+    // CUDA 12.x ships PTX ISA 8.x (12.6: 8.5, 12.7 skipped, 12.8: 8.7, 12.9: 8.8);
+    // 13.x ships 9.x.
+    Some(match (maj, min) {
+        (12, m) if m <= 5 => (8, m),
+        (12, 6) => (8, 5),
+        (12, m) => (8, m - 1),
+        (13, m) => (9, m),
+        (m, _) if m < 12 => (7, 8),
+        _ => (u32::MAX, 0),
+    })
 }
 
 /// Merges several modules into one PTX text (one ptxas run): keeps the first header, and

@@ -1,0 +1,521 @@
+//! The entry/exit splice pass: inserts probe blocks into foreign PTX, at the entry of each
+//! kernel and before each of its `ret`/`exit`s.
+//!
+//! ```text
+//! app PTX ──[ptx::parse]──▶ PtxFile ──┐
+//!                                     ├──[splice]──▶ instrumented PTX + Spliced report
+//! ProbeModule + ProbeBlocks ──────────┘
+//! ```
+//!
+//! The probe code arrives as PTX text, compiled by someone else: module-scope text
+//! ([`ProbeModule::text`]: prototypes, `.func` bodies, globals) and, per site, a `{ }` block
+//! ([`ProbeBlocks::block`]) that declares every register it uses. The pass only inserts
+//! text; every other byte of the application's PTX stays as it was.
+//!
+//! | site                   | where the block goes                                        |
+//! |------------------------|-------------------------------------------------------------|
+//! | entry                  | right after the `{` opening the kernel body                 |
+//! | `ret;` / `exit;`       | right before it, at any block depth (labels before it still reach the block) |
+//! | `@%p ret;`             | `@!%p bra $__bpftime_skip_<uid>;` `<block>` `@%p ret;` `$__bpftime_skip_<uid>:` |
+//! | module text            | after the header (`.address_size` line)                     |
+//! | extra parameters       | appended to the kernel's parameter list                     |
+//! | `.version` / `.target` | raised to [`ProbeModule::min_version`] / [`ProbeModule::min_sm`] (a warning says so) |
+//!
+//! Only `.entry` definitions are instrumented; `.func`s and prototypes are left alone.
+//! [`instrument`] is the robust front door: a module that does not parse comes back
+//! unmodified, with a warning naming the line.
+
+use std::collections::HashSet;
+use std::ops::Range;
+
+use crate::ptx::parse::{self, PtxFile, PtxFunction, split_sm};
+
+/// A probe site of a kernel.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Site {
+    /// The kernel's entry.
+    Entry,
+    /// Before a `ret` or `exit`.
+    Exit {
+        /// Which one: 0 for the kernel's first `ret`/`exit` in text order.
+        index: u32,
+        /// 1-based line of the `ret`/`exit` in the original text.
+        line: u32,
+    },
+}
+
+/// The caller's probe code, per kernel and site.
+pub trait ProbeBlocks {
+    /// Text of a `{ ... }` block run at `site` of `kernel`, or `None` (the site is not
+    /// instrumented). `uid` is unique within the module (use it for labels). The block
+    /// declares every register it uses.
+    fn block(&mut self, kernel: &PtxFunction<'_>, site: &Site, uid: u32) -> Option<String>;
+
+    /// Extra parameter declarations appended to this kernel's parameter list (e.g.
+    /// `.param .u64 __bpftime_corr`), usually none.
+    fn extra_params(&mut self, _kernel: &PtxFunction<'_>) -> Vec<String> {
+        Vec::new()
+    }
+}
+
+/// Module-scope probe text and what it needs of the module.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ProbeModule {
+    /// Module-scope PTX (prototypes, `.func` bodies, globals), inserted once after the
+    /// header; empty for none.
+    pub text: String,
+    /// The lowest `.version` the probe code needs.
+    pub min_version: (u32, u32),
+    /// The lowest `sm_N` the probe code needs.
+    pub min_sm: u32,
+}
+
+/// A probe block placed in the output.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Attached {
+    /// The kernel.
+    pub kernel: String,
+    /// The site.
+    pub site: Site,
+    /// 1-based line of the site in the original text (the body's `{` for the entry).
+    pub line: u32,
+}
+
+/// Something the pass changed or could not do, that the caller should know about.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PassWarning {
+    /// The kernel concerned, if any.
+    pub kernel: Option<String>,
+    /// 1-based line in the original text.
+    pub line: u32,
+    /// What happened.
+    pub what: String,
+}
+
+/// The result of [`splice`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Spliced {
+    /// The instrumented PTX.
+    pub text: String,
+    /// The blocks placed, in text order per kernel.
+    pub attached: Vec<Attached>,
+    /// Changes to the header, and sites left alone.
+    pub warnings: Vec<PassWarning>,
+}
+
+/// Why a splice failed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum PassError {
+    /// The parsed file is not of the text given.
+    #[error("the parsed file has {found} bytes of text, expected the {expected} bytes given")]
+    Mismatch {
+        /// Length of `PtxFile::src`.
+        found: usize,
+        /// Length of the text given.
+        expected: usize,
+    },
+    /// A probe block is not one balanced `{ ... }` block.
+    #[error("probe block of kernel `{kernel}` at {site:?}: {what}")]
+    Block {
+        /// The kernel.
+        kernel: String,
+        /// The site.
+        site: Site,
+        /// What was found, and what was expected.
+        what: String,
+    },
+    /// An extra parameter declaration is not a `.param` declaration.
+    #[error(
+        "extra parameter `{decl}` of kernel `{kernel}`: found no `.param`, expected a `.param` declaration"
+    )]
+    Param {
+        /// The kernel.
+        kernel: String,
+        /// The declaration.
+        decl: String,
+    },
+    /// The module text does not lex.
+    #[error("probe module text: {0}")]
+    Module(#[source] parse::ParseError),
+}
+
+/// An edit of the original text: replace `range` (empty for an insertion) with `text`.
+struct Edit {
+    range: Range<usize>,
+    text: String,
+}
+
+/// Parses `src` and splices the probes in; when `src` does not parse, returns it unmodified
+/// with a warning naming the line of the parse error.
+pub fn instrument(
+    src: &str,
+    module: &ProbeModule,
+    blocks: &mut dyn ProbeBlocks,
+) -> Result<Spliced, PassError> {
+    match parse::parse(src) {
+        Ok(file) => splice(src, &file, module, blocks),
+        Err(e) => {
+            tracing::warn!(line = e.line, error = %e, "PTX not instrumented: it does not parse");
+            Ok(Spliced {
+                text: src.to_string(),
+                attached: Vec::new(),
+                warnings: vec![PassWarning {
+                    kernel: None,
+                    line: e.line,
+                    what: format!("module left unmodified: {e}"),
+                }],
+            })
+        }
+    }
+}
+
+/// Splices `module` and the blocks of `blocks` into `src`, parsed as `file`.
+pub fn splice(
+    src: &str,
+    file: &PtxFile<'_>,
+    module: &ProbeModule,
+    blocks: &mut dyn ProbeBlocks,
+) -> Result<Spliced, PassError> {
+    if file.src.len() != src.len() || file.src != src {
+        return Err(PassError::Mismatch {
+            found: file.src.len(),
+            expected: src.len(),
+        });
+    }
+    let mut edits: Vec<Edit> = Vec::new();
+    let mut attached = Vec::new();
+    let mut warnings = Vec::new();
+    header_edits(file, module, &mut edits, &mut warnings);
+    if !module.text.is_empty() {
+        parse::lexer::lex(&module.text).map_err(PassError::Module)?;
+        let mut text = String::new();
+        if !src[..file.header_end].ends_with('\n') {
+            text.push('\n');
+        }
+        text.push_str(&module.text);
+        if !text.ends_with('\n') {
+            text.push('\n');
+        }
+        edits.push(Edit {
+            range: file.header_end..file.header_end,
+            text,
+        });
+    }
+    let mut labels: HashSet<&str> = HashSet::new();
+    for f in &file.functions {
+        for s in &f.statements {
+            if s.kind == parse::StmtKind::Label {
+                labels.insert(s.opcode.as_str());
+            }
+        }
+    }
+    let mut uid = 0u32;
+    for k in file.kernels() {
+        let Some(body) = k.body.clone() else { continue };
+        let extra = blocks.extra_params(k);
+        if !extra.is_empty() {
+            edits.push(param_edit(src, k, &extra)?);
+        }
+        let body_line = line_of(src, body.start);
+        let site = Site::Entry;
+        if let Some(b) = blocks.block(k, &site, uid) {
+            check_block(&b, k, &site)?;
+            edits.push(Edit {
+                range: body.start + 1..body.start + 1,
+                text: format!("\n{}\n", b.trim_end()),
+            });
+            attached.push(Attached {
+                kernel: k.name.to_string(),
+                site,
+                line: body_line,
+            });
+        }
+        uid += 1;
+        for (index, s) in k.statements.iter().filter(|s| s.is_return()).enumerate() {
+            let site = Site::Exit {
+                index: index as u32,
+                line: s.line,
+            };
+            let this = uid;
+            uid += 1;
+            let Some(b) = blocks.block(k, &site, this) else {
+                continue;
+            };
+            check_block(&b, k, &site)?;
+            let indent = indent_before(src, s.span.start);
+            match &s.guard {
+                None => edits.push(Edit {
+                    range: s.span.start..s.span.start,
+                    text: format!("{}\n{indent}", b.trim()),
+                }),
+                Some(g) => {
+                    let mut label = format!("$__bpftime_skip_{this}");
+                    while labels.contains(label.as_str()) {
+                        label.push('_');
+                    }
+                    let neg = if g.negated { "" } else { "!" };
+                    edits.push(Edit {
+                        range: s.span.start..s.span.start,
+                        text: format!(
+                            "@{neg}{} bra {label};\n{indent}{}\n{indent}",
+                            g.pred,
+                            b.trim()
+                        ),
+                    });
+                    edits.push(Edit {
+                        range: s.span.end..s.span.end,
+                        text: format!("\n{label}:"),
+                    });
+                }
+            }
+            attached.push(Attached {
+                kernel: k.name.to_string(),
+                site,
+                line: s.line,
+            });
+        }
+    }
+    for a in &attached {
+        tracing::debug!(kernel = %a.kernel, site = ?a.site, line = a.line, "probe attached");
+    }
+    Ok(Spliced {
+        text: apply(src, edits),
+        attached,
+        warnings,
+    })
+}
+
+fn header_edits(
+    file: &PtxFile<'_>,
+    module: &ProbeModule,
+    edits: &mut Vec<Edit>,
+    warnings: &mut Vec<PassWarning>,
+) {
+    let src = file.src;
+    if file.version < module.min_version {
+        let (a, b) = module.min_version;
+        let text = format!("{a}.{b}");
+        warnings.push(PassWarning {
+            kernel: None,
+            line: line_of(src, file.version_span.start),
+            what: format!(
+                "`.version` raised from {}.{} to {text} for the probe code",
+                file.version.0, file.version.1
+            ),
+        });
+        edits.push(Edit {
+            range: file.version_span.clone(),
+            text,
+        });
+    }
+    let mut changed = false;
+    let items: Vec<String> = file
+        .target
+        .iter()
+        .map(|t| match split_sm(t) {
+            Some((n, suffix)) if n < module.min_sm => {
+                changed = true;
+                format!("sm_{}{suffix}", module.min_sm)
+            }
+            _ => t.clone(),
+        })
+        .collect();
+    if changed {
+        let text = items.join(", ");
+        warnings.push(PassWarning {
+            kernel: None,
+            line: line_of(src, file.target_span.start),
+            what: format!(
+                "`.target` raised from `{}` to `{text}` for the probe code",
+                &src[file.target_span.clone()]
+            ),
+        });
+        edits.push(Edit {
+            range: file.target_span.clone(),
+            text,
+        });
+    }
+}
+
+/// Appends `extra` to the parameter list of `k` (making one when there is none).
+fn param_edit(src: &str, k: &PtxFunction<'_>, extra: &[String]) -> Result<Edit, PassError> {
+    for d in extra {
+        if !d.trim_start().starts_with(".param") {
+            return Err(PassError::Param {
+                kernel: k.name.to_string(),
+                decl: d.clone(),
+            });
+        }
+    }
+    let list = extra
+        .iter()
+        .map(|d| format!("\t{}", d.trim()))
+        .collect::<Vec<_>>()
+        .join(",\n");
+    Ok(match (k.params.last(), k.params_close) {
+        (Some(last), _) => Edit {
+            range: last.span.end..last.span.end,
+            text: format!(",\n{list}"),
+        },
+        (None, Some(close)) => {
+            let nl = if src[..close].ends_with('\n') {
+                ""
+            } else {
+                "\n"
+            };
+            Edit {
+                range: close..close,
+                text: format!("{nl}{list}\n"),
+            }
+        }
+        (None, None) => Edit {
+            range: k.name_span.end..k.name_span.end,
+            text: format!("(\n{list}\n)"),
+        },
+    })
+}
+
+/// A probe block must lex and be one balanced `{ ... }`.
+fn check_block(b: &str, k: &PtxFunction<'_>, site: &Site) -> Result<(), PassError> {
+    let err = |what: String| PassError::Block {
+        kernel: k.name.to_string(),
+        site: site.clone(),
+        what,
+    };
+    let toks = parse::lexer::lex(b).map_err(|e| err(e.to_string()))?;
+    let open = parse::lexer::TokKind::Punct(b'{');
+    let close = parse::lexer::TokKind::Punct(b'}');
+    if toks.first().map(|t| t.kind) != Some(open) {
+        return Err(err(
+            "found no leading `{`, expected a `{ ... }` block".into()
+        ));
+    }
+    let mut depth = 0i32;
+    for (i, t) in toks.iter().enumerate() {
+        if t.kind == open {
+            depth += 1;
+        } else if t.kind == close {
+            depth -= 1;
+            if depth == 0 && i + 1 != toks.len() {
+                return Err(err(format!(
+                    "found `{}` after the block's closing `}}`, expected the end of the block",
+                    t.text(b)
+                )));
+            }
+        }
+    }
+    if depth != 0 {
+        return Err(err(format!(
+            "found {depth} unclosed `{{`, expected a balanced block"
+        )));
+    }
+    Ok(())
+}
+
+fn line_of(src: &str, off: usize) -> u32 {
+    1 + src.as_bytes()[..off.min(src.len())]
+        .iter()
+        .filter(|&&b| b == b'\n')
+        .count() as u32
+}
+
+/// The white space between the start of the line and `off`, if only white space.
+fn indent_before(src: &str, off: usize) -> &str {
+    let line_start = src[..off].rfind('\n').map_or(0, |k| k + 1);
+    let ind = &src[line_start..off];
+    if ind.bytes().all(|b| b == b' ' || b == b'\t') {
+        ind
+    } else {
+        "\t"
+    }
+}
+
+fn apply(src: &str, mut edits: Vec<Edit>) -> String {
+    // Stable: insertions at one offset keep the order they were made in.
+    edits.sort_by_key(|e| e.range.start);
+    let extra: usize = edits.iter().map(|e| e.text.len()).sum();
+    let mut out = String::with_capacity(src.len() + extra);
+    let mut at = 0;
+    for e in edits {
+        out.push_str(&src[at..e.range.start.max(at)]);
+        out.push_str(&e.text);
+        at = at.max(e.range.end);
+    }
+    out.push_str(&src[at..]);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const K: &str = ".version 7.0\n.target sm_52\n.address_size 64\n\n.visible .entry k(\n\t.param .u32 k_param_0\n)\n{\n\t.reg .pred %p<2>;\n\tsetp.eq.s32 %p1, %r1, 0;\n\t@%p1 ret;\n\t@!%p1 bra $L__BB0_1;\n$L__BB0_1:\n\tret;\n}\n.func f()\n{\n\tret;\n}\n";
+
+    struct Tag;
+    impl ProbeBlocks for Tag {
+        fn block(&mut self, k: &PtxFunction<'_>, site: &Site, uid: u32) -> Option<String> {
+            Some(format!("{{ // {} {site:?} {uid}\n}}", k.name))
+        }
+        fn extra_params(&mut self, _k: &PtxFunction<'_>) -> Vec<String> {
+            vec![".param .u64 __bpftime_corr".into()]
+        }
+    }
+
+    #[test]
+    fn entry_exits_guards_header() {
+        let f = parse::parse(K).unwrap();
+        let m = ProbeModule {
+            text: "// probe module".into(),
+            min_version: (8, 0),
+            min_sm: 70,
+        };
+        let out = splice(K, &f, &m, &mut Tag).unwrap();
+        let expected = ".version 8.0\n.target sm_70\n.address_size 64\n// probe module\n\n.visible .entry k(\n\t.param .u32 k_param_0,\n\t.param .u64 __bpftime_corr\n)\n{\n{ // k Entry 0\n}\n\n\t.reg .pred %p<2>;\n\tsetp.eq.s32 %p1, %r1, 0;\n\t@!%p1 bra $__bpftime_skip_1;\n\t{ // k Exit { index: 0, line: 11 } 1\n}\n\t@%p1 ret;\n$__bpftime_skip_1:\n\t@!%p1 bra $L__BB0_1;\n$L__BB0_1:\n\t{ // k Exit { index: 1, line: 14 } 2\n}\n\tret;\n}\n.func f()\n{\n\tret;\n}\n";
+        assert_eq!(out.text, expected, "{}", out.text);
+        assert_eq!(out.attached.len(), 3);
+        assert_eq!(out.warnings.len(), 2);
+        assert!(parse::parse(&out.text).is_ok());
+    }
+
+    struct Nothing;
+    impl ProbeBlocks for Nothing {
+        fn block(&mut self, _: &PtxFunction<'_>, _: &Site, _: u32) -> Option<String> {
+            None
+        }
+    }
+
+    #[test]
+    fn nothing_changes_nothing() {
+        let f = parse::parse(K).unwrap();
+        let out = splice(K, &f, &ProbeModule::default(), &mut Nothing).unwrap();
+        assert_eq!(out.text, K);
+        assert!(out.attached.is_empty() && out.warnings.is_empty());
+    }
+
+    struct Bad;
+    impl ProbeBlocks for Bad {
+        fn block(&mut self, _: &PtxFunction<'_>, _: &Site, _: u32) -> Option<String> {
+            Some("{ ret; } }".into())
+        }
+    }
+
+    #[test]
+    fn bad_blocks_and_unparsable_modules() {
+        let f = parse::parse(K).unwrap();
+        let e = splice(K, &f, &ProbeModule::default(), &mut Bad).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                PassError::Block {
+                    site: Site::Entry,
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        let broken = &K[..K.len() - 30];
+        let out = instrument(broken, &ProbeModule::default(), &mut Tag).unwrap();
+        assert_eq!(out.text, broken);
+        assert_eq!(out.warnings.len(), 1);
+    }
+}
