@@ -5,6 +5,8 @@
  *
  *   - struct bpftime_job_ctx, the read-only context r1 points to
  *     (data..data_end: the record's input, out..out_end: its output);
+ *   - struct bpftime_probe_ctx, what r1 points to in GPU kernel probes
+ *     (SEC("kprobe/<kernel>"), SEC("kretprobe/<kernel>"));
  *   - the GPU helpers 501..511 in bpftime's style;
  *   - the map type ids this runtime supports;
  *   - a SEC() fallback for programs that do not include bpf_helpers.h.
@@ -28,6 +30,47 @@ struct bpftime_job_ctx {
 	__u64 n;        /* number of records in the job */
 	__u64 args[4];  /* job arguments */
 };
+
+/*
+ * The ctx of GPU kernel probes, one per thread and site (entry or exit). It starts with
+ * the x86-64 user-space struct pt_regs, the kernel's parameters 1..6 in rdi, rsi, rdx, rcx,
+ * r8, r9 (rax = 0), so libbpf's BPF_KPROBE / PT_REGS_PARMn (built with -D__TARGET_ARCH_x86)
+ * read them. The rest is reached with bpftime_probe_ctx(ctx). One definition, in Rust:
+ * ebpf::ProbeCtx; a test checks these offsets against it.
+ */
+#if !defined(__VMLINUX_H__) && !defined(BPFTIME_NO_PT_REGS)
+#include <asm/ptrace.h>
+#endif
+
+struct bpftime_probe_ctx {
+	struct pt_regs regs;     /*   0: parameters 1..6 in rdi, rsi, rdx, rcx, r8, r9 */
+	__u64 params[16];        /* 168: parameters 1..16, zero-extended (0 if over 8 bytes) */
+	__u64 nparams;           /* 296: number of kernel parameters */
+	__u32 thread_idx[3];     /* 304: %tid.x, .y, .z */
+	__u32 block_idx[3];      /* 316: %ctaid */
+	__u32 block_dim[3];      /* 328: %ntid */
+	__u32 grid_dim[3];       /* 340: %nctaid */
+	__u64 global_thread_id;  /* 352: linear block id * threads per block + linear tid */
+	__u64 timer;             /* 360: %globaltimer at the probe, ns */
+	__u32 sm_id;             /* 368: %smid */
+	__u32 warp_id;           /* 372: %warpid */
+	__u32 lane_id;           /* 376: %laneid */
+	__u32 site;              /* 380: 0 at entry, 1 at exit */
+	__u64 kernel_id;         /* 384: FNV-1a 64 of the mangled kernel name */
+	__u64 correlation_id;    /* 392: launch number from the shim (0 when not passed) */
+	__u64 launch_time;       /* 400: host launch time on the %globaltimer clock (0 when not passed) */
+};                               /* 408 bytes */
+
+#define bpftime_probe_ctx(ctx) ((const struct bpftime_probe_ctx *)(ctx))
+
+/*
+ * Map printing in `bpftime-super trace` follows the map's name, as bpftrace follows its
+ * functions: a name ending in "_hist" prints as a log2 histogram (array slot k counts
+ * values in [2^k, 2^(k+1)), slot 0 counts 0 and 1), "_lhist" as a linear histogram
+ * (slot k = [k*step, (k+1)*step) with step from a "_lhist_<step>" suffix, default 1);
+ * every other map prints one line per key. 8-byte keys equal to a kernel_id print as the
+ * kernel's demangled name.
+ */
 
 /* Map types (the Linux BPF_MAP_TYPE_* ids). */
 #define BPFTIME_MAP_TYPE_HASH 1

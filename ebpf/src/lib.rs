@@ -27,4 +27,6 @@ pub mod maps;
 pub mod program;
 pub mod verifier;
 
-pub use program::{InsnLoc, JobCtx, MapDef, MapKind, MapOrigin, ProgKind, Program};
+pub use program::{
+    InsnLoc, JobCtx, MapDef, MapKind, MapOrigin, ProbeCtx, ProgKind, Program, PtRegs,
+};

@@ -246,3 +246,176 @@ const _: () = {
     assert!(std::mem::offset_of!(JobCtx, n) == JobCtx::N as usize);
     assert!(std::mem::offset_of!(JobCtx, args) == JobCtx::ARGS as usize);
 };
+
+/// The x86-64 user-space `struct pt_regs` (`<asm/ptrace.h>`): the head of every probe ctx, so
+/// libbpf's `PT_REGS_PARM1..6`, `PT_REGS_RC` and `BPF_KPROBE`/`BPF_KRETPROBE` (built with
+/// `-D__TARGET_ARCH_x86`) read the right words.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[repr(C)]
+pub struct PtRegs {
+    #[expect(missing_docs, reason = "register names")]
+    pub r15: u64,
+    #[expect(missing_docs, reason = "register names")]
+    pub r14: u64,
+    #[expect(missing_docs, reason = "register names")]
+    pub r13: u64,
+    #[expect(missing_docs, reason = "register names")]
+    pub r12: u64,
+    #[expect(missing_docs, reason = "register names")]
+    pub rbp: u64,
+    #[expect(missing_docs, reason = "register names")]
+    pub rbx: u64,
+    #[expect(missing_docs, reason = "register names")]
+    pub r11: u64,
+    #[expect(missing_docs, reason = "register names")]
+    pub r10: u64,
+    /// Parameter 6.
+    pub r9: u64,
+    /// Parameter 5.
+    pub r8: u64,
+    /// Return value (`PT_REGS_RC`).
+    pub rax: u64,
+    /// Parameter 4.
+    pub rcx: u64,
+    /// Parameter 3.
+    pub rdx: u64,
+    /// Parameter 2.
+    pub rsi: u64,
+    /// Parameter 1.
+    pub rdi: u64,
+    #[expect(missing_docs, reason = "register names")]
+    pub orig_rax: u64,
+    #[expect(missing_docs, reason = "register names")]
+    pub rip: u64,
+    #[expect(missing_docs, reason = "register names")]
+    pub cs: u64,
+    #[expect(missing_docs, reason = "register names")]
+    pub eflags: u64,
+    #[expect(missing_docs, reason = "register names")]
+    pub rsp: u64,
+    #[expect(missing_docs, reason = "register names")]
+    pub ss: u64,
+}
+
+impl PtRegs {
+    /// Byte offsets of the argument registers, parameter 1 first (`di, si, dx, cx, r8, r9`).
+    pub const PARAM_OFFSETS: [usize; 6] = [
+        std::mem::offset_of!(PtRegs, rdi),
+        std::mem::offset_of!(PtRegs, rsi),
+        std::mem::offset_of!(PtRegs, rdx),
+        std::mem::offset_of!(PtRegs, rcx),
+        std::mem::offset_of!(PtRegs, r8),
+        std::mem::offset_of!(PtRegs, r9),
+    ];
+    /// Byte offset of the return value register.
+    pub const RC_OFFSET: usize = std::mem::offset_of!(PtRegs, rax);
+}
+
+/// What r1 points to in a GPU kernel probe (`kprobe/<kernel>`, `kretprobe/<kernel>`):
+/// `struct bpftime_probe_ctx` of `include/bpftime_super.h`, one per thread and site.
+///
+/// | bytes    | field | value |
+/// |----------|-------|-------|
+/// | 0..168   | `regs` | [`PtRegs`]: `rdi, rsi, rdx, rcx, r8, r9` = kernel parameters 1..6, `rax` = 0 |
+/// | 168..296 | `params[16]` | kernel parameters 1..16, zero-extended (0 for parameters over 8 bytes) |
+/// | 296      | `nparams` | number of kernel parameters |
+/// | 304..352 | `thread_idx, block_idx, block_dim, grid_dim` | `u32[3]` each |
+/// | 352      | `global_thread_id` | linear block id × threads per block + linear thread id |
+/// | 360      | `timer` | `%globaltimer` at the probe (ns) |
+/// | 368..384 | `sm_id, warp_id, lane_id, site` | `u32`; site 0 = entry, 1 = exit |
+/// | 384      | `kernel_id` | FNV-1a 64 of the kernel's (mangled) name: [`ProbeCtx::kernel_id`] |
+/// | 392      | `correlation_id` | launch number given by the shim (0 when not passed) |
+/// | 400      | `launch_time` | host time of the launch call, on the GPU's `%globaltimer` clock (0 when not passed) |
+///
+/// Read-only by contract (writes change a thread-private copy).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[repr(C)]
+pub struct ProbeCtx {
+    /// Kernel parameters 1..6 in the argument registers.
+    pub regs: PtRegs,
+    /// Kernel parameters 1..16.
+    pub params: [u64; 16],
+    /// Number of kernel parameters.
+    pub nparams: u64,
+    /// `%tid`.
+    pub thread_idx: [u32; 3],
+    /// `%ctaid`.
+    pub block_idx: [u32; 3],
+    /// `%ntid`.
+    pub block_dim: [u32; 3],
+    /// `%nctaid`.
+    pub grid_dim: [u32; 3],
+    /// Linear thread id in the grid.
+    pub global_thread_id: u64,
+    /// `%globaltimer` at the probe.
+    pub timer: u64,
+    /// `%smid`.
+    pub sm_id: u32,
+    /// `%warpid`.
+    pub warp_id: u32,
+    /// `%laneid`.
+    pub lane_id: u32,
+    /// 0 at entry, 1 at exit.
+    pub site: u32,
+    /// FNV-1a 64 of the mangled kernel name.
+    pub kernel_id: u64,
+    /// Launch number from the shim, 0 when not passed.
+    pub correlation_id: u64,
+    /// Host launch time on the `%globaltimer` clock, 0 when not passed.
+    pub launch_time: u64,
+}
+
+impl ProbeCtx {
+    /// Size in bytes.
+    pub const SIZE: usize = 408;
+    /// Offset of `params`.
+    pub const PARAMS: usize = std::mem::offset_of!(ProbeCtx, params);
+    /// Offset of `nparams`.
+    pub const NPARAMS: usize = std::mem::offset_of!(ProbeCtx, nparams);
+    /// Offset of `thread_idx`.
+    pub const THREAD_IDX: usize = std::mem::offset_of!(ProbeCtx, thread_idx);
+    /// Offset of `block_idx`.
+    pub const BLOCK_IDX: usize = std::mem::offset_of!(ProbeCtx, block_idx);
+    /// Offset of `block_dim`.
+    pub const BLOCK_DIM: usize = std::mem::offset_of!(ProbeCtx, block_dim);
+    /// Offset of `grid_dim`.
+    pub const GRID_DIM: usize = std::mem::offset_of!(ProbeCtx, grid_dim);
+    /// Offset of `global_thread_id`.
+    pub const GLOBAL_THREAD_ID: usize = std::mem::offset_of!(ProbeCtx, global_thread_id);
+    /// Offset of `timer`.
+    pub const TIMER: usize = std::mem::offset_of!(ProbeCtx, timer);
+    /// Offset of `sm_id`.
+    pub const SM_ID: usize = std::mem::offset_of!(ProbeCtx, sm_id);
+    /// Offset of `warp_id`.
+    pub const WARP_ID: usize = std::mem::offset_of!(ProbeCtx, warp_id);
+    /// Offset of `lane_id`.
+    pub const LANE_ID: usize = std::mem::offset_of!(ProbeCtx, lane_id);
+    /// Offset of `site`.
+    pub const SITE: usize = std::mem::offset_of!(ProbeCtx, site);
+    /// Offset of `kernel_id`.
+    pub const KERNEL_ID: usize = std::mem::offset_of!(ProbeCtx, kernel_id);
+    /// Offset of `correlation_id`.
+    pub const CORRELATION_ID: usize = std::mem::offset_of!(ProbeCtx, correlation_id);
+    /// Offset of `launch_time`.
+    pub const LAUNCH_TIME: usize = std::mem::offset_of!(ProbeCtx, launch_time);
+
+    /// The `kernel_id` of a kernel: FNV-1a 64 over its mangled name's bytes.
+    pub fn kernel_id(name: &str) -> u64 {
+        name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+            (h ^ b as u64).wrapping_mul(0x0000_0100_0000_01b3)
+        })
+    }
+}
+
+const _: () = {
+    assert!(std::mem::size_of::<PtRegs>() == 168);
+    assert!(std::mem::size_of::<ProbeCtx>() == ProbeCtx::SIZE);
+    assert!(ProbeCtx::PARAMS == 168);
+    assert!(ProbeCtx::NPARAMS == 296);
+    assert!(ProbeCtx::THREAD_IDX == 304);
+    assert!(ProbeCtx::GLOBAL_THREAD_ID == 352);
+    assert!(ProbeCtx::TIMER == 360);
+    assert!(ProbeCtx::SITE == 380);
+    assert!(ProbeCtx::KERNEL_ID == 384);
+    assert!(ProbeCtx::LAUNCH_TIME == 400);
+};

@@ -86,6 +86,8 @@ pub struct Explorer<'a> {
     last_stack: Option<(u8, u8, u8, bool)>,
     /// Whether it touched the stack at a variable offset.
     last_var_stack: bool,
+    /// With a probe ctx: the ctx words read so far ([`Verified::ctx_words_read`]).
+    ctx_words_read: std::cell::Cell<u64>,
 }
 
 fn alu_name(op: AluOp) -> &'static str {
@@ -146,7 +148,28 @@ impl<'a> Explorer<'a> {
             demands: Track::default(),
             last_stack: None,
             last_var_stack: false,
+            ctx_words_read: std::cell::Cell::new(0),
         }
+    }
+
+    /// With a probe ctx, records the words a read through `p` (plus `off`, `size` bytes) may
+    /// touch. The ctx is the only memory pointer without a reference id there.
+    pub(super) fn note_ctx_read(&self, p: &Ptr, off: i64, size: u64) {
+        if !matches!(self.opts.ctx, CtxKind::Probe { .. }) || p.ref_id != 0 {
+            return;
+        }
+        let lo = p.off + off + p.var.smin.min(0);
+        let hi = p.off + off + p.var.smax.max(0) + size as i64;
+        let mut bits = 0u64;
+        let (first, last) = (lo.max(0) / 8, (hi - 1).max(0) / 8);
+        if p.const_var().is_none() && p.var.smax - p.var.smin > 4096 || last >= 64 {
+            bits = u64::MAX;
+        } else {
+            for w in first..=last {
+                bits |= 1 << w;
+            }
+        }
+        self.ctx_words_read.set(self.ctx_words_read.get() | bits);
     }
 
     pub(super) fn fresh_id(&mut self) -> u32 {
@@ -162,6 +185,9 @@ impl<'a> Explorer<'a> {
             CtxKind::Mem { len } => {
                 regs[1] = Reg::Ptr(Ptr::new(PtrKind::Mem { size: len as u64 }, 0));
                 regs[2] = Reg::Scalar(Scalar::konst(len as u64));
+            }
+            CtxKind::Probe { size } => {
+                regs[1] = Reg::Ptr(Ptr::new(PtrKind::Mem { size: size as u64 }, 0));
             }
         }
         State {
@@ -474,6 +500,7 @@ impl<'a> Explorer<'a> {
                 .collect(),
             max_stack_depth: max,
             log: String::new(),
+            ctx_words_read: self.ctx_words_read.get(),
         })
     }
 
@@ -1126,6 +1153,7 @@ impl<'a> Explorer<'a> {
             PtrKind::Mem { size: limit } => {
                 self.check_ref_live(st, pc, r, &p)?;
                 self.bounds(pc, r, &p, off, size as u64, limit, "mem", "mem size")?;
+                self.note_ctx_read(&p, off, size as u64);
                 Ok(Reg::Scalar(Scalar::unknown_bytes(size, sx)))
             }
         }

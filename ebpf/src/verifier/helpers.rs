@@ -380,6 +380,8 @@ impl Explorer<'_> {
             PtrKind::Data | PtrKind::Out => self.pkt_bounds(pc, r, &p, 0, size),
             PtrKind::Mem { size: limit } => {
                 self.check_ref_live(st, pc, r, &p)?;
+                // A helper may read any of it.
+                self.note_ctx_read(&p, -p.off, limit);
                 self.bounds(pc, r, &p, 0, size, limit, "mem", "mem size")
             }
             _ => Err(fail(

@@ -50,6 +50,13 @@ pub enum CtxKind {
         /// Length of the memory block.
         len: usize,
     },
+    /// A probe's ctx (`kprobe/`, `kretprobe/`, `uprobe/`): `size` readable and writable bytes
+    /// of scalars (no pointer fields), with nothing in r2. The words the program reads are
+    /// reported in [`Verified::ctx_words_read`], so an attach site fills only those.
+    Probe {
+        /// Size of the ctx in bytes.
+        size: usize,
+    },
 }
 
 /// Verifier settings.
@@ -84,6 +91,9 @@ pub struct Verified {
     pub max_stack_depth: usize,
     /// The state trail when logging was asked for.
     pub log: String,
+    /// With [`CtxKind::Probe`]: bit `k` is set when some path reads ctx bytes `8k..8k+8`
+    /// (every bit when the ctx pointer reaches a helper, or for words past 63).
+    pub ctx_words_read: u64,
 }
 
 /// The class of a verification failure.

@@ -7,6 +7,7 @@
 //! | `inspect` | list programs, maps and sections of an object                 |
 //! | `disasm`  | print the linked instructions of each program                 |
 //! | `jit`     | translate a program to PTX, or a cubin through the CUDA driver |
+//! | `instrument` | splice probes into a GPU image offline; print what went where |
 //! | `run --persistent` | start the service                                    |
 //! | `load`, `unload`, `replace`, `list` | manage a running service's programs  |
 //! | `submit`  | run an offload job through the shared-memory queue            |
@@ -18,6 +19,7 @@
 
 mod exec;
 mod inspect;
+mod instrument;
 mod jit;
 mod service;
 mod verify;
@@ -59,6 +61,8 @@ pub enum Command {
     Disasm(inspect::DisasmArgs),
     /// Translate a program to PTX (or a cubin, through the CUDA driver).
     Jit(jit::JitArgs),
+    /// Instrument a GPU image offline: splice probes into its PTX and print what went where.
+    Instrument(instrument::InstrumentArgs),
     /// Start the service (`run --persistent`).
     Run(service::RunArgs),
     /// Verify and install a program in a running service.
@@ -93,6 +97,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Inspect(a) => inspect::run_inspect(a),
         Command::Disasm(a) => inspect::run_disasm(a),
         Command::Jit(a) => jit::run(a),
+        Command::Instrument(a) => instrument::run(a),
         Command::Run(a) => service::run(a),
         Command::Load(a) => service::load(a),
         Command::Unload(a) => service::unload(a),

@@ -1,0 +1,194 @@
+//! `libbpftime_attach.so`: the `LD_PRELOAD` shim of `bpftime-super trace`.
+//!
+//! Only the C symbols live here; each forwards to `attach::shim::hooks`. Keeping them out
+//! of the `attach` rlib matters: a Rust binary linking that rlib (the CLI) must not
+//! interpose its own `dlsym` or driver calls.
+
+use attach::shim::{driver::CuResult, driver::Handle, hooks};
+use std::ffi::{c_char, c_int, c_uint, c_void};
+
+/// Interposed `dlsym`: the real lookup, with wrapped driver entries swapped in.
+///
+/// # Safety
+/// As `dlsym(3)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn dlsym(handle: *mut c_void, symbol: *const c_char) -> *mut c_void {
+    // SAFETY: forwarded contract.
+    unsafe { hooks::dlsym(handle, symbol) }
+}
+
+/// Interposed `cuGetProcAddress_v2`.
+///
+/// # Safety
+/// The driver's contract.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGetProcAddress_v2(
+    symbol: *const c_char,
+    pfn: *mut *mut c_void,
+    version: c_int,
+    flags: u64,
+    status: *mut c_int,
+) -> CuResult {
+    // SAFETY: forwarded contract.
+    unsafe { hooks::get_proc_address_v2(symbol, pfn, version, flags, status) }
+}
+
+/// Interposed `cuGetProcAddress` (the pre-12 ABI).
+///
+/// # Safety
+/// The driver's contract.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGetProcAddress(
+    symbol: *const c_char,
+    pfn: *mut *mut c_void,
+    version: c_int,
+    flags: u64,
+) -> CuResult {
+    // SAFETY: forwarded contract.
+    unsafe { hooks::get_proc_address_v1(symbol, pfn, version, flags) }
+}
+
+/// Interposed `cuModuleLoadData`.
+///
+/// # Safety
+/// The driver's contract.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuModuleLoadData(module: *mut Handle, image: *const c_void) -> CuResult {
+    // SAFETY: forwarded contract.
+    unsafe { hooks::module_load_data(module, image) }
+}
+
+/// Interposed `cuModuleLoadDataEx`.
+///
+/// # Safety
+/// The driver's contract.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuModuleLoadDataEx(
+    module: *mut Handle,
+    image: *const c_void,
+    n: c_uint,
+    options: *mut c_int,
+    values: *mut *mut c_void,
+) -> CuResult {
+    // SAFETY: forwarded contract.
+    unsafe { hooks::module_load_data_ex(module, image, n, options, values) }
+}
+
+/// Interposed `cuModuleLoadFatBinary`.
+///
+/// # Safety
+/// The driver's contract.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuModuleLoadFatBinary(
+    module: *mut Handle,
+    image: *const c_void,
+) -> CuResult {
+    // SAFETY: forwarded contract.
+    unsafe { hooks::module_load_fat_binary(module, image) }
+}
+
+/// Interposed `cuModuleLoad`.
+///
+/// # Safety
+/// The driver's contract.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuModuleLoad(module: *mut Handle, path: *const c_char) -> CuResult {
+    // SAFETY: forwarded contract.
+    unsafe { hooks::module_load(module, path) }
+}
+
+/// Interposed `cuLibraryLoadData`.
+///
+/// # Safety
+/// The driver's contract.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuLibraryLoadData(
+    library: *mut Handle,
+    code: *const c_void,
+    jit_options: *mut c_int,
+    jit_values: *mut *mut c_void,
+    n_jit: c_uint,
+    lib_options: *mut c_int,
+    lib_values: *mut *mut c_void,
+    n_lib: c_uint,
+) -> CuResult {
+    // SAFETY: forwarded contract.
+    unsafe {
+        hooks::library_load_data(
+            library,
+            code,
+            jit_options,
+            jit_values,
+            n_jit,
+            lib_options,
+            lib_values,
+            n_lib,
+        )
+    }
+}
+
+/// Interposed `cuLibraryLoadFromFile`.
+///
+/// # Safety
+/// The driver's contract.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuLibraryLoadFromFile(
+    library: *mut Handle,
+    path: *const c_char,
+    jit_options: *mut c_int,
+    jit_values: *mut *mut c_void,
+    n_jit: c_uint,
+    lib_options: *mut c_int,
+    lib_values: *mut *mut c_void,
+    n_lib: c_uint,
+) -> CuResult {
+    // SAFETY: forwarded contract.
+    unsafe {
+        hooks::library_load_from_file(
+            library,
+            path,
+            jit_options,
+            jit_values,
+            n_jit,
+            lib_options,
+            lib_values,
+            n_lib,
+        )
+    }
+}
+
+/// Interposed `cuLinkAddData_v2` (what `cuLinkAddData` means in `cuda.h`).
+///
+/// # Safety
+/// The driver's contract.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuLinkAddData_v2(
+    state: Handle,
+    kind: c_uint,
+    data: *mut c_void,
+    size: usize,
+    name: *const c_char,
+    n: c_uint,
+    options: *mut c_int,
+    values: *mut *mut c_void,
+) -> CuResult {
+    // SAFETY: forwarded contract.
+    unsafe { hooks::link_add_data(state, kind, data, size, name, n, options, values) }
+}
+
+/// Interposed `cuLinkAddFile_v2` (what `cuLinkAddFile` means in `cuda.h`).
+///
+/// # Safety
+/// The driver's contract.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuLinkAddFile_v2(
+    state: Handle,
+    kind: c_uint,
+    path: *const c_char,
+    n: c_uint,
+    options: *mut c_int,
+    values: *mut *mut c_void,
+) -> CuResult {
+    // SAFETY: forwarded contract.
+    unsafe { hooks::link_add_file(state, kind, path, n, options, values) }
+}

@@ -1,0 +1,450 @@
+//! The PTX that goes into an application's module: each probe program JIT-compiled once as
+//! a module-private `.func`, and at each site a block that builds the probe ctx and calls it.
+//!
+//! ```text
+//! .func (.param .b64 ret0) __bpftime3_prog_on_entry(.param .b64 ctx) { … }   // module scope, once
+//!
+//! .entry kernel(…) {
+//!   { // bpftime: kprobe on_entry (site 0)                                       // the entry block
+//!     .reg .b64 %bt_d<…>; .reg .b32 %bt_r<…>;
+//!     .local .align 8 .b8 __bpftime_ctx7[408];
+//!     <only the ctx words the program reads: params, %tid, %globaltimer, …>
+//!     call.uni (ret), __bpftime3_prog_on_entry, (ctx);
+//!   }
+//!   … the kernel, unchanged …
+//! ```
+//!
+//! Every name the JIT defines (`bpf_prog_*`, `bpf_sub_*`, helper `.func`s `bpf_h*`, the
+//! `bpf_prandom_state` global) is renamed `__bpftime<k>_*` for probe `k` and made
+//! module-private, so several probes, and the application's own symbols, never collide.
+//! The block declares its own registers in a nested scope: the kernel's registers are
+//! untouched. Only the ctx words the verifier saw the program read are written
+//! ([`crate::probes::Probe::ctx_words`]): an empty probe costs a call.
+
+use crate::probes::{Probe, SiteKind};
+use ebpf::{ProbeCtx, PtRegs};
+use jit::{JitOptions, MapBinding};
+use std::fmt::Write;
+
+/// One kernel parameter, as the site block reads it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ParamSig {
+    /// The `.param` name.
+    pub name: String,
+    /// Size in bytes (arrays included).
+    pub size: u32,
+    /// Declared as a `.b8 name[N]` array (a struct passed by value).
+    pub array: bool,
+}
+
+/// What a site block needs to know about its kernel.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KernelSig {
+    /// The mangled name.
+    pub name: String,
+    /// The parameters, in order.
+    pub params: Vec<ParamSig>,
+}
+
+/// A probe compiled for one module.
+#[derive(Clone, Debug)]
+pub struct CompiledProbe {
+    /// Name of its `.func` (`__bpftime<k>_prog_<name>`).
+    pub func: String,
+    /// Module-scope text: prototypes, helper bodies, globals, the `.func`s.
+    pub text: String,
+    /// The probe's index.
+    pub index: usize,
+    /// Ctx words it reads.
+    pub ctx_words: u64,
+    /// Entry or exit.
+    pub site: SiteKind,
+    /// Its program's name.
+    pub name: String,
+}
+
+/// Lowest PTX ISA and SM the JIT's output needs.
+pub const MIN_VERSION: (u32, u32) = (7, 0);
+/// Lowest SM the JIT's output needs (`ld.acquire`, `atom.sys`, `%globaltimer`).
+pub const MIN_SM: u32 = 70;
+
+/// JIT-compiles probe `index` for a module of `sm`, its maps bound at `maps`.
+pub fn compile_probe(
+    probe: &Probe,
+    index: usize,
+    maps: Vec<MapBinding>,
+    sm: u32,
+    lock_pid: u32,
+) -> Result<CompiledProbe, jit::CompileError> {
+    let opts = JitOptions {
+        ptx_version: (7, 8),
+        sm: sm.max(MIN_SM),
+        maps,
+        lock_pid,
+        entry: false,
+        ..JitOptions::default()
+    };
+    let m = jit::compile(&probe.program, &opts)?;
+    let full = m.text();
+    let body = match full.find(".address_size 64") {
+        Some(at) => &full[at + ".address_size 64".len()..],
+        None => full.as_str(),
+    };
+    let prefix = format!("__bpftime{index}_");
+    let text = rename(body, &prefix).replace(".visible .func", ".func");
+    let func = format!(
+        "{prefix}{}",
+        m.prog_func().strip_prefix("bpf_").unwrap_or(m.prog_func())
+    );
+    Ok(CompiledProbe {
+        func,
+        text: format!(
+            "\n// bpftime-super: probe {index} `{}` ({})\n{text}\n",
+            probe.program.name, probe.program.section
+        ),
+        index,
+        ctx_words: probe.ctx_words,
+        site: probe.site,
+        name: probe.program.name.clone(),
+    })
+}
+
+/// Renames every identifier the JIT defines (`bpf_…` not after `%` or `$`) to `prefix…`.
+fn rename(text: &str, prefix: &str) -> String {
+    let b = text.as_bytes();
+    let mut out = String::with_capacity(text.len() + 256);
+    let mut i = 0;
+    let mut last = 0;
+    while i < b.len() {
+        let c = b[i];
+        let starts_ident = (c.is_ascii_alphabetic() || c == b'_' || c == b'%' || c == b'$')
+            && (i == 0 || !(b[i - 1].is_ascii_alphanumeric() || b[i - 1] == b'_'));
+        if !starts_ident {
+            i += 1;
+            continue;
+        }
+        let start = i;
+        i += 1;
+        while i < b.len() && (b[i].is_ascii_alphanumeric() || b[i] == b'_' || b[i] == b'$') {
+            i += 1;
+        }
+        let ident = &text[start..i];
+        if let Some(rest) = ident.strip_prefix("bpf_") {
+            out.push_str(&text[last..start]);
+            out.push_str(prefix);
+            out.push_str(rest);
+            last = i;
+        }
+    }
+    out.push_str(&text[last..]);
+    out
+}
+
+/// Registers a block uses for one ctx word's value.
+struct Block {
+    text: String,
+    d: u32,
+    r: u32,
+}
+
+impl Block {
+    fn d(&mut self) -> String {
+        self.d += 1;
+        format!("%bt_d{}", self.d - 1)
+    }
+    fn r(&mut self) -> String {
+        self.r += 1;
+        format!("%bt_r{}", self.r - 1)
+    }
+    fn line(&mut self, s: &str) {
+        self.text.push_str("\t\t");
+        self.text.push_str(s);
+        self.text.push('\n');
+    }
+    /// `dst = lo | hi << 32` from two 32-bit registers.
+    fn pack(&mut self, lo: &str, hi: &str) -> String {
+        let d = self.d();
+        self.line(&format!("mov.b64 {d}, {{{lo}, {hi}}};"));
+        d
+    }
+    fn special(&mut self, sreg: &str) -> String {
+        let r = self.r();
+        self.line(&format!("mov.u32 {r}, {sreg};"));
+        r
+    }
+}
+
+/// The block run at `site` of `kernel`: fills the ctx words the probes read, then calls
+/// each probe. `uid` makes its local array's name unique in the module. `hidden` names the
+/// `.param`s carrying the correlation id and launch time, when the kernel has them.
+pub fn site_block(
+    kernel: &KernelSig,
+    probes: &[&CompiledProbe],
+    site: SiteKind,
+    uid: u32,
+    hidden: Option<(&str, &str)>,
+) -> String {
+    let words = probes.iter().fold(0u64, |w, p| w | p.ctx_words);
+    let mut b = Block {
+        text: String::new(),
+        d: 0,
+        r: 0,
+    };
+    let ctx = format!("__bpftime_ctx{uid}");
+    let mut fill: Vec<(usize, String)> = Vec::new();
+    let wants = |off: usize| words & (1u64 << (off / 8)) != 0;
+    let param = |b: &mut Block, k: usize| -> String {
+        let Some(p) = kernel.params.get(k) else {
+            let d = b.d();
+            b.line(&format!("mov.u64 {d}, 0;"));
+            return d;
+        };
+        let d = b.d();
+        let ty = match (p.size, p.array) {
+            (8, _) => Some("u64"),
+            (4, _) => Some("u32"),
+            (2, false) => Some("u16"),
+            (1, false) => Some("u8"),
+            _ => None,
+        };
+        match ty {
+            Some("u64") => b.line(&format!("ld.param.u64 {d}, [{}];", p.name)),
+            Some(t) => {
+                let r = b.r();
+                b.line(&format!("ld.param.{t} {r}, [{}];", p.name));
+                b.line(&format!("cvt.u64.u32 {d}, {r};"));
+            }
+            None => b.line(&format!("mov.u64 {d}, 0;")),
+        }
+        d
+    };
+    // pt_regs argument registers and params[].
+    for (k, &off) in PtRegs::PARAM_OFFSETS.iter().enumerate() {
+        if wants(off) {
+            let d = param(&mut b, k);
+            fill.push((off, d));
+        }
+    }
+    for k in 0..16 {
+        let off = ProbeCtx::PARAMS + 8 * k;
+        if wants(off) {
+            let d = param(&mut b, k);
+            fill.push((off, d));
+        }
+    }
+    if wants(ProbeCtx::NPARAMS) {
+        let d = b.d();
+        b.line(&format!("mov.u64 {d}, {};", kernel.params.len()));
+        fill.push((ProbeCtx::NPARAMS, d));
+    }
+    // thread_idx, block_idx, block_dim, grid_dim: 12 u32s from 304 to 352, two per word.
+    let sregs = [
+        "%tid.x",
+        "%tid.y",
+        "%tid.z",
+        "%ctaid.x",
+        "%ctaid.y",
+        "%ctaid.z",
+        "%ntid.x",
+        "%ntid.y",
+        "%ntid.z",
+        "%nctaid.x",
+        "%nctaid.y",
+        "%nctaid.z",
+    ];
+    for w in 0..6 {
+        let off = ProbeCtx::THREAD_IDX + 8 * w;
+        if wants(off) {
+            let lo = b.special(sregs[2 * w]);
+            let hi = b.special(sregs[2 * w + 1]);
+            let d = b.pack(&lo, &hi);
+            fill.push((off, d));
+        }
+    }
+    if wants(ProbeCtx::GLOBAL_THREAD_ID) {
+        let s: Vec<String> = sregs.iter().map(|r| b.special(r)).collect();
+        // block linear id = ctaid.x + nctaid.x * (ctaid.y + nctaid.y * ctaid.z)
+        let (bl, t) = (b.d(), b.d());
+        b.line(&format!("mul.wide.u32 {bl}, {}, {};", s[10], s[5]));
+        b.line(&format!("cvt.u64.u32 {t}, {};", s[4]));
+        b.line(&format!("add.s64 {bl}, {bl}, {t};"));
+        b.line(&format!("cvt.u64.u32 {t}, {};", s[9]));
+        b.line(&format!("mul.lo.s64 {bl}, {bl}, {t};"));
+        b.line(&format!("cvt.u64.u32 {t}, {};", s[3]));
+        b.line(&format!("add.s64 {bl}, {bl}, {t};"));
+        // threads per block and linear thread id
+        let (nb, tl) = (b.d(), b.d());
+        b.line(&format!("mul.wide.u32 {nb}, {}, {};", s[6], s[7]));
+        b.line(&format!("cvt.u64.u32 {t}, {};", s[8]));
+        b.line(&format!("mul.lo.s64 {nb}, {nb}, {t};"));
+        b.line(&format!("mul.wide.u32 {tl}, {}, {};", s[7], s[2]));
+        b.line(&format!("cvt.u64.u32 {t}, {};", s[1]));
+        b.line(&format!("add.s64 {tl}, {tl}, {t};"));
+        b.line(&format!("cvt.u64.u32 {t}, {};", s[6]));
+        b.line(&format!("mul.lo.s64 {tl}, {tl}, {t};"));
+        b.line(&format!("cvt.u64.u32 {t}, {};", s[0]));
+        b.line(&format!("add.s64 {tl}, {tl}, {t};"));
+        let g = b.d();
+        b.line(&format!("mad.lo.s64 {g}, {bl}, {nb}, {tl};"));
+        fill.push((ProbeCtx::GLOBAL_THREAD_ID, g));
+    }
+    if wants(ProbeCtx::TIMER) {
+        let d = b.d();
+        b.line(&format!("mov.u64 {d}, %globaltimer;"));
+        fill.push((ProbeCtx::TIMER, d));
+    }
+    if wants(ProbeCtx::SM_ID) {
+        let (lo, hi) = (b.special("%smid"), b.special("%warpid"));
+        let d = b.pack(&lo, &hi);
+        fill.push((ProbeCtx::SM_ID, d));
+    }
+    if wants(ProbeCtx::LANE_ID) {
+        let lo = b.special("%laneid");
+        let hi = b.r();
+        b.line(&format!("mov.u32 {hi}, {};", site.code()));
+        let d = b.pack(&lo, &hi);
+        fill.push((ProbeCtx::LANE_ID, d));
+    }
+    if wants(ProbeCtx::KERNEL_ID) {
+        let d = b.d();
+        b.line(&format!(
+            "mov.u64 {d}, {};",
+            ProbeCtx::kernel_id(&kernel.name) as i64
+        ));
+        fill.push((ProbeCtx::KERNEL_ID, d));
+    }
+    for (off, which) in [
+        (ProbeCtx::CORRELATION_ID, hidden.map(|h| h.0)),
+        (ProbeCtx::LAUNCH_TIME, hidden.map(|h| h.1)),
+    ] {
+        if wants(off) {
+            let d = b.d();
+            match which {
+                Some(p) => b.line(&format!("ld.param.u64 {d}, [{p}];")),
+                None => b.line(&format!("mov.u64 {d}, 0;")),
+            }
+            fill.push((off, d));
+        }
+    }
+    // Words read but not set above (pt_regs' other registers) are zero.
+    let mut zero: Option<String> = None;
+    for w in 0..ProbeCtx::SIZE / 8 {
+        let off = 8 * w;
+        if wants(off) && !fill.iter().any(|(o, _)| *o == off) {
+            let z = match &zero {
+                Some(z) => z.clone(),
+                None => {
+                    let z = b.d();
+                    b.line(&format!("mov.u64 {z}, 0;"));
+                    zero = Some(z.clone());
+                    z
+                }
+            };
+            fill.push((off, z));
+        }
+    }
+    fill.sort_by_key(|(o, _)| *o);
+    for (off, d) in &fill {
+        b.line(&format!("st.local.u64 [{ctx}+{off}], {d};"));
+    }
+    let c = b.d();
+    b.line(&format!("mov.u64 {c}, {ctx};"));
+    b.line(&format!("cvta.local.u64 {c}, {c};"));
+    let mut calls = String::new();
+    for p in probes {
+        let _ = writeln!(
+            calls,
+            "\t\t{{ .param .b64 bt_ret; .param .b64 bt_ctx; st.param.b64 [bt_ctx], {c}; call.uni (bt_ret), {}, (bt_ctx); }}",
+            p.func
+        );
+    }
+    let names: Vec<&str> = probes.iter().map(|p| p.name.as_str()).collect();
+    let kind = match site {
+        SiteKind::Entry => "kprobe",
+        SiteKind::Exit => "kretprobe",
+    };
+    let mut out = String::new();
+    let _ = writeln!(out, "\t{{ // bpftime-super: {kind} {}", names.join(", "));
+    if b.d > 0 {
+        let _ = writeln!(out, "\t\t.reg .b64 %bt_d<{}>;", b.d);
+    }
+    if b.r > 0 {
+        let _ = writeln!(out, "\t\t.reg .b32 %bt_r<{}>;", b.r);
+    }
+    if !fill.is_empty() {
+        let _ = writeln!(out, "\t\t.local .align 8 .b8 {ctx}[{}];", ProbeCtx::SIZE);
+    } else {
+        let _ = writeln!(out, "\t\t.local .align 8 .b8 {ctx}[8];");
+    }
+    out.push_str(&b.text);
+    out.push_str(&calls);
+    out.push_str("\t}\n");
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rename_touches_only_bpf_identifiers() {
+        let t = ".func (.param .b64 ret0) bpf_prog_x(.param .b64 ctx)\n{ call.uni (r), bpf_h1_m0, (a); mov.u64 %rd1, bpf_prandom_state; $Lbpf_x: %bpf_y; xbpf_z; }";
+        let r = rename(t, "__bpftime2_");
+        assert!(r.contains("__bpftime2_prog_x("));
+        assert!(r.contains("__bpftime2_h1_m0,"));
+        assert!(r.contains("__bpftime2_prandom_state;"));
+        assert!(r.contains("$Lbpf_x") && r.contains("%bpf_y") && r.contains("xbpf_z"));
+    }
+
+    #[test]
+    fn empty_probe_block_is_a_call() {
+        let k = KernelSig {
+            name: "k".into(),
+            params: vec![],
+        };
+        let p = CompiledProbe {
+            func: "__bpftime0_prog_f".into(),
+            text: String::new(),
+            index: 0,
+            ctx_words: 0,
+            site: SiteKind::Entry,
+            name: "f".into(),
+        };
+        let b = site_block(&k, &[&p], SiteKind::Entry, 3, None);
+        assert!(!b.contains("st.local"), "{b}");
+        assert!(b.contains("call.uni (bt_ret), __bpftime0_prog_f, (bt_ctx);"));
+    }
+
+    #[test]
+    fn block_fills_exactly_the_words_read() {
+        let k = KernelSig {
+            name: "_Z9vectorAddPKfS0_Pfi".into(),
+            params: ["p0", "p1", "p2", "p3"]
+                .iter()
+                .enumerate()
+                .map(|(i, n)| ParamSig {
+                    name: n.to_string(),
+                    size: if i == 3 { 4 } else { 8 },
+                    array: false,
+                })
+                .collect(),
+        };
+        let words = (1u64 << (PtRegs::PARAM_OFFSETS[3] / 8))
+            | (1 << (ProbeCtx::GLOBAL_THREAD_ID / 8))
+            | (1 << (ProbeCtx::KERNEL_ID / 8));
+        let p = CompiledProbe {
+            func: "f".into(),
+            text: String::new(),
+            index: 0,
+            ctx_words: words,
+            site: SiteKind::Entry,
+            name: "f".into(),
+        };
+        let b = site_block(&k, &[&p], SiteKind::Entry, 0, None);
+        assert_eq!(b.matches("st.local.u64").count(), 3, "{b}");
+        assert!(b.contains("ld.param.u32 %bt_r0, [p3];"), "{b}");
+        assert!(b.contains(&format!("[__bpftime_ctx0+{}]", PtRegs::PARAM_OFFSETS[3])));
+        let id = ProbeCtx::kernel_id("_Z9vectorAddPKfS0_Pfi") as i64;
+        assert!(b.contains(&format!(", {id};")), "{b}");
+    }
+}

@@ -1,0 +1,401 @@
+//! The one code path from a GPU image to what the driver should load, shared by the shim
+//! (`trace`) and the offline `bpftime-super instrument`.
+//!
+//! ```text
+//! image ──[image::unpack]──┬─ PTX (text, or the best PTX entry of a fat binary for the device)
+//!                          │     └─[ptx::parse]──[match kernels to probes]──[codegen]──[passes::probe::splice]──▶ instrumented PTX
+//!                          └─ SASS only (cubin, or a fat binary without PTX)
+//!                                └─▶ unchanged; one warning per probed kernel it holds
+//! ```
+//!
+//! Results are cached by the image's content hash (FNV-1a 64 over the bytes plus the device's
+//! SM): a program that loads the same module again pays nothing the second time.
+
+use crate::codegen::{self, CompiledProbe, KernelSig, ParamSig};
+use crate::probes::{KernelNames, ProbeSet, SiteKind};
+use jit::MapBinding;
+use jit::passes::probe::{ProbeBlocks, ProbeModule, Site};
+use jit::ptx::parse::{self, PtxFunction};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+
+/// What happened to one image.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Report {
+    /// Attach points: one per (probe, kernel, site).
+    pub attached: Vec<AttachPoint>,
+    /// Kernels of the image (mangled), whether or not a probe matched them.
+    pub kernels: Vec<String>,
+    /// Warnings: SASS-only kernels a probe wanted, PTX that does not parse, version changes.
+    pub warnings: Vec<String>,
+    /// What the image was: `ptx`, `fatbin`, `cubin`, ….
+    pub kind: String,
+}
+
+/// One probe attached to one kernel site.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct AttachPoint {
+    /// The probe program's name.
+    pub probe: String,
+    /// `kprobe` or `kretprobe`.
+    pub section: String,
+    /// The kernel, mangled.
+    pub kernel: String,
+    /// The kernel, demangled.
+    pub demangled: String,
+    /// Its `kernel_id` in the probe ctx.
+    pub kernel_id: u64,
+    /// Entry or exit.
+    pub site: SiteKind,
+    /// PTX line of the site (1-based; for exits, the `ret`/`exit`).
+    pub line: u32,
+}
+
+/// The result of instrumenting one image.
+#[derive(Clone, Debug)]
+pub enum Outcome {
+    /// Load the original image.
+    Unchanged(Report),
+    /// Load this PTX instead.
+    Instrumented {
+        /// The instrumented PTX (no NUL).
+        ptx: String,
+        /// What was attached.
+        report: Report,
+    },
+}
+
+impl Outcome {
+    /// The report.
+    pub fn report(&self) -> &Report {
+        match self {
+            Outcome::Unchanged(r) | Outcome::Instrumented { report: r, .. } => r,
+        }
+    }
+}
+
+/// Maps bound to device-visible addresses, per object: `bindings[object][map name]`.
+pub type Bindings = Vec<BTreeMap<String, MapBinding>>;
+
+/// Instruments images for one device.
+pub struct Instrumenter {
+    probes: Arc<ProbeSet>,
+    bindings: Bindings,
+    sm: u32,
+    lock_pid: u32,
+    compiled: Mutex<HashMap<usize, Arc<CompiledProbe>>>,
+    cache: Mutex<HashMap<u64, Arc<Outcome>>>,
+}
+
+impl Instrumenter {
+    /// An instrumenter for a device of compute capability `sm` (90 for 9.0), with every
+    /// probe's maps bound in `bindings`.
+    pub fn new(probes: Arc<ProbeSet>, bindings: Bindings, sm: u32, lock_pid: u32) -> Self {
+        Instrumenter {
+            probes,
+            bindings,
+            sm,
+            lock_pid,
+            compiled: Mutex::new(HashMap::new()),
+            cache: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The probes.
+    pub fn probes(&self) -> &ProbeSet {
+        &self.probes
+    }
+
+    /// Instruments any image the driver accepts (PTX, fat binary, wrapper, cubin), cached by
+    /// content.
+    pub fn image(&self, bytes: &[u8]) -> Arc<Outcome> {
+        self.image_fresh(bytes).0
+    }
+
+    /// [`Instrumenter::image`], and whether this call did the work (false: a cache hit).
+    pub fn image_fresh(&self, bytes: &[u8]) -> (Arc<Outcome>, bool) {
+        let key = fnv(bytes) ^ (self.sm as u64).rotate_left(48);
+        if let Some(o) = self
+            .cache
+            .lock()
+            .map(|c| c.get(&key).cloned())
+            .ok()
+            .flatten()
+        {
+            return (o, false);
+        }
+        let out = Arc::new(self.image_uncached(bytes));
+        if let Ok(mut c) = self.cache.lock() {
+            c.insert(key, out.clone());
+        }
+        (out, true)
+    }
+
+    fn image_uncached(&self, bytes: &[u8]) -> Outcome {
+        use crate::image::{ImageKind, classify};
+        let kind = classify(bytes);
+        if kind == Some(ImageKind::Ptx) {
+            let text = ptx_text(bytes);
+            return self.ptx(&text);
+        }
+        let kind_name = match kind {
+            Some(k) => format!("{k:?}").to_lowercase(),
+            None => "unknown".to_string(),
+        };
+        let unpacked = match crate::image::unpack(bytes) {
+            Ok(u) => u,
+            Err(e) => {
+                return Outcome::Unchanged(Report {
+                    kind: kind_name,
+                    warnings: vec![format!("image not instrumented: {e}")],
+                    ..Report::default()
+                });
+            }
+        };
+        if let Some(ptx) = crate::image::best_ptx(&unpacked, self.sm) {
+            let mut o = self.ptx(ptx);
+            // Kernels that exist only as SASS in this image (none when the PTX covers all).
+            let sass_only = self.sass_only(&unpacked, o.report());
+            match &mut o {
+                Outcome::Unchanged(r) | Outcome::Instrumented { report: r, .. } => {
+                    r.kind = kind_name;
+                    r.warnings.extend(sass_only);
+                }
+            }
+            return o;
+        }
+        let mut report = Report {
+            kind: kind_name,
+            ..Report::default()
+        };
+        report.warnings = self.sass_only(&unpacked, &report);
+        for (_, c) in &unpacked.cubins {
+            report.kernels.extend(c.kernels.iter().cloned());
+        }
+        Outcome::Unchanged(report)
+    }
+
+    /// Warnings for kernels a probe wants that exist only as SASS.
+    fn sass_only(&self, u: &crate::image::Unpacked, seen: &Report) -> Vec<String> {
+        let mut out = Vec::new();
+        let mut named: Vec<&str> = Vec::new();
+        for (sm, c) in &u.cubins {
+            for k in &c.kernels {
+                if seen.kernels.iter().any(|s| s == k) || named.contains(&k.as_str()) {
+                    continue;
+                }
+                let wanted: Vec<&str> = self
+                    .probes
+                    .matching(k)
+                    .map(|(_, p)| p.program.name.as_str())
+                    .collect();
+                if !wanted.is_empty() {
+                    named.push(k);
+                    out.push(format!(
+                        "kernel `{}` is SASS-only (sm_{sm}, no PTX): it runs unmodified, without probes {}",
+                        crate::probes::demangle(k),
+                        wanted.join(", ")
+                    ));
+                }
+            }
+        }
+        out
+    }
+
+    /// Instruments PTX text.
+    pub fn ptx(&self, src: &str) -> Outcome {
+        let mut report = Report {
+            kind: "ptx".into(),
+            ..Report::default()
+        };
+        let file = match parse::parse(src) {
+            Ok(f) => f,
+            Err(e) => {
+                report.warnings.push(format!(
+                    "PTX left unmodified: it does not parse at line {}: {}",
+                    e.line, e.what
+                ));
+                return Outcome::Unchanged(report);
+            }
+        };
+        // Which probes each kernel gets.
+        let mut wanted: BTreeMap<String, Vec<usize>> = BTreeMap::new();
+        for k in file.kernels() {
+            report.kernels.push(k.name.to_string());
+            let ids: Vec<usize> = self.probes.matching(k.name).map(|(i, _)| i).collect();
+            if !ids.is_empty() {
+                wanted.insert(k.name.to_string(), ids);
+            }
+        }
+        if wanted.is_empty() {
+            return Outcome::Unchanged(report);
+        }
+        let mut needed: Vec<usize> = wanted.values().flatten().copied().collect();
+        needed.sort_unstable();
+        needed.dedup();
+        let mut compiled: HashMap<usize, Arc<CompiledProbe>> = HashMap::new();
+        let mut text = String::new();
+        for i in needed {
+            match self.compile(i) {
+                Ok(c) => {
+                    text.push_str(&c.text);
+                    compiled.insert(i, c);
+                }
+                Err(e) => report.warnings.push(format!(
+                    "probe `{}` not attached: JIT: {e}",
+                    self.probes.probes[i].program.name
+                )),
+            }
+        }
+        if compiled.is_empty() {
+            return Outcome::Unchanged(report);
+        }
+        let module = ProbeModule {
+            text,
+            min_version: (8, 0),
+            min_sm: codegen::MIN_SM,
+        };
+        let mut blocks = Blocks {
+            wanted: &wanted,
+            compiled: &compiled,
+        };
+        match jit::passes::probe::splice(src, &file, &module, &mut blocks) {
+            Ok(s) => {
+                for a in &s.attached {
+                    let site = match a.site {
+                        Site::Entry => SiteKind::Entry,
+                        Site::Exit { .. } => SiteKind::Exit,
+                    };
+                    let names = KernelNames::new(&a.kernel);
+                    for i in wanted.get(&a.kernel).into_iter().flatten() {
+                        let Some(c) = compiled.get(i) else { continue };
+                        if c.site != site {
+                            continue;
+                        }
+                        report.attached.push(AttachPoint {
+                            probe: c.name.clone(),
+                            section: self.probes.probes[*i].program.section.clone(),
+                            kernel: a.kernel.clone(),
+                            demangled: names.demangled.clone(),
+                            kernel_id: ebpf::ProbeCtx::kernel_id(&a.kernel),
+                            site,
+                            line: a.line,
+                        });
+                    }
+                }
+                report
+                    .warnings
+                    .extend(s.warnings.iter().map(|w| match &w.kernel {
+                        Some(k) => format!("{k}: line {}: {}", w.line, w.what),
+                        None => format!("line {}: {}", w.line, w.what),
+                    }));
+                if report.attached.is_empty() {
+                    Outcome::Unchanged(report)
+                } else {
+                    Outcome::Instrumented {
+                        ptx: s.text,
+                        report,
+                    }
+                }
+            }
+            Err(e) => {
+                report
+                    .warnings
+                    .push(format!("PTX left unmodified: the splice failed: {e}"));
+                Outcome::Unchanged(report)
+            }
+        }
+    }
+
+    fn compile(&self, i: usize) -> Result<Arc<CompiledProbe>, jit::CompileError> {
+        if let Some(c) = self.compiled.lock().ok().and_then(|c| c.get(&i).cloned()) {
+            return Ok(c);
+        }
+        let p = &self.probes.probes[i];
+        let by_name = &self.bindings[p.object];
+        let mut maps = Vec::with_capacity(p.program.maps.len());
+        for (k, d) in p.program.maps.iter().enumerate() {
+            match by_name.get(&d.name) {
+                Some(b) => maps.push(b.clone()),
+                None => {
+                    return Err(jit::CompileError::MapBinding {
+                        index: k,
+                        name: d.name.clone(),
+                        what: "the session bound no storage to it".into(),
+                    });
+                }
+            }
+        }
+        let c = Arc::new(codegen::compile_probe(p, i, maps, self.sm, self.lock_pid)?);
+        if let Ok(mut m) = self.compiled.lock() {
+            m.insert(i, c.clone());
+        }
+        Ok(c)
+    }
+}
+
+struct Blocks<'a> {
+    wanted: &'a BTreeMap<String, Vec<usize>>,
+    compiled: &'a HashMap<usize, Arc<CompiledProbe>>,
+}
+
+impl ProbeBlocks for Blocks<'_> {
+    fn block(&mut self, kernel: &PtxFunction<'_>, site: &Site, uid: u32) -> Option<String> {
+        let ids = self.wanted.get(kernel.name)?;
+        let kind = match site {
+            Site::Entry => SiteKind::Entry,
+            Site::Exit { .. } => SiteKind::Exit,
+        };
+        let probes: Vec<&CompiledProbe> = ids
+            .iter()
+            .filter_map(|i| self.compiled.get(i))
+            .map(|c| c.as_ref())
+            .filter(|c| c.site == kind)
+            .collect();
+        if probes.is_empty() {
+            return None;
+        }
+        Some(codegen::site_block(
+            &signature(kernel),
+            &probes,
+            kind,
+            uid,
+            None,
+        ))
+    }
+}
+
+/// The parameters a site block reads, from the parsed kernel.
+pub fn signature(k: &PtxFunction<'_>) -> KernelSig {
+    KernelSig {
+        name: k.name.to_string(),
+        params: k
+            .params
+            .iter()
+            .map(|p| ParamSig {
+                name: p.name.clone(),
+                size: p.size,
+                array: p.size != type_size(&p.ty),
+            })
+            .collect(),
+    }
+}
+
+fn type_size(ty: &str) -> u32 {
+    let t = ty.trim_start_matches('.');
+    let digits: String = t.chars().skip_while(|c| !c.is_ascii_digit()).collect();
+    digits.parse::<u32>().map(|b| b / 8).unwrap_or(0)
+}
+
+/// PTX bytes as text: up to the first NUL, invalid UTF-8 replaced.
+pub fn ptx_text(bytes: &[u8]) -> String {
+    let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
+    String::from_utf8_lossy(&bytes[..end]).into_owned()
+}
+
+/// FNV-1a 64.
+pub fn fnv(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
+        (h ^ b as u64).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}

@@ -1,0 +1,307 @@
+//! Probe programs: loading them from `clang -target bpf` objects, verifying them against the
+//! probe ctx, and matching their section targets to kernel names.
+//!
+//! | section                  | site                                  |
+//! |--------------------------|---------------------------------------|
+//! | `kprobe/<pattern>`       | kernel entry, every thread            |
+//! | `kretprobe/<pattern>`    | before every `ret`/`exit` of the kernel |
+//!
+//! A pattern is a mangled name (`_Z9vectorAddPKfS0_Pfi`), a demangled name with or without
+//! its parameter list (`vectorAdd`, `vectorAdd(float const*, float const*, float*, int)`),
+//! or a glob (`*`, `?`) over any of the three.
+//!
+//! Programs of one object share its maps by name; every object's maps are named
+//! `<object stem>:<map>` in the session's region.
+
+use crate::AttachError;
+use ebpf::verifier::{CtxKind, VerifyOptions, verify};
+use ebpf::{MapDef, ProbeCtx, ProgKind, Program};
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// Where in a kernel a probe runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SiteKind {
+    /// At the kernel's entry.
+    Entry,
+    /// Before each `ret`/`exit`.
+    Exit,
+}
+
+impl SiteKind {
+    /// The ctx's `site` value.
+    pub fn code(self) -> u32 {
+        match self {
+            SiteKind::Entry => 0,
+            SiteKind::Exit => 1,
+        }
+    }
+}
+
+/// One verified probe program.
+#[derive(Clone, Debug)]
+pub struct Probe {
+    /// Index of its object in [`ProbeSet::objects`].
+    pub object: usize,
+    /// The linked program.
+    pub program: Program,
+    /// Entry or exit.
+    pub site: SiteKind,
+    /// The section's kernel pattern.
+    pub pattern: String,
+    /// Ctx words the program may read ([`ebpf::verifier::Verified::ctx_words_read`]).
+    pub ctx_words: u64,
+    /// Stack bytes of the deepest call chain.
+    pub stack_size: u32,
+}
+
+/// One object file's maps.
+#[derive(Clone, Debug)]
+pub struct ProbeObject {
+    /// The path it was read from.
+    pub path: String,
+    /// Its file stem, the prefix of its maps' names.
+    pub stem: String,
+    /// Every map its probes use, by name.
+    pub maps: BTreeMap<String, MapDef>,
+}
+
+/// Every probe of a session.
+#[derive(Clone, Debug, Default)]
+pub struct ProbeSet {
+    /// The objects, in the order given.
+    pub objects: Vec<ProbeObject>,
+    /// The probes, in object and section order.
+    pub probes: Vec<Probe>,
+}
+
+impl ProbeSet {
+    /// Loads and verifies every kprobe/kretprobe program of the objects at `paths`.
+    pub fn load<P: AsRef<Path>>(paths: &[P]) -> Result<ProbeSet, AttachError> {
+        let mut files = Vec::new();
+        for p in paths {
+            let p = p.as_ref();
+            let bytes = std::fs::read(p).map_err(|source| AttachError::Read {
+                path: p.display().to_string(),
+                source,
+            })?;
+            files.push((p.display().to_string(), bytes));
+        }
+        ProbeSet::from_objects(&files)
+    }
+
+    /// [`ProbeSet::load`] over `(path, bytes)` pairs.
+    pub fn from_objects(files: &[(String, Vec<u8>)]) -> Result<ProbeSet, AttachError> {
+        let mut set = ProbeSet::default();
+        for (path, bytes) in files {
+            let obj = ebpf::elf::Object::parse(bytes, path).map_err(|source| AttachError::Elf {
+                path: path.clone(),
+                source: Box::new(source),
+            })?;
+            let stem = stem_of(path, &set.objects);
+            let index = set.objects.len();
+            let mut maps = BTreeMap::new();
+            let mut found = 0;
+            for info in &obj.programs {
+                let (site, pattern) = match &info.kind {
+                    ProgKind::Kprobe(t) => (SiteKind::Entry, t.clone()),
+                    ProgKind::Kretprobe(t) => (SiteKind::Exit, t.clone()),
+                    _ => continue,
+                };
+                found += 1;
+                if pattern.is_empty() {
+                    return Err(AttachError::Section {
+                        path: path.clone(),
+                        section: info.section.clone(),
+                        what: "names no kernel (expected kprobe/<kernel or glob>)".into(),
+                    });
+                }
+                let program = obj
+                    .program(Some(&info.name))
+                    .map_err(|source| AttachError::Elf {
+                        path: path.clone(),
+                        source: Box::new(source),
+                    })?;
+                let opts = VerifyOptions {
+                    ctx: CtxKind::Probe {
+                        size: ProbeCtx::SIZE,
+                    },
+                    ..VerifyOptions::default()
+                };
+                let v = verify(&program, &opts).map_err(|source| AttachError::Rejected {
+                    program: program.name.clone(),
+                    source: Box::new(source),
+                })?;
+                for m in &program.maps {
+                    maps.entry(m.name.clone()).or_insert_with(|| m.clone());
+                }
+                set.probes.push(Probe {
+                    object: index,
+                    site,
+                    pattern,
+                    ctx_words: v.ctx_words_read,
+                    stack_size: v.max_stack_depth as u32,
+                    program,
+                });
+            }
+            if found == 0 {
+                return Err(AttachError::NoProbes { path: path.clone() });
+            }
+            set.objects.push(ProbeObject {
+                path: path.clone(),
+                stem,
+                maps,
+            });
+        }
+        Ok(set)
+    }
+
+    /// Whether there is nothing to attach.
+    pub fn is_empty(&self) -> bool {
+        self.probes.is_empty()
+    }
+
+    /// The probes whose pattern matches `kernel` (mangled), with their indices.
+    pub fn matching<'a>(&'a self, kernel: &'a str) -> impl Iterator<Item = (usize, &'a Probe)> {
+        let names = KernelNames::new(kernel);
+        self.probes
+            .iter()
+            .enumerate()
+            .filter(move |(_, p)| names.matches(&p.pattern))
+    }
+
+    /// The region name of map `map` of object `object`.
+    pub fn map_name(&self, object: usize, map: &str) -> String {
+        format!("{}:{map}", self.objects[object].stem)
+    }
+}
+
+fn stem_of(path: &str, taken: &[ProbeObject]) -> String {
+    let file = Path::new(path)
+        .file_name()
+        .map(|f| f.to_string_lossy().to_string())
+        .unwrap_or_else(|| path.to_string());
+    let base = file
+        .strip_suffix(".bpf.o")
+        .or_else(|| file.strip_suffix(".o"))
+        .unwrap_or(&file)
+        .to_string();
+    let mut stem = base.clone();
+    let mut k = 2;
+    while taken.iter().any(|o| o.stem == stem) {
+        stem = format!("{base}{k}");
+        k += 1;
+    }
+    stem
+}
+
+/// A kernel's names, for matching: mangled, demangled, and demangled without parameters.
+#[derive(Clone, Debug)]
+pub struct KernelNames {
+    /// As in the PTX.
+    pub mangled: String,
+    /// Demangled (equal to `mangled` for `extern "C"` kernels).
+    pub demangled: String,
+    /// `demangled` up to its parameter list.
+    pub base: String,
+}
+
+impl KernelNames {
+    /// The names of `mangled`.
+    pub fn new(mangled: &str) -> Self {
+        let demangled = demangle(mangled);
+        let base = demangled
+            .split_once('(')
+            .map(|(b, _)| b.to_string())
+            .unwrap_or_else(|| demangled.clone());
+        KernelNames {
+            mangled: mangled.to_string(),
+            demangled,
+            base,
+        }
+    }
+
+    /// Whether `pattern` selects this kernel.
+    pub fn matches(&self, pattern: &str) -> bool {
+        [&self.mangled, &self.demangled, &self.base]
+            .iter()
+            .any(|n| glob(pattern, n))
+    }
+}
+
+/// Demangles an Itanium C++ name; other names come back unchanged.
+pub fn demangle(name: &str) -> String {
+    if !name.starts_with("_Z") {
+        return name.to_string();
+    }
+    cpp_demangle::Symbol::new(name)
+        .ok()
+        .and_then(|s| s.demangle(&cpp_demangle::DemangleOptions::default()).ok())
+        .unwrap_or_else(|| name.to_string())
+}
+
+/// Shell-style glob: `*` any run, `?` one character, everything else literal.
+pub fn glob(pattern: &str, s: &str) -> bool {
+    let (p, t): (Vec<char>, Vec<char>) = (pattern.chars().collect(), s.chars().collect());
+    let (mut i, mut j) = (0usize, 0usize);
+    let mut star: Option<(usize, usize)> = None;
+    while j < t.len() {
+        if i < p.len() && (p[i] == '?' || p[i] == t[j]) {
+            i += 1;
+            j += 1;
+        } else if i < p.len() && p[i] == '*' {
+            star = Some((i, j));
+            i += 1;
+        } else if let Some((si, sj)) = star {
+            i = si + 1;
+            j = sj + 1;
+            star = Some((si, sj + 1));
+        } else {
+            return false;
+        }
+    }
+    while i < p.len() && p[i] == '*' {
+        i += 1;
+    }
+    i == p.len()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn glob_matches_like_a_shell() {
+        assert!(glob("*", "anything"));
+        assert!(glob("vec*", "vectorAdd"));
+        assert!(glob("*Add", "vectorAdd"));
+        assert!(glob("v?ctorAdd", "vectorAdd"));
+        assert!(!glob("vec", "vectorAdd"));
+        assert!(!glob("*Sub", "vectorAdd"));
+        assert!(glob("a*b*c", "axxbyyc"));
+        assert!(!glob("a*b*c", "axxbyy"));
+    }
+
+    #[test]
+    fn kernel_names_match_mangled_demangled_and_base() {
+        let k = KernelNames::new("_Z9vectorAddPKfS0_Pfi");
+        assert_eq!(k.base, "vectorAdd");
+        assert_eq!(
+            k.demangled,
+            "vectorAdd(float const*, float const*, float*, int)"
+        );
+        for p in [
+            "_Z9vectorAddPKfS0_Pfi",
+            "vectorAdd",
+            "vector*",
+            "vectorAdd(float const*, float const*, float*, int)",
+            "*",
+        ] {
+            assert!(k.matches(p), "{p}");
+        }
+        assert!(!k.matches("sgemm"));
+        let c = KernelNames::new("scale_add");
+        assert!(c.matches("scale_add") && c.matches("scale_*"));
+    }
+}

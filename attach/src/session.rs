@@ -1,0 +1,351 @@
+//! The contract between `bpftime-super trace` (the session's owner) and the shim in the
+//! traced application.
+//!
+//! | what | written by | read by |
+//! |------|-----------|---------|
+//! | `BPFTIME_ATTACH_SESSION` (JSON [`SessionConfig`]) | trace, into CMD's environment | the shim, at its first driver call |
+//! | the region `/dev/shm/<region>`: every probe map, named `<object stem>:<map>` in its directory | trace ([`Session::create`]) | the shim ([`bindings`]) and trace (live printing) |
+//! | the report file (JSON lines of [`ReportLine`]) | the shim, appending | trace: attach points, warnings, kernel names |
+//!
+//! The shim registers the region with the application's CUDA context
+//! (`cuMemHostRegister`, device-mapped) and compiles every probe with its maps at the
+//! region's device address, so GPU probes and the host read and write the same bytes.
+//! Maps use `.sys`-scope atomics: the host sees updates while the kernels run.
+
+use crate::AttachError;
+use crate::instrument::{Bindings, Report};
+use crate::probes::ProbeSet;
+use ebpf::MapDef;
+use ebpf::maps::MapOps;
+use jit::{AtomicScope, MapBinding};
+use shm_maps::arena::{Arena, Owner};
+use shm_maps::{DirEntry, RegionConfig, ShmRegion};
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::sync::Arc;
+
+/// The environment variable that carries the session to the shim.
+pub const ENV_SESSION: &str = "BPFTIME_ATTACH_SESSION";
+
+/// Value sets of per-thread arrays when the session does not say (one per GPU thread of a
+/// 264 × 1024 grid: every thread resident on an H100 at once).
+pub const DEFAULT_THREADS: u32 = 264 * 1024;
+
+/// What the shim needs to know.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct SessionConfig {
+    /// The region's name (under `/dev/shm`).
+    pub region: String,
+    /// The probe objects, in order.
+    pub objects: Vec<String>,
+    /// The report file the shim appends to.
+    pub report: String,
+    /// Value sets of per-thread arrays.
+    pub threads: u32,
+}
+
+impl SessionConfig {
+    /// The session in the environment, if any.
+    pub fn from_env() -> Result<Option<SessionConfig>, AttachError> {
+        match std::env::var(ENV_SESSION) {
+            Ok(s) if !s.is_empty() => {
+                serde_json::from_str(&s)
+                    .map(Some)
+                    .map_err(|e| AttachError::Env {
+                        var: ENV_SESSION,
+                        what: format!("not a session: {e}"),
+                    })
+            }
+            _ => Ok(None),
+        }
+    }
+
+    /// The value of [`ENV_SESSION`].
+    pub fn to_env(&self) -> String {
+        serde_json::to_string(self).unwrap_or_default()
+    }
+}
+
+/// One line of the report file.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum ReportLine {
+    /// The shim is active in process `pid`.
+    Started {
+        /// The process.
+        pid: u32,
+        /// Probes loaded.
+        probes: usize,
+    },
+    /// A module was loaded through `call`.
+    Module {
+        /// The driver call.
+        call: String,
+        /// Image kind.
+        kind: String,
+        /// Kernels in it.
+        kernels: usize,
+        /// Whether the instrumented PTX was loaded instead.
+        instrumented: bool,
+        /// Time spent instrumenting (µs, 0 when cached).
+        micros: u64,
+    },
+    /// A probe attached to a kernel site.
+    Attach {
+        /// Probe program.
+        probe: String,
+        /// Kernel, mangled.
+        kernel: String,
+        /// Kernel, demangled.
+        demangled: String,
+        /// `kernel_id` in the probe ctx.
+        kernel_id: u64,
+        /// `entry` or `exit`.
+        site: String,
+        /// PTX line.
+        line: u32,
+    },
+    /// Something the user should know.
+    Warning {
+        /// The text.
+        what: String,
+    },
+}
+
+impl ReportLine {
+    /// The report lines of one module load.
+    pub fn from_report(call: &str, r: &Report, instrumented: bool, micros: u64) -> Vec<ReportLine> {
+        let mut v = vec![ReportLine::Module {
+            call: call.to_string(),
+            kind: r.kind.clone(),
+            kernels: r.kernels.len(),
+            instrumented,
+            micros,
+        }];
+        v.extend(r.attached.iter().map(|a| ReportLine::Attach {
+            probe: a.probe.clone(),
+            kernel: a.kernel.clone(),
+            demangled: a.demangled.clone(),
+            kernel_id: a.kernel_id,
+            site: match a.site {
+                crate::SiteKind::Entry => "entry".into(),
+                crate::SiteKind::Exit => "exit".into(),
+            },
+            line: a.line,
+        }));
+        v.extend(
+            r.warnings
+                .iter()
+                .map(|w| ReportLine::Warning { what: w.clone() }),
+        );
+        v
+    }
+}
+
+/// Appends `lines` to the report file at `path` (one `write` per line, `O_APPEND`), so
+/// several processes of one application can share it.
+pub fn append_report(path: &str, lines: &[ReportLine]) -> std::io::Result<()> {
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)?;
+    for l in lines {
+        let mut s = serde_json::to_string(l).map_err(std::io::Error::other)?;
+        s.push('\n');
+        f.write_all(s.as_bytes())?;
+    }
+    Ok(())
+}
+
+/// One map of the session.
+pub struct SessionMap {
+    /// Its region name, `<object stem>:<map>`.
+    pub name: String,
+    /// Its object's index.
+    pub object: usize,
+    /// Its definition.
+    pub def: MapDef,
+    /// The live map.
+    pub ops: Arc<dyn MapOps>,
+}
+
+/// The session's owner side: the region and its maps.
+pub struct Session {
+    /// What the shim gets.
+    pub config: SessionConfig,
+    /// The region.
+    pub region: Arc<ShmRegion>,
+    /// Every map, in object and name order.
+    pub maps: Vec<SessionMap>,
+}
+
+impl Session {
+    /// Creates region `config.region` holding every map of `probes`.
+    pub fn create(config: SessionConfig, probes: &ProbeSet) -> Result<Session, AttachError> {
+        let err = |what: String| AttachError::Region {
+            region: config.region.clone(),
+            what,
+        };
+        let mut sizes = Vec::new();
+        for (i, o) in probes.objects.iter().enumerate() {
+            for d in o.maps.values() {
+                let len = shm_maps::maps::layout_size(d, config.threads)
+                    .map_err(|e| err(format!("map `{}`: {e}", d.name)))?;
+                sizes.push((i, d.clone(), len));
+            }
+        }
+        let arena_size = sizes
+            .iter()
+            .map(|(_, _, l)| l.div_ceil(64) * 64)
+            .sum::<u64>()
+            + 4096;
+        let cfg = RegionConfig {
+            queue_capacity: 16,
+            max_clients: 1,
+            completions_per_client: 1,
+            message_slots: 16,
+            max_maps: (sizes.len() as u32).max(16),
+            max_records: 1,
+            arena_size,
+        };
+        let region = Arc::new(
+            ShmRegion::create(&config.region, &cfg, 0o600, true).map_err(|e| err(e.to_string()))?,
+        );
+        let mut arena = Arena::new(region.header().arena_size, 64);
+        let mut maps = Vec::new();
+        for (object, def, len) in sizes {
+            let name = probes.map_name(object, &def.name);
+            let off = arena
+                .alloc(len, Owner::Service)
+                .map_err(|e| err(format!("map `{name}`: {e}")))?;
+            let threads = if def.kind == ebpf::MapKind::PerThreadArray {
+                config.threads
+            } else {
+                1
+            };
+            let ops = shm_maps::maps::create_in(&region, off, &def, threads)
+                .map_err(|e| err(format!("map `{name}`: {e}")))?;
+            region
+                .register_map(&DirEntry {
+                    name: name.clone(),
+                    kind: def.kind.id(),
+                    key_size: def.key_size,
+                    value_size: def.value_size,
+                    max_entries: def.max_entries,
+                    flags: def.flags,
+                    data_off: off,
+                    data_len: len,
+                    threads,
+                })
+                .ok_or_else(|| {
+                    err(format!(
+                        "map `{name}`: no directory slot (names are at most 64 bytes)"
+                    ))
+                })?;
+            maps.push(SessionMap {
+                name,
+                object,
+                def,
+                ops,
+            });
+        }
+        region.set_ready();
+        Ok(Session {
+            config,
+            region,
+            maps,
+        })
+    }
+}
+
+/// Shim side: every probe map of `probes`, found by name in `region`, at its device
+/// address (`device_base` is where the region's first byte is mapped on the device).
+pub fn bindings(
+    region: &ShmRegion,
+    probes: &ProbeSet,
+    device_base: u64,
+) -> Result<Bindings, AttachError> {
+    let host_base = region.base().as_ptr() as u64;
+    let mut out: Bindings = Vec::with_capacity(probes.objects.len());
+    for (i, o) in probes.objects.iter().enumerate() {
+        let mut by_name = BTreeMap::new();
+        for d in o.maps.values() {
+            let name = probes.map_name(i, &d.name);
+            let err = |what: String| AttachError::Region {
+                region: region.name().to_string(),
+                what: format!("map `{name}`: {what}"),
+            };
+            let e = region
+                .find_map(&name)
+                .ok_or_else(|| err("not in the region's directory".into()))?;
+            if e.kind != d.kind.id()
+                || e.key_size != d.key_size
+                || e.value_size != d.value_size
+                || e.max_entries != d.max_entries
+            {
+                return Err(err(format!(
+                    "the region holds kind {} key {} value {} entries {}, the program declares {:?} {} {} {}",
+                    e.kind,
+                    e.key_size,
+                    e.value_size,
+                    e.max_entries,
+                    d.kind,
+                    d.key_size,
+                    d.value_size,
+                    d.max_entries
+                )));
+            }
+            let host = region
+                .arena_ptr(e.data_off, e.data_len)
+                .ok_or_else(|| err("outside the arena".into()))?;
+            by_name.insert(
+                d.name.clone(),
+                MapBinding {
+                    kind: d.kind,
+                    base_addr: device_base + (host.as_ptr() as u64 - host_base),
+                    key_size: d.key_size,
+                    value_size: d.value_size,
+                    max_entries: d.max_entries,
+                    threads: e.threads.max(1),
+                    scope: AtomicScope::Sys,
+                },
+            );
+        }
+        out.push(by_name);
+    }
+    Ok(out)
+}
+
+/// Offline bindings (for `bpftime-super instrument` and tests): every map at a distinct,
+/// 64-byte aligned placeholder address, as if the region were mapped at `base`.
+pub fn placeholder_bindings(probes: &ProbeSet, base: u64, threads: u32) -> Bindings {
+    let mut next = base;
+    probes
+        .objects
+        .iter()
+        .map(|o| {
+            o.maps
+                .values()
+                .map(|d| {
+                    let t = if d.kind == ebpf::MapKind::PerThreadArray {
+                        threads
+                    } else {
+                        1
+                    };
+                    let len = shm_maps::maps::layout_size(d, t).unwrap_or(64);
+                    let b = MapBinding {
+                        kind: d.kind,
+                        base_addr: next,
+                        key_size: d.key_size,
+                        value_size: d.value_size,
+                        max_entries: d.max_entries,
+                        threads: t,
+                        scope: AtomicScope::Sys,
+                    };
+                    next += len.div_ceil(64) * 64;
+                    (d.name.clone(), b)
+                })
+                .collect()
+        })
+        .collect()
+}

@@ -1,0 +1,670 @@
+//! The wrapped driver calls. Each one gives the instrumenter the image the application
+//! passed and loads what comes back: the instrumented PTX, or the original.
+//!
+//! | call | image | loads instead |
+//! |------|-------|---------------|
+//! | `cuModuleLoadData`, `cuModuleLoadDataEx`, `cuModuleLoadFatBinary` | PTX, fat binary, wrapper, cubin | instrumented PTX through the same call (`cuModuleLoadData` for fat binaries) |
+//! | `cuModuleLoad`, `cuLibraryLoadFromFile` | the file's bytes | `cuModuleLoadData` / `cuLibraryLoadData` of the PTX |
+//! | `cuLibraryLoadData` | as `cuModuleLoadData` (cudart's registered fat binaries arrive here) | same call, same options |
+//! | `cuLinkAddData`, `cuLinkAddFile` | PTX or fat-binary inputs of the JIT linker | a PTX input |
+//! | `cuGetProcAddress`, `dlsym` | — | these wrappers in place of the real addresses |
+//!
+//! Nothing here may crash or fail the application: every hook catches panics, and when the
+//! driver rejects an instrumented image the original is loaded and a warning reported. With
+//! no session in the environment every hook is a plain forward.
+
+use super::driver::{self, CUDA_SUCCESS, CuResult, Handle, Hook};
+use crate::instrument::{Instrumenter, Outcome};
+use crate::probes::ProbeSet;
+use crate::session::{self, ReportLine, SessionConfig};
+use std::ffi::{CStr, CString, c_char, c_int, c_uint, c_void};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::{Arc, Mutex, OnceLock};
+
+/// The shim's state for this process.
+struct State {
+    config: SessionConfig,
+    probes: Arc<ProbeSet>,
+    /// The instrumenter, once a CUDA context existed to register the region with.
+    inst: OnceLock<Option<Instrumenter>>,
+    region: Option<shm_maps::ShmRegion>,
+    /// Instrumented images stay alive for the process (lazy loading may read them later).
+    keep: Mutex<Vec<Arc<CString>>>,
+}
+
+static STATE: OnceLock<Option<State>> = OnceLock::new();
+
+fn state() -> Option<&'static State> {
+    STATE.get_or_init(init).as_ref()
+}
+
+fn report(lines: &[ReportLine]) {
+    if let Some(st) = STATE.get().and_then(|s| s.as_ref()) {
+        let _ = session::append_report(&st.config.report, lines);
+    }
+}
+
+fn init() -> Option<State> {
+    let config = match SessionConfig::from_env() {
+        Ok(Some(c)) => c,
+        Ok(None) => return None,
+        Err(e) => {
+            eprintln!("bpftime-super shim: {e}; probes disabled");
+            return None;
+        }
+    };
+    let warn = |what: String| {
+        let _ = session::append_report(&config.report, &[ReportLine::Warning { what }]);
+    };
+    let probes = match ProbeSet::load(&config.objects) {
+        Ok(p) => Arc::new(p),
+        Err(e) => {
+            warn(format!("probes disabled: {}", error_chain(&e)));
+            return None;
+        }
+    };
+    let region = match shm_maps::ShmRegion::open(&config.region) {
+        Ok(r) => Some(r),
+        Err(e) => {
+            warn(format!(
+                "probes disabled: session region `{}`: {e}",
+                config.region
+            ));
+            return None;
+        }
+    };
+    let _ = session::append_report(
+        &config.report,
+        &[ReportLine::Started {
+            pid: std::process::id(),
+            probes: probes.probes.len(),
+        }],
+    );
+    Some(State {
+        config,
+        probes,
+        inst: OnceLock::new(),
+        region,
+        keep: Mutex::new(Vec::new()),
+    })
+}
+
+/// `e` and its sources, joined with `: `.
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        cur = c.source();
+    }
+    s
+}
+
+impl State {
+    /// The instrumenter for the current context's device, set up on first use: the region
+    /// registered with CUDA, the maps bound at their device addresses.
+    fn instrumenter(&self) -> Option<&Instrumenter> {
+        self.inst
+            .get_or_init(|| match self.setup() {
+                Ok(i) => Some(i),
+                Err(what) => {
+                    report(&[ReportLine::Warning {
+                        what: format!("probes disabled: {what}"),
+                    }]);
+                    None
+                }
+            })
+            .as_ref()
+    }
+
+    fn setup(&self) -> Result<Instrumenter, String> {
+        let region = self.region.as_ref().ok_or("no region")?;
+        // SAFETY: each pointer is the real driver entry of that name (or null, checked).
+        unsafe {
+            let get_dev: driver::CtxGetDevice = fn_of(Hook::CtxGetDevice)?;
+            let attr: driver::DeviceGetAttribute = fn_of(Hook::DeviceGetAttribute)?;
+            let register: driver::MemHostRegister = fn_of(Hook::MemHostRegister)?;
+            let devptr: driver::MemHostGetDevicePointer = fn_of(Hook::MemHostGetDevicePointer)?;
+            let mut dev: c_int = 0;
+            check(get_dev(&mut dev), "cuCtxGetDevice (no current context)")?;
+            let (mut major, mut minor) = (0, 0);
+            check(
+                attr(&mut major, driver::ATTR_CC_MAJOR, dev),
+                "cuDeviceGetAttribute",
+            )?;
+            check(
+                attr(&mut minor, driver::ATTR_CC_MINOR, dev),
+                "cuDeviceGetAttribute",
+            )?;
+            let base = region.base().as_ptr() as *mut c_void;
+            check(
+                register(base, region.len(), driver::HOST_REGISTER_FLAGS),
+                "cuMemHostRegister of the session region",
+            )?;
+            let mut d: u64 = 0;
+            check(devptr(&mut d, base, 0), "cuMemHostGetDevicePointer")?;
+            let bindings = session::bindings(region, &self.probes, d).map_err(|e| e.to_string())?;
+            Ok(Instrumenter::new(
+                self.probes.clone(),
+                bindings,
+                (major * 10 + minor) as u32,
+                std::process::id(),
+            ))
+        }
+    }
+
+    /// The image to load in place of `bytes`, if any (kept alive for the process).
+    fn instrument(&self, call: &str, bytes: &[u8]) -> Option<Arc<CString>> {
+        let inst = self.instrumenter()?;
+        let t = std::time::Instant::now();
+        let (outcome, fresh) = inst.image_fresh(bytes);
+        if fresh {
+            let micros = t.elapsed().as_micros() as u64;
+            let instrumented = matches!(*outcome, Outcome::Instrumented { .. });
+            report(&ReportLine::from_report(
+                call,
+                outcome.report(),
+                instrumented,
+                micros,
+            ));
+        }
+        match &*outcome {
+            Outcome::Instrumented { ptx, .. } => {
+                let c = Arc::new(CString::new(ptx.as_bytes()).ok()?);
+                if let Ok(mut k) = self.keep.lock() {
+                    k.push(c.clone());
+                }
+                Some(c)
+            }
+            Outcome::Unchanged(_) => None,
+        }
+    }
+}
+
+fn check(r: CuResult, what: &str) -> Result<(), String> {
+    if r == CUDA_SUCCESS {
+        Ok(())
+    } else {
+        Err(format!("{what} failed with CUresult {r}"))
+    }
+}
+
+/// The real entry of `h` as a function pointer of type `F`.
+///
+/// # Safety
+/// `F` must be the C signature of `h`'s function.
+unsafe fn fn_of<F: Copy>(h: Hook) -> Result<F, String> {
+    let p = driver::real(h);
+    if p.is_null() {
+        return Err(format!(
+            "{} not found in libcuda.so.1",
+            h.symbol().to_string_lossy()
+        ));
+    }
+    debug_assert_eq!(std::mem::size_of::<F>(), std::mem::size_of::<*mut c_void>());
+    // SAFETY: `p` is the address of a function with signature `F` (caller's contract).
+    Ok(unsafe { std::mem::transmute_copy::<*mut c_void, F>(&p) })
+}
+
+/// Runs `f`, turning a panic into `None` (and a reported warning).
+fn guarded<T>(what: &str, f: impl FnOnce() -> Option<T>) -> Option<T> {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(v) => v,
+        Err(_) => {
+            report(&[ReportLine::Warning {
+                what: format!("internal error in {what}: the original image was loaded"),
+            }]);
+            None
+        }
+    }
+}
+
+/// The bytes of an image passed by pointer (a fat-binary wrapper resolves to its container).
+///
+/// # Safety
+/// `image` points to an image the driver would accept.
+unsafe fn image_of<'a>(image: *const c_void) -> Option<&'a [u8]> {
+    if image.is_null() {
+        return None;
+    }
+    // SAFETY: forwarded contract.
+    unsafe { crate::image::image_bytes(image as *const u8) }.map(|(_, b)| b)
+}
+
+/// The instrumented replacement of the image at `image`, if any.
+///
+/// # Safety
+/// As [`image_of`].
+unsafe fn replacement(call: &str, image: *const c_void) -> Option<Arc<CString>> {
+    let st = state()?;
+    if st.probes.is_empty() {
+        return None;
+    }
+    guarded(call, || {
+        // SAFETY: forwarded contract.
+        let bytes = unsafe { image_of(image) }?;
+        st.instrument(call, bytes)
+    })
+}
+
+/// The instrumented replacement of the file at `path`, if any.
+///
+/// # Safety
+/// `path` is NUL-terminated.
+unsafe fn file_replacement(call: &str, path: *const c_char) -> Option<Arc<CString>> {
+    let st = state()?;
+    if st.probes.is_empty() || path.is_null() {
+        return None;
+    }
+    guarded(call, || {
+        // SAFETY: forwarded contract.
+        let p = unsafe { CStr::from_ptr(path) }
+            .to_string_lossy()
+            .to_string();
+        let bytes = std::fs::read(p).ok()?;
+        st.instrument(call, &bytes)
+    })
+}
+
+fn fallback_warning(call: &str, r: CuResult) {
+    report(&[ReportLine::Warning {
+        what: format!(
+            "{call}: the driver rejected the instrumented image (CUresult {r}); the original was loaded without probes"
+        ),
+    }]);
+}
+
+macro_rules! real_or_fail {
+    ($h:expr, $ty:ty) => {
+        // SAFETY: the slot of `$h` holds a function of type `$ty`.
+        match unsafe { fn_of::<$ty>($h) } {
+            Ok(f) => f,
+            Err(_) => return driver::CUDA_ERROR_NOT_FOUND,
+        }
+    };
+}
+
+/// `cuModuleLoadData`.
+///
+/// # Safety
+/// The driver's contract for `cuModuleLoadData`.
+pub unsafe extern "C" fn module_load_data(module: *mut Handle, image: *const c_void) -> CuResult {
+    let real = real_or_fail!(Hook::ModuleLoadData, driver::ModuleLoadData);
+    // SAFETY: the application's arguments, forwarded.
+    unsafe {
+        if let Some(ptx) = replacement("cuModuleLoadData", image) {
+            let r = real(module, ptx.as_ptr() as *const c_void);
+            if r == CUDA_SUCCESS {
+                return r;
+            }
+            fallback_warning("cuModuleLoadData", r);
+        }
+        real(module, image)
+    }
+}
+
+/// `cuModuleLoadDataEx`.
+///
+/// # Safety
+/// The driver's contract for `cuModuleLoadDataEx`.
+pub unsafe extern "C" fn module_load_data_ex(
+    module: *mut Handle,
+    image: *const c_void,
+    n: c_uint,
+    options: *mut c_int,
+    values: *mut *mut c_void,
+) -> CuResult {
+    let real = real_or_fail!(Hook::ModuleLoadDataEx, driver::ModuleLoadDataEx);
+    // SAFETY: the application's arguments, forwarded.
+    unsafe {
+        if let Some(ptx) = replacement("cuModuleLoadDataEx", image) {
+            let r = real(module, ptx.as_ptr() as *const c_void, n, options, values);
+            if r == CUDA_SUCCESS {
+                return r;
+            }
+            fallback_warning("cuModuleLoadDataEx", r);
+        }
+        real(module, image, n, options, values)
+    }
+}
+
+/// `cuModuleLoadFatBinary`.
+///
+/// # Safety
+/// The driver's contract for `cuModuleLoadFatBinary`.
+pub unsafe extern "C" fn module_load_fat_binary(
+    module: *mut Handle,
+    image: *const c_void,
+) -> CuResult {
+    let real = real_or_fail!(Hook::ModuleLoadFatBinary, driver::ModuleLoadData);
+    // SAFETY: the application's arguments, forwarded.
+    unsafe {
+        if let Some(ptx) = replacement("cuModuleLoadFatBinary", image)
+            && let Ok(load) = fn_of::<driver::ModuleLoadData>(Hook::ModuleLoadData)
+        {
+            let r = load(module, ptx.as_ptr() as *const c_void);
+            if r == CUDA_SUCCESS {
+                return r;
+            }
+            fallback_warning("cuModuleLoadFatBinary", r);
+        }
+        real(module, image)
+    }
+}
+
+/// `cuModuleLoad`.
+///
+/// # Safety
+/// The driver's contract for `cuModuleLoad`.
+pub unsafe extern "C" fn module_load(module: *mut Handle, path: *const c_char) -> CuResult {
+    let real = real_or_fail!(Hook::ModuleLoad, driver::ModuleLoad);
+    // SAFETY: the application's arguments, forwarded.
+    unsafe {
+        if let Some(ptx) = file_replacement("cuModuleLoad", path)
+            && let Ok(load) = fn_of::<driver::ModuleLoadData>(Hook::ModuleLoadData)
+        {
+            let r = load(module, ptx.as_ptr() as *const c_void);
+            if r == CUDA_SUCCESS {
+                return r;
+            }
+            fallback_warning("cuModuleLoad", r);
+        }
+        real(module, path)
+    }
+}
+
+/// `cuLibraryLoadData`.
+///
+/// # Safety
+/// The driver's contract for `cuLibraryLoadData`.
+pub unsafe extern "C" fn library_load_data(
+    library: *mut Handle,
+    code: *const c_void,
+    jit_options: *mut c_int,
+    jit_values: *mut *mut c_void,
+    n_jit: c_uint,
+    lib_options: *mut c_int,
+    lib_values: *mut *mut c_void,
+    n_lib: c_uint,
+) -> CuResult {
+    let real = real_or_fail!(Hook::LibraryLoadData, driver::LibraryLoadData);
+    // SAFETY: the application's arguments, forwarded.
+    unsafe {
+        if let Some(ptx) = replacement("cuLibraryLoadData", code) {
+            let r = real(
+                library,
+                ptx.as_ptr() as *const c_void,
+                jit_options,
+                jit_values,
+                n_jit,
+                lib_options,
+                lib_values,
+                n_lib,
+            );
+            if r == CUDA_SUCCESS {
+                return r;
+            }
+            fallback_warning("cuLibraryLoadData", r);
+        }
+        real(
+            library,
+            code,
+            jit_options,
+            jit_values,
+            n_jit,
+            lib_options,
+            lib_values,
+            n_lib,
+        )
+    }
+}
+
+/// `cuLibraryLoadFromFile`.
+///
+/// # Safety
+/// The driver's contract for `cuLibraryLoadFromFile`.
+pub unsafe extern "C" fn library_load_from_file(
+    library: *mut Handle,
+    path: *const c_char,
+    jit_options: *mut c_int,
+    jit_values: *mut *mut c_void,
+    n_jit: c_uint,
+    lib_options: *mut c_int,
+    lib_values: *mut *mut c_void,
+    n_lib: c_uint,
+) -> CuResult {
+    let real = real_or_fail!(Hook::LibraryLoadFromFile, driver::LibraryLoadFromFile);
+    // SAFETY: the application's arguments, forwarded.
+    unsafe {
+        if let Some(ptx) = file_replacement("cuLibraryLoadFromFile", path)
+            && let Ok(load) = fn_of::<driver::LibraryLoadData>(Hook::LibraryLoadData)
+        {
+            let r = load(
+                library,
+                ptx.as_ptr() as *const c_void,
+                jit_options,
+                jit_values,
+                n_jit,
+                lib_options,
+                lib_values,
+                n_lib,
+            );
+            if r == CUDA_SUCCESS {
+                return r;
+            }
+            fallback_warning("cuLibraryLoadFromFile", r);
+        }
+        real(
+            library,
+            path,
+            jit_options,
+            jit_values,
+            n_jit,
+            lib_options,
+            lib_values,
+            n_lib,
+        )
+    }
+}
+
+/// `cuLinkAddData_v2`.
+///
+/// # Safety
+/// The driver's contract for `cuLinkAddData_v2`.
+pub unsafe extern "C" fn link_add_data(
+    state: Handle,
+    kind: c_uint,
+    data: *mut c_void,
+    size: usize,
+    name: *const c_char,
+    n: c_uint,
+    options: *mut c_int,
+    values: *mut *mut c_void,
+) -> CuResult {
+    let real = real_or_fail!(Hook::LinkAddData, driver::LinkAddData);
+    // SAFETY: the application's arguments, forwarded; `data..data+size` is its input.
+    unsafe {
+        if (kind == driver::CU_JIT_INPUT_PTX || kind == driver::CU_JIT_INPUT_FATBINARY)
+            && !data.is_null()
+            && let Some(st) = self::state()
+            && !st.probes.is_empty()
+        {
+            let bytes = std::slice::from_raw_parts(data as *const u8, size);
+            if let Some(ptx) = guarded("cuLinkAddData", || st.instrument("cuLinkAddData", bytes)) {
+                let b = ptx.as_bytes_with_nul();
+                let r = real(
+                    state,
+                    driver::CU_JIT_INPUT_PTX,
+                    b.as_ptr() as *mut c_void,
+                    b.len(),
+                    name,
+                    n,
+                    options,
+                    values,
+                );
+                if r == CUDA_SUCCESS {
+                    return r;
+                }
+                fallback_warning("cuLinkAddData", r);
+            }
+        }
+        real(state, kind, data, size, name, n, options, values)
+    }
+}
+
+/// `cuLinkAddFile_v2`.
+///
+/// # Safety
+/// The driver's contract for `cuLinkAddFile_v2`.
+pub unsafe extern "C" fn link_add_file(
+    state: Handle,
+    kind: c_uint,
+    path: *const c_char,
+    n: c_uint,
+    options: *mut c_int,
+    values: *mut *mut c_void,
+) -> CuResult {
+    let real = real_or_fail!(Hook::LinkAddFile, driver::LinkAddFile);
+    // SAFETY: the application's arguments, forwarded.
+    unsafe {
+        if (kind == driver::CU_JIT_INPUT_PTX || kind == driver::CU_JIT_INPUT_FATBINARY)
+            && let Some(ptx) = file_replacement("cuLinkAddFile", path)
+            && let Ok(add) = fn_of::<driver::LinkAddData>(Hook::LinkAddData)
+        {
+            let b = ptx.as_bytes_with_nul();
+            let r = add(
+                state,
+                driver::CU_JIT_INPUT_PTX,
+                b.as_ptr() as *mut c_void,
+                b.len(),
+                path,
+                n,
+                options,
+                values,
+            );
+            if r == CUDA_SUCCESS {
+                return r;
+            }
+            fallback_warning("cuLinkAddFile", r);
+        }
+        real(state, kind, path, n, options, values)
+    }
+}
+
+/// Our wrapper for hook `h`, as an untyped pointer.
+pub fn wrapper(h: Hook) -> Option<*mut c_void> {
+    Some(match h {
+        Hook::ModuleLoadData => module_load_data as *mut c_void,
+        Hook::ModuleLoadDataEx => module_load_data_ex as *mut c_void,
+        Hook::ModuleLoadFatBinary => module_load_fat_binary as *mut c_void,
+        Hook::ModuleLoad => module_load as *mut c_void,
+        Hook::LibraryLoadData => library_load_data as *mut c_void,
+        Hook::LibraryLoadFromFile => library_load_from_file as *mut c_void,
+        Hook::LinkAddData => link_add_data as *mut c_void,
+        Hook::LinkAddFile => link_add_file as *mut c_void,
+        Hook::GetProcAddress => get_proc_address_v2 as *mut c_void,
+        Hook::GetProcAddressV1 => get_proc_address_v1 as *mut c_void,
+        _ => return None,
+    })
+}
+
+/// Swaps a resolved driver entry for our wrapper: remembers `*pfn` as the real one.
+///
+/// # Safety
+/// `symbol` NUL-terminated, `pfn` valid.
+unsafe fn swap(symbol: *const c_char, pfn: *mut *mut c_void, version: c_int) {
+    // SAFETY: caller's contract.
+    let (name, f) = unsafe { (CStr::from_ptr(symbol).to_bytes(), *pfn) };
+    if f.is_null() {
+        return;
+    }
+    if name == b"cuGetProcAddress" {
+        // What cudart does first: it asks for cuGetProcAddress itself and resolves
+        // everything else through the answer. Versions from 12.0 get the _v2 ABI.
+        let (h, w) = if version >= 12000 {
+            (Hook::GetProcAddress, get_proc_address_v2 as *mut c_void)
+        } else {
+            (Hook::GetProcAddressV1, get_proc_address_v1 as *mut c_void)
+        };
+        if !driver::same_object(f, w) {
+            driver::set_real(h, f);
+        }
+        // SAFETY: caller's contract.
+        unsafe { *pfn = w };
+        return;
+    }
+    if let Some(h) = Hook::wrapped(name)
+        && let Some(w) = wrapper(h)
+    {
+        if !driver::same_object(f, w) {
+            driver::set_real(h, f);
+        }
+        // SAFETY: caller's contract.
+        unsafe { *pfn = w };
+    }
+}
+
+/// `cuGetProcAddress_v2`.
+///
+/// # Safety
+/// The driver's contract for `cuGetProcAddress_v2`.
+pub unsafe extern "C" fn get_proc_address_v2(
+    symbol: *const c_char,
+    pfn: *mut *mut c_void,
+    version: c_int,
+    flags: u64,
+    status: *mut c_int,
+) -> CuResult {
+    let real = real_or_fail!(Hook::GetProcAddress, driver::GetProcAddressV2);
+    // SAFETY: the application's arguments, forwarded.
+    unsafe {
+        let r = real(symbol, pfn, version, flags, status);
+        if r == CUDA_SUCCESS && !symbol.is_null() && !pfn.is_null() {
+            swap(symbol, pfn, version);
+        }
+        r
+    }
+}
+
+/// `cuGetProcAddress` (the ABI before CUDA 12).
+///
+/// # Safety
+/// The driver's contract for `cuGetProcAddress`.
+pub unsafe extern "C" fn get_proc_address_v1(
+    symbol: *const c_char,
+    pfn: *mut *mut c_void,
+    version: c_int,
+    flags: u64,
+) -> CuResult {
+    let real = real_or_fail!(Hook::GetProcAddressV1, driver::GetProcAddressV1);
+    // SAFETY: the application's arguments, forwarded.
+    unsafe {
+        let r = real(symbol, pfn, version, flags);
+        if r == CUDA_SUCCESS && !symbol.is_null() && !pfn.is_null() {
+            swap(symbol, pfn, version);
+        }
+        r
+    }
+}
+
+/// The shim's `dlsym`: the real lookup, with driver entries the shim wraps swapped for
+/// the wrappers.
+///
+/// # Safety
+/// As `dlsym(3)`.
+pub unsafe fn dlsym(handle: *mut c_void, symbol: *const c_char) -> *mut c_void {
+    // SAFETY: forwarded contract.
+    let mut f = unsafe { driver::real_dlsym(handle, symbol) };
+    if !f.is_null() && !symbol.is_null() {
+        // SAFETY: forwarded contract; `f` is a local copy.
+        let name = unsafe { CStr::from_ptr(symbol) }.to_bytes();
+        if name.starts_with(b"cu") {
+            let p: *mut *mut c_void = &mut f;
+            // dlsym names are exact exports: `cuGetProcAddress` is the pre-12 ABI.
+            // SAFETY: `symbol` is NUL-terminated, `p` points to a local.
+            unsafe { swap(symbol, p, 0) };
+        }
+    }
+    f
+}
