@@ -8,6 +8,7 @@
 //! | `disasm`  | print the linked instructions of each program                 |
 //! | `jit`     | translate a program to PTX, or a cubin through the CUDA driver |
 //! | `instrument` | splice probes into a GPU image offline; print what went where |
+//! | `trace`   | run a CUDA program with GPU kernel probes; print their maps live |
 //! | `run --persistent` | start the service                                    |
 //! | `load`, `unload`, `replace`, `list` | manage a running service's programs  |
 //! | `submit`  | run an offload job through the shared-memory queue            |
@@ -22,6 +23,7 @@ mod inspect;
 mod instrument;
 mod jit;
 mod service;
+mod trace;
 mod verify;
 
 use clap::{Parser, Subcommand};
@@ -63,6 +65,8 @@ pub enum Command {
     Jit(jit::JitArgs),
     /// Instrument a GPU image offline: splice probes into its PTX and print what went where.
     Instrument(instrument::InstrumentArgs),
+    /// Run a CUDA program with GPU kernel probes attached; print their maps live.
+    Trace(trace::TraceArgs),
     /// Start the service (`run --persistent`).
     Run(service::RunArgs),
     /// Verify and install a program in a running service.
@@ -98,6 +102,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Disasm(a) => inspect::run_disasm(a),
         Command::Jit(a) => jit::run(a),
         Command::Instrument(a) => instrument::run(a),
+        Command::Trace(a) => trace::run(a),
         Command::Run(a) => service::run(a),
         Command::Load(a) => service::load(a),
         Command::Unload(a) => service::unload(a),

@@ -1,0 +1,188 @@
+//! The instrumenter over the committed corpus of real images (nvcc at four archs, -lineinfo,
+//! -G, Numba, Triton, fat binaries plain and compressed, SASS-only, cubins, executables):
+//! every instrumented PTX assembles with ptxas, every kernel gets its entry and every exit,
+//! and what cannot be instrumented is left unchanged with a warning that names it.
+
+#[path = "../../jit/tests/common/mod.rs"]
+mod common;
+
+use attach::instrument::Outcome;
+use attach::{Instrumenter, ProbeSet, SiteKind};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn probes(names: &[&str]) -> Option<ProbeSet> {
+    let mut paths = Vec::new();
+    for n in names {
+        paths.push(bpftime_tests::compile(n)?);
+    }
+    Some(ProbeSet::load(&paths).expect("probes load and verify"))
+}
+
+fn instrumenter(p: ProbeSet, sm: u32) -> Instrumenter {
+    let b = attach::session::placeholder_bindings(&p, 0x7f00_0000_0000, 1024);
+    Instrumenter::new(Arc::new(p), b, sm, 1)
+}
+
+fn ptx_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            ptx_files(&p, out);
+        } else if p.extension().is_some_and(|x| x == "ptx") {
+            out.push(p);
+        }
+    }
+    out.sort();
+}
+
+/// ptxas on `text`, its `.version` lowered when the ptxas in use is older than the file.
+fn assemble(text: &str, what: &str) {
+    let f = jit::ptx::parse::parse(text).expect("instrumented PTX parses");
+    let mut t = text.to_string();
+    if let Some(max) = common::ptxas_max_isa()
+        && f.version > max
+    {
+        t.replace_range(f.version_span.clone(), &format!("{}.{}", max.0, max.1));
+    }
+    // The file's own target, with its `a`/`f` suffix (sm_90a code needs an sm_90a build).
+    let arch = f
+        .target
+        .iter()
+        .find(|t| t.starts_with("sm_"))
+        .cloned()
+        .unwrap_or_else(|| "sm_90".into());
+    common::assemble_for(&t, what, &arch);
+}
+
+#[test]
+fn every_corpus_ptx_instruments_and_assembles() {
+    let Some(p) = probes(&["kprobe_all", "kernel_count", "kernelretsnoop"]) else {
+        return;
+    };
+    let inst = instrumenter(p, 90);
+    let mut files = Vec::new();
+    ptx_files(&root().join("jit/tests/ptx_corpus"), &mut files);
+    assert!(files.len() >= 20, "corpus: {files:?}");
+    for f in &files {
+        let src = std::fs::read_to_string(f).unwrap();
+        let parsed = jit::ptx::parse::parse(&src).unwrap();
+        let kernels: Vec<&str> = parsed.kernels().map(|k| k.name).collect();
+        let rets: usize = parsed
+            .kernels()
+            .map(|k| k.statements.iter().filter(|s| s.is_return()).count())
+            .sum();
+        let o = inst.ptx(&src);
+        let Outcome::Instrumented { ptx, report } = &o else {
+            panic!("{}: not instrumented: {:?}", f.display(), o.report());
+        };
+        // Every kernel: 3 entry probes (kprobe_all, kernel_count, kernelretsnoop) and 2
+        // exit probes at each of its returns.
+        let entries = report
+            .attached
+            .iter()
+            .filter(|a| a.site == SiteKind::Entry)
+            .count();
+        let exits = report
+            .attached
+            .iter()
+            .filter(|a| a.site == SiteKind::Exit)
+            .count();
+        assert_eq!(entries, 3 * kernels.len(), "{}", f.display());
+        assert_eq!(exits, 2 * rets, "{}", f.display());
+        assert_eq!(
+            ptx.matches("// bpftime-super: kprobe").count(),
+            kernels.len()
+        );
+        assert_eq!(ptx.matches("// bpftime-super: kretprobe").count(), rets);
+        assemble(ptx, &f.file_name().unwrap().to_string_lossy());
+    }
+}
+
+#[test]
+fn fat_binaries_cubins_and_executables() {
+    let Some(p) = probes(&["vecadd_args"]) else {
+        return;
+    };
+    let inst = instrumenter(p, 90);
+    let corpus = root().join("attach/tests/corpus");
+    let read = |n: &str| std::fs::read(corpus.join(n)).unwrap();
+    for n in ["vecadd_multi.fatbin", "vecadd_multi_compressed.fatbin"] {
+        let o = inst.image(&read(n));
+        let Outcome::Instrumented { ptx, report } = &*o else {
+            panic!("{n}: {:?}", o.report());
+        };
+        assert_eq!(report.attached.len(), 1, "{n}");
+        assert_eq!(report.attached[0].kernel, "_Z9vectorAddPKfS0_Pfi");
+        assemble(ptx, n);
+    }
+    // The same PTX inside both: the compressed one decompresses to identical output.
+    let (a, b) = (
+        inst.image(&read("vecadd_multi.fatbin")),
+        inst.image(&read("vecadd_multi_compressed.fatbin")),
+    );
+    match (&*a, &*b) {
+        (Outcome::Instrumented { ptx: x, .. }, Outcome::Instrumented { ptx: y, .. }) => {
+            assert_eq!(x, y)
+        }
+        _ => panic!("both instrumented"),
+    }
+    for n in ["vecadd_sass_only.fatbin", "vecadd_sm90.cubin"] {
+        let o = inst.image(&read(n));
+        let Outcome::Unchanged(r) = &*o else {
+            panic!("{n}: SASS-only must stay unchanged");
+        };
+        assert_eq!(r.warnings.len(), 1, "{n}: {r:?}");
+        assert!(
+            r.warnings[0].contains("vectorAdd(float const*, float const*, float*, int)")
+                && r.warnings[0].contains("SASS-only")
+                && r.warnings[0].contains("vecadd_entry"),
+            "{}",
+            r.warnings[0]
+        );
+    }
+    // A kernel no probe wants: unchanged, silent.
+    let o = inst.image(&read("sgemm_sm80.cubin"));
+    assert!(matches!(&*o, Outcome::Unchanged(r) if r.warnings.is_empty()));
+    let o = inst.image(&read("sgemm_ptx_only.fatbin"));
+    assert!(matches!(&*o, Outcome::Unchanged(r) if r.warnings.is_empty() && !r.kernels.is_empty()));
+}
+
+#[test]
+fn unparsable_ptx_is_left_alone_with_a_warning_naming_the_line() {
+    let Some(p) = probes(&["vecadd_args"]) else {
+        return;
+    };
+    let inst = instrumenter(p, 90);
+    let src = std::fs::read_to_string(root().join("jit/tests/ptx_corpus/nvcc/vecadd_sm90.ptx"))
+        .unwrap()
+        .replace("ret;", "ret; }}} {{");
+    let o = inst.ptx(&src);
+    let Outcome::Unchanged(r) = &o else {
+        panic!("must stay unchanged")
+    };
+    assert!(r.warnings[0].contains("does not parse at line"), "{r:?}");
+    // And the content cache: the same bytes come back from the cache.
+    let a = inst.image(src.as_bytes());
+    let b = inst.image(src.as_bytes());
+    assert!(Arc::ptr_eq(&a, &b));
+}
+
+#[test]
+fn rejected_probe_names_the_instruction() {
+    let Some(path) = bpftime_tests::compile("kprobe_reject") else {
+        return;
+    };
+    let e = ProbeSet::load(&[path]).unwrap_err();
+    let text = attach::shim::hooks::error_chain(&e);
+    assert!(
+        matches!(e, attach::AttachError::Rejected { .. })
+            && text.contains("read_past_ctx")
+            && text.contains("insn"),
+        "{text}"
+    );
+}

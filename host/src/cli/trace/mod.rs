@@ -1,0 +1,337 @@
+//! `bpftime-super trace PROG.bpf.o … -- CMD ARGS…`: runs CMD with GPU kernel probes attached
+//! and prints the probes' maps while it runs and once more at exit.
+//!
+//! ```text
+//! verify probes ──▶ create region + maps ──▶ spawn CMD (LD_PRELOAD=libbpftime_attach.so,
+//!        (errors before CMD starts)              BPFTIME_ATTACH_SESSION=…)
+//!   every --interval: drain the shim's report (attach points, warnings) and print the maps
+//!   CMD exits (or Ctrl-C: CMD gets the signal) ──▶ final maps, unmatched probes ──▶ CMD's exit code
+//! ```
+
+mod print;
+
+use anyhow::{Context, Result, bail};
+use attach::ProbeSet;
+use attach::session::{ReportLine, Session, SessionConfig};
+use print::KernelNames;
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+/// Arguments of `trace`.
+#[derive(clap::Args, Debug)]
+pub struct TraceArgs {
+    /// Probe objects (`kprobe/<kernel>`, `kretprobe/<kernel>` programs).
+    #[arg(required = true)]
+    progs: Vec<PathBuf>,
+    /// The command to run, after `--`.
+    #[arg(last = true, required = true)]
+    cmd: Vec<String>,
+    /// Print the maps this often (`1s`, `500ms`; `0`: only at exit).
+    #[arg(long, default_value = "1s", value_parser = parse_interval)]
+    interval: Duration,
+    /// JSON lines on stdout: attach reports, warnings, and each map print.
+    #[arg(long)]
+    json: bool,
+    /// The shim (default: libbpftime_attach.so next to this binary, or $BPFTIME_ATTACH_LIB).
+    #[arg(long)]
+    shim: Option<PathBuf>,
+    /// Value sets of per-thread arrays (one per GPU thread that may own a slot).
+    #[arg(long, default_value_t = attach::session::DEFAULT_THREADS)]
+    threads: u32,
+    /// Do not print attach points (warnings are still printed).
+    #[arg(short, long)]
+    quiet: bool,
+}
+
+/// `1s`, `250ms`, `2` (seconds), `0`.
+pub fn parse_interval(s: &str) -> Result<Duration, String> {
+    let bad = || format!("bad interval `{s}`: expected e.g. 1s, 500ms or 0");
+    let (num, unit) = match s.find(|c: char| !c.is_ascii_digit() && c != '.') {
+        Some(i) => (&s[..i], &s[i..]),
+        None => (s, "s"),
+    };
+    let n: f64 = num.parse().map_err(|_| bad())?;
+    let secs = match unit {
+        "s" => n,
+        "ms" => n / 1e3,
+        "us" => n / 1e6,
+        "m" => n * 60.0,
+        _ => return Err(bad()),
+    };
+    if !secs.is_finite() || secs < 0.0 {
+        return Err(bad());
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+/// Where the shim is.
+fn find_shim(explicit: Option<&Path>) -> Result<PathBuf> {
+    const NAME: &str = "libbpftime_attach.so";
+    if let Some(p) = explicit {
+        if p.is_file() {
+            return Ok(p.to_path_buf());
+        }
+        bail!("--shim {}: no such file", p.display());
+    }
+    if let Some(p) = std::env::var_os("BPFTIME_ATTACH_LIB") {
+        let p = PathBuf::from(p);
+        if p.is_file() {
+            return Ok(p);
+        }
+        bail!("BPFTIME_ATTACH_LIB={}: no such file", p.display());
+    }
+    let exe = std::env::current_exe().context("cannot locate this executable")?;
+    let dir = exe.parent().context("executable has no directory")?;
+    for c in [
+        dir.join(NAME),
+        dir.join("../lib").join(NAME),
+        dir.join("deps").join(NAME),
+    ] {
+        if c.is_file() {
+            return Ok(c);
+        }
+    }
+    bail!(
+        "{NAME} not found next to {} (build it with `cargo build -p attach-shim`, or pass --shim)",
+        exe.display()
+    )
+}
+
+struct Trace {
+    session: Session,
+    kernels: KernelNames,
+    matched: Vec<bool>,
+    report: PathBuf,
+    offset: u64,
+    json: bool,
+    quiet: bool,
+    start: Instant,
+    probes: Arc<ProbeSet>,
+}
+
+impl Trace {
+    /// Reads what the shim appended since the last call.
+    fn drain_report(&mut self) {
+        let Ok(mut f) = std::fs::File::open(&self.report) else {
+            return;
+        };
+        if f.seek(SeekFrom::Start(self.offset)).is_err() {
+            return;
+        }
+        let mut buf = String::new();
+        if f.read_to_string(&mut buf).is_err() {
+            return;
+        }
+        // Only whole lines: a line being written stays for the next call.
+        let whole = buf.rfind('\n').map(|i| i + 1).unwrap_or(0);
+        self.offset += whole as u64;
+        for line in buf[..whole].lines() {
+            let Ok(ev) = serde_json::from_str::<ReportLine>(line) else {
+                continue;
+            };
+            if let ReportLine::Attach {
+                probe,
+                kernel_id,
+                demangled,
+                ..
+            } = &ev
+            {
+                let base = demangled
+                    .split_once('(')
+                    .map(|(b, _)| b)
+                    .unwrap_or(demangled);
+                self.kernels.insert(*kernel_id, base.to_string());
+                for (i, p) in self.probes.probes.iter().enumerate() {
+                    if &p.program.name == probe {
+                        self.matched[i] = true;
+                    }
+                }
+            }
+            if self.json {
+                println!("{line}");
+                continue;
+            }
+            match ev {
+                ReportLine::Attach {
+                    probe,
+                    demangled,
+                    site,
+                    line,
+                    ..
+                } if !self.quiet => {
+                    eprintln!("attached {probe} to {demangled} at {site} (PTX line {line})")
+                }
+                ReportLine::Warning { what } => eprintln!("warning: {what}"),
+                _ => {}
+            }
+        }
+    }
+
+    fn print_maps(&self, last: bool) {
+        let mut out = String::new();
+        for m in &self.session.maps {
+            let short = m.name.split_once(':').map(|(_, n)| n).unwrap_or(&m.name);
+            let style = print::style_of(short, m.def.kind, m.def.max_entries);
+            let entries: Vec<(Vec<u8>, Vec<u8>)> = if style == print::Style::Records {
+                m.ops
+                    .drain_ringbuf()
+                    .into_iter()
+                    .map(|r| (Vec::new(), r))
+                    .collect()
+            } else {
+                m.ops.entries()
+            };
+            if self.json {
+                let raw: Vec<(String, String)> = entries
+                    .iter()
+                    .map(|(k, v)| (super::hex(k), super::hex(v)))
+                    .collect();
+                let printed: Vec<serde_json::Value> = entries
+                    .iter()
+                    .filter(|(_, v)| v.iter().any(|&b| b != 0))
+                    .map(|(k, v)| {
+                        serde_json::json!({
+                            "key": print::key_text(k, &self.kernels),
+                            "value": print::words(v),
+                        })
+                    })
+                    .collect();
+                println!(
+                    "{}",
+                    serde_json::json!({
+                        "event": "map",
+                        "final": last,
+                        "elapsed_ms": self.start.elapsed().as_millis() as u64,
+                        "map": m.name,
+                        "entries": raw,
+                        "printed": printed,
+                    })
+                );
+            } else {
+                out.push_str(&print::map(short, style, &entries, &self.kernels));
+            }
+        }
+        if !self.json && !out.is_empty() {
+            let stamp = if last {
+                "final".to_string()
+            } else {
+                format!("{:.1}s", self.start.elapsed().as_secs_f64())
+            };
+            let mut o = std::io::stdout().lock();
+            let _ = writeln!(o, "--- {stamp} ---\n{out}");
+            let _ = o.flush();
+        }
+    }
+}
+
+/// Runs `trace`.
+pub fn run(a: TraceArgs) -> Result<ExitCode> {
+    let probes =
+        ProbeSet::load(&a.progs).map_err(|e| anyhow::anyhow!(super::instrument::chain(&e)))?;
+    let shim = find_shim(a.shim.as_deref())?;
+    let pid = std::process::id();
+    let report = std::env::temp_dir().join(format!("bpftime-trace-{pid}.jsonl"));
+    let _ = std::fs::remove_file(&report);
+    let objects: Vec<String> = a
+        .progs
+        .iter()
+        .map(|p| {
+            std::fs::canonicalize(p)
+                .unwrap_or_else(|_| p.clone())
+                .display()
+                .to_string()
+        })
+        .collect();
+    let config = SessionConfig {
+        region: format!("bpftime-trace-{pid}"),
+        objects,
+        report: report.display().to_string(),
+        threads: a.threads,
+    };
+    let session = Session::create(config.clone(), &probes)
+        .map_err(|e| anyhow::anyhow!(super::instrument::chain(&e)))?;
+    let probes = Arc::new(probes);
+    let mut preload = std::env::var("LD_PRELOAD").unwrap_or_default();
+    if !preload.is_empty() {
+        preload.push(':');
+    }
+    preload.push_str(&shim.display().to_string());
+    let mut cmd = Command::new(&a.cmd[0]);
+    cmd.args(&a.cmd[1..])
+        .env("LD_PRELOAD", preload)
+        .env(attach::session::ENV_SESSION, config.to_env());
+    if std::env::var_os("CUPY_COMPILE_WITH_PTX").is_none() {
+        // CuPy loads cubins (SASS) unless asked for PTX: probes need PTX.
+        cmd.env("CUPY_COMPILE_WITH_PTX", "1");
+    }
+    // Ctrl-C reaches CMD through the terminal's process group; trace stays to print.
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(sig, stop.clone()).context("install signal handler")?;
+    }
+    let mut child = cmd
+        .spawn()
+        .with_context(|| format!("cannot start `{}`", a.cmd[0]))?;
+    let mut t = Trace {
+        session,
+        kernels: KernelNames::new(),
+        matched: vec![false; probes.probes.len()],
+        report: report.clone(),
+        offset: 0,
+        json: a.json,
+        quiet: a.quiet,
+        start: Instant::now(),
+        probes: probes.clone(),
+    };
+    let mut next = Instant::now() + a.interval;
+    let mut forwarded = false;
+    let status = loop {
+        if let Some(s) = child.try_wait().context("wait for the command")? {
+            break s;
+        }
+        if stop.load(Ordering::Relaxed) && !forwarded {
+            // A SIGTERM to trace alone, or Ctrl-C: make sure CMD gets it too.
+            // SAFETY: kill(2) on our own child's pid.
+            unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+            forwarded = true;
+        }
+        t.drain_report();
+        if !a.interval.is_zero() && Instant::now() >= next {
+            t.print_maps(false);
+            next += a.interval;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    t.drain_report();
+    t.print_maps(true);
+    for (i, p) in probes.probes.iter().enumerate() {
+        if !t.matched[i] {
+            let what = format!(
+                "probe `{}` ({}) matched no kernel with PTX",
+                p.program.name, p.program.section
+            );
+            if a.json {
+                println!("{}", serde_json::json!({"event": "warning", "what": what}));
+            } else {
+                eprintln!("warning: {what}");
+            }
+        }
+    }
+    let _ = t.session.region.unlink();
+    let _ = std::fs::remove_file(&report);
+    Ok(exit_code(status))
+}
+
+/// The exit status to pass on: CMD's code, or 128 + its signal.
+fn exit_code(s: std::process::ExitStatus) -> ExitCode {
+    use std::os::unix::process::ExitStatusExt;
+    match (s.code(), s.signal()) {
+        (Some(c), _) => ExitCode::from(c.clamp(0, 255) as u8),
+        (None, Some(sig)) => ExitCode::from((128 + sig).clamp(0, 255) as u8),
+        _ => ExitCode::FAILURE,
+    }
+}

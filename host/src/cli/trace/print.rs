@@ -1,0 +1,299 @@
+//! Printing maps the way bpftrace does.
+//!
+//! | map | printed as |
+//! |-----|------------|
+//! | array named `*_hist` | log2 histogram: slot k counts values in `[2^k, 2^(k+1))`, slot 0 counts 0 and 1 |
+//! | array named `*_lhist` or `*_lhist_<step>` | linear histogram, slot k = `[k·step, (k+1)·step)` |
+//! | one-entry array | `@name: value` |
+//! | other arrays and hashes | `@name[key]: value`, one line per non-zero entry, sorted by value |
+//! | ring buffer | each record drained since the last print, as hex |
+//!
+//! Keys: an 8-byte key (or the first 8 bytes of a larger key) equal to a kernel's
+//! `kernel_id` prints as the kernel's demangled name (without its parameter list);
+//! printable NUL-terminated bytes print as a string; other keys as their little-endian
+//! u64 (or u32) words. Values: u64 words.
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+
+/// Kernel ids to names (demangled, parameters dropped), from the shim's attach reports.
+pub type KernelNames = BTreeMap<u64, String>;
+
+/// How a map is printed.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Style {
+    /// Log2 histogram.
+    Log2,
+    /// Linear histogram with this step.
+    Linear(u64),
+    /// One value.
+    Scalar,
+    /// One line per key.
+    Table,
+    /// Ring buffer records.
+    Records,
+}
+
+/// The style for map `name` (its name in the object, without the `stem:` prefix).
+pub fn style_of(name: &str, kind: ebpf::MapKind, max_entries: u32) -> Style {
+    if kind == ebpf::MapKind::RingBuf {
+        return Style::Records;
+    }
+    let is_array = matches!(kind, ebpf::MapKind::Array | ebpf::MapKind::PerThreadArray);
+    if is_array && name.ends_with("_hist") {
+        return Style::Log2;
+    }
+    if is_array && let Some(pos) = name.rfind("_lhist") {
+        let step = name[pos + "_lhist".len()..]
+            .strip_prefix('_')
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(1);
+        return Style::Linear(step.max(1));
+    }
+    if is_array && max_entries == 1 {
+        return Style::Scalar;
+    }
+    Style::Table
+}
+
+/// Little-endian u64 words of `b` (a short tail zero-padded).
+pub fn words(b: &[u8]) -> Vec<u64> {
+    b.chunks(8)
+        .map(|c| {
+            let mut w = [0u8; 8];
+            w[..c.len()].copy_from_slice(c);
+            u64::from_le_bytes(w)
+        })
+        .collect()
+}
+
+/// A key, for humans.
+pub fn key_text(k: &[u8], kernels: &KernelNames) -> String {
+    if k.len() >= 8 {
+        let first = words(&k[..8])[0];
+        if let Some(name) = kernels.get(&first) {
+            let rest = &k[8..];
+            if rest.is_empty() {
+                return name.clone();
+            }
+            let tail: Vec<String> = words(rest).iter().map(|w| w.to_string()).collect();
+            return format!("{name}, {}", tail.join(", "));
+        }
+    }
+    if let Some(s) = as_string(k) {
+        return s;
+    }
+    match k.len() {
+        1 => k[0].to_string(),
+        2 => u16::from_le_bytes([k[0], k[1]]).to_string(),
+        4 => u32::from_le_bytes([k[0], k[1], k[2], k[3]]).to_string(),
+        _ => words(k)
+            .iter()
+            .map(|w| w.to_string())
+            .collect::<Vec<_>>()
+            .join(", "),
+    }
+}
+
+fn as_string(k: &[u8]) -> Option<String> {
+    let end = k.iter().position(|&b| b == 0)?;
+    if end == 0 || k[end..].iter().any(|&b| b != 0) {
+        return None;
+    }
+    let s = std::str::from_utf8(&k[..end]).ok()?;
+    (s.chars().all(|c| !c.is_control()) && s.len() >= 2).then(|| s.to_string())
+}
+
+fn value_text(v: &[u8]) -> String {
+    match v.len() {
+        4 => u32::from_le_bytes([v[0], v[1], v[2], v[3]]).to_string(),
+        8 => words(v)[0].to_string(),
+        _ => words(v)
+            .iter()
+            .map(|w| w.to_string())
+            .collect::<Vec<_>>()
+            .join(", "),
+    }
+}
+
+fn value_num(v: &[u8]) -> u64 {
+    words(v).first().copied().unwrap_or(0)
+}
+
+/// bpftrace's bucket bounds: 0, 1, 2, …, 512, 1K, 2K, …
+fn bound(v: u64) -> String {
+    const UNITS: [(u64, &str); 6] = [
+        (1 << 60, "E"),
+        (1 << 50, "P"),
+        (1 << 40, "T"),
+        (1 << 30, "G"),
+        (1 << 20, "M"),
+        (1 << 10, "K"),
+    ];
+    for (u, s) in UNITS {
+        if v >= u && v % u == 0 {
+            return format!("{}{s}", v / u);
+        }
+    }
+    v.to_string()
+}
+
+fn bar(count: u64, max: u64) -> String {
+    let n = if max == 0 {
+        0
+    } else {
+        (count as u128 * 52 / max as u128) as usize
+    };
+    format!("|{}{}|", "@".repeat(n), " ".repeat(52 - n))
+}
+
+/// Prints one map. `entries` are `(key, value)` bytes (array keys are u32 indices).
+pub fn map(
+    name: &str,
+    style: Style,
+    entries: &[(Vec<u8>, Vec<u8>)],
+    kernels: &KernelNames,
+) -> String {
+    let mut s = String::new();
+    match style {
+        Style::Log2 | Style::Linear(_) => {
+            let mut slots: BTreeMap<u64, u64> = BTreeMap::new();
+            for (k, v) in entries {
+                let idx = words(k).first().copied().unwrap_or(0);
+                *slots.entry(idx).or_default() += value_num(v);
+            }
+            let nonzero: Vec<(u64, u64)> = slots.into_iter().filter(|(_, c)| *c != 0).collect();
+            let _ = writeln!(s, "@{name}:");
+            let (Some(first), Some(last)) = (nonzero.first(), nonzero.last()) else {
+                return s;
+            };
+            let max = nonzero.iter().map(|(_, c)| *c).max().unwrap_or(0);
+            let counts: BTreeMap<u64, u64> = nonzero.iter().copied().collect();
+            for slot in first.0..=last.0 {
+                let c = counts.get(&slot).copied().unwrap_or(0);
+                let label = match style {
+                    Style::Log2 if slot == 0 => "[0, 2)".to_string(),
+                    Style::Log2 => format!(
+                        "[{}, {})",
+                        bound(1u64 << slot.min(63)),
+                        bound(1u64.checked_shl(slot as u32 + 1).unwrap_or(u64::MAX))
+                    ),
+                    Style::Linear(step) => format!(
+                        "[{}, {})",
+                        slot.saturating_mul(step),
+                        (slot + 1).saturating_mul(step)
+                    ),
+                    _ => unreachable!("histogram styles only"),
+                };
+                let _ = writeln!(s, "{label:<20}{c:>8} {}", bar(c, max));
+            }
+        }
+        Style::Scalar => {
+            let v = entries
+                .first()
+                .map(|(_, v)| value_text(v))
+                .unwrap_or_else(|| "0".into());
+            let _ = writeln!(s, "@{name}: {v}");
+        }
+        Style::Table => {
+            let mut rows: Vec<(String, String, u64)> = entries
+                .iter()
+                .filter(|(_, v)| v.iter().any(|&b| b != 0))
+                .map(|(k, v)| (key_text(k, kernels), value_text(v), value_num(v)))
+                .collect();
+            rows.sort_by(|a, b| a.2.cmp(&b.2).then_with(|| a.0.cmp(&b.0)));
+            if rows.is_empty() {
+                let _ = writeln!(s, "@{name}: (empty)");
+            }
+            for (k, v, _) in rows {
+                let _ = writeln!(s, "@{name}[{k}]: {v}");
+            }
+        }
+        Style::Records => {
+            for (_, v) in entries {
+                let hex: String = v.iter().map(|b| format!("{b:02x}")).collect();
+                let _ = writeln!(s, "@{name}: {hex}");
+            }
+        }
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn u32k(i: u32) -> Vec<u8> {
+        i.to_le_bytes().to_vec()
+    }
+    fn u64v(v: u64) -> Vec<u8> {
+        v.to_le_bytes().to_vec()
+    }
+
+    #[test]
+    fn styles_follow_names() {
+        use ebpf::MapKind::*;
+        assert_eq!(style_of("lat_hist", Array, 64), Style::Log2);
+        assert_eq!(style_of("x_lhist_10", Array, 64), Style::Linear(10));
+        assert_eq!(style_of("x_lhist", Array, 64), Style::Linear(1));
+        assert_eq!(style_of("total", Array, 1), Style::Scalar);
+        assert_eq!(style_of("lat_hist", Hash, 64), Style::Table);
+        assert_eq!(style_of("events", RingBuf, 4096), Style::Records);
+    }
+
+    #[test]
+    fn log2_histogram_like_bpftrace() {
+        let e = vec![
+            (u32k(0), u64v(3)),
+            (u32k(1), u64v(0)),
+            (u32k(2), u64v(6)),
+            (u32k(10), u64v(1)),
+        ];
+        let out = map("h", Style::Log2, &e, &KernelNames::new());
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(lines[0], "@h:");
+        assert!(lines[1].starts_with("[0, 2)") && lines[1].contains("       3 |"));
+        assert!(lines[2].starts_with("[2, 4)") && lines[2].contains("       0 |"));
+        assert!(lines[3].starts_with("[4, 8)") && lines[3].contains(&"@".repeat(52)));
+        assert!(lines.last().unwrap().starts_with("[1K, 2K)"));
+        assert_eq!(lines.len(), 1 + 10);
+    }
+
+    #[test]
+    fn tables_name_kernels_and_sort_by_value() {
+        let mut k = KernelNames::new();
+        k.insert(7, "vectorAdd".into());
+        let e = vec![(u64v(7), u64v(30)), (u64v(9), u64v(2)), (u64v(11), u64v(0))];
+        let out = map("launches", Style::Table, &e, &k);
+        assert_eq!(out, "@launches[9]: 2\n@launches[vectorAdd]: 30\n");
+        let mut sk = b"sgemm".to_vec();
+        sk.resize(16, 0);
+        assert_eq!(key_text(&sk, &k), "sgemm");
+        let mut pair = u64v(7);
+        pair.extend(u64v(5));
+        assert_eq!(key_text(&pair, &k), "vectorAdd, 5");
+    }
+
+    #[test]
+    fn scalar_and_linear() {
+        assert_eq!(
+            map(
+                "n",
+                Style::Scalar,
+                &[(u32k(0), u64v(42))],
+                &KernelNames::new()
+            ),
+            "@n: 42\n"
+        );
+        let out = map(
+            "l",
+            Style::Linear(10),
+            &[(u32k(1), u64v(1)), (u32k(2), u64v(2))],
+            &KernelNames::new(),
+        );
+        assert!(
+            out.contains("[10, 20)") && out.contains("[20, 30)"),
+            "{out}"
+        );
+    }
+}

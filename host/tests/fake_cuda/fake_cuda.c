@@ -1,0 +1,108 @@
+/*
+ * fake libcuda.so.1 for the attach tests (CI has no GPU). It implements the driver calls the
+ * shim and the test apps use, and records what it was given: every image loaded goes to
+ * $FAKE_CUDA_DIR/load-<n>-<call>.<ptx|bin>, and one line per call to $FAKE_CUDA_DIR/calls.log.
+ * cuMemHostGetDevicePointer returns the host address (unified addressing), so the map
+ * addresses baked into instrumented PTX can be checked against the session region.
+ */
+#define _GNU_SOURCE
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef int CUresult;
+typedef void *H;
+static int loads;
+
+static void logf_(const char *fmt, const char *a, const char *b) {
+	const char *dir = getenv("FAKE_CUDA_DIR");
+	if (!dir) return;
+	char p[4096];
+	snprintf(p, sizeof p, "%s/calls.log", dir);
+	FILE *f = fopen(p, "a");
+	if (!f) return;
+	fprintf(f, fmt, a, b);
+	fputc('\n', f);
+	fclose(f);
+}
+
+static size_t fatbin_len(const unsigned char *p) {
+	uint32_t magic; memcpy(&magic, p, 4);
+	if (magic == 0x466243b1u) { const unsigned char *d; memcpy(&d, p + 8, 8); return fatbin_len(d); }
+	if (magic == 0xBA55ED50u) { uint16_t hs; uint64_t sz; memcpy(&hs, p + 6, 2); memcpy(&sz, p + 8, 8); return hs + sz; }
+	if (p[0] == 0x7f && p[1] == 'E') { uint64_t shoff; uint16_t shentsize, shnum; memcpy(&shoff, p + 0x28, 8);
+		memcpy(&shentsize, p + 0x3a, 2); memcpy(&shnum, p + 0x3c, 2); return shoff + (size_t)shentsize * shnum; }
+	return strlen((const char *)p);
+}
+
+static void record(const char *call, const void *image, size_t len) {
+	const char *dir = getenv("FAKE_CUDA_DIR");
+	const unsigned char *p = image;
+	int is_ptx = 1;
+	for (size_t i = 0; i < 64 && p[i]; i++) if (p[i] < 9) { is_ptx = 0; break; }
+	if (len == 0) len = is_ptx ? strlen(image) : fatbin_len(p);
+	if (p[0] == 0xb1 && p[1] == 0x43) { const unsigned char *d; memcpy(&d, p + 8, 8); p = d; is_ptx = 0; }
+	char name[4096];
+	snprintf(name, sizeof name, "%s/load-%02d-%s.%s", dir ? dir : ".", loads++, call, is_ptx ? "ptx" : "bin");
+	if (dir) { FILE *f = fopen(name, "wb"); if (f) { fwrite(p, 1, len, f); fclose(f); } }
+	logf_("%s %s", call, strstr((const char *)image, "bpftime-super: k") && is_ptx ? "instrumented" : "original");
+}
+
+CUresult cuInit(unsigned f) { (void)f; return 0; }
+CUresult cuDeviceGet(int *d, int o) { *d = o; return 0; }
+static int ctx_obj;
+CUresult cuDevicePrimaryCtxRetain(H *c, int d) { (void)d; *c = &ctx_obj; return 0; }
+CUresult cuCtxSetCurrent(H c) { (void)c; return 0; }
+CUresult cuCtxGetCurrent(H *c) { *c = &ctx_obj; return 0; }
+CUresult cuCtxGetDevice(int *d) { *d = 0; return 0; }
+CUresult cuDeviceGetAttribute(int *v, int attr, int d) { (void)d; *v = attr == 75 ? 9 : attr == 76 ? 0 : 1; return 0; }
+CUresult cuMemHostRegister_v2(void *p, size_t n, unsigned f) { char b[64]; snprintf(b, sizeof b, "%zu", n); (void)p; (void)f; logf_("cuMemHostRegister %s%s", b, ""); return 0; }
+CUresult cuMemHostGetDevicePointer_v2(uint64_t *d, void *p, unsigned f) { (void)f; *d = (uint64_t)(uintptr_t)p; return 0; }
+CUresult cuGetErrorString(CUresult r, const char **s) { (void)r; *s = "fake"; return 0; }
+static int mod_obj;
+CUresult cuModuleLoadData(H *m, const void *img) { record("cuModuleLoadData", img, 0); *m = &mod_obj; return 0; }
+CUresult cuModuleLoadDataEx(H *m, const void *img, unsigned n, int *o, void **v) { (void)n; (void)o; (void)v; record("cuModuleLoadDataEx", img, 0); *m = &mod_obj; return 0; }
+CUresult cuModuleLoadFatBinary(H *m, const void *img) { record("cuModuleLoadFatBinary", img, 0); *m = &mod_obj; return 0; }
+static char *slurp(const char *path, size_t *n) {
+	FILE *f = fopen(path, "rb"); if (!f) return 0;
+	fseek(f, 0, SEEK_END); long len = ftell(f); fseek(f, 0, SEEK_SET);
+	char *b = calloc(1, len + 1); if (fread(b, 1, len, f) != (size_t)len) { fclose(f); free(b); return 0; }
+	fclose(f); *n = len; return b;
+}
+CUresult cuModuleLoad(H *m, const char *path) { size_t n; char *b = slurp(path, &n); if (!b) return 301; record("cuModuleLoad", b, n); free(b); *m = &mod_obj; return 0; }
+CUresult cuLibraryLoadData(H *l, const void *code, int *jo, void **jv, unsigned nj, int *lo, void **lv, unsigned nl) {
+	(void)jo; (void)jv; (void)nj; (void)lo; (void)lv; (void)nl; record("cuLibraryLoadData", code, 0); *l = &mod_obj; return 0; }
+CUresult cuLibraryLoadFromFile(H *l, const char *path, int *jo, void **jv, unsigned nj, int *lo, void **lv, unsigned nl) {
+	(void)jo; (void)jv; (void)nj; (void)lo; (void)lv; (void)nl; size_t n; char *b = slurp(path, &n); if (!b) return 301;
+	record("cuLibraryLoadFromFile", b, n); free(b); *l = &mod_obj; return 0; }
+static int link_obj;
+CUresult cuLinkCreate_v2(unsigned n, int *o, void **v, H *s) { (void)n; (void)o; (void)v; *s = &link_obj; return 0; }
+CUresult cuLinkAddData_v2(H s, unsigned type, void *data, size_t size, const char *name, unsigned n, int *o, void **v) {
+	(void)s; (void)name; (void)n; (void)o; (void)v; char c[64]; snprintf(c, sizeof c, "cuLinkAddData.type%u", type); record(c, data, type == 1 ? 0 : size); return 0; }
+CUresult cuLinkAddFile_v2(H s, unsigned type, const char *path, unsigned n, int *o, void **v) {
+	(void)s; (void)n; (void)o; (void)v; size_t len; char *b = slurp(path, &len); if (!b) return 301; char c[64];
+	snprintf(c, sizeof c, "cuLinkAddFile.type%u", type); record(c, b, len); free(b); return 0; }
+static char cubin[64] = "\x7f" "ELF";
+CUresult cuLinkComplete(H s, void **out, size_t *n) { (void)s; *out = cubin; *n = sizeof cubin; return 0; }
+CUresult cuLinkDestroy(H s) { (void)s; return 0; }
+
+struct entry { const char *name; void *fn; };
+CUresult cuGetProcAddress_v2(const char *sym, void **pfn, int ver, uint64_t flags, int *status);
+CUresult cuGetProcAddress(const char *sym, void **pfn, int ver, uint64_t flags);
+static const struct entry table[] = {
+	{"cuInit", cuInit}, {"cuDeviceGet", cuDeviceGet}, {"cuDevicePrimaryCtxRetain", cuDevicePrimaryCtxRetain},
+	{"cuCtxSetCurrent", cuCtxSetCurrent}, {"cuModuleLoadData", cuModuleLoadData}, {"cuModuleLoadDataEx", cuModuleLoadDataEx},
+	{"cuModuleLoadFatBinary", cuModuleLoadFatBinary}, {"cuModuleLoad", cuModuleLoad}, {"cuLibraryLoadData", cuLibraryLoadData},
+	{"cuLibraryLoadFromFile", cuLibraryLoadFromFile}, {"cuLinkCreate", cuLinkCreate_v2}, {"cuLinkAddData", cuLinkAddData_v2},
+	{"cuLinkAddFile", cuLinkAddFile_v2}, {"cuLinkComplete", cuLinkComplete}, {"cuLinkDestroy", cuLinkDestroy},
+	{"cuCtxGetCurrent", cuCtxGetCurrent}, {"cuCtxGetDevice", cuCtxGetDevice}, {"cuDeviceGetAttribute", cuDeviceGetAttribute},
+	{"cuMemHostRegister", cuMemHostRegister_v2}, {"cuMemHostGetDevicePointer", cuMemHostGetDevicePointer_v2},
+	{0, 0}};
+CUresult cuGetProcAddress_v2(const char *sym, void **pfn, int ver, uint64_t flags, int *status) {
+	(void)flags;
+	if (!strcmp(sym, "cuGetProcAddress")) { *pfn = ver >= 12000 ? (void *)cuGetProcAddress_v2 : (void *)cuGetProcAddress; if (status) *status = 1; return 0; }
+	for (const struct entry *e = table; e->name; e++) if (!strcmp(e->name, sym)) { *pfn = e->fn; if (status) *status = 1; return 0; }
+	*pfn = 0; if (status) *status = 0; return 500;
+}
+CUresult cuGetProcAddress(const char *sym, void **pfn, int ver, uint64_t flags) { return cuGetProcAddress_v2(sym, pfn, ver, flags, 0); }

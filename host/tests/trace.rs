@@ -1,0 +1,299 @@
+//! `bpftime-super trace` end to end without a GPU: a fake `libcuda.so.1` (tests/fake_cuda,
+//! built here with `cc`) records every image the driver is given, and three apps reach it
+//! the three ways real programs do: linked with `-lcuda`, through `dlsym` (CuPy, Numba,
+//! PyTorch), and through `cuGetProcAddress` as static cudart does. The shim must hand the
+//! driver instrumented PTX on every path, leave SASS-only images alone with a warning,
+//! pass the app's exit code through, and refuse a rejected probe before the app starts.
+
+#[path = "../../jit/tests/common/mod.rs"]
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_bpftime-super"))
+}
+
+/// The shim next to the binary; `cargo test --workspace` builds it (a workspace member).
+fn shim() -> Option<PathBuf> {
+    let p = bin().parent().unwrap().join("libbpftime_attach.so");
+    if p.is_file() {
+        return Some(p);
+    }
+    assert!(
+        std::env::var_os("BPFTIME_REQUIRE_CLANG").is_none(),
+        "{} missing: build it with `cargo build -p attach-shim`",
+        p.display()
+    );
+    eprintln!("SKIPPING: {} not built", p.display());
+    None
+}
+
+struct Fake {
+    dir: PathBuf,
+}
+
+fn cc(args: &[&str]) {
+    let out = Command::new("cc").args(args).output().expect("run cc");
+    assert!(
+        out.status.success(),
+        "cc {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn fake(name: &str) -> Fake {
+    let dir =
+        std::env::temp_dir().join(format!("bpftime-trace-test-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("rec")).unwrap();
+    let src = root().join("host/tests/fake_cuda");
+    let d = dir.display().to_string();
+    let s = |f: &str| src.join(f).display().to_string();
+    cc(&[
+        "-shared",
+        "-fPIC",
+        "-O1",
+        "-Wl,-soname,libcuda.so.1",
+        "-o",
+        &format!("{d}/libcuda.so.1"),
+        &s("fake_cuda.c"),
+    ]);
+    std::os::unix::fs::symlink(dir.join("libcuda.so.1"), dir.join("libcuda.so")).unwrap();
+    cc(&[
+        "-O1",
+        "-o",
+        &format!("{d}/app_direct"),
+        &s("app_direct.c"),
+        &format!("-L{d}"),
+        "-lcuda",
+    ]);
+    cc(&[
+        "-O1",
+        "-o",
+        &format!("{d}/app_cudart"),
+        &s("app_cudart.c"),
+        "-ldl",
+    ]);
+    cc(&[
+        "-O1",
+        "-o",
+        &format!("{d}/app_dlsym"),
+        &s("app_dlsym.c"),
+        "-ldl",
+    ]);
+    Fake { dir }
+}
+
+impl Fake {
+    fn run(&self, probes: &[&Path], app: &[&str]) -> (i32, String, String) {
+        let _ = std::fs::remove_dir_all(self.dir.join("rec"));
+        std::fs::create_dir_all(self.dir.join("rec")).unwrap();
+        let mut c = Command::new(bin());
+        c.arg("trace").arg("--interval").arg("0").arg("--json");
+        if let Some(s) = shim() {
+            c.arg("--shim").arg(s);
+        }
+        c.args(probes)
+            .arg("--")
+            .arg(self.dir.join(app[0]))
+            .args(&app[1..]);
+        c.env("LD_LIBRARY_PATH", &self.dir)
+            .env("FAKE_CUDA_DIR", self.dir.join("rec"));
+        let out = c.output().expect("run trace");
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+
+    fn calls(&self) -> Vec<String> {
+        std::fs::read_to_string(self.dir.join("rec/calls.log"))
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_string)
+            .collect()
+    }
+
+    /// Every PTX image the fake driver got, assembled with ptxas.
+    fn assemble_loaded(&self) -> usize {
+        let mut n = 0;
+        for e in std::fs::read_dir(self.dir.join("rec")).unwrap() {
+            let p = e.unwrap().path();
+            if p.extension().is_some_and(|x| x == "ptx") {
+                let text = std::fs::read_to_string(&p).unwrap();
+                if !text.contains("bpftime-super: k") {
+                    continue;
+                }
+                let f = jit::ptx::parse::parse(&text).unwrap();
+                let mut t = text.clone();
+                if let Some(max) = common::ptxas_max_isa()
+                    && f.version > max
+                {
+                    t.replace_range(f.version_span.clone(), &format!("{}.{}", max.0, max.1));
+                }
+                common::assemble_for(&t, &p.file_name().unwrap().to_string_lossy(), "sm_90");
+                n += 1;
+            }
+        }
+        n
+    }
+}
+
+fn events(stdout: &str, kind: &str) -> Vec<serde_json::Value> {
+    stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|v| v["event"] == kind)
+        .collect()
+}
+
+#[test]
+fn every_driver_path_gets_instrumented_ptx() {
+    let (Some(probe), Some(_)) = (bpftime_tests::compile("vecadd_args"), shim()) else {
+        return;
+    };
+    let f = fake("direct");
+    let ptx = root().join("jit/tests/ptx_corpus/nvcc/vecadd_sm90.ptx");
+    let fat = root().join("attach/tests/corpus/vecadd_multi_compressed.fatbin");
+    let (code, out, err) = f.run(
+        &[&probe],
+        &[
+            "app_direct",
+            &ptx.display().to_string(),
+            &fat.display().to_string(),
+            "7",
+        ],
+    );
+    assert_eq!(code, 7, "the app's exit code passes through\n{err}\n{out}");
+    let calls = f.calls();
+    let expected = [
+        "cuMemHostRegister",
+        "cuModuleLoadData instrumented",
+        "cuModuleLoadDataEx instrumented",
+        "cuModuleLoadData instrumented", // cuModuleLoad(path): the file's PTX, instrumented
+        "cuModuleLoadData instrumented", // cuModuleLoadFatBinary: its PTX, instrumented
+        "cuLibraryLoadData instrumented",
+        "cuLibraryLoadData instrumented", // cuLibraryLoadFromFile
+        "cuLinkAddData.type1 instrumented",
+        "cuLinkAddData.type1 instrumented", // cuLinkAddFile
+        "cuModuleLoadData original",        // the linked cubin
+    ];
+    let got: Vec<&str> = calls
+        .iter()
+        .map(|l| l.split_once(' ').map_or(l.as_str(), |_| l.as_str()))
+        .collect();
+    assert_eq!(got.len(), expected.len(), "{calls:#?}\n{err}");
+    for (g, e) in got.iter().zip(expected) {
+        assert!(g.starts_with(e), "got `{g}`, expected `{e}`\n{calls:#?}");
+    }
+    assert!(f.assemble_loaded() >= 8);
+    let attach = events(&out, "attach");
+    assert!(!attach.is_empty(), "{out}");
+    assert!(
+        attach
+            .iter()
+            .all(|a| a["kernel"] == "_Z9vectorAddPKfS0_Pfi" && a["site"] == "entry")
+    );
+    // The final map print, as `map dump --json` prints a map.
+    let maps = events(&out, "map");
+    assert!(
+        maps.iter()
+            .any(|m| m["map"] == "vecadd_args:vecadd_n" && m["final"] == true),
+        "{out}"
+    );
+}
+
+#[test]
+fn cudart_and_dlsym_paths() {
+    let (Some(probe), Some(_)) = (bpftime_tests::compile("kernel_count"), shim()) else {
+        return;
+    };
+    let f = fake("cudart");
+    let fat = root().join("attach/tests/corpus/vecadd_multi.fatbin");
+    let (code, out, err) = f.run(&[&probe], &["app_cudart", &fat.display().to_string()]);
+    assert_eq!(code, 0, "{err}\n{out}");
+    assert!(
+        out.contains("\"kernel\":\"_Z9vectorAddPKfS0_Pfi\""),
+        "{out}"
+    );
+    assert!(
+        f.calls()
+            .iter()
+            .any(|c| c == "cuLibraryLoadData instrumented"),
+        "{:?}\n{err}",
+        f.calls()
+    );
+    assert_eq!(f.assemble_loaded(), 1);
+
+    let ptx = root().join("jit/tests/ptx_corpus/numba/saxpy_sm90.ptx");
+    let (code, out, err) = f.run(&[&probe], &["app_dlsym", &ptx.display().to_string()]);
+    assert_eq!(code, 0, "{err}\n{out}");
+    assert!(
+        f.calls()
+            .iter()
+            .any(|c| c == "cuModuleLoadData instrumented"),
+        "{:?}",
+        f.calls()
+    );
+    assert_eq!(f.assemble_loaded(), 1);
+}
+
+#[test]
+fn sass_only_images_run_unmodified_with_one_warning() {
+    let (Some(probe), Some(_)) = (bpftime_tests::compile("vecadd_args"), shim()) else {
+        return;
+    };
+    let f = fake("sass");
+    let fat = root().join("attach/tests/corpus/vecadd_sass_only.fatbin");
+    let (code, out, err) = f.run(&[&probe], &["app_cudart", &fat.display().to_string()]);
+    assert_eq!(code, 0, "{err}\n{out}");
+    assert!(
+        f.calls().iter().any(|c| c == "cuLibraryLoadData original"),
+        "{:?}",
+        f.calls()
+    );
+    let warnings = events(&out, "warning");
+    assert!(
+        warnings
+            .iter()
+            .any(|w| w["what"].as_str().unwrap().contains("SASS-only")
+                && w["what"].as_str().unwrap().contains("vectorAdd")),
+        "{out}"
+    );
+    // The probe attached nowhere: reported once.
+    assert_eq!(
+        warnings
+            .iter()
+            .filter(|w| w["what"].as_str().unwrap().contains("matched no kernel"))
+            .count(),
+        1,
+        "{out}"
+    );
+}
+
+#[test]
+fn rejected_probe_stops_before_the_app_starts() {
+    let (Some(bad), Some(_)) = (bpftime_tests::compile("kprobe_reject"), shim()) else {
+        return;
+    };
+    let f = fake("reject");
+    let (code, out, err) = f.run(&[&bad], &["app_dlsym", "/nonexistent"]);
+    assert_ne!(code, 0);
+    assert!(
+        err.contains("read_past_ctx") && err.contains("insn"),
+        "{err}"
+    );
+    assert!(
+        f.calls().is_empty(),
+        "the app must not have run: {:?}",
+        f.calls()
+    );
+    assert!(out.is_empty());
+}
