@@ -131,7 +131,7 @@ fn bound(v: u64) -> String {
         (1 << 10, "K"),
     ];
     for (u, s) in UNITS {
-        if v >= u && v % u == 0 {
+        if v >= u && v.is_multiple_of(u) {
             return format!("{}{s}", v / u);
         }
     }
