@@ -17,6 +17,7 @@
 //! | entry                  | right after the `{` opening the kernel body                 |
 //! | `ret;` / `exit;`       | right before it, at any block depth (labels before it still reach the block) |
 //! | `@%p ret;`             | `@!%p bra $__bpftime_skip_<uid>;` `<block>` `@%p ret;` `$__bpftime_skip_<uid>:` |
+//! | the body's closing `}`, when control can reach it | right before it (the last exit site) |
 //! | module text            | after the header (`.address_size` line)                     |
 //! | extra parameters       | appended to the kernel's parameter list                     |
 //! | `.version` / `.target` | raised to [`ProbeModule::min_version`] / [`ProbeModule::min_sm`] (a warning says so) |
@@ -274,6 +275,27 @@ pub fn splice(
                 line: s.line,
             });
         }
+        if falls_off_end(k) {
+            // The closing `}` is an exit too: a probe goes right before it.
+            let close = body.end - 1;
+            let index = k.statements.iter().filter(|s| s.is_return()).count() as u32;
+            let line = line_of(src, close);
+            let site = Site::Exit { index, line };
+            let this = uid;
+            uid += 1;
+            if let Some(b) = blocks.block(k, &site, this) {
+                check_block(&b, k, &site)?;
+                edits.push(Edit {
+                    range: close..close,
+                    text: format!("{}\n", b.trim()),
+                });
+                attached.push(Attached {
+                    kernel: k.name.to_string(),
+                    site,
+                    line,
+                });
+            }
+        }
     }
     for a in &attached {
         tracing::debug!(kernel = %a.kernel, site = ?a.site, line = a.line, "probe attached");
@@ -283,6 +305,50 @@ pub fn splice(
         attached,
         warnings,
     })
+}
+
+/// Whether control can reach the `}` closing the body of `k`: its last statement is not an
+/// unguarded `ret`, `exit`, `trap` or `bra`, or a label after it is a branch target (labels
+/// nobody branches to, such as debug info's `$L__func_end0`, do not count).
+fn falls_off_end(k: &PtxFunction<'_>) -> bool {
+    use parse::{Operand, StmtKind};
+    let skip = |s: &&parse::PtxStatement| {
+        s.kind == StmtKind::Label
+            || (s.kind == StmtKind::Directive && matches!(s.opcode.as_str(), ".loc" | ".pragma"))
+    };
+    let Some(pos) = k.statements.iter().rposition(|s| !skip(&s)) else {
+        return true;
+    };
+    let last = &k.statements[pos];
+    let ends = last.kind == StmtKind::Instruction
+        && last.guard.is_none()
+        && matches!(last.base_opcode(), "ret" | "exit" | "trap" | "bra" | "brx");
+    if !ends {
+        return true;
+    }
+    let trailing: Vec<&str> = k.statements[pos + 1..]
+        .iter()
+        .filter(|s| s.kind == StmtKind::Label)
+        .map(|s| s.opcode.as_str())
+        .collect();
+    if trailing.is_empty() {
+        return false;
+    }
+    if k.statements.iter().any(|s| s.opcode == ".branchtargets") {
+        return true;
+    }
+    fn mentions(o: &Operand, names: &[&str]) -> bool {
+        match o {
+            Operand::Symbol(n) => names.contains(&n.as_str()),
+            Operand::Vector(v) | Operand::List(v) => v.iter().any(|o| mentions(o, names)),
+            Operand::Other(t) => names.iter().any(|n| t.contains(n)),
+            _ => false,
+        }
+    }
+    k.statements
+        .iter()
+        .filter(|s| s.kind == StmtKind::Instruction)
+        .any(|s| s.operands.iter().any(|o| mentions(o, &trailing)))
 }
 
 fn header_edits(
@@ -490,6 +556,25 @@ mod tests {
         let out = splice(K, &f, &ProbeModule::default(), &mut Nothing).unwrap();
         assert_eq!(out.text, K);
         assert!(out.attached.is_empty() && out.warnings.is_empty());
+    }
+
+    #[test]
+    fn falling_off_the_end_is_an_exit() {
+        let head = ".version 8.0\n.target sm_90\n.entry k()\n{\n\t.reg .pred %p<2>;\n";
+        let cases = [
+            ("\tret;\n$L__end:\n}\n", 2),
+            ("\t@%p1 bra $L__x;\n\tret;\n$L__x:\n}\n", 3),
+            ("\t@%p1 ret;\n}\n", 3),
+            ("\tmov.u32 %r1, 0;\n}\n", 2),
+            ("\texit;\n\t.loc 1 2 3\n}\n", 2),
+        ];
+        for (tail, sites) in cases {
+            let src = format!("{head}{tail}");
+            let f = parse::parse(&src).unwrap();
+            let out = splice(&src, &f, &ProbeModule::default(), &mut Tag).unwrap();
+            assert_eq!(out.attached.len(), sites, "{src}\n{}", out.text);
+            assert!(out.text.ends_with("\n}\n}\n") == (sites == 3 || tail.contains("mov")));
+        }
     }
 
     struct Bad;
