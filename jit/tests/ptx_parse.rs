@@ -33,9 +33,9 @@ fn corpus_dir() -> PathBuf {
 }
 
 /// `(path relative to the corpus, text)` of every corpus file.
-fn corpus() -> Vec<(String, String)> {
+fn corpus() -> &'static [(String, String)] {
     static CORPUS: OnceLock<Vec<(String, String)>> = OnceLock::new();
-    CORPUS.get_or_init(load_corpus).clone()
+    CORPUS.get_or_init(load_corpus)
 }
 
 fn load_corpus() -> Vec<(String, String)> {
@@ -390,7 +390,7 @@ fn round_trip_without_insertions_is_byte_identical() {
     for (name, text) in corpus() {
         let f = parse::parse(&text).unwrap_or_else(|e| panic!("{name}: {e}"));
         let out = probe::splice(&text, &f, &ProbeModule::default(), &mut Nothing).unwrap();
-        assert!(out.text == text, "{name}: text changed");
+        assert!(out.text == *text, "{name}: text changed");
         assert!(out.attached.is_empty() && out.warnings.is_empty(), "{name}");
     }
 }
@@ -721,7 +721,11 @@ fn mutate(text: &str, muts: &[Mutation]) -> String {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig {
+        // PROPTEST_CASES=20000 for a longer run.
+        cases: std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(512),
+        ..ProptestConfig::default()
+    })]
 
     #[test]
     fn mutations_never_panic(
@@ -731,7 +735,14 @@ proptest! {
         let files = corpus();
         let (_, text) = &files[file.index(files.len())];
         let m = mutate(text, &muts);
-        if let Ok(f) = parse::parse(&m) {
+        let parsed = parse::parse(&m);
+        if let Err(e) = &parsed {
+            // Errors point into the text.
+            let lines = 1 + m.matches('\n').count() as u32;
+            prop_assert!(e.line >= 1 && e.line <= lines, "{e} ({lines} lines)");
+            prop_assert!(e.col >= 1, "{e}");
+        }
+        if let Ok(f) = parsed {
             let same = probe::splice(&m, &f, &ProbeModule::default(), &mut Nothing).unwrap();
             prop_assert_eq!(&same.text, &m);
             let module = ProbeModule { text: String::new(), min_version: (8, 0), min_sm: 90 };
@@ -775,6 +786,85 @@ fn corpus_summary() {
                     .map(|d| d.name.as_str())
                     .collect::<Vec<_>>()
             );
+        }
+    }
+}
+
+const SOUP: &[&str] = &[
+    ".entry",
+    ".func",
+    ".visible",
+    ".param",
+    ".u64",
+    ".b8",
+    ".reg",
+    ".pred",
+    ".align",
+    "8",
+    "k",
+    "f",
+    "%p1",
+    "%r1",
+    "$L1",
+    "_",
+    "(",
+    ")",
+    "{",
+    "}",
+    "[",
+    "]",
+    ";",
+    ",",
+    ":",
+    "@",
+    "!",
+    "+",
+    "-",
+    "ret",
+    "exit",
+    "bra",
+    "ld.param.u64",
+    "call.uni",
+    ".loc",
+    "1",
+    "2",
+    ".file",
+    "\"x.cu\"",
+    ".section",
+    ".debug_str",
+    ".maxntid",
+    ".global",
+    "=",
+    "0f3F800000",
+    "\n",
+    " ",
+    "// c\n",
+    "/* c */",
+    ".pragma",
+    ".callprototype",
+    ".ptr",
+    "[1]",
+    "0x10",
+];
+
+proptest! {
+    #![proptest_config(ProptestConfig {
+        cases: std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(512),
+        ..ProptestConfig::default()
+    })]
+
+    /// Token soup after a valid header: errors or a parse, never a panic; what parses
+    /// round-trips and splices.
+    #[test]
+    fn token_soup_never_panics(toks in prop::collection::vec(prop::sample::select(SOUP), 0..80)) {
+        let src = format!(".version 8.0\n.target sm_90\n.address_size 64\n{}", toks.join(" "));
+        if let Ok(f) = parse::parse(&src) {
+            let same = probe::splice(&src, &f, &ProbeModule::default(), &mut Nothing).unwrap();
+            prop_assert_eq!(&same.text, &src);
+            let out = probe::splice(&src, &f, &ProbeModule::default(), &mut Busy { extra_param: true });
+            if let Ok(out) = out {
+                prop_assert!(parse::parse(&out.text).is_ok(), "{}", out.text);
+            }
         }
     }
 }

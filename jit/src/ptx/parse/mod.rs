@@ -535,6 +535,19 @@ impl<'a> Parser<'a> {
 
     fn module_item(&mut self, t: Token, f: &mut PtxFile<'a>) -> Result<(), ParseError> {
         let text = self.text(t);
+        if t.kind == TokKind::Ident
+            && self
+                .peek_at(1)
+                .is_some_and(|c| c.kind == TokKind::Punct(b':'))
+            && self
+                .peek_at(2)
+                .is_some_and(|d| d.kind == TokKind::Directive && self.text(d) == ".callprototype")
+        {
+            // `proto: .callprototype (...) _ (...);`
+            self.pos += 2;
+            self.skip_to_semi("`.callprototype`")?;
+            return Ok(());
+        }
         if t.kind != TokKind::Directive {
             return Err(self.err("a module-scope directive (`.entry`, `.func`, `.global`, ...)"));
         }
@@ -1299,6 +1312,19 @@ $L__info_string0:
                 .iter()
                 .any(|s| s.kind == StmtKind::Label && s.opcode == "$L__BB0_2")
         );
+    }
+
+    #[test]
+    fn module_scope_odds() {
+        let src = ".version 8.0\n.target sm_90\n.pragma \"nounroll\";\nproto: .callprototype (.param .b32 _) _ (.param .b32 _);\n.global .attribute(.managed) .align 4 .u32 m;\n.common .global .align 8 .u64 env;\n";
+        let f = parse(src).unwrap();
+        assert_eq!(f.header_end, src.find(".pragma").unwrap());
+        let g: Vec<_> = f
+            .globals
+            .iter()
+            .map(|g| (g.name.as_str(), g.linkage.as_deref()))
+            .collect();
+        assert_eq!(g, vec![("m", None), ("env", Some(".common"))]);
     }
 
     #[test]
