@@ -67,7 +67,7 @@ fn read(rel: &str) -> String {
 #[test]
 fn every_corpus_file_parses() {
     for (name, text) in corpus() {
-        let f = parse::parse(&text).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let f = parse::parse(text).unwrap_or_else(|e| panic!("{name}: {e}"));
         assert!(f.version >= (1, 0), "{name}");
         assert!(!f.target.is_empty(), "{name}");
         for k in f.kernels() {
@@ -388,8 +388,8 @@ impl ProbeBlocks for Nothing {
 #[test]
 fn round_trip_without_insertions_is_byte_identical() {
     for (name, text) in corpus() {
-        let f = parse::parse(&text).unwrap_or_else(|e| panic!("{name}: {e}"));
-        let out = probe::splice(&text, &f, &ProbeModule::default(), &mut Nothing).unwrap();
+        let f = parse::parse(text).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let out = probe::splice(text, &f, &ProbeModule::default(), &mut Nothing).unwrap();
         assert!(out.text == *text, "{name}: text changed");
         assert!(out.attached.is_empty() && out.warnings.is_empty(), "{name}");
     }
@@ -516,12 +516,12 @@ fn spliced_corpus_assembles_with_ptxas() {
         min_version: (7, 0),
         min_sm: 70,
     };
-    for (i, (name, text)) in corpus().into_iter().enumerate() {
-        let f = parse::parse(&text).unwrap_or_else(|e| panic!("{name}: {e}"));
+    for (i, (name, text)) in corpus().iter().enumerate() {
+        let f = parse::parse(text).unwrap_or_else(|e| panic!("{name}: {e}"));
         let mut busy = Busy {
             extra_param: i % 2 == 0,
         };
-        let out = probe::splice(&text, &f, &module, &mut busy).unwrap();
+        let out = probe::splice(text, &f, &module, &mut busy).unwrap();
         let exits: usize = f
             .kernels()
             .map(|k| k.statements.iter().filter(|s| s.is_return()).count())
@@ -558,7 +558,7 @@ fn spliced_corpus_assembles_with_ptxas() {
         let raised_text;
         if f.sm().is_some_and(|n| n < 70) {
             raised_text = probe::splice(
-                &text,
+                text,
                 &f,
                 &ProbeModule {
                     min_sm: 70,
@@ -579,7 +579,7 @@ fn spliced_corpus_assembles_with_ptxas() {
 #[test]
 fn unmodified_corpus_assembles_with_ptxas() {
     for (name, text) in corpus() {
-        let f = parse::parse(&text).unwrap();
+        let f = parse::parse(text).unwrap();
         assemble(&f, &format!("orig_{name}"), false);
     }
 }
@@ -758,7 +758,7 @@ proptest! {
 #[ignore = "prints a summary; run by hand"]
 fn corpus_summary() {
     for (name, text) in corpus() {
-        let f = parse::parse(&text).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let f = parse::parse(text).unwrap_or_else(|e| panic!("{name}: {e}"));
         println!(
             "{name}: .version {}.{} .target {:?}, {} files, {} globals",
             f.version.0,
