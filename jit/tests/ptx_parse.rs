@@ -736,6 +736,13 @@ proptest! {
         let (_, text) = &files[file.index(files.len())];
         let m = mutate(text, &muts);
         let parsed = parse::parse(&m);
+        let lenient = parse::parse_lenient(&m);
+        if let Ok(f) = &parsed {
+            // Lenient parsing only differs on errors.
+            let l = lenient.as_ref().unwrap();
+            prop_assert_eq!(f.functions.len(), l.functions.len());
+            prop_assert!(l.functions.iter().all(|f| f.error.is_none()));
+        }
         if let Err(e) = &parsed {
             // Errors point into the text.
             let lines = 1 + m.matches('\n').count() as u32;

@@ -23,8 +23,9 @@
 //! | `.version` / `.target` | raised to [`ProbeModule::min_version`] / [`ProbeModule::min_sm`] (a warning says so) |
 //!
 //! Only `.entry` definitions are instrumented; `.func`s and prototypes are left alone.
-//! [`instrument`] is the robust front door: a module that does not parse comes back
-//! unmodified, with a warning naming the line.
+//! [`instrument`] is the robust front door: a kernel whose body does not parse is left
+//! alone, and a module that does not parse comes back unmodified, each with a warning
+//! naming the line.
 
 use std::collections::HashSet;
 use std::ops::Range;
@@ -146,14 +147,15 @@ struct Edit {
     text: String,
 }
 
-/// Parses `src` and splices the probes in; when `src` does not parse, returns it unmodified
-/// with a warning naming the line of the parse error.
+/// Parses `src` ([`parse::parse_lenient`]) and splices the probes in. A kernel whose body
+/// does not parse is left unmodified, with a warning; when the module itself does not parse,
+/// it comes back unmodified with a warning naming the line of the error.
 pub fn instrument(
     src: &str,
     module: &ProbeModule,
     blocks: &mut dyn ProbeBlocks,
 ) -> Result<Spliced, PassError> {
-    match parse::parse(src) {
+    match parse::parse_lenient(src) {
         Ok(file) => splice(src, &file, module, blocks),
         Err(e) => {
             tracing::warn!(line = e.line, error = %e, "PTX not instrumented: it does not parse");
@@ -213,6 +215,15 @@ pub fn splice(
     let mut uid = 0u32;
     for k in file.kernels() {
         let Some(body) = k.body.clone() else { continue };
+        if let Some(e) = &k.error {
+            tracing::warn!(kernel = k.name, error = %e, "kernel not instrumented: its body does not parse");
+            warnings.push(PassWarning {
+                kernel: Some(k.name.to_string()),
+                line: e.line,
+                what: format!("kernel left unmodified: {e}"),
+            });
+            continue;
+        }
         let extra = blocks.extra_params(k);
         if !extra.is_empty() {
             edits.push(param_edit(src, k, &extra)?);
@@ -582,6 +593,35 @@ mod tests {
         fn block(&mut self, _: &PtxFunction<'_>, _: &Site, _: u32) -> Option<String> {
             Some("{ ret; } }".into())
         }
+    }
+
+    #[test]
+    fn a_kernel_that_does_not_parse_is_left_alone() {
+        let src = ".version 8.0\n.target sm_90\n.entry bad()\n{\n\tmov.u32 %r1, .oops;\n\tret;\n}\n.entry good()\n{\n\tret;\n}\n";
+        let e = parse::parse(src).unwrap_err();
+        assert_eq!(e.line, 5);
+        let out = instrument(src, &ProbeModule::default(), &mut Tag).unwrap();
+        assert_eq!(
+            out.attached
+                .iter()
+                .map(|a| a.kernel.as_str())
+                .collect::<Vec<_>>(),
+            vec!["good", "good"]
+        );
+        assert_eq!(out.warnings.len(), 1);
+        assert_eq!(
+            (out.warnings[0].kernel.as_deref(), out.warnings[0].line),
+            (Some("bad"), 5)
+        );
+        assert!(
+            out.text
+                .starts_with(&src[..src.find(".entry good").unwrap()])
+        );
+        // Unbalanced braces still fail the module.
+        let unbalanced = src.replacen("\tret;\n}\n.entry good", "\tret;\n.entry good", 1);
+        let out = instrument(&unbalanced, &ProbeModule::default(), &mut Tag).unwrap();
+        assert_eq!(out.text, unbalanced);
+        assert!(out.attached.is_empty());
     }
 
     #[test]

@@ -151,6 +151,9 @@ pub struct PtxFunction<'a> {
     pub statements: Vec<PtxStatement>,
     /// The whole function, from its first directive to its `}` or `;`.
     pub span: Range<usize>,
+    /// Why the body could not be parsed ([`parse_lenient`] only; then `statements` is
+    /// empty).
+    pub error: Option<ParseError>,
     /// 1-based line of `.entry`/`.func`.
     pub line: u32,
 }
@@ -281,12 +284,25 @@ pub enum Operand {
 
 /// Parses a PTX module.
 pub fn parse(src: &str) -> Result<PtxFile<'_>, ParseError> {
+    parse_with(src, false)
+}
+
+/// Parses a PTX module, tolerating function bodies it cannot read: such a function keeps
+/// its header, its body span (found by matching braces) and the error in
+/// [`PtxFunction::error`], with no statements. The module still fails on errors outside
+/// bodies, and on a body whose braces do not balance before the next function.
+pub fn parse_lenient(src: &str) -> Result<PtxFile<'_>, ParseError> {
+    parse_with(src, true)
+}
+
+fn parse_with(src: &str, lenient: bool) -> Result<PtxFile<'_>, ParseError> {
     let toks = lexer::lex(src)?;
     let mut p = Parser {
         src,
         toks,
         pos: 0,
         loc: None,
+        lenient,
     };
     p.file()
 }
@@ -296,6 +312,7 @@ struct Parser<'a> {
     toks: Vec<Token>,
     pos: usize,
     loc: Option<Loc>,
+    lenient: bool,
 }
 
 const FUNC_DIRECTIVES: &[&str] = &[
@@ -428,7 +445,6 @@ impl<'a> Parser<'a> {
 
     /// Skips tokens up to and including the next `;` outside brackets. Returns that `;`.
     fn skip_to_semi(&mut self, what: &str) -> Result<Token, ParseError> {
-        let start = self.peek();
         let mut depth = 0i32;
         while let Some(t) = self.next() {
             match t.kind {
@@ -443,7 +459,6 @@ impl<'a> Parser<'a> {
                 _ => {}
             }
         }
-        let _ = start;
         Err(self.err_at(None, &format!("`;` ending {what}")))
     }
 
@@ -778,6 +793,7 @@ impl<'a> Parser<'a> {
             body: None,
             statements: Vec::new(),
             span: start..start,
+            error: None,
             line: kt.line,
         };
         match self.peek() {
@@ -787,8 +803,20 @@ impl<'a> Parser<'a> {
             }
             Some(t) if t.kind == TokKind::Punct(b'{') => {
                 self.pos += 1;
+                let open_pos = self.pos;
                 self.loc = None;
-                let close = self.body(&mut func.statements)?;
+                let close = match self.body(&mut func.statements) {
+                    Ok(close) => close,
+                    Err(e) if self.lenient => {
+                        self.pos = open_pos - 1;
+                        let close = self.skip_body().map_err(|_| e.clone())?;
+                        tracing::debug!(function = name, error = %e, "function body not parsed");
+                        func.statements.clear();
+                        func.error = Some(e);
+                        close
+                    }
+                    Err(e) => return Err(e),
+                };
                 func.definition = true;
                 func.body = Some(t.start..close.end);
                 func.span.end = close.end;
@@ -796,6 +824,31 @@ impl<'a> Parser<'a> {
             t => return Err(self.err_at(t, "`{` or `;` after the function header")),
         }
         Ok(func)
+    }
+
+    /// Skips a body by matching braces (the current token is its `{`); fails on the end of
+    /// the text or a module-scope directive before the closing `}`.
+    fn skip_body(&mut self) -> Result<Token, ParseError> {
+        self.expect_punct(b'{')?;
+        let mut depth = 1u32;
+        while let Some(t) = self.next() {
+            match t.kind {
+                TokKind::Punct(b'{') => depth += 1,
+                TokKind::Punct(b'}') => {
+                    depth -= 1;
+                    if depth == 0 {
+                        return Ok(t);
+                    }
+                }
+                TokKind::Directive
+                    if matches!(self.text(t), ".entry" | ".func" | ".visible" | ".weak") =>
+                {
+                    return Err(self.err_at(Some(t), "`}` closing the function body"));
+                }
+                _ => {}
+            }
+        }
+        Err(self.err_at(None, "`}` closing the function body"))
     }
 
     /// `( param, ... )`; returns the parameters and the offset of `)`.
