@@ -26,6 +26,11 @@
 //! [`instrument`] is the robust front door: a kernel whose body does not parse is left
 //! alone, and a module that does not parse comes back unmodified, each with a warning
 //! naming the line.
+//!
+//! Limits: a thread that ends inside a called `.func` (an `exit` there, or `trap`) runs no
+//! exit probe; `trap` and `brkpt` are not exit sites; the pass does not check that the
+//! blocks' registers or labels stay clear of the kernel's (blocks are nested scopes, and
+//! `uid` keeps labels apart), nor what the probe code costs in registers (`.maxnreg`).
 
 use std::collections::HashSet;
 use std::ops::Range;

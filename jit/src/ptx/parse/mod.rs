@@ -17,11 +17,14 @@
 //! | `.version` / `.target` / `.address_size` | [`PtxFile::version`], [`PtxFile::target`], [`PtxFile::address_size`] |
 //! | `.file 1 "x.cu"`       | [`PtxFile::files`]                                          |
 //! | `.global`/`.const`/`.shared` variables, `.extern` declarations | [`PtxFile::globals`] |
-//! | `.section .debug_* { }`, `.pragma`, `.alias`, `.callprototype` | skipped (spans kept in [`PtxFile::globals`] for variables only) |
+//! | `.section .debug_* { }`, `.pragma`, `.alias`, module-scope `.callprototype` | skipped (as every byte, they stay in [`PtxFile::src`]) |
 //! | `.entry` / `.func`     | [`PtxFunction`]: params, performance directives, body       |
 //! | body lines             | [`PtxStatement`]: instruction, label or directive, with the current `.loc` |
 //!
 //! Errors are [`ParseError`]s with a line and a column; no input makes the parser panic.
+//! [`parse`] fails on the first error; [`parse_lenient`] keeps a function whose body it
+//! cannot read as a span with its error ([`PtxFunction::error`]), so that one odd kernel
+//! does not stop the others from being instrumented.
 
 pub mod lexer;
 
