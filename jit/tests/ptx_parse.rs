@@ -378,6 +378,36 @@ fn exits_line(text: &str, what: &str) -> u32 {
     1 + text[..text.find(what).unwrap()].matches('\n').count() as u32
 }
 
+#[test]
+fn cub_inline_asm_blocks() {
+    let text = read("nvrtc/cub_90.ptx");
+    let f = parse::parse(&text).unwrap();
+    assert!(f.globals.len() > 500, "{}", f.globals.len());
+    assert!(f.files.len() > 10);
+    let k = f.function("cub_block_ops").unwrap();
+    // `{ .reg .s32 r0; .reg .pred p; shfl.sync.up.b32 r0|p, ...; @p add.s32 r0, r0, %r60; ... }`
+    let shfl: Vec<_> = k
+        .statements
+        .iter()
+        .filter(|s| s.opcode == "shfl.sync.up.b32")
+        .collect();
+    assert!(!shfl.is_empty());
+    assert!(shfl.iter().all(|s| s.depth == 2));
+    assert_eq!(shfl[0].operands[0], Operand::Other("r0|p".into()));
+    let guarded_add = k
+        .statements
+        .iter()
+        .find(|s| s.opcode == "add.s32" && s.guard.as_ref().is_some_and(|g| g.pred == "p"))
+        .unwrap();
+    assert_eq!(guarded_add.operands[0], Operand::Symbol("r0".into()));
+    assert!(
+        k.statements
+            .iter()
+            .filter(|s| s.kind == StmtKind::Instruction)
+            .all(|s| s.loc.is_some())
+    );
+}
+
 struct Nothing;
 impl ProbeBlocks for Nothing {
     fn block(&mut self, _: &PtxFunction<'_>, _: &Site, _: u32) -> Option<String> {
