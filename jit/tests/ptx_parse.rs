@@ -399,7 +399,7 @@ fn cub_inline_asm_blocks() {
         .iter()
         .find(|s| s.opcode == "add.s32" && s.guard.as_ref().is_some_and(|g| g.pred == "p"))
         .unwrap();
-    assert_eq!(guarded_add.operands[0], Operand::Symbol("r0".into()));
+    assert_eq!(guarded_add.operands[0], Operand::Reg("r0".into()));
     assert!(
         k.statements
             .iter()

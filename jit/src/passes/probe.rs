@@ -248,7 +248,7 @@ pub fn splice(
             });
         }
         uid += 1;
-        for (index, s) in k.statements.iter().filter(|s| s.is_return()).enumerate() {
+        for (index, s) in k.exits().enumerate() {
             let site = Site::Exit {
                 index: index as u32,
                 line: s.line,
@@ -294,7 +294,7 @@ pub fn splice(
         if falls_off_end(k) {
             // The closing `}` is an exit too: a probe goes right before it.
             let close = body.end - 1;
-            let index = k.statements.iter().filter(|s| s.is_return()).count() as u32;
+            let index = k.exits().count() as u32;
             let line = line_of(src, close);
             let site = Site::Exit { index, line };
             let this = uid;

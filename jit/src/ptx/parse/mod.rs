@@ -161,6 +161,13 @@ pub struct PtxFunction<'a> {
     pub line: u32,
 }
 
+impl PtxFunction<'_> {
+    /// Its `ret`/`exit` instructions, at any depth, in text order.
+    pub fn exits(&self) -> impl Iterator<Item = &PtxStatement> {
+        self.statements.iter().filter(|s| s.is_return())
+    }
+}
+
 /// A directive between a function's parameters and its body, e.g. `.maxntid 128, 1, 1`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PerfDirective {
@@ -258,7 +265,8 @@ impl PtxStatement {
 /// An instruction operand.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Operand {
-    /// `%r1`, `%tid.x`.
+    /// `%r1`, `%tid.x`, or a name declared by a `.reg` of an enclosing block (`p` of
+    /// `{ .reg .pred p; ... }`).
     Reg(String),
     /// `!%p1` (a negated predicate operand).
     NotReg(String),
@@ -306,6 +314,7 @@ fn parse_with(src: &str, lenient: bool) -> Result<PtxFile<'_>, ParseError> {
         pos: 0,
         loc: None,
         lenient,
+        bare_regs: Vec::new(),
     };
     p.file()
 }
@@ -316,6 +325,9 @@ struct Parser<'a> {
     pos: usize,
     loc: Option<Loc>,
     lenient: bool,
+    /// Registers declared without `%` (`.reg .pred p;` in inline-asm blocks), one set per
+    /// open block of the current body.
+    bare_regs: Vec<Vec<&'a str>>,
 }
 
 const FUNC_DIRECTIVES: &[&str] = &[
@@ -940,6 +952,8 @@ impl<'a> Parser<'a> {
             .get(self.pos.saturating_sub(1))
             .map_or(0, |t| t.line);
         let mut depth = 1u32;
+        self.bare_regs.clear();
+        self.bare_regs.push(Vec::new());
         loop {
             let Some(t) = self.peek() else {
                 return Err(self.err("`}` closing the function body"));
@@ -948,10 +962,12 @@ impl<'a> Parser<'a> {
                 TokKind::Punct(b'{') => {
                     self.pos += 1;
                     depth += 1;
+                    self.bare_regs.push(Vec::new());
                 }
                 TokKind::Punct(b'}') => {
                     self.pos += 1;
                     depth -= 1;
+                    self.bare_regs.pop();
                     if depth == 0 {
                         return Ok(t);
                     }
@@ -984,7 +1000,12 @@ impl<'a> Parser<'a> {
                         self.expect_kind(TokKind::Directive, "a section name")?;
                         self.skip_braces("the section")?.end
                     } else {
-                        self.skip_to_semi(&format!("`{d}`"))?.end
+                        let from = self.pos;
+                        let semi = self.skip_to_semi(&format!("`{d}`"))?;
+                        if d == ".reg" {
+                            self.declare_bare_regs(from, self.pos - 1);
+                        }
+                        semi.end
                     };
                     out.push(PtxStatement {
                         kind: StmtKind::Directive,
@@ -1097,6 +1118,32 @@ impl<'a> Parser<'a> {
         })
     }
 
+    /// Records the names of `.reg` declarations (tokens `from..to`) that lack the `%`.
+    fn declare_bare_regs(&mut self, from: usize, to: usize) {
+        let mut angle = 0i32;
+        let mut names = Vec::new();
+        for t in self.toks.get(from..to).unwrap_or(&[]) {
+            match t.kind {
+                TokKind::Punct(b'<') => angle += 1,
+                TokKind::Punct(b'>') => angle -= 1,
+                TokKind::Ident if angle == 0 => {
+                    let name = t.text(self.src);
+                    if !name.starts_with('%') {
+                        names.push(name);
+                    }
+                }
+                _ => {}
+            }
+        }
+        if let Some(scope) = self.bare_regs.last_mut() {
+            scope.extend(names);
+        }
+    }
+
+    fn is_bare_reg(&self, name: &str) -> bool {
+        self.bare_regs.iter().any(|s| s.contains(&name))
+    }
+
     fn operand(&self, g: &[Token]) -> Operand {
         let raw = || {
             let (a, b) = (
@@ -1111,7 +1158,7 @@ impl<'a> Parser<'a> {
                 let s = self.text(g[0]);
                 if s == "_" {
                     Operand::Sink
-                } else if s.starts_with('%') {
+                } else if s.starts_with('%') || self.is_bare_reg(s) {
                     Operand::Reg(s.to_string())
                 } else {
                     Operand::Symbol(s.to_string())
