@@ -6,8 +6,8 @@
 //!                    └── prelude: helper bodies, inlined at call sites as `{ }` blocks
 //!                        (within `lower::INLINE_BUDGET`), else `.func`s
 //!
-//! app PTX text (nvcc, NVRTC, Numba, Triton, CuPy)
-//!   → [ptx::parse] → PtxFile (spans) → [passes::probe] (+ probe blocks: PTX text) → PTX text
+//! app PTX text (nvcc, NVRTC, Numba, Triton, CuPy) → [ptx::parse] → PtxFile (byte spans)
+//!     → [passes::probe] ← probe blocks (PTX text, e.g. from `compile`) → instrumented PTX text
 //! ```
 //!
 //! The input is a *verified* program: the JIT trusts the verifier and emits no memory bounds
@@ -19,9 +19,14 @@
 //! | lower        | [`lower`]     | one PTX `.func` per eBPF function, every opcode of `Opcode::ALL`  |
 //! | prelude      | [`prelude`]   | helpers (maps, ring buffer, time, trace, GPU ids): inline blocks or `.func`s |
 //! | passes       | [`passes`]    | clean-ups on the IR (unused labels)                               |
-//! | parse        | [`ptx::parse`] | foreign PTX → [`ptx::parse::PtxFile`]: functions, params, statements, byte spans |
-//! | probe        | [`passes::probe`] | splices probe blocks into foreign PTX at kernel entry and exits |
 //! | emit         | [`emit`]      | prints the module                                                 |
+//!
+//! Instrumenting an application's own PTX (the second line of the diagram):
+//!
+//! | stage        | module            | what it does                                                |
+//! |--------------|-------------------|-------------------------------------------------------------|
+//! | parse        | [`ptx::parse`]    | foreign PTX → [`ptx::parse::PtxFile`]: header, `.file` table, globals, functions, params, statements with `.loc`, byte spans |
+//! | probe        | [`passes::probe`] | splices probe blocks at each kernel's entry and before each `ret`/`exit`; every other byte unchanged |
 //!
 //! The output holds, for a program `name`:
 //! - `.visible .func (.param .b64 r0) bpf_prog_<name>(.param .b64 ctx)`: one run, callable by a

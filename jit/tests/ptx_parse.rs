@@ -33,9 +33,9 @@ fn corpus_dir() -> PathBuf {
 }
 
 /// `(path relative to the corpus, text)` of every corpus file.
-fn corpus() -> Vec<(String, String)> {
+fn corpus() -> &'static [(String, String)] {
     static CORPUS: OnceLock<Vec<(String, String)>> = OnceLock::new();
-    CORPUS.get_or_init(load_corpus).clone()
+    CORPUS.get_or_init(load_corpus)
 }
 
 fn load_corpus() -> Vec<(String, String)> {
@@ -67,7 +67,7 @@ fn read(rel: &str) -> String {
 #[test]
 fn every_corpus_file_parses() {
     for (name, text) in corpus() {
-        let f = parse::parse(&text).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let f = parse::parse(text).unwrap_or_else(|e| panic!("{name}: {e}"));
         assert!(f.version >= (1, 0), "{name}");
         assert!(!f.target.is_empty(), "{name}");
         for k in f.kernels() {
@@ -359,6 +359,15 @@ fn hand_written_edge_cases() {
             line: exits_line(&text, "@!%p3 exit;")
         }
     );
+    // `guard_last` ends in `@%p1 ret;`: the closing `}` is an exit site too.
+    let gl: Vec<&Site> = out
+        .attached
+        .iter()
+        .filter(|a| a.kernel == "guard_last")
+        .map(|a| &a.site)
+        .collect();
+    assert_eq!(gl.len(), 3);
+    assert!(matches!(gl[2], Site::Exit { index: 1, .. }));
     // `@%p1 ret;` is skipped when %p1 is false, `@!%p3 exit;` when %p3 is true.
     assert!(out.text.contains("@!%p1 bra $__bpftime_skip_1;"));
     assert!(out.text.contains("@%p3 bra $__bpftime_skip_3;"));
@@ -367,6 +376,36 @@ fn hand_written_edge_cases() {
 
 fn exits_line(text: &str, what: &str) -> u32 {
     1 + text[..text.find(what).unwrap()].matches('\n').count() as u32
+}
+
+#[test]
+fn cub_inline_asm_blocks() {
+    let text = read("nvrtc/cub_90.ptx");
+    let f = parse::parse(&text).unwrap();
+    assert!(f.globals.len() > 500, "{}", f.globals.len());
+    assert!(f.files.len() > 10);
+    let k = f.function("cub_block_ops").unwrap();
+    // `{ .reg .s32 r0; .reg .pred p; shfl.sync.up.b32 r0|p, ...; @p add.s32 r0, r0, %r60; ... }`
+    let shfl: Vec<_> = k
+        .statements
+        .iter()
+        .filter(|s| s.opcode == "shfl.sync.up.b32")
+        .collect();
+    assert!(!shfl.is_empty());
+    assert!(shfl.iter().all(|s| s.depth == 2));
+    assert_eq!(shfl[0].operands[0], Operand::Other("r0|p".into()));
+    let guarded_add = k
+        .statements
+        .iter()
+        .find(|s| s.opcode == "add.s32" && s.guard.as_ref().is_some_and(|g| g.pred == "p"))
+        .unwrap();
+    assert_eq!(guarded_add.operands[0], Operand::Reg("r0".into()));
+    assert!(
+        k.statements
+            .iter()
+            .filter(|s| s.kind == StmtKind::Instruction)
+            .all(|s| s.loc.is_some())
+    );
 }
 
 struct Nothing;
@@ -379,9 +418,9 @@ impl ProbeBlocks for Nothing {
 #[test]
 fn round_trip_without_insertions_is_byte_identical() {
     for (name, text) in corpus() {
-        let f = parse::parse(&text).unwrap_or_else(|e| panic!("{name}: {e}"));
-        let out = probe::splice(&text, &f, &ProbeModule::default(), &mut Nothing).unwrap();
-        assert!(out.text == text, "{name}: text changed");
+        let f = parse::parse(text).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let out = probe::splice(text, &f, &ProbeModule::default(), &mut Nothing).unwrap();
+        assert!(out.text == *text, "{name}: text changed");
         assert!(out.attached.is_empty() && out.warnings.is_empty(), "{name}");
     }
 }
@@ -507,17 +546,22 @@ fn spliced_corpus_assembles_with_ptxas() {
         min_version: (7, 0),
         min_sm: 70,
     };
-    for (i, (name, text)) in corpus().into_iter().enumerate() {
-        let f = parse::parse(&text).unwrap_or_else(|e| panic!("{name}: {e}"));
+    for (i, (name, text)) in corpus().iter().enumerate() {
+        let f = parse::parse(text).unwrap_or_else(|e| panic!("{name}: {e}"));
         let mut busy = Busy {
             extra_param: i % 2 == 0,
         };
-        let out = probe::splice(&text, &f, &module, &mut busy).unwrap();
+        let out = probe::splice(text, &f, &module, &mut busy).unwrap();
         let exits: usize = f
             .kernels()
             .map(|k| k.statements.iter().filter(|s| s.is_return()).count())
             .sum();
-        assert_eq!(out.attached.len(), f.kernels().count() + exits, "{name}");
+        let fall_off = usize::from(name.starts_with("hand/"));
+        assert_eq!(
+            out.attached.len(),
+            f.kernels().count() + exits + fall_off,
+            "{name}"
+        );
         assert_eq!(
             out.warnings.is_empty(),
             f.sm().is_none_or(|n| n >= 70) && f.version >= (7, 0),
@@ -544,7 +588,7 @@ fn spliced_corpus_assembles_with_ptxas() {
         let raised_text;
         if f.sm().is_some_and(|n| n < 70) {
             raised_text = probe::splice(
-                &text,
+                text,
                 &f,
                 &ProbeModule {
                     min_sm: 70,
@@ -565,7 +609,7 @@ fn spliced_corpus_assembles_with_ptxas() {
 #[test]
 fn unmodified_corpus_assembles_with_ptxas() {
     for (name, text) in corpus() {
-        let f = parse::parse(&text).unwrap();
+        let f = parse::parse(text).unwrap();
         assemble(&f, &format!("orig_{name}"), false);
     }
 }
@@ -707,7 +751,11 @@ fn mutate(text: &str, muts: &[Mutation]) -> String {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig {
+        // PROPTEST_CASES=20000 for a longer run.
+        cases: std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(512),
+        ..ProptestConfig::default()
+    })]
 
     #[test]
     fn mutations_never_panic(
@@ -717,12 +765,143 @@ proptest! {
         let files = corpus();
         let (_, text) = &files[file.index(files.len())];
         let m = mutate(text, &muts);
-        if let Ok(f) = parse::parse(&m) {
+        let parsed = parse::parse(&m);
+        let lenient = parse::parse_lenient(&m);
+        if let Ok(f) = &parsed {
+            // Lenient parsing only differs on errors.
+            let l = lenient.as_ref().unwrap();
+            prop_assert_eq!(f.functions.len(), l.functions.len());
+            prop_assert!(l.functions.iter().all(|f| f.error.is_none()));
+        }
+        if let Err(e) = &parsed {
+            // Errors point into the text.
+            let lines = 1 + m.matches('\n').count() as u32;
+            prop_assert!(e.line >= 1 && e.line <= lines, "{e} ({lines} lines)");
+            prop_assert!(e.col >= 1, "{e}");
+        }
+        if let Ok(f) = parsed {
             let same = probe::splice(&m, &f, &ProbeModule::default(), &mut Nothing).unwrap();
             prop_assert_eq!(&same.text, &m);
             let module = ProbeModule { text: String::new(), min_version: (8, 0), min_sm: 90 };
             let _ = probe::splice(&m, &f, &module, &mut Busy { extra_param: true });
         }
         let _ = probe::instrument(&m, &ProbeModule::default(), &mut Busy { extra_param: false });
+    }
+}
+
+/// `cargo test -p jit --test ptx_parse corpus_summary -- --ignored --nocapture` prints what
+/// the parser sees in each corpus file.
+#[test]
+#[ignore = "prints a summary; run by hand"]
+fn corpus_summary() {
+    for (name, text) in corpus() {
+        let f = parse::parse(text).unwrap_or_else(|e| panic!("{name}: {e}"));
+        println!(
+            "{name}: .version {}.{} .target {:?}, {} files, {} globals",
+            f.version.0,
+            f.version.1,
+            f.target,
+            f.files.len(),
+            f.globals.len()
+        );
+        for func in &f.functions {
+            let count = |k: StmtKind| func.statements.iter().filter(|s| s.kind == k).count();
+            println!(
+                "  {:?} {} (line {}): {} params, {} insns, {} labels, {} directives, {} exits, {} with .loc, max depth {}, {:?}",
+                func.kind,
+                func.name,
+                func.line,
+                func.params.len(),
+                count(StmtKind::Instruction),
+                count(StmtKind::Label),
+                count(StmtKind::Directive),
+                func.statements.iter().filter(|s| s.is_return()).count(),
+                func.statements.iter().filter(|s| s.loc.is_some()).count(),
+                func.statements.iter().map(|s| s.depth).max().unwrap_or(0),
+                func.directives
+                    .iter()
+                    .map(|d| d.name.as_str())
+                    .collect::<Vec<_>>()
+            );
+        }
+    }
+}
+
+const SOUP: &[&str] = &[
+    ".entry",
+    ".func",
+    ".visible",
+    ".param",
+    ".u64",
+    ".b8",
+    ".reg",
+    ".pred",
+    ".align",
+    "8",
+    "k",
+    "f",
+    "%p1",
+    "%r1",
+    "$L1",
+    "_",
+    "(",
+    ")",
+    "{",
+    "}",
+    "[",
+    "]",
+    ";",
+    ",",
+    ":",
+    "@",
+    "!",
+    "+",
+    "-",
+    "ret",
+    "exit",
+    "bra",
+    "ld.param.u64",
+    "call.uni",
+    ".loc",
+    "1",
+    "2",
+    ".file",
+    "\"x.cu\"",
+    ".section",
+    ".debug_str",
+    ".maxntid",
+    ".global",
+    "=",
+    "0f3F800000",
+    "\n",
+    " ",
+    "// c\n",
+    "/* c */",
+    ".pragma",
+    ".callprototype",
+    ".ptr",
+    "[1]",
+    "0x10",
+];
+
+proptest! {
+    #![proptest_config(ProptestConfig {
+        cases: std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(512),
+        ..ProptestConfig::default()
+    })]
+
+    /// Token soup after a valid header: errors or a parse, never a panic; what parses
+    /// round-trips and splices.
+    #[test]
+    fn token_soup_never_panics(toks in prop::collection::vec(prop::sample::select(SOUP), 0..80)) {
+        let src = format!(".version 8.0\n.target sm_90\n.address_size 64\n{}", toks.join(" "));
+        if let Ok(f) = parse::parse(&src) {
+            let same = probe::splice(&src, &f, &ProbeModule::default(), &mut Nothing).unwrap();
+            prop_assert_eq!(&same.text, &src);
+            let out = probe::splice(&src, &f, &ProbeModule::default(), &mut Busy { extra_param: true });
+            if let Ok(out) = out {
+                prop_assert!(parse::parse(&out.text).is_ok(), "{}", out.text);
+            }
+        }
     }
 }

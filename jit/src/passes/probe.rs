@@ -17,13 +17,20 @@
 //! | entry                  | right after the `{` opening the kernel body                 |
 //! | `ret;` / `exit;`       | right before it, at any block depth (labels before it still reach the block) |
 //! | `@%p ret;`             | `@!%p bra $__bpftime_skip_<uid>;` `<block>` `@%p ret;` `$__bpftime_skip_<uid>:` |
+//! | the body's closing `}`, when control can reach it | right before it (the last exit site) |
 //! | module text            | after the header (`.address_size` line)                     |
 //! | extra parameters       | appended to the kernel's parameter list                     |
 //! | `.version` / `.target` | raised to [`ProbeModule::min_version`] / [`ProbeModule::min_sm`] (a warning says so) |
 //!
 //! Only `.entry` definitions are instrumented; `.func`s and prototypes are left alone.
-//! [`instrument`] is the robust front door: a module that does not parse comes back
-//! unmodified, with a warning naming the line.
+//! [`instrument`] is the robust front door: a kernel whose body does not parse is left
+//! alone, and a module that does not parse comes back unmodified, each with a warning
+//! naming the line.
+//!
+//! Limits: a thread that ends inside a called `.func` (an `exit` there, or `trap`) runs no
+//! exit probe; `trap` and `brkpt` are not exit sites; the pass does not check that the
+//! blocks' registers or labels stay clear of the kernel's (blocks are nested scopes, and
+//! `uid` keeps labels apart), nor what the probe code costs in registers (`.maxnreg`).
 
 use std::collections::HashSet;
 use std::ops::Range;
@@ -145,14 +152,15 @@ struct Edit {
     text: String,
 }
 
-/// Parses `src` and splices the probes in; when `src` does not parse, returns it unmodified
-/// with a warning naming the line of the parse error.
+/// Parses `src` ([`parse::parse_lenient`]) and splices the probes in. A kernel whose body
+/// does not parse is left unmodified, with a warning; when the module itself does not parse,
+/// it comes back unmodified with a warning naming the line of the error.
 pub fn instrument(
     src: &str,
     module: &ProbeModule,
     blocks: &mut dyn ProbeBlocks,
 ) -> Result<Spliced, PassError> {
-    match parse::parse(src) {
+    match parse::parse_lenient(src) {
         Ok(file) => splice(src, &file, module, blocks),
         Err(e) => {
             tracing::warn!(line = e.line, error = %e, "PTX not instrumented: it does not parse");
@@ -212,6 +220,15 @@ pub fn splice(
     let mut uid = 0u32;
     for k in file.kernels() {
         let Some(body) = k.body.clone() else { continue };
+        if let Some(e) = &k.error {
+            tracing::warn!(kernel = k.name, error = %e, "kernel not instrumented: its body does not parse");
+            warnings.push(PassWarning {
+                kernel: Some(k.name.to_string()),
+                line: e.line,
+                what: format!("kernel left unmodified: {e}"),
+            });
+            continue;
+        }
         let extra = blocks.extra_params(k);
         if !extra.is_empty() {
             edits.push(param_edit(src, k, &extra)?);
@@ -231,7 +248,7 @@ pub fn splice(
             });
         }
         uid += 1;
-        for (index, s) in k.statements.iter().filter(|s| s.is_return()).enumerate() {
+        for (index, s) in k.exits().enumerate() {
             let site = Site::Exit {
                 index: index as u32,
                 line: s.line,
@@ -274,6 +291,27 @@ pub fn splice(
                 line: s.line,
             });
         }
+        if falls_off_end(k) {
+            // The closing `}` is an exit too: a probe goes right before it.
+            let close = body.end - 1;
+            let index = k.exits().count() as u32;
+            let line = line_of(src, close);
+            let site = Site::Exit { index, line };
+            let this = uid;
+            uid += 1;
+            if let Some(b) = blocks.block(k, &site, this) {
+                check_block(&b, k, &site)?;
+                edits.push(Edit {
+                    range: close..close,
+                    text: format!("{}\n", b.trim()),
+                });
+                attached.push(Attached {
+                    kernel: k.name.to_string(),
+                    site,
+                    line,
+                });
+            }
+        }
     }
     for a in &attached {
         tracing::debug!(kernel = %a.kernel, site = ?a.site, line = a.line, "probe attached");
@@ -283,6 +321,50 @@ pub fn splice(
         attached,
         warnings,
     })
+}
+
+/// Whether control can reach the `}` closing the body of `k`: its last statement is not an
+/// unguarded `ret`, `exit`, `trap` or `bra`, or a label after it is a branch target (labels
+/// nobody branches to, such as debug info's `$L__func_end0`, do not count).
+fn falls_off_end(k: &PtxFunction<'_>) -> bool {
+    use parse::{Operand, StmtKind};
+    let skip = |s: &&parse::PtxStatement| {
+        s.kind == StmtKind::Label
+            || (s.kind == StmtKind::Directive && matches!(s.opcode.as_str(), ".loc" | ".pragma"))
+    };
+    let Some(pos) = k.statements.iter().rposition(|s| !skip(&s)) else {
+        return true;
+    };
+    let last = &k.statements[pos];
+    let ends = last.kind == StmtKind::Instruction
+        && last.guard.is_none()
+        && matches!(last.base_opcode(), "ret" | "exit" | "trap" | "bra" | "brx");
+    if !ends {
+        return true;
+    }
+    let trailing: Vec<&str> = k.statements[pos + 1..]
+        .iter()
+        .filter(|s| s.kind == StmtKind::Label)
+        .map(|s| s.opcode.as_str())
+        .collect();
+    if trailing.is_empty() {
+        return false;
+    }
+    if k.statements.iter().any(|s| s.opcode == ".branchtargets") {
+        return true;
+    }
+    fn mentions(o: &Operand, names: &[&str]) -> bool {
+        match o {
+            Operand::Symbol(n) => names.contains(&n.as_str()),
+            Operand::Vector(v) | Operand::List(v) => v.iter().any(|o| mentions(o, names)),
+            Operand::Other(t) => names.iter().any(|n| t.contains(n)),
+            _ => false,
+        }
+    }
+    k.statements
+        .iter()
+        .filter(|s| s.kind == StmtKind::Instruction)
+        .any(|s| s.operands.iter().any(|o| mentions(o, &trailing)))
 }
 
 fn header_edits(
@@ -492,11 +574,59 @@ mod tests {
         assert!(out.attached.is_empty() && out.warnings.is_empty());
     }
 
+    #[test]
+    fn falling_off_the_end_is_an_exit() {
+        let head = ".version 8.0\n.target sm_90\n.entry k()\n{\n\t.reg .pred %p<2>;\n";
+        let cases = [
+            ("\tret;\n$L__end:\n}\n", 2),
+            ("\t@%p1 bra $L__x;\n\tret;\n$L__x:\n}\n", 3),
+            ("\t@%p1 ret;\n}\n", 3),
+            ("\tmov.u32 %r1, 0;\n}\n", 2),
+            ("\texit;\n\t.loc 1 2 3\n}\n", 2),
+        ];
+        for (tail, sites) in cases {
+            let src = format!("{head}{tail}");
+            let f = parse::parse(&src).unwrap();
+            let out = splice(&src, &f, &ProbeModule::default(), &mut Tag).unwrap();
+            assert_eq!(out.attached.len(), sites, "{src}\n{}", out.text);
+            assert!(out.text.ends_with("\n}\n}\n") == (sites == 3 || tail.contains("mov")));
+        }
+    }
+
     struct Bad;
     impl ProbeBlocks for Bad {
         fn block(&mut self, _: &PtxFunction<'_>, _: &Site, _: u32) -> Option<String> {
             Some("{ ret; } }".into())
         }
+    }
+
+    #[test]
+    fn a_kernel_that_does_not_parse_is_left_alone() {
+        let src = ".version 8.0\n.target sm_90\n.entry bad()\n{\n\tmov.u32 %r1, .oops;\n\tret;\n}\n.entry good()\n{\n\tret;\n}\n";
+        let e = parse::parse(src).unwrap_err();
+        assert_eq!(e.line, 5);
+        let out = instrument(src, &ProbeModule::default(), &mut Tag).unwrap();
+        assert_eq!(
+            out.attached
+                .iter()
+                .map(|a| a.kernel.as_str())
+                .collect::<Vec<_>>(),
+            vec!["good", "good"]
+        );
+        assert_eq!(out.warnings.len(), 1);
+        assert_eq!(
+            (out.warnings[0].kernel.as_deref(), out.warnings[0].line),
+            (Some("bad"), 5)
+        );
+        assert!(
+            out.text
+                .starts_with(&src[..src.find(".entry good").unwrap()])
+        );
+        // Unbalanced braces still fail the module.
+        let unbalanced = src.replacen("\tret;\n}\n.entry good", "\tret;\n.entry good", 1);
+        let out = instrument(&unbalanced, &ProbeModule::default(), &mut Tag).unwrap();
+        assert_eq!(out.text, unbalanced);
+        assert!(out.attached.is_empty());
     }
 
     #[test]

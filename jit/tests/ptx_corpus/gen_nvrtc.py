@@ -2,7 +2,7 @@
 """Regenerates jit/tests/ptx_corpus/nvrtc/*.ptx: realistic CUDA kernels compiled to PTX by
 NVRTC (the PyPI wheel nvidia-cuda-nvrtc-cu12), called through ctypes.
 
-    python3 -m pip install --user nvidia-cuda-nvrtc-cu12
+    python3 -m pip install --user nvidia-cuda-nvrtc-cu12 nvidia-cuda-cccl-cu12
     python3 jit/tests/ptx_corpus/gen_nvrtc.py
 
 The files are committed; the Rust tests (jit/tests/ptx_parse.rs) only read them.
@@ -269,11 +269,47 @@ extern "C" __global__ void __launch_bounds__(128) nanosleep_spin(volatile int *f
     out[threadIdx.x] = __reduce_max_sync(0xffffffffu, (int)threadIdx.x);
 }
 """,
+    # CUB block primitives (the PyPI wheel nvidia-cuda-cccl-cu12): heavy templates, hundreds
+    # of module-scope globals, inline-asm blocks with their own `.reg`s.
+    "cub": r"""
+#include <cub/block/block_reduce.cuh>
+#include <cub/block/block_scan.cuh>
+#include <cub/block/block_radix_sort.cuh>
+
+extern "C" __global__ void __launch_bounds__(128) cub_block_ops(const int *in, int *sums, int *scanned, int *sorted)
+{
+    using Reduce = cub::BlockReduce<int, 128>;
+    using Scan = cub::BlockScan<int, 128>;
+    using Sort = cub::BlockRadixSort<int, 128, 4>;
+    __shared__ union {
+        typename Reduce::TempStorage reduce;
+        typename Scan::TempStorage scan;
+        typename Sort::TempStorage sort;
+    } tmp;
+    int base = blockIdx.x * 512;
+    int v = in[base + threadIdx.x];
+    int total = Reduce(tmp.reduce).Sum(v);
+    if (threadIdx.x == 0)
+        sums[blockIdx.x] = total;
+    __syncthreads();
+    int excl;
+    Scan(tmp.scan).ExclusiveSum(v, excl);
+    scanned[base + threadIdx.x] = excl;
+    __syncthreads();
+    int keys[4];
+    for (int k = 0; k < 4; ++k)
+        keys[k] = in[base + threadIdx.x * 4 + k];
+    Sort(tmp.sort).Sort(keys);
+    for (int k = 0; k < 4; ++k)
+        sorted[base + threadIdx.x * 4 + k] = keys[k];
+}
+""",
 }
 
-# (name, source, extra options, archs)
-BUILDS = [(name, name, [], ARCHS) for name in SOURCES if name != "hopper"] + [
+# (name, source, extra options, archs); `{cccl}` is the CCCL include directory.
+BUILDS = [(name, name, [], ARCHS) for name in SOURCES if name not in ("hopper", "cub")] + [
     ("hopper", "hopper", [], ["compute_90"]),
+    ("cub", "cub", ["-I{cccl}", "-default-device"], ["compute_90"]),
     # Full debug info: `.section .debug_*` blocks, `.loc` with inlined-at, no optimisation.
     ("calls_debug", "calls", ["-G"], ["compute_80"]),
     ("basic_debug", "basic", ["-G"], ["compute_70"]),
@@ -311,14 +347,21 @@ def compile_ptx(lib, src, name, opts):
     return ptx.value.decode()
 
 
+def cccl_include():
+    import nvidia.cuda_cccl  # noqa: F401 (locates the wheel)
+
+    return os.path.join(list(nvidia.cuda_cccl.__path__)[0], "include")
+
+
 def main():
     lib = load_nvrtc()
+    cccl = cccl_include()
     os.makedirs(OUT, exist_ok=True)
     # NVRTC puts the working directory into `.file` paths: make them machine-independent.
     os.chdir("/")
     for out_name, src_name, extra, archs in BUILDS:
         for arch in archs:
-            opts = [f"--gpu-architecture={arch}", "--std=c++17"] + extra
+            opts = [f"--gpu-architecture={arch}", "--std=c++17"] + [o.format(cccl=cccl) for o in extra]
             if "-G" not in extra:
                 opts.append("--generate-line-info")
             ptx = compile_ptx(lib, SOURCES[src_name], src_name, opts)

@@ -17,11 +17,14 @@
 //! | `.version` / `.target` / `.address_size` | [`PtxFile::version`], [`PtxFile::target`], [`PtxFile::address_size`] |
 //! | `.file 1 "x.cu"`       | [`PtxFile::files`]                                          |
 //! | `.global`/`.const`/`.shared` variables, `.extern` declarations | [`PtxFile::globals`] |
-//! | `.section .debug_* { }`, `.pragma`, `.alias`, `.callprototype` | skipped (spans kept in [`PtxFile::globals`] for variables only) |
+//! | `.section .debug_* { }`, `.pragma`, `.alias`, module-scope `.callprototype` | skipped (as every byte, they stay in [`PtxFile::src`]) |
 //! | `.entry` / `.func`     | [`PtxFunction`]: params, performance directives, body       |
 //! | body lines             | [`PtxStatement`]: instruction, label or directive, with the current `.loc` |
 //!
 //! Errors are [`ParseError`]s with a line and a column; no input makes the parser panic.
+//! [`parse`] fails on the first error; [`parse_lenient`] keeps a function whose body it
+//! cannot read as a span with its error ([`PtxFunction::error`]), so that one odd kernel
+//! does not stop the others from being instrumented.
 
 pub mod lexer;
 
@@ -151,8 +154,18 @@ pub struct PtxFunction<'a> {
     pub statements: Vec<PtxStatement>,
     /// The whole function, from its first directive to its `}` or `;`.
     pub span: Range<usize>,
+    /// Why the body could not be parsed ([`parse_lenient`] only; then `statements` is
+    /// empty).
+    pub error: Option<ParseError>,
     /// 1-based line of `.entry`/`.func`.
     pub line: u32,
+}
+
+impl PtxFunction<'_> {
+    /// Its `ret`/`exit` instructions, at any depth, in text order.
+    pub fn exits(&self) -> impl Iterator<Item = &PtxStatement> {
+        self.statements.iter().filter(|s| s.is_return())
+    }
 }
 
 /// A directive between a function's parameters and its body, e.g. `.maxntid 128, 1, 1`.
@@ -252,7 +265,8 @@ impl PtxStatement {
 /// An instruction operand.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Operand {
-    /// `%r1`, `%tid.x`.
+    /// `%r1`, `%tid.x`, or a name declared by a `.reg` of an enclosing block (`p` of
+    /// `{ .reg .pred p; ... }`).
     Reg(String),
     /// `!%p1` (a negated predicate operand).
     NotReg(String),
@@ -281,12 +295,26 @@ pub enum Operand {
 
 /// Parses a PTX module.
 pub fn parse(src: &str) -> Result<PtxFile<'_>, ParseError> {
+    parse_with(src, false)
+}
+
+/// Parses a PTX module, tolerating function bodies it cannot read: such a function keeps
+/// its header, its body span (found by matching braces) and the error in
+/// [`PtxFunction::error`], with no statements. The module still fails on errors outside
+/// bodies, and on a body whose braces do not balance before the next function.
+pub fn parse_lenient(src: &str) -> Result<PtxFile<'_>, ParseError> {
+    parse_with(src, true)
+}
+
+fn parse_with(src: &str, lenient: bool) -> Result<PtxFile<'_>, ParseError> {
     let toks = lexer::lex(src)?;
     let mut p = Parser {
         src,
         toks,
         pos: 0,
         loc: None,
+        lenient,
+        bare_regs: Vec::new(),
     };
     p.file()
 }
@@ -296,6 +324,10 @@ struct Parser<'a> {
     toks: Vec<Token>,
     pos: usize,
     loc: Option<Loc>,
+    lenient: bool,
+    /// Registers declared without `%` (`.reg .pred p;` in inline-asm blocks), one set per
+    /// open block of the current body.
+    bare_regs: Vec<Vec<&'a str>>,
 }
 
 const FUNC_DIRECTIVES: &[&str] = &[
@@ -428,7 +460,6 @@ impl<'a> Parser<'a> {
 
     /// Skips tokens up to and including the next `;` outside brackets. Returns that `;`.
     fn skip_to_semi(&mut self, what: &str) -> Result<Token, ParseError> {
-        let start = self.peek();
         let mut depth = 0i32;
         while let Some(t) = self.next() {
             match t.kind {
@@ -443,7 +474,6 @@ impl<'a> Parser<'a> {
                 _ => {}
             }
         }
-        let _ = start;
         Err(self.err_at(None, &format!("`;` ending {what}")))
     }
 
@@ -535,6 +565,19 @@ impl<'a> Parser<'a> {
 
     fn module_item(&mut self, t: Token, f: &mut PtxFile<'a>) -> Result<(), ParseError> {
         let text = self.text(t);
+        if t.kind == TokKind::Ident
+            && self
+                .peek_at(1)
+                .is_some_and(|c| c.kind == TokKind::Punct(b':'))
+            && self
+                .peek_at(2)
+                .is_some_and(|d| d.kind == TokKind::Directive && self.text(d) == ".callprototype")
+        {
+            // `proto: .callprototype (...) _ (...);`
+            self.pos += 2;
+            self.skip_to_semi("`.callprototype`")?;
+            return Ok(());
+        }
         if t.kind != TokKind::Directive {
             return Err(self.err("a module-scope directive (`.entry`, `.func`, `.global`, ...)"));
         }
@@ -765,6 +808,7 @@ impl<'a> Parser<'a> {
             body: None,
             statements: Vec::new(),
             span: start..start,
+            error: None,
             line: kt.line,
         };
         match self.peek() {
@@ -774,8 +818,20 @@ impl<'a> Parser<'a> {
             }
             Some(t) if t.kind == TokKind::Punct(b'{') => {
                 self.pos += 1;
+                let open_pos = self.pos;
                 self.loc = None;
-                let close = self.body(&mut func.statements)?;
+                let close = match self.body(&mut func.statements) {
+                    Ok(close) => close,
+                    Err(e) if self.lenient => {
+                        self.pos = open_pos - 1;
+                        let close = self.skip_body().map_err(|_| e.clone())?;
+                        tracing::debug!(function = name, error = %e, "function body not parsed");
+                        func.statements.clear();
+                        func.error = Some(e);
+                        close
+                    }
+                    Err(e) => return Err(e),
+                };
                 func.definition = true;
                 func.body = Some(t.start..close.end);
                 func.span.end = close.end;
@@ -783,6 +839,31 @@ impl<'a> Parser<'a> {
             t => return Err(self.err_at(t, "`{` or `;` after the function header")),
         }
         Ok(func)
+    }
+
+    /// Skips a body by matching braces (the current token is its `{`); fails on the end of
+    /// the text or a module-scope directive before the closing `}`.
+    fn skip_body(&mut self) -> Result<Token, ParseError> {
+        self.expect_punct(b'{')?;
+        let mut depth = 1u32;
+        while let Some(t) = self.next() {
+            match t.kind {
+                TokKind::Punct(b'{') => depth += 1,
+                TokKind::Punct(b'}') => {
+                    depth -= 1;
+                    if depth == 0 {
+                        return Ok(t);
+                    }
+                }
+                TokKind::Directive
+                    if matches!(self.text(t), ".entry" | ".func" | ".visible" | ".weak") =>
+                {
+                    return Err(self.err_at(Some(t), "`}` closing the function body"));
+                }
+                _ => {}
+            }
+        }
+        Err(self.err_at(None, "`}` closing the function body"))
     }
 
     /// `( param, ... )`; returns the parameters and the offset of `)`.
@@ -871,6 +952,8 @@ impl<'a> Parser<'a> {
             .get(self.pos.saturating_sub(1))
             .map_or(0, |t| t.line);
         let mut depth = 1u32;
+        self.bare_regs.clear();
+        self.bare_regs.push(Vec::new());
         loop {
             let Some(t) = self.peek() else {
                 return Err(self.err("`}` closing the function body"));
@@ -879,10 +962,12 @@ impl<'a> Parser<'a> {
                 TokKind::Punct(b'{') => {
                     self.pos += 1;
                     depth += 1;
+                    self.bare_regs.push(Vec::new());
                 }
                 TokKind::Punct(b'}') => {
                     self.pos += 1;
                     depth -= 1;
+                    self.bare_regs.pop();
                     if depth == 0 {
                         return Ok(t);
                     }
@@ -915,7 +1000,12 @@ impl<'a> Parser<'a> {
                         self.expect_kind(TokKind::Directive, "a section name")?;
                         self.skip_braces("the section")?.end
                     } else {
-                        self.skip_to_semi(&format!("`{d}`"))?.end
+                        let from = self.pos;
+                        let semi = self.skip_to_semi(&format!("`{d}`"))?;
+                        if d == ".reg" {
+                            self.declare_bare_regs(from, self.pos - 1);
+                        }
+                        semi.end
                     };
                     out.push(PtxStatement {
                         kind: StmtKind::Directive,
@@ -1028,6 +1118,32 @@ impl<'a> Parser<'a> {
         })
     }
 
+    /// Records the names of `.reg` declarations (tokens `from..to`) that lack the `%`.
+    fn declare_bare_regs(&mut self, from: usize, to: usize) {
+        let mut angle = 0i32;
+        let mut names = Vec::new();
+        for t in self.toks.get(from..to).unwrap_or(&[]) {
+            match t.kind {
+                TokKind::Punct(b'<') => angle += 1,
+                TokKind::Punct(b'>') => angle -= 1,
+                TokKind::Ident if angle == 0 => {
+                    let name = t.text(self.src);
+                    if !name.starts_with('%') {
+                        names.push(name);
+                    }
+                }
+                _ => {}
+            }
+        }
+        if let Some(scope) = self.bare_regs.last_mut() {
+            scope.extend(names);
+        }
+    }
+
+    fn is_bare_reg(&self, name: &str) -> bool {
+        self.bare_regs.iter().any(|s| s.contains(&name))
+    }
+
     fn operand(&self, g: &[Token]) -> Operand {
         let raw = || {
             let (a, b) = (
@@ -1042,7 +1158,7 @@ impl<'a> Parser<'a> {
                 let s = self.text(g[0]);
                 if s == "_" {
                     Operand::Sink
-                } else if s.starts_with('%') {
+                } else if s.starts_with('%') || self.is_bare_reg(s) {
                     Operand::Reg(s.to_string())
                 } else {
                     Operand::Symbol(s.to_string())
@@ -1299,6 +1415,19 @@ $L__info_string0:
                 .iter()
                 .any(|s| s.kind == StmtKind::Label && s.opcode == "$L__BB0_2")
         );
+    }
+
+    #[test]
+    fn module_scope_odds() {
+        let src = ".version 8.0\n.target sm_90\n.pragma \"nounroll\";\nproto: .callprototype (.param .b32 _) _ (.param .b32 _);\n.global .attribute(.managed) .align 4 .u32 m;\n.common .global .align 8 .u64 env;\n";
+        let f = parse(src).unwrap();
+        assert_eq!(f.header_end, src.find(".pragma").unwrap());
+        let g: Vec<_> = f
+            .globals
+            .iter()
+            .map(|g| (g.name.as_str(), g.linkage.as_deref()))
+            .collect();
+        assert_eq!(g, vec![("m", None), ("env", Some(".common"))]);
     }
 
     #[test]
