@@ -180,6 +180,13 @@ impl Instrumenter {
         let mut out = Vec::new();
         let mut named: Vec<&str> = Vec::new();
         for (sm, c) in &u.cubins {
+            // A cubin the linker made from instrumented PTX carries our functions.
+            if c.device_functions
+                .iter()
+                .any(|f| f.starts_with("__bpftime"))
+            {
+                continue;
+            }
             for k in &c.kernels {
                 if seen.kernels.iter().any(|s| s == k) || named.contains(&k.as_str()) {
                     continue;
@@ -208,7 +215,7 @@ impl Instrumenter {
             kind: "ptx".into(),
             ..Report::default()
         };
-        let file = match parse::parse(src) {
+        let file = match parse::parse_lenient(src) {
             Ok(f) => f,
             Err(e) => {
                 report.warnings.push(format!(

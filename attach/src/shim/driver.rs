@@ -104,6 +104,19 @@ pub type DeviceGetAttribute = unsafe extern "C" fn(*mut c_int, c_int, c_int) -> 
 pub type MemHostRegister = unsafe extern "C" fn(*mut c_void, usize, c_uint) -> CuResult;
 /// `cuMemHostGetDevicePointer_v2`.
 pub type MemHostGetDevicePointer = unsafe extern "C" fn(*mut u64, *mut c_void, c_uint) -> CuResult;
+/// `cuThreadExchangeStreamCaptureMode`.
+pub type ThreadExchangeStreamCaptureMode = unsafe extern "C" fn(*mut c_int) -> CuResult;
+/// `CU_STREAM_CAPTURE_MODE_RELAXED`: the calling thread may make calls a capture forbids.
+pub const CAPTURE_MODE_RELAXED: c_int = 2;
+/// `nvJitLinkAddData` (libnvJitLink, the linker Numba and newer toolchains use).
+pub type NvJitLinkAddData =
+    unsafe extern "C" fn(Handle, c_uint, *const c_void, usize, *const c_char) -> c_int;
+/// `nvJitLinkAddFile`.
+pub type NvJitLinkAddFile = unsafe extern "C" fn(Handle, c_uint, *const c_char) -> c_int;
+/// `NVJITLINK_INPUT_PTX`.
+pub const NVJITLINK_INPUT_PTX: c_uint = 2;
+/// `NVJITLINK_INPUT_FATBIN`.
+pub const NVJITLINK_INPUT_FATBIN: c_uint = 4;
 
 /// Every driver function whose real address the shim keeps.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -139,11 +152,17 @@ pub enum Hook {
     MemHostRegister,
     /// `cuMemHostGetDevicePointer_v2` (not hooked).
     MemHostGetDevicePointer,
+    /// `cuThreadExchangeStreamCaptureMode` (not hooked).
+    ThreadExchangeStreamCaptureMode,
+    /// `nvJitLinkAddData` (found through `dlsym` only).
+    NvJitLinkAddData,
+    /// `nvJitLinkAddFile` (found through `dlsym` only).
+    NvJitLinkAddFile,
 }
 
 impl Hook {
     /// Every slot, in order.
-    pub const ALL: [Hook; 15] = [
+    pub const ALL: [Hook; 18] = [
         Hook::ModuleLoadData,
         Hook::ModuleLoadDataEx,
         Hook::ModuleLoadFatBinary,
@@ -159,6 +178,9 @@ impl Hook {
         Hook::DeviceGetAttribute,
         Hook::MemHostRegister,
         Hook::MemHostGetDevicePointer,
+        Hook::ThreadExchangeStreamCaptureMode,
+        Hook::NvJitLinkAddData,
+        Hook::NvJitLinkAddFile,
     ];
 
     /// The name exported by `libcuda.so.1`.
@@ -179,6 +201,9 @@ impl Hook {
             Hook::DeviceGetAttribute => c"cuDeviceGetAttribute",
             Hook::MemHostRegister => c"cuMemHostRegister_v2",
             Hook::MemHostGetDevicePointer => c"cuMemHostGetDevicePointer_v2",
+            Hook::ThreadExchangeStreamCaptureMode => c"cuThreadExchangeStreamCaptureMode",
+            Hook::NvJitLinkAddData => c"nvJitLinkAddData",
+            Hook::NvJitLinkAddFile => c"nvJitLinkAddFile",
         }
     }
 
@@ -196,6 +221,8 @@ impl Hook {
             b"cuLinkAddFile" | b"cuLinkAddFile_v2" => Hook::LinkAddFile,
             b"cuGetProcAddress_v2" => Hook::GetProcAddress,
             b"cuGetProcAddress" => Hook::GetProcAddressV1,
+            b"nvJitLinkAddData" => Hook::NvJitLinkAddData,
+            b"nvJitLinkAddFile" => Hook::NvJitLinkAddFile,
             _ => return None,
         })
     }
@@ -215,6 +242,10 @@ pub fn real(h: Hook) -> *mut c_void {
     let v = SLOTS[h as usize].load(Ordering::Acquire);
     if v != 0 {
         return v as *mut c_void;
+    }
+    if matches!(h, Hook::NvJitLinkAddData | Hook::NvJitLinkAddFile) {
+        // Not a driver entry: known only once the application resolved it.
+        return std::ptr::null_mut();
     }
     let lib = libcuda();
     if lib.is_null() {

@@ -119,6 +119,10 @@ impl State {
     }
 
     fn setup(&self) -> Result<Instrumenter, String> {
+        // The first module load may come while the application captures a CUDA graph (lazy
+        // loading at the first launch): calls a capture forbids would fail and invalidate
+        // it. Relaxed mode on this thread allows them; the previous mode is restored.
+        let _relaxed = RelaxedCapture::enter();
         let region = self.region.as_ref().ok_or("no region")?;
         // SAFETY: each pointer is the real driver entry of that name (or null, checked).
         unsafe {
@@ -178,6 +182,36 @@ impl State {
                 Some(c)
             }
             Outcome::Unchanged(_) => None,
+        }
+    }
+}
+
+/// This thread in `CU_STREAM_CAPTURE_MODE_RELAXED` until dropped.
+struct RelaxedCapture(Option<(driver::ThreadExchangeStreamCaptureMode, c_int)>);
+
+impl RelaxedCapture {
+    fn enter() -> RelaxedCapture {
+        // SAFETY: the real cuThreadExchangeStreamCaptureMode, if the driver has it.
+        let Ok(f) = (unsafe {
+            fn_of::<driver::ThreadExchangeStreamCaptureMode>(Hook::ThreadExchangeStreamCaptureMode)
+        }) else {
+            return RelaxedCapture(None);
+        };
+        let mut mode = driver::CAPTURE_MODE_RELAXED;
+        // SAFETY: `mode` is a valid in/out pointer.
+        if unsafe { f(&mut mode) } == CUDA_SUCCESS {
+            RelaxedCapture(Some((f, mode)))
+        } else {
+            RelaxedCapture(None)
+        }
+    }
+}
+
+impl Drop for RelaxedCapture {
+    fn drop(&mut self) {
+        if let Some((f, mut mode)) = self.0 {
+            // SAFETY: restores the mode `enter` swapped out.
+            unsafe { f(&mut mode) };
         }
     }
 }
@@ -267,7 +301,7 @@ unsafe fn file_replacement(call: &str, path: *const c_char) -> Option<Arc<CStrin
     })
 }
 
-fn fallback_warning(call: &str, r: CuResult) {
+fn fallback_warning(call: &str, r: c_int) {
     report(&[ReportLine::Warning {
         what: format!(
             "{call}: the driver rejected the instrumented image (CUresult {r}); the original was loaded without probes"
@@ -552,6 +586,106 @@ pub unsafe extern "C" fn link_add_file(
     }
 }
 
+/// `nvJitLinkAddData`: PTX inputs (by content, whatever type they are given as) and fat
+/// binaries with PTX go in instrumented, as PTX.
+///
+/// # Safety
+/// The contract of `nvJitLinkAddData`.
+pub unsafe extern "C" fn nvjitlink_add_data(
+    handle: Handle,
+    kind: c_uint,
+    data: *const c_void,
+    size: usize,
+    name: *const c_char,
+) -> c_int {
+    // SAFETY: the slot holds nvJitLinkAddData, whose signature this is.
+    let real = match unsafe { fn_of::<driver::NvJitLinkAddData>(Hook::NvJitLinkAddData) } {
+        Ok(f) => f,
+        Err(_) => return 6, // NVJITLINK_ERROR_INTERNAL
+    };
+    // SAFETY: the application's arguments, forwarded; `data..data+size` is its input.
+    unsafe {
+        let bytes = if data.is_null() {
+            &[][..]
+        } else {
+            std::slice::from_raw_parts(data as *const u8, size)
+        };
+        // PTX by content too, whatever type it is declared as.
+        let is_ptx = crate::image::classify(bytes) == Some(crate::image::ImageKind::Ptx);
+        if (kind == driver::NVJITLINK_INPUT_PTX || kind == driver::NVJITLINK_INPUT_FATBIN || is_ptx)
+            && !data.is_null()
+            && let Some(st) = self::state()
+            && !st.probes.is_empty()
+            && let Some(ptx) = guarded("nvJitLinkAddData", || {
+                st.instrument("nvJitLinkAddData", bytes)
+            })
+        {
+            let b = ptx.as_bytes_with_nul();
+            let r = real(
+                handle,
+                driver::NVJITLINK_INPUT_PTX,
+                b.as_ptr() as *const c_void,
+                b.len(),
+                name,
+            );
+            if r == 0 {
+                return r;
+            }
+            fallback_warning("nvJitLinkAddData", r);
+        }
+        if kind != driver::NVJITLINK_INPUT_PTX
+            && kind != driver::NVJITLINK_INPUT_FATBIN
+            && !is_ptx
+            && let Some(st) = self::state()
+            && !st.probes.is_empty()
+        {
+            report(&[ReportLine::Warning {
+                what: format!(
+                    "nvJitLinkAddData input of type {kind} (cubin, LTO-IR, object or library) cannot be instrumented; its kernels run without probes"
+                ),
+            }]);
+        }
+        real(handle, kind, data, size, name)
+    }
+}
+
+/// `nvJitLinkAddFile`.
+///
+/// # Safety
+/// The contract of `nvJitLinkAddFile`.
+pub unsafe extern "C" fn nvjitlink_add_file(
+    handle: Handle,
+    kind: c_uint,
+    path: *const c_char,
+) -> c_int {
+    // SAFETY: the slot holds nvJitLinkAddFile, whose signature this is.
+    let real = match unsafe { fn_of::<driver::NvJitLinkAddFile>(Hook::NvJitLinkAddFile) } {
+        Ok(f) => f,
+        Err(_) => return 6,
+    };
+    // SAFETY: the application's arguments, forwarded.
+    unsafe {
+        if (kind == driver::NVJITLINK_INPUT_PTX || kind == driver::NVJITLINK_INPUT_FATBIN)
+            && let Some(ptx) = file_replacement("nvJitLinkAddFile", path)
+            && let Ok(add) = fn_of::<driver::NvJitLinkAddData>(Hook::NvJitLinkAddData)
+        {
+            let b = ptx.as_bytes_with_nul();
+            let r = add(
+                handle,
+                driver::NVJITLINK_INPUT_PTX,
+                b.as_ptr() as *const c_void,
+                b.len(),
+                path,
+            );
+            if r == 0 {
+                return r;
+            }
+            fallback_warning("nvJitLinkAddFile", r);
+        }
+        real(handle, kind, path)
+    }
+}
+
 /// Our wrapper for hook `h`, as an untyped pointer.
 pub fn wrapper(h: Hook) -> Option<*mut c_void> {
     Some(match h {
@@ -565,6 +699,8 @@ pub fn wrapper(h: Hook) -> Option<*mut c_void> {
         Hook::LinkAddFile => link_add_file as *mut c_void,
         Hook::GetProcAddress => get_proc_address_v2 as *mut c_void,
         Hook::GetProcAddressV1 => get_proc_address_v1 as *mut c_void,
+        Hook::NvJitLinkAddData => nvjitlink_add_data as *mut c_void,
+        Hook::NvJitLinkAddFile => nvjitlink_add_file as *mut c_void,
         _ => return None,
     })
 }
@@ -659,7 +795,7 @@ pub unsafe fn dlsym(handle: *mut c_void, symbol: *const c_char) -> *mut c_void {
     if !f.is_null() && !symbol.is_null() {
         // SAFETY: forwarded contract; `f` is a local copy.
         let name = unsafe { CStr::from_ptr(symbol) }.to_bytes();
-        if name.starts_with(b"cu") {
+        if name.starts_with(b"cu") || name.starts_with(b"nvJitLink") {
             let p: *mut *mut c_void = &mut f;
             // dlsym names are exact exports: `cuGetProcAddress` is the pre-12 ABI.
             // SAFETY: `symbol` is NUL-terminated, `p` points to a local.

@@ -24,8 +24,8 @@ use std::time::{Duration, Instant};
 /// Arguments of `trace`.
 #[derive(clap::Args, Debug)]
 pub struct TraceArgs {
-    /// Probe objects (`kprobe/<kernel>`, `kretprobe/<kernel>` programs).
-    #[arg(required = true)]
+    /// Probe objects (`kprobe/<kernel>`, `kretprobe/<kernel>` programs); none: the shim
+    /// only passes through (a baseline for its own cost).
     progs: Vec<PathBuf>,
     /// The command to run, after `--`.
     #[arg(last = true, required = true)]
@@ -264,16 +264,18 @@ pub fn run(a: TraceArgs) -> Result<ExitCode> {
     cmd.args(&a.cmd[1..])
         .env("LD_PRELOAD", preload)
         .env(attach::session::ENV_SESSION, config.to_env());
-    if std::env::var_os("CUPY_COMPILE_WITH_PTX").is_none() {
-        // CuPy loads cubins (SASS) unless asked for PTX: probes need PTX.
-        cmd.env("CUPY_COMPILE_WITH_PTX", "1");
+    // Probes need PTX: CuPy loads cubins unless asked for PTX.
+    for (var, value) in [("CUPY_COMPILE_WITH_PTX", "1")] {
+        if std::env::var_os(var).is_none() {
+            cmd.env(var, value);
+        }
     }
     // Ctrl-C reaches CMD through the terminal's process group; trace stays to print.
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register(sig, stop.clone()).context("install signal handler")?;
     }
-    let mut child = cmd
+    let child = cmd
         .spawn()
         .with_context(|| format!("cannot start `{}`", a.cmd[0]))?;
     let mut t = Trace {
@@ -287,16 +289,25 @@ pub fn run(a: TraceArgs) -> Result<ExitCode> {
         start: Instant::now(),
         probes: probes.clone(),
     };
+    // A thread blocks in wait(2): CMD's exit is seen at once, not at the next poll.
+    let child_pid = child.id() as i32;
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut child = child;
+        let _ = tx.send(child.wait());
+    });
     let mut next = Instant::now() + a.interval;
     let mut forwarded = false;
     let status = loop {
-        if let Some(s) = child.try_wait().context("wait for the command")? {
-            break s;
+        match rx.recv_timeout(Duration::from_millis(50)) {
+            Ok(s) => break s.context("wait for the command")?,
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+            Err(e) => bail!("wait for the command: {e}"),
         }
         if stop.load(Ordering::Relaxed) && !forwarded {
             // A SIGTERM to trace alone, or Ctrl-C: make sure CMD gets it too.
             // SAFETY: kill(2) on our own child's pid.
-            unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+            unsafe { libc::kill(child_pid, libc::SIGINT) };
             forwarded = true;
         }
         t.drain_report();
@@ -304,7 +315,6 @@ pub fn run(a: TraceArgs) -> Result<ExitCode> {
             t.print_maps(false);
             next += a.interval;
         }
-        std::thread::sleep(Duration::from_millis(20));
     };
     t.drain_report();
     t.print_maps(true);
