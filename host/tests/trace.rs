@@ -138,7 +138,14 @@ impl Fake {
                 {
                     t.replace_range(f.version_span.clone(), &format!("{}.{}", max.0, max.1));
                 }
-                common::assemble_for(&t, &p.file_name().unwrap().to_string_lossy(), "sm_90");
+                // Unique per test: tests run in parallel and ptxas's scratch file is named
+                // after `what`.
+                let what = format!(
+                    "{}-{}",
+                    self.dir.file_name().unwrap().to_string_lossy(),
+                    p.file_name().unwrap().to_string_lossy()
+                );
+                common::assemble_for(&t, &what, "sm_90");
                 n += 1;
             }
         }
