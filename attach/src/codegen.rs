@@ -344,12 +344,19 @@ pub fn site_block(
         }
     }
     fill.sort_by_key(|(o, _)| *o);
+    // The local array spans only the words read: the ctx pointer handed to the probe is
+    // the array's address minus the first word's offset, so every read lands inside it.
+    let lo = fill.first().map_or(0, |(o, _)| *o);
+    let hi = fill.last().map_or(8, |(o, _)| *o + 8);
     for (off, d) in &fill {
-        b.line(&format!("st.local.u64 [{ctx}+{off}], {d};"));
+        b.line(&format!("st.local.u64 [{ctx}+{}], {d};", off - lo));
     }
     let c = b.d();
     b.line(&format!("mov.u64 {c}, {ctx};"));
     b.line(&format!("cvta.local.u64 {c}, {c};"));
+    if lo != 0 {
+        b.line(&format!("sub.s64 {c}, {c}, {lo};"));
+    }
     let mut calls = String::new();
     for p in probes {
         let _ = writeln!(
@@ -371,11 +378,7 @@ pub fn site_block(
     if b.r > 0 {
         let _ = writeln!(out, "\t\t.reg .b32 %bt_r<{}>;", b.r);
     }
-    if !fill.is_empty() {
-        let _ = writeln!(out, "\t\t.local .align 8 .b8 {ctx}[{}];", ProbeCtx::SIZE);
-    } else {
-        let _ = writeln!(out, "\t\t.local .align 8 .b8 {ctx}[8];");
-    }
+    let _ = writeln!(out, "\t\t.local .align 8 .b8 {ctx}[{}];", (hi - lo).max(8));
     out.push_str(&b.text);
     out.push_str(&calls);
     out.push_str("\t}\n");
@@ -443,7 +446,20 @@ mod tests {
         let b = site_block(&k, &[&p], SiteKind::Entry, 0, None);
         assert_eq!(b.matches("st.local.u64").count(), 3, "{b}");
         assert!(b.contains("ld.param.u32 %bt_r0, [p3];"), "{b}");
-        assert!(b.contains(&format!("[__bpftime_ctx0+{}]", PtRegs::PARAM_OFFSETS[3])));
+        // The array spans the words read, from pt_regs' rcx (88) to kernel_id (384).
+        let lo = PtRegs::PARAM_OFFSETS[3];
+        assert!(b.contains("[__bpftime_ctx0+0], %bt_d0;"), "{b}");
+        assert!(
+            b.contains("sub.s64 %bt_d") && b.contains(&format!(", {lo};")),
+            "{b}"
+        );
+        assert!(
+            b.contains(&format!(
+                ".b8 __bpftime_ctx0[{}];",
+                ProbeCtx::KERNEL_ID + 8 - lo
+            )),
+            "{b}"
+        );
         let id = ProbeCtx::kernel_id("_Z9vectorAddPKfS0_Pfi") as i64;
         assert!(b.contains(&format!(", {id};")), "{b}");
     }

@@ -39,6 +39,8 @@ impl MapKind {
             1 => MapKind::Hash,
             2 => MapKind::Array,
             6 => MapKind::PerThreadArray,
+            // bpftime's BPF_MAP_TYPE_PERGPUTD_ARRAY_MAP: one value set per GPU thread.
+            1502 => MapKind::PerThreadArray,
             27 => MapKind::RingBuf,
             _ => return None,
         })

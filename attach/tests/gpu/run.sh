@@ -13,7 +13,7 @@ apps=/tmp/bpftime-apps; mkdir -p "$apps"
 cd "$root/attach/tests/apps"
 G="-gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90"
 build() { [ -x "$apps/$1" ] || nvcc -O2 $G "${@:2}" -o "$apps/$1" "$1.cu" 2>&1 | grep -v warning; }
-for k in vecadd sgemm graph coop; do build $k; done
+for k in vecadd vecadd3 sgemm graph coop; do build $k; done
 [ -x "$apps/vecadd_shared" ] || nvcc -O2 $G -cudart shared -o "$apps/vecadd_shared" vecadd.cu
 [ -x "$apps/driver_api" ] || nvcc -O2 -arch=sm_90 -o "$apps/driver_api" driver_api.cu -lcuda
 [ -x "$apps/load_time" ] || nvcc -O2 -arch=sm_90 -o "$apps/load_time" load_time.cu -lcuda
@@ -31,5 +31,10 @@ if [ "$what" = all ] || [ "$what" = examples ]; then
 		echo "== $ex: rc=$?"; head -c 1500 "$out/examples/$ex.txt"
 	done
 	"$B" trace --shim "$SHIM" --interval 0 "$carry/kernel_count.bpf.o" -- "$apps/graph" 100000 5 > "$out/examples/kernel_count_graph.txt" 2>&1
+	# bpftime's own example, compiled from its source unchanged (scripts/gpu-carry, BPFTIME_SRC).
+	if [ -f "$carry/bpftime_threadhist.bpf.o" ]; then
+		"$B" trace --shim "$SHIM" --interval 0 "$carry/bpftime_threadhist.bpf.o" -- "$apps/vecadd3" 3 > "$out/examples/bpftime_threadhist.txt" 2>&1
+		echo "== bpftime threadhist: rc=$?"; head -c 1500 "$out/examples/bpftime_threadhist.txt"
+	fi
 	"$B" trace --shim "$SHIM" --interval 0 "$carry/kernel_count.bpf.o" -- python3 "$apps/numba_app.py" > "$out/examples/kernel_count_numba.txt" 2>&1
 fi
