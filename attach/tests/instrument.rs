@@ -93,12 +93,19 @@ fn every_corpus_ptx_instruments_and_assembles() {
             .filter(|a| a.site == SiteKind::Exit)
             .count();
         assert_eq!(entries, 3 * kernels.len(), "{}", f.display());
-        assert_eq!(exits, 2 * rets, "{}", f.display());
+        let blocks = ptx.matches("// bpftime-super: kretprobe").count();
+        assert_eq!(exits, 2 * blocks, "{}", f.display());
         assert_eq!(
             ptx.matches("// bpftime-super: kprobe").count(),
             kernels.len()
         );
-        assert_eq!(ptx.matches("// bpftime-super: kretprobe").count(), rets);
+        // Compiler output ends every kernel in `ret`; the hand-written edge cases also fall
+        // off a kernel's closing brace, which the pass treats as one more exit.
+        if f.components().any(|c| c.as_os_str() == "hand") {
+            assert!(blocks > rets, "{}", f.display());
+        } else {
+            assert_eq!(blocks, rets, "{}", f.display());
+        }
         assemble(ptx, &f.file_name().unwrap().to_string_lossy());
     }
 }
