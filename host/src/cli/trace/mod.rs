@@ -182,6 +182,9 @@ impl Trace {
                     .into_iter()
                     .map(|r| (Vec::new(), r))
                     .collect()
+            } else if m.def.kind == ebpf::MapKind::PerThreadArray {
+                // One value set per GPU thread: print the sum, as bpftrace sums per-CPU maps.
+                print::sum_value_sets(m.ops.entries(), m.def.value_size as usize)
             } else {
                 m.ops.entries()
             };

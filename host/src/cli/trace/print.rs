@@ -67,6 +67,32 @@ pub fn words(b: &[u8]) -> Vec<u64> {
         .collect()
 }
 
+/// Per-thread values summed per key: each value is `value_size`-byte sets laid end to end
+/// (one per thread); the result has one set per key, the u64 words added.
+pub fn sum_value_sets(
+    entries: Vec<(Vec<u8>, Vec<u8>)>,
+    value_size: usize,
+) -> Vec<(Vec<u8>, Vec<u8>)> {
+    entries
+        .into_iter()
+        .map(|(k, v)| {
+            if value_size == 0 || v.len() <= value_size {
+                return (k, v);
+            }
+            let n = value_size.div_ceil(8);
+            let mut sum = vec![0u64; n];
+            for set in v.chunks(value_size) {
+                for (s, w) in sum.iter_mut().zip(words(set)) {
+                    *s = s.wrapping_add(w);
+                }
+            }
+            let mut out: Vec<u8> = sum.iter().flat_map(|w| w.to_le_bytes()).collect();
+            out.truncate(value_size);
+            (k, out)
+        })
+        .collect()
+}
+
 /// A key, for humans.
 pub fn key_text(k: &[u8], kernels: &KernelNames) -> String {
     if k.len() >= 8 {
@@ -256,7 +282,7 @@ mod tests {
         assert!(lines[2].starts_with("[2, 4)") && lines[2].contains("       0 |"));
         assert!(lines[3].starts_with("[4, 8)") && lines[3].contains(&"@".repeat(52)));
         assert!(lines.last().unwrap().starts_with("[1K, 2K)"));
-        assert_eq!(lines.len(), 1 + 10);
+        assert_eq!(lines.len(), 1 + 11); // slots 0..=10
     }
 
     #[test]
@@ -272,6 +298,16 @@ mod tests {
         let mut pair = u64v(7);
         pair.extend(u64v(5));
         assert_eq!(key_text(&pair, &k), "vectorAdd, 5");
+    }
+
+    #[test]
+    fn per_thread_value_sets_are_summed() {
+        let mut v = Vec::new();
+        for t in 0..5u64 {
+            v.extend(t.to_le_bytes());
+        }
+        let e = sum_value_sets(vec![(u32k(0), v)], 8);
+        assert_eq!(e, vec![(u32k(0), u64v(10))]);
     }
 
     #[test]
