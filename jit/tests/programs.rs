@@ -12,6 +12,8 @@ const PROGRAMS: &[(&str, &[&str])] = &[
     ("filter", &["filter"]),
     ("globals", &["globals"]),
     ("gpu_helpers", &["gpu_probe"]),
+    ("kprobe_all", &["all_entry", "all_exit"]),
+    ("kprobe_reject", &["read_past_ctx"]),
     ("legacy_map", &["legacy"]),
     ("loop", &["loop"]),
     ("minimal", &["minimal"]),
