@@ -38,6 +38,7 @@
 
 #![deny(missing_docs)]
 
+pub mod cpu;
 pub mod emit;
 pub mod lower;
 pub mod passes;
@@ -202,6 +203,12 @@ pub enum CompileError {
         /// Map name.
         name: String,
         /// What is wrong.
+        what: String,
+    },
+    /// The native code generator failed (a Cranelift error or an internal error).
+    #[error("native code generator: {what}")]
+    Backend {
+        /// What failed.
         what: String,
     },
     /// The program is empty.
