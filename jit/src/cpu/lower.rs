@@ -192,6 +192,9 @@ struct Lower<'a, 'b> {
     /// Start of the live stack (`r10 - 512`) and its length (`stack_top - lo`).
     lo: Value,
     span: Value,
+    /// `Rt::hot_r` and `Rt::hot_w` (`[start, end)`), kept in variables.
+    hot_r: [Variable; 2],
+    hot_w: [Variable; 2],
     blocks: HashMap<usize, Block>,
     bail: Block,
     limit: Block,
@@ -263,6 +266,8 @@ pub(crate) fn lower_function(e: &FnEnv, mut b: FunctionBuilder) -> Result<(), Co
         blocks.entry(t as usize).or_insert_with(|| b.create_block());
     }
 
+    let hot_r = [b.declare_var(I64), b.declare_var(I64)];
+    let hot_w = [b.declare_var(I64), b.declare_var(I64)];
     let mut lw = Lower {
         e,
         b,
@@ -272,6 +277,8 @@ pub(crate) fn lower_function(e: &FnEnv, mut b: FunctionBuilder) -> Result<(), Co
         r10,
         lo,
         span,
+        hot_r,
+        hot_w,
         blocks,
         bail,
         limit,
@@ -280,12 +287,12 @@ pub(crate) fn lower_function(e: &FnEnv, mut b: FunctionBuilder) -> Result<(), Co
         sig_fault,
         pending: Vec::new(),
     };
+    lw.reload_hot(true, true);
     if e.entry {
         // The interpreter charges the first run before the first instruction.
         let c = e.front.run_len[0];
         let next = lw.b.create_block();
-        let pc0 = lw.b.ins().iconst(I64, 0);
-        lw.charge(c, pc0, next);
+        lw.charge(c, 0, next);
         lw.b.switch_to_block(next);
     }
     lw.body()?;
@@ -326,18 +333,41 @@ impl Lower<'_, '_> {
     }
 
     /// Charges `c` instructions (error at `pc` when the budget is short), then jumps to
-    /// `to`. Terminates the current block.
-    fn charge(&mut self, c: u64, pc: Value, to: Block) {
+    /// `to`. Terminates the current block. The budget is kept below 2^63, so "short" is
+    /// "negative after the subtraction".
+    fn charge(&mut self, c: u64, pc: usize, to: Block) {
         let l = self.b.use_var(self.left);
-        let short = self
-            .b
-            .ins()
-            .icmp_imm_s(IntCC::UnsignedLessThan, l, c as i64);
         let l2 = self.b.ins().iadd_imm_s(l, -(c as i64));
         self.b.def_var(self.left, l2);
+        let short = self.b.ins().icmp_imm_s(IntCC::SignedLessThan, l2, 0);
+        let lim = self.fault_block(fault::LIMIT, pc, None);
+        self.b.ins().brif(short, lim, &[], to, &[]);
+    }
+
+    /// [`Self::charge`] with the error location in a value.
+    fn charge_dyn(&mut self, c: u64, pc: Value, to: Block) {
+        let l = self.b.use_var(self.left);
+        let l2 = self.b.ins().iadd_imm_s(l, -(c as i64));
+        self.b.def_var(self.left, l2);
+        let short = self.b.ins().icmp_imm_s(IntCC::SignedLessThan, l2, 0);
         self.b
             .ins()
             .brif(short, self.limit, &[BlockArg::Value(pc)], to, &[]);
+    }
+
+    /// Reloads the cached regions from `rt` (after a call that may have changed them).
+    fn reload_hot(&mut self, read: bool, write: bool) {
+        for (on, off, vars) in [
+            (read, OFF_HOT_R, self.hot_r),
+            (write, OFF_HOT_W, self.hot_w),
+        ] {
+            if on {
+                let s = self.b.ins().load(I64, TRUSTED, self.rt, off);
+                let e = self.b.ins().load(I64, TRUSTED, self.rt, off + 8);
+                self.b.def_var(vars[0], s);
+                self.b.def_var(vars[1], e);
+            }
+        }
     }
 
     fn store_left(&mut self) {
@@ -377,8 +407,7 @@ impl Lower<'_, '_> {
     fn edge(&mut self, pc: usize, target: usize) {
         let to = self.blocks[&target];
         let c = self.e.front.run_len[target];
-        let pcv = self.b.ins().iconst(I64, pc as i64);
-        self.charge(c, pcv, to);
+        self.charge(c, pc, to);
     }
 
     fn body(&mut self) -> Result<(), CompileError> {
@@ -498,8 +527,7 @@ impl Lower<'_, '_> {
                 // Falling through starts a new run at pc + 1.
                 let c = self.e.front.run_len[pc + 1];
                 let next = self.b.create_block();
-                let pcv = self.b.ins().iconst(I64, pc as i64);
-                self.charge(c, pcv, next);
+                self.charge(c, pc, next);
                 self.b.switch_to_block(next);
             }
             OpKind::Call => self.helper(pc, i.imm),
@@ -697,19 +725,13 @@ impl Lower<'_, '_> {
             return a;
         }
         let ok = self.b.create_block();
-        let hot = self.b.create_block();
+        let stack = self.b.create_block();
         let slow = self.b.create_block();
         self.b.set_cold_block(slow);
-        // 1. the live stack: a - lo <= span - n
-        let t = self.b.ins().isub(a, self.lo);
-        let lim = self.b.ins().iadd_imm_s(self.span, -n);
-        let in_stack = self.b.ins().icmp(IntCC::UnsignedLessThanOrEqual, t, lim);
-        self.b.ins().brif(in_stack, ok, &[], hot, &[]);
-        // 2. the cached region: start <= a <= end - n
-        self.b.switch_to_block(hot);
-        let off_hot = if write { OFF_HOT_W } else { OFF_HOT_R };
-        let start = self.b.ins().load(I64, TRUSTED, self.rt, off_hot);
-        let end = self.b.ins().load(I64, TRUSTED, self.rt, off_hot + 8);
+        // 1. the cached region: start <= a <= end - n
+        let vars = if write { self.hot_w } else { self.hot_r };
+        let start = self.b.use_var(vars[0]);
+        let end = self.b.use_var(vars[1]);
         let c1 = self
             .b
             .ins()
@@ -717,7 +739,13 @@ impl Lower<'_, '_> {
         let end_n = self.b.ins().iadd_imm_s(end, -n);
         let c2 = self.b.ins().icmp(IntCC::UnsignedLessThanOrEqual, a, end_n);
         let both = self.b.ins().band(c1, c2);
-        self.b.ins().brif(both, ok, &[], slow, &[]);
+        self.b.ins().brif(both, ok, &[], stack, &[]);
+        // 2. the live stack: a - lo <= span - n
+        self.b.switch_to_block(stack);
+        let t = self.b.ins().isub(a, self.lo);
+        let lim = self.b.ins().iadd_imm_s(self.span, -n);
+        let in_stack = self.b.ins().icmp(IntCC::UnsignedLessThanOrEqual, t, lim);
+        self.b.ins().brif(in_stack, ok, &[], slow, &[]);
         // 3. the interpreter's region walk
         self.b.switch_to_block(slow);
         self.store_left();
@@ -732,6 +760,7 @@ impl Lower<'_, '_> {
             .ins()
             .call_indirect(self.sig_check, f, &[self.rt, a, nw, self.r10, pcv]);
         let r = self.b.inst_results(call)[0];
+        self.reload_hot(!write, write);
         self.b.ins().brif(r, ok, &[], self.bail, &[]);
         self.b.switch_to_block(ok);
         a
@@ -812,6 +841,9 @@ impl Lower<'_, '_> {
         let call = self.b.ins().call_indirect(self.sig_helper, f, &args);
         let r0 = self.b.inst_results(call)[0];
         self.status_check();
+        if id == ebpf::helpers::RINGBUF_SUBMIT || id == ebpf::helpers::RINGBUF_DISCARD {
+            self.reload_hot(true, true);
+        }
         self.set(0, r0);
     }
 
@@ -834,8 +866,7 @@ impl Lower<'_, '_> {
         self.b.switch_to_block(cont);
         // The callee's first run.
         let next = self.b.create_block();
-        let pcv = self.b.ins().iconst(I64, pc as i64);
-        self.charge(self.e.front.run_len[target], pcv, next);
+        self.charge(self.e.front.run_len[target], pc, next);
         self.b.switch_to_block(next);
         self.store_left();
         let mut args = vec![self.rt];
@@ -849,11 +880,12 @@ impl Lower<'_, '_> {
         self.status_check();
         let l = self.b.ins().load(I64, TRUSTED, self.rt, OFF_LEFT);
         self.b.def_var(self.left, l);
+        self.reload_hot(true, true);
         self.set(0, r0);
         // The run after the call, charged at the callee's exit.
         let ret_pc = self.b.ins().load(I64, TRUSTED, self.rt, OFF_RET_PC);
         let next = self.b.create_block();
-        self.charge(self.e.front.run_len[pc + 1], ret_pc, next);
+        self.charge_dyn(self.e.front.run_len[pc + 1], ret_pc, next);
         self.b.switch_to_block(next);
         Ok(())
     }

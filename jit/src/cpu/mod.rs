@@ -211,10 +211,12 @@ impl CpuProgram {
     }
 
     fn enter(&self, run: &mut NativeRun, e: NativeEntry) -> u64 {
+        // Budgets are kept below 2^63 (the code tests "negative after subtracting").
+        let budget = e.budget.min(i64::MAX as u64);
         let mut rt = Rt {
             hot_r: EMPTY_HOT,
             hot_w: EMPTY_HOT,
-            left: e.budget,
+            left: budget,
             status: 0,
             stack_top: e.stack_top,
             ret_pc: 0,
@@ -224,7 +226,7 @@ impl CpuProgram {
         // caller passes the same `Vm`); `rt` and `run` outlive the call and nothing else
         // uses `run` during it; the stack from `stack_base` to `stack_top` is the run's.
         let r0 = unsafe { (self.entry)(&mut rt, e.r1, e.r2, 0, 0, 0, e.stack_top) };
-        run.set_left(rt.left);
+        run.set_left(rt.left + (e.budget - budget));
         r0
     }
 
