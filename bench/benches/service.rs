@@ -73,6 +73,7 @@ fn service_role(name: &str) {
         },
         metrics: None,
         max_insns: 10_000_000,
+        engine: jit::cpu::Engine::default(),
         cuda: Default::default(),
     })
     .unwrap();

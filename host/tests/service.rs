@@ -40,6 +40,7 @@ fn config(name: &str) -> ServiceConfig {
         },
         metrics: None,
         max_insns: 10_000_000,
+        engine: jit::cpu::Engine::default(),
         cuda: Default::default(),
     }
 }
