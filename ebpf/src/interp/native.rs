@@ -151,7 +151,9 @@ impl NativeRun<'_> {
 
 impl Vm {
     /// [`Vm::run_job`] with native code as the body: the same ctx, regions and helper
-    /// environment; `body` returns r0 (ignored when it recorded an error).
+    /// environment; `body` returns r0 (ignored when it recorded an error). `zero_stack`:
+    /// zero the entry frame as the interpreter does; code that never reads the stack may
+    /// skip it.
     #[expect(
         clippy::too_many_arguments,
         reason = "run_job's arguments plus the body"
@@ -164,6 +166,7 @@ impl Vm {
         n: u64,
         args: [u64; 4],
         env: &mut Env,
+        zero_stack: bool,
         body: &mut dyn FnMut(&mut NativeRun, NativeEntry) -> u64,
     ) -> Result<u64, ExecError> {
         let data = input.as_ptr() as u64;
@@ -198,7 +201,7 @@ impl Vm {
                 name: "output",
             },
         ];
-        let r = self.run_native(ctx_addr, 0, fixed, Geo { index, n }, env, body);
+        let r = self.run_native(ctx_addr, 0, fixed, Geo { index, n }, env, zero_stack, body);
         std::hint::black_box(&ctx);
         r
     }
@@ -208,6 +211,7 @@ impl Vm {
         &self,
         mem: &mut [u8],
         env: &mut Env,
+        zero_stack: bool,
         body: &mut dyn FnMut(&mut NativeRun, NativeEntry) -> u64,
     ) -> Result<u64, ExecError> {
         let start = mem.as_mut_ptr() as u64;
@@ -233,8 +237,14 @@ impl Vm {
             fixed,
             Geo { index: 0, n: 1 },
             env,
+            zero_stack,
             body,
         )
+    }
+
+    /// [`crate::maps::MapOps::array_layout`] of bound map `i`.
+    pub fn map_array_layout(&self, i: usize) -> Option<(usize, usize, u32)> {
+        self.maps.get(i)?.array_layout()
     }
 
     /// The value `ld_imm64` at `pc` loads (map handles and global-data addresses resolved),
@@ -244,6 +254,10 @@ impl Vm {
         (s.op == super::decode::Op::LdImm64).then_some(s.imm)
     }
 
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "the run's setup, as Vm::run takes it"
+    )]
     fn run_native(
         &self,
         r1: u64,
@@ -251,11 +265,14 @@ impl Vm {
         fixed: [Region; 3],
         geo: Geo,
         env: &mut Env,
+        zero_stack: bool,
         body: &mut dyn FnMut(&mut NativeRun, NativeEntry) -> u64,
     ) -> Result<u64, ExecError> {
         env.resv.clear();
         let words = env.stack.len();
-        env.stack[words - FRAME_SIZE / 8..].fill(0);
+        if zero_stack {
+            env.stack[words - FRAME_SIZE / 8..].fill(0);
+        }
         let base = env.stack.as_mut_ptr() as u64;
         let top = base + (words * 8) as u64;
         let budget = env.max_insns;

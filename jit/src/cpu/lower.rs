@@ -18,8 +18,8 @@
 //! | other load / store         | inline: live stack range, then the cached region (`Rt::hot_r/w`); else `jit_check` (the interpreter's region walk) |
 //! | atomics                    | the check, an alignment check, `atomic_rmw` / `atomic_cas` (sequentially consistent) |
 //! | jumps (64 and 32 bits)     | `icmp` + `brif`; each edge charges the budget                     |
-//! | `call` helper              | `call_indirect` of `jit_helper` (the interpreter's helper table), then a status check |
-//! | `call` local               | depth check, direct call with r1..r5 and `r10 − 512`, status check |
+//! | `call` helper              | `call_indirect` of `jit_helper` (the interpreter's helper table), then a status check; `map_lookup_elem` on an array map known from a `ld_imm64` in the same stretch is inline (`MapOps::array_layout`), the helper taking over for key pointers outside the cached region and the stack |
+//! | `call` local               | depth check, callee frame zeroed (`jit_zero_frame`), direct call with r1..r5 and `r10 − 512`, status check |
 //! | `exit`                     | store the budget, `return r0`                                      |
 //!
 //! The instruction budget is charged exactly as the interpreter charges it (a straight-line
@@ -60,6 +60,28 @@ pub(crate) struct Front {
     /// The interpreter's run lengths (`ebpf::interp` `decode::run_lengths`), one per slot
     /// plus the end-of-program sentinel.
     pub run_len: Vec<u64>,
+    /// Whether the program may read stack memory: r10 used other than as the base of a
+    /// store. When it may not, frames need not be zeroed (nothing can observe them).
+    pub reads_stack: bool,
+}
+
+/// Whether `d` may lead to a read of stack memory (see [`Front::reads_stack`]).
+fn may_read_stack(d: &Dec) -> bool {
+    let i = d.insn;
+    match d.op.kind() {
+        OpKind::Store { src, .. } => src == Src::Reg && i.src == FRAME_PTR,
+        OpKind::Alu { src, .. } | OpKind::Jmp { src, .. } => src == Src::Reg && i.src == FRAME_PTR,
+        OpKind::Load { .. } => i.src == FRAME_PTR,
+        OpKind::Atomic { .. } => i.dst == FRAME_PTR || i.src == FRAME_PTR,
+        OpKind::End { .. }
+        | OpKind::Ld64(_)
+        | OpKind::Ja
+        | OpKind::JaLong
+        | OpKind::Call
+        | OpKind::CallLocal
+        | OpKind::CallKfunc
+        | OpKind::Exit => false,
+    }
 }
 
 fn ends_run(k: OpKind) -> bool {
@@ -109,10 +131,12 @@ pub(crate) fn front(prog: &Program) -> Result<Front, CompileError> {
         let next = pc + if d.op.is_wide() { 2 } else { 1 };
         run_len[pc] = run_len.get(next).map_or(1, |l| l + 1);
     }
+    let reads_stack = dec.iter().flatten().any(may_read_stack);
     Ok(Front {
         dec,
         starts,
         run_len,
+        reads_stack,
     })
 }
 
@@ -201,6 +225,10 @@ struct Lower<'a, 'b> {
     sig_helper: ir::SigRef,
     sig_check: ir::SigRef,
     sig_fault: ir::SigRef,
+    sig_zero: ir::SigRef,
+    /// The map whose handle each register holds, on the current straight-line stretch
+    /// (from `ld_imm64 map_idx`; forgotten at labels, calls and writes).
+    known_map: [Option<usize>; 11],
     /// Fault blocks to fill: `(block, kind, pc, address)`.
     pending: Vec<(Block, u64, usize, Option<Value>)>,
 }
@@ -243,6 +271,11 @@ pub(crate) fn lower_function(e: &FnEnv, mut b: FunctionBuilder) -> Result<(), Co
     let sig_helper = b.import_signature(helper_signature(cc));
     let sig_check = b.import_signature(check_signature(cc));
     let sig_fault = b.import_signature(fault_signature(cc));
+    let sig_zero = b.import_signature({
+        let mut s = Signature::new(cc);
+        s.params.push(AbiParam::new(I64));
+        s
+    });
 
     // Blocks at jump targets.
     let mut blocks = HashMap::new();
@@ -285,6 +318,8 @@ pub(crate) fn lower_function(e: &FnEnv, mut b: FunctionBuilder) -> Result<(), Co
         sig_helper,
         sig_check,
         sig_fault,
+        sig_zero,
+        known_map: [None; 11],
         pending: Vec::new(),
     };
     lw.reload_hot(true, true);
@@ -325,6 +360,7 @@ impl Lower<'_, '_> {
     }
 
     fn set(&mut self, r: u8, v: Value) {
+        self.known_map[r as usize] = None;
         self.b.def_var(self.regs[r as usize], v);
     }
 
@@ -420,6 +456,7 @@ impl Lower<'_, '_> {
                     self.b.ins().jump(blk, &[]);
                 }
                 self.b.switch_to_block(blk);
+                self.known_map = [None; 11];
                 open = true;
             }
             let Some(d) = e.front.dec[pc] else {
@@ -475,6 +512,9 @@ impl Lower<'_, '_> {
                 };
                 let c = self.b.ins().iconst(I64, v as i64);
                 self.set(i.dst, c);
+                if let OpKind::Ld64(ebpf::isa::Ld64Kind::MapIdx) = d.op.kind() {
+                    self.known_map[i.dst as usize] = Some(i.imm as u32 as usize);
+                }
             }
             OpKind::Load { size, sign_extend } => {
                 let n = size.bytes() as i64;
@@ -824,6 +864,75 @@ impl Lower<'_, '_> {
     }
 
     fn helper(&mut self, pc: usize, id: i32) {
+        if id == ebpf::helpers::MAP_LOOKUP_ELEM
+            && let Some(m) = self.known_map[1]
+            && let Some(layout) = self.e.vm.map_array_layout(m)
+        {
+            self.inline_array_lookup(pc, id, layout);
+            self.known_map = [None; 11];
+            return;
+        }
+        self.known_map = [None; 11];
+        self.helper_call(pc, id);
+    }
+
+    /// `map_lookup_elem` on an array map known at compile time: the key read inline (when
+    /// it lies in the cached region or the live stack), `base + key * stride` or NULL; any
+    /// other key pointer goes to the helper, which reports the interpreter's error.
+    fn inline_array_lookup(
+        &mut self,
+        pc: usize,
+        id: i32,
+        (base, stride, entries): (usize, usize, u32),
+    ) {
+        let key_ptr = self.reg(2);
+        let fast = self.b.create_block();
+        let stack = self.b.create_block();
+        let slow = self.b.create_block();
+        let done = self.b.create_block();
+        self.b.append_block_param(done, I64);
+        self.b.set_cold_block(slow);
+        let start = self.b.use_var(self.hot_r[0]);
+        let end = self.b.use_var(self.hot_r[1]);
+        let c1 = self
+            .b
+            .ins()
+            .icmp(IntCC::UnsignedGreaterThanOrEqual, key_ptr, start);
+        let end_n = self.b.ins().iadd_imm_s(end, -4);
+        let c2 = self
+            .b
+            .ins()
+            .icmp(IntCC::UnsignedLessThanOrEqual, key_ptr, end_n);
+        let both = self.b.ins().band(c1, c2);
+        self.b.ins().brif(both, fast, &[], stack, &[]);
+        self.b.switch_to_block(stack);
+        let t = self.b.ins().isub(key_ptr, self.lo);
+        let lim = self.b.ins().iadd_imm_s(self.span, -4);
+        let in_stack = self.b.ins().icmp(IntCC::UnsignedLessThanOrEqual, t, lim);
+        self.b.ins().brif(in_stack, fast, &[], slow, &[]);
+        // fast: the key, then the entry or NULL
+        self.b.switch_to_block(fast);
+        let key = self.b.ins().uload32(mem_flags(), key_ptr, 0);
+        let inb = self
+            .b
+            .ins()
+            .icmp_imm_u(IntCC::UnsignedLessThan, key, entries as i64);
+        let off = self.b.ins().imul_imm_u(key, stride as i64);
+        let addr = self.b.ins().iadd_imm_u(off, base as i64);
+        let z = self.b.ins().iconst(I64, 0);
+        let r0 = self.b.ins().select(inb, addr, z);
+        self.b.ins().jump(done, &[BlockArg::Value(r0)]);
+        // slow: the helper itself
+        self.b.switch_to_block(slow);
+        self.helper_call(pc, id);
+        let r0 = self.reg(0);
+        self.b.ins().jump(done, &[BlockArg::Value(r0)]);
+        self.b.switch_to_block(done);
+        let r0 = self.b.block_params(done)[0];
+        self.set(0, r0);
+    }
+
+    fn helper_call(&mut self, pc: usize, id: i32) {
         self.store_left();
         let f = self
             .b
@@ -848,6 +957,7 @@ impl Lower<'_, '_> {
     }
 
     fn call_local(&mut self, pc: usize, i: Insn) -> Result<(), CompileError> {
+        self.known_map = [None; 11];
         let target = (pc as i64 + 1 + i.imm as i64) as usize;
         let Some(&callee) = self.e.ids.get(&target) else {
             return Err(self.err(pc, "call target is not a function start"));
@@ -875,6 +985,15 @@ impl Lower<'_, '_> {
         }
         let r10 = self.b.ins().iadd_imm_s(self.r10, -FRAME);
         args.push(r10);
+        if self.e.front.reads_stack {
+            // The callee's frame starts zeroed, as in the interpreter.
+            let lo = self.b.ins().iadd_imm_s(r10, -FRAME);
+            let z = self
+                .b
+                .ins()
+                .iconst(I64, runtime::jit_zero_frame as *const () as usize as i64);
+            self.b.ins().call_indirect(self.sig_zero, z, &[lo]);
+        }
         let call = self.b.ins().call(callee, &args);
         let r0 = self.b.inst_results(call)[0];
         self.status_check();

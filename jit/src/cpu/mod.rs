@@ -56,6 +56,8 @@ type EntryFn = unsafe extern "C" fn(*mut Rt, u64, u64, u64, u64, u64, u64) -> u6
 /// A compiled program: machine code plus its entry point.
 pub struct CpuProgram {
     module: Option<JITModule>,
+    /// Whether the code may read the stack (else the entry frame need not be zeroed).
+    reads_stack: bool,
     entry: EntryFn,
     compile_time: Duration,
     insns: usize,
@@ -120,7 +122,7 @@ pub fn compile(vm: &Vm, opts: &CpuJitOptions) -> Result<CpuProgram, CompileError
     }
     // Cranelift reports most problems as errors, but a panic is an internal error too.
     let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| compile_inner(vm)));
-    let (module, entry) = match r {
+    let (module, entry, reads_stack) = match r {
         Ok(r) => r?,
         Err(p) => {
             let what = p
@@ -140,13 +142,14 @@ pub fn compile(vm: &Vm, opts: &CpuJitOptions) -> Result<CpuProgram, CompileError
     );
     Ok(CpuProgram {
         module: Some(module),
+        reads_stack,
         entry,
         compile_time,
         insns: vm.program().insns.len(),
     })
 }
 
-fn compile_inner(vm: &Vm) -> Result<(JITModule, EntryFn), CompileError> {
+fn compile_inner(vm: &Vm) -> Result<(JITModule, EntryFn, bool), CompileError> {
     let prog = vm.program();
     let front = lower::front(prog)?;
     let isa = ISA.as_ref().map_err(backend)?.clone();
@@ -196,7 +199,7 @@ fn compile_inner(vm: &Vm) -> Result<(JITModule, EntryFn), CompileError> {
     // SAFETY: the function at pc 0 was defined with `lower::func_signature`, which is the
     // `EntryFn` ABI on this target's default calling convention (the C one).
     let entry = unsafe { std::mem::transmute::<*const u8, EntryFn>(code) };
-    Ok((module, entry))
+    Ok((module, entry, front.reads_stack))
 }
 
 impl CpuProgram {
@@ -242,13 +245,20 @@ impl CpuProgram {
         args: [u64; 4],
         env: &mut Env,
     ) -> Result<u64, ExecError> {
-        vm.run_job_native(input, output, index, n, args, env, &mut |run, e| {
-            self.enter(run, e)
-        })
+        vm.run_job_native(
+            input,
+            output,
+            index,
+            n,
+            args,
+            env,
+            self.reads_stack,
+            &mut |run, e| self.enter(run, e),
+        )
     }
 
     /// [`Vm::run_mem`] on native code. `vm` must be the `Vm` this program was compiled from.
     pub fn run_mem(&self, vm: &Vm, mem: &mut [u8], env: &mut Env) -> Result<u64, ExecError> {
-        vm.run_mem_native(mem, env, &mut |run, e| self.enter(run, e))
+        vm.run_mem_native(mem, env, self.reads_stack, &mut |run, e| self.enter(run, e))
     }
 }

@@ -189,5 +189,16 @@ pub(crate) unsafe extern "C" fn jit_fault(rt: *mut Rt, kind: u64, pc: u64, a: u6
     rt.status = STATUS_FAULT;
 }
 
+/// Zeroes the frame `[lo, lo + FRAME_SIZE)` of a local call, as the interpreter does.
+///
+/// # Safety
+/// Called only by generated code, with `lo` the start of the callee's frame, inside the
+/// run's stack buffer (the depth check before the call guarantees it).
+pub(crate) unsafe extern "C" fn jit_zero_frame(lo: u64) {
+    // SAFETY: per the contract, the frame is inside the run's stack buffer, which nothing
+    // else uses while generated code runs.
+    unsafe { std::ptr::write_bytes(lo as *mut u8, 0, FRAME_SIZE) };
+}
+
 /// Bytes of one stack frame, as a code constant.
 pub(crate) const FRAME: i64 = FRAME_SIZE as i64;
