@@ -206,13 +206,29 @@ pub struct OursJit {
 }
 
 impl OursJit {
-    /// Compiles `p` with fresh in-process maps (no code cache, so each is compiled).
+    /// Compiles `p` with fresh in-process maps (no code cache, so each is compiled), as
+    /// the service does: verified (`CpuJitOptions::verified`).
     pub fn new(p: &BenchProgram) -> OursJit {
+        OursJit::with_options(p, &jit::cpu::CpuJitOptions::verified())
+    }
+
+    /// [`OursJit::new`] with other options. Options that trust the verifier are only
+    /// given programs it accepts (checked here).
+    pub fn with_options(p: &BenchProgram, opts: &jit::cpu::CpuJitOptions) -> OursJit {
         let vm = Ours::new(p).vm;
+        if opts.trust_verifier {
+            let vopts = ebpf::verifier::VerifyOptions {
+                ctx: ebpf::verifier::CtxKind::Mem { len: p.mem_len },
+                ..Default::default()
+            };
+            if let Err(e) = ebpf::verifier::verify(vm.program(), &vopts) {
+                panic!("{}: the verifier rejects it: {e}", p.name);
+            }
+        }
         let ex = jit::cpu::Executor::with_options(
             vm,
             jit::cpu::Engine::Jit,
-            &jit::cpu::CpuJitOptions::default(),
+            opts,
             &jit::cpu::CodeCache::default(),
         );
         assert_eq!(ex.engine(), jit::cpu::Engine::Jit, "{} compiles", p.name);

@@ -323,13 +323,13 @@ struct Outcome {
     insns: u64,
 }
 
-fn run(p: &Program, mem0: &[u8], jit: bool) -> Outcome {
+fn run(p: &Program, mem0: &[u8], jit: Option<&CpuJitOptions>) -> Outcome {
     let maps: Vec<Arc<dyn MapOps>> = p.maps.iter().map(|d| create_local(d, 1).unwrap()).collect();
     let vm = Vm::new(p, maps.clone()).expect("decodes");
     let mut mem = mem0.to_vec();
     let mut env = Env::new(0);
-    let r0 = if jit {
-        let c = jit::cpu::compile(&vm, &CpuJitOptions::default())
+    let r0 = if let Some(opts) = jit {
+        let c = jit::cpu::compile(&vm, opts)
             .unwrap_or_else(|e| panic!("compile failed: {e}\n{}", disasm(&p.insns)));
         c.run_mem(&vm, &mut mem, &mut env)
     } else {
@@ -375,13 +375,16 @@ fn jit_equals_interpreter_on_generated_programs() {
             continue;
         }
         let mem0: Vec<u8> = (0..MEM).map(|_| rng.r#gen()).collect();
-        let a = run(&p, &mem0, false);
-        let b = run(&p, &mem0, true);
-        let show = || disasm(&p.insns);
-        assert_eq!(a.r0, b.r0, "r0 differs\n{}", show());
-        assert_eq!(a.mem, b.mem, "memory differs\n{}", show());
-        assert_eq!(a.maps, b.maps, "maps differ\n{}", show());
-        assert_eq!(a.insns, b.insns, "instruction counts differ\n{}", show());
+        let a = run(&p, &mem0, None);
+        // Both JIT modes: every access checked, and trusting the verifier.
+        for opts in [CpuJitOptions::default(), CpuJitOptions::verified()] {
+            let b = run(&p, &mem0, Some(&opts));
+            let show = || format!("{opts:?}\n{}", disasm(&p.insns));
+            assert_eq!(a.r0, b.r0, "r0 differs\n{}", show());
+            assert_eq!(a.mem, b.mem, "memory differs\n{}", show());
+            assert_eq!(a.maps, b.maps, "maps differ\n{}", show());
+            assert_eq!(a.insns, b.insns, "instruction counts differ\n{}", show());
+        }
         faults += a.r0.is_err() as usize;
         compared += 1;
     }

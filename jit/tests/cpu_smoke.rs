@@ -82,6 +82,7 @@ fn forced_internal_error_falls_back_to_the_interpreter() {
     let v = vm("r0 = 42\nexit", &[]);
     let opts = CpuJitOptions {
         inject_internal_error: true,
+        ..CpuJitOptions::default()
     };
     let ex = Executor::with_options(v, Engine::Jit, &opts, &CodeCache::default());
     assert_eq!(ex.engine(), Engine::Interp);

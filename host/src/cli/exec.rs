@@ -125,7 +125,12 @@ pub fn run(a: ExecArgs) -> Result<ExitCode> {
     } else {
         a.engine
     };
-    let ex = Executor::new(vm, engine);
+    // Verified for the ctx it runs with: the native code needs no bounds checks.
+    let ex = if a.no_verify {
+        Executor::new(vm, engine)
+    } else {
+        Executor::verified(vm, engine)
+    };
     if let Some(e) = ex.fallback_reason() {
         eprintln!("warning: JIT compile failed, running on the interpreter: {e}");
     }

@@ -451,8 +451,9 @@ fn load(
         Ok(vm) => vm,
         Err(e) => return err(format!("cannot prepare the program: {e}")),
     };
-    // A failed JIT compile runs on the interpreter (Executor logs the warning).
-    let exec = jit::cpu::Executor::new(vm, svc.cfg.engine);
+    // Verified above (job ctx, which is how jobs run it), so the native code needs no
+    // bounds checks; a failed JIT compile runs on the interpreter (Executor logs a warning).
+    let exec = jit::cpu::Executor::verified(vm, svc.cfg.engine);
     let (id, version) = match &old {
         Some(o) => (o.id, o.version + 1),
         None => {

@@ -64,7 +64,7 @@ impl std::str::FromStr for Engine {
 }
 
 /// Compiled programs by program hash (instructions plus the values their `ld_imm64`s
-/// resolved to, so a program bound to other maps gets other code). Entries are weak: the
+/// resolved to, so a program bound to other maps gets other code, and the options). Entries are weak: the
 /// code lives as long as an [`Executor`] uses it.
 #[derive(Default)]
 pub struct CodeCache {
@@ -86,8 +86,9 @@ impl CodeCache {
     }
 
     /// The hash a program is cached under.
-    pub fn key(vm: &Vm) -> u64 {
+    pub fn key(vm: &Vm, opts: &CpuJitOptions) -> u64 {
         let mut h = std::collections::hash_map::DefaultHasher::new();
+        opts.hash(&mut h);
         let prog = vm.program();
         for (pc, i) in prog.insns.iter().enumerate() {
             i.to_bytes().hash(&mut h);
@@ -105,7 +106,7 @@ impl CodeCache {
         vm: &Vm,
         opts: &CpuJitOptions,
     ) -> Result<(Arc<CpuProgram>, bool), CompileError> {
-        let key = Self::key(vm);
+        let key = Self::key(vm, opts);
         if !opts.inject_internal_error
             && let Some(p) = self.lock().get(&key).and_then(Weak::upgrade)
         {
@@ -158,9 +159,16 @@ impl std::fmt::Debug for Executor {
 }
 
 impl Executor {
-    /// `vm` on `engine`, through the global [`CodeCache`].
+    /// `vm` on `engine`, through the global [`CodeCache`], with every access checked
+    /// (for programs that may not have been verified).
     pub fn new(vm: Vm, engine: Engine) -> Executor {
         Executor::with_options(vm, engine, &CpuJitOptions::default(), CodeCache::global())
+    }
+
+    /// `vm` on `engine` for a program the verifier accepted for the ctx it runs with
+    /// ([`CpuJitOptions::verified`]: no bounds checks in the native code).
+    pub fn verified(vm: Vm, engine: Engine) -> Executor {
+        Executor::with_options(vm, engine, &CpuJitOptions::verified(), CodeCache::global())
     }
 
     /// `vm` on `engine`, with JIT options and a cache.

@@ -43,11 +43,40 @@ use std::sync::LazyLock;
 use std::time::{Duration, Instant};
 
 /// Options of a CPU compilation.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct CpuJitOptions {
+    /// The verifier accepted the program for the ctx it will run with, so every memory
+    /// access is proven in bounds: emit no bounds checks (the PTX back end's rule). Off:
+    /// every access the interpreter checks is checked (default).
+    pub trust_verifier: bool,
+    /// Charge the instruction budget exactly as the interpreter does (`Env::max_insns`,
+    /// `Env::last_insns`, "instruction limit exceeded"); default on. Off: no budget (the
+    /// verifier proves that verified programs terminate) and `last_insns` stays 0.
+    pub meter_budget: bool,
     /// Fault injection for tests: fail with [`CompileError::Backend`] as an internal error
     /// of the code generator would.
     pub inject_internal_error: bool,
+}
+
+impl Default for CpuJitOptions {
+    fn default() -> Self {
+        CpuJitOptions {
+            trust_verifier: false,
+            meter_budget: true,
+            inject_internal_error: false,
+        }
+    }
+}
+
+impl CpuJitOptions {
+    /// For a program the verifier accepted for the ctx it runs with: no bounds checks,
+    /// the budget metered.
+    pub fn verified() -> Self {
+        CpuJitOptions {
+            trust_verifier: true,
+            ..CpuJitOptions::default()
+        }
+    }
 }
 
 /// The signature of the generated entry: `(rt, r1, r2, r3, r4, r5, r10) -> r0`.
@@ -121,7 +150,7 @@ pub fn compile(vm: &Vm, opts: &CpuJitOptions) -> Result<CpuProgram, CompileError
         ));
     }
     // Cranelift reports most problems as errors, but a panic is an internal error too.
-    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| compile_inner(vm)));
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| compile_inner(vm, opts)));
     let (module, entry, reads_stack) = match r {
         Ok(r) => r?,
         Err(p) => {
@@ -149,7 +178,10 @@ pub fn compile(vm: &Vm, opts: &CpuJitOptions) -> Result<CpuProgram, CompileError
     })
 }
 
-fn compile_inner(vm: &Vm) -> Result<(JITModule, EntryFn, bool), CompileError> {
+fn compile_inner(
+    vm: &Vm,
+    opts: &CpuJitOptions,
+) -> Result<(JITModule, EntryFn, bool), CompileError> {
     let prog = vm.program();
     let front = lower::front(prog)?;
     let isa = ISA.as_ref().map_err(backend)?.clone();
@@ -187,6 +219,7 @@ fn compile_inner(vm: &Vm) -> Result<(JITModule, EntryFn, bool), CompileError> {
             call_conv: cc,
             frontend,
             entry: start == 0,
+            opts,
         };
         lower::lower_function(&env, FunctionBuilder::new(&mut ctx.func, &mut fctx))?;
         module
