@@ -48,6 +48,13 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 fn main() {
+    // RUST_LOG=bpftime::jit=trace prints the machine code of every compiled function.
+    if std::env::var_os("RUST_LOG").is_some() {
+        tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_writer(std::io::stderr)
+            .init();
+    }
     let filter: Option<String> = std::env::args().skip(1).find(|a| !a.starts_with("--"));
     let batches = std::env::var("BENCH_BATCHES")
         .ok()

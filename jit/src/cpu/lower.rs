@@ -248,6 +248,7 @@ pub(crate) fn lower_function(e: &FnEnv, mut b: FunctionBuilder) -> Result<(), Co
     let entry = b.create_block();
     b.append_block_params_for_function_params(entry);
     b.switch_to_block(entry);
+    b.seal_block(entry);
     let params = b.block_params(entry).to_vec();
     let rt = params[0];
     let r10 = params[6];
@@ -330,22 +331,22 @@ pub(crate) fn lower_function(e: &FnEnv, mut b: FunctionBuilder) -> Result<(), Co
         let c = e.front.run_len[0];
         let next = lw.b.create_block();
         lw.charge(c, 0, next);
-        lw.b.switch_to_block(next);
+        lw.enter(next);
     }
     lw.body()?;
 
     // Shared exits.
     for (blk, kind, pc, a) in std::mem::take(&mut lw.pending) {
-        lw.b.switch_to_block(blk);
+        lw.enter(blk);
         let pcv = lw.b.ins().iconst(I64, pc as i64);
         lw.call_fault(kind, pcv, a);
         lw.b.ins().jump(lw.bail, &[]);
     }
-    lw.b.switch_to_block(lw.bail);
+    lw.enter(lw.bail);
     lw.b.set_cold_block(lw.bail);
     let z = lw.b.ins().iconst(I64, 0);
     lw.b.ins().return_(&[z]);
-    lw.b.switch_to_block(lw.limit);
+    lw.enter(lw.limit);
     lw.b.set_cold_block(lw.limit);
     let pcv = lw.b.block_params(lw.limit)[0];
     lw.call_fault(fault::LIMIT, pcv, None);
@@ -357,6 +358,14 @@ pub(crate) fn lower_function(e: &FnEnv, mut b: FunctionBuilder) -> Result<(), Co
 }
 
 impl Lower<'_, '_> {
+    /// Switches to `blk` and seals it: every block but the jump targets gets all its
+    /// predecessors before code is placed in it, and sealing early keeps the SSA
+    /// construction of the budget and register variables linear.
+    fn enter(&mut self, blk: Block) {
+        self.b.switch_to_block(blk);
+        self.b.seal_block(blk);
+    }
+
     fn reg(&mut self, r: u8) -> Value {
         self.b.use_var(self.regs[r as usize])
     }
@@ -425,7 +434,7 @@ impl Lower<'_, '_> {
         let st = self.b.ins().load(I64, TRUSTED, self.rt, OFF_STATUS);
         let cont = self.b.create_block();
         self.b.ins().brif(st, self.bail, &[], cont, &[]);
-        self.b.switch_to_block(cont);
+        self.enter(cont);
     }
 
     fn call_fault(&mut self, kind: u64, pc: Value, a: Option<Value>) {
@@ -572,20 +581,34 @@ impl Lower<'_, '_> {
                     let to = self.blocks[&target];
                     let next = self.b.create_block();
                     self.b.ins().brif(c, to, &[], next, &[]);
-                    self.b.switch_to_block(next);
+                    self.enter(next);
                     return Ok(true);
                 }
-                let taken = self.b.create_block();
-                let fall = self.b.create_block();
-                self.b.ins().brif(c, taken, &[], fall, &[]);
-                self.b.switch_to_block(taken);
-                self.edge(pc, target);
-                self.b.switch_to_block(fall);
-                // Falling through starts a new run at pc + 1.
-                let c = self.e.front.run_len[pc + 1];
+                // Either way a new run starts: `ct` instructions at the target, `cf` at
+                // pc + 1. The budget after the edge taken is computed branch-free,
+                // `taken ? left - ct : left - cf` (a `select`); it is negative exactly when the
+                // interpreter's charge for that edge fails. So one test, then a direct
+                // branch: no edge blocks in loops, and no diamonds (which make the SSA
+                // construction of the variables quadratic).
+                let (ct, cf) = (self.e.front.run_len[target], self.e.front.run_len[pc + 1]);
+                let to = self.blocks[&target];
                 let next = self.b.create_block();
-                self.charge(c, pc, next);
-                self.b.switch_to_block(next);
+                let l = self.b.use_var(self.left);
+                let lf = self.b.ins().iadd_imm_s(l, -(cf as i64));
+                let l_new = if ct == cf {
+                    lf
+                } else {
+                    let lt = self.b.ins().iadd_imm_s(l, -(ct as i64));
+                    self.b.ins().select(c, lt, lf)
+                };
+                self.b.def_var(self.left, l_new);
+                let short = self.b.ins().icmp_imm_s(IntCC::SignedLessThan, l_new, 0);
+                let lim = self.fault_block(fault::LIMIT, pc, None);
+                let mid = self.b.create_block();
+                self.b.ins().brif(short, lim, &[], mid, &[]);
+                self.enter(mid);
+                self.b.ins().brif(c, to, &[], next, &[]);
+                self.enter(next);
             }
             OpKind::Call => self.helper(pc, i.imm),
             OpKind::CallLocal => self.call_local(pc, i)?,
@@ -802,13 +825,13 @@ impl Lower<'_, '_> {
         let both = self.b.ins().band(c1, c2);
         self.b.ins().brif(both, ok, &[], stack, &[]);
         // 2. the live stack: a - lo <= span - n
-        self.b.switch_to_block(stack);
+        self.enter(stack);
         let t = self.b.ins().isub(a, self.lo);
         let lim = self.b.ins().iadd_imm_s(self.span, -n);
         let in_stack = self.b.ins().icmp(IntCC::UnsignedLessThanOrEqual, t, lim);
         self.b.ins().brif(in_stack, ok, &[], slow, &[]);
         // 3. the interpreter's region walk
-        self.b.switch_to_block(slow);
+        self.enter(slow);
         self.store_left();
         let f = self
             .b
@@ -823,7 +846,7 @@ impl Lower<'_, '_> {
         let r = self.b.inst_results(call)[0];
         self.reload_hot(!write, write);
         self.b.ins().brif(r, ok, &[], self.bail, &[]);
-        self.b.switch_to_block(ok);
+        self.enter(ok);
         a
     }
 
@@ -839,7 +862,7 @@ impl Lower<'_, '_> {
         let bad = self.fault_block(kind, pc, Some(a));
         let cont = self.b.create_block();
         self.b.ins().brif(mis, bad, &[], cont, &[]);
-        self.b.switch_to_block(cont);
+        self.enter(cont);
         let ty = if n == 4 { I32 } else { I64 };
         let narrow = |s: &mut Self, v: Value| {
             if ty == I32 {
@@ -940,13 +963,13 @@ impl Lower<'_, '_> {
             .icmp(IntCC::UnsignedLessThanOrEqual, key_ptr, end_n);
         let both = self.b.ins().band(c1, c2);
         self.b.ins().brif(both, fast, &[], stack, &[]);
-        self.b.switch_to_block(stack);
+        self.enter(stack);
         let t = self.b.ins().isub(key_ptr, self.lo);
         let lim = self.b.ins().iadd_imm_s(self.span, -4);
         let in_stack = self.b.ins().icmp(IntCC::UnsignedLessThanOrEqual, t, lim);
         self.b.ins().brif(in_stack, fast, &[], slow, &[]);
         // fast: the key, then the entry or NULL
-        self.b.switch_to_block(fast);
+        self.enter(fast);
         let key = self.b.ins().uload32(mem_flags(), key_ptr, 0);
         let inb = self
             .b
@@ -958,11 +981,11 @@ impl Lower<'_, '_> {
         let r0 = self.b.ins().select(inb, addr, z);
         self.b.ins().jump(done, &[BlockArg::Value(r0)]);
         // slow: the helper itself
-        self.b.switch_to_block(slow);
+        self.enter(slow);
         self.helper_call(pc, id);
         let r0 = self.reg(0);
         self.b.ins().jump(done, &[BlockArg::Value(r0)]);
-        self.b.switch_to_block(done);
+        self.enter(done);
         let r0 = self.b.block_params(done)[0];
         self.set(0, r0);
     }
@@ -1008,11 +1031,11 @@ impl Lower<'_, '_> {
         let bad = self.fault_block(fault::DEPTH, pc, None);
         let cont = self.b.create_block();
         self.b.ins().brif(deep, bad, &[], cont, &[]);
-        self.b.switch_to_block(cont);
+        self.enter(cont);
         // The callee's first run.
         let next = self.b.create_block();
         self.charge(self.e.front.run_len[target], pc, next);
-        self.b.switch_to_block(next);
+        self.enter(next);
         self.store_left();
         let mut args = vec![self.rt];
         for r in 1..=5 {
@@ -1040,7 +1063,7 @@ impl Lower<'_, '_> {
         let ret_pc = self.b.ins().load(I64, TRUSTED, self.rt, OFF_RET_PC);
         let next = self.b.create_block();
         self.charge_dyn(self.e.front.run_len[pc + 1], ret_pc, next);
-        self.b.switch_to_block(next);
+        self.enter(next);
         Ok(())
     }
 }

@@ -222,9 +222,14 @@ fn compile_inner(
             opts,
         };
         lower::lower_function(&env, FunctionBuilder::new(&mut ctx.func, &mut fctx))?;
+        let disasm = tracing::enabled!(target: "bpftime::jit", tracing::Level::TRACE);
+        ctx.set_disasm(disasm);
         module
             .define_function(ids[&start], &mut ctx)
             .map_err(|e| backend(format!("function at pc {start}: {e:?}")))?;
+        if disasm && let Some(v) = ctx.compiled_code().and_then(|c| c.vcode.as_ref()) {
+            tracing::trace!(target: "bpftime::jit", pc = start, "machine code:\n{v}");
+        }
         module.clear_context(&mut ctx);
     }
     module.finalize_definitions().map_err(backend)?;
