@@ -149,7 +149,26 @@ impl NativeRun<'_> {
     }
 }
 
+impl Env {
+    /// The stack buffer for native code that needs no [`NativeRun`] (no helpers, no
+    /// checks): `(base, top)`, the entry frame zeroed first when `zero` (as every run
+    /// does). The caller sets [`Env::last_insns`] itself.
+    pub fn native_stack(&mut self, zero: bool) -> (u64, u64) {
+        let words = self.stack.len();
+        if zero {
+            self.stack[words - FRAME_SIZE / 8..].fill(0);
+        }
+        let base = self.stack.as_mut_ptr() as u64;
+        (base, base + (words * 8) as u64)
+    }
+}
+
 impl Vm {
+    /// An error at `pc`, located and disassembled as the interpreter's are.
+    pub fn native_error(&self, pc: usize, msg: String) -> ExecError {
+        self.error(pc, msg)
+    }
+
     /// [`Vm::run_job`] with native code as the body: the same ctx, regions and helper
     /// environment; `body` returns r0 (ignored when it recorded an error). `zero_stack`:
     /// zero the entry frame as the interpreter does; code that never reads the stack may

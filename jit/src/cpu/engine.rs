@@ -240,6 +240,7 @@ impl Executor {
     }
 
     /// [`Vm::run_job`] on the selected engine.
+    #[inline]
     pub fn run_job(
         &self,
         input: &[u8],
@@ -256,6 +257,7 @@ impl Executor {
     }
 
     /// [`Vm::run_mem`] on the selected engine.
+    #[inline]
     pub fn run_mem(&self, mem: &mut [u8], env: &mut Env) -> Result<u64, ExecError> {
         match &self.native {
             Some(p) => p.run_mem(&self.vm, mem, env),

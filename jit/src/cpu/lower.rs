@@ -15,7 +15,7 @@
 //! | `le` / `be` / `bswap`      | `band` (truncate), `bswap` on `i16`/`i32`/`i64`                    |
 //! | `ld_imm64`                 | `iconst` of the value the interpreter's decoder resolved (map handles, global data addresses) |
 //! | load / store at `r10 + k`, `k` in the frame | plain access, no check (the frame is always live) |
-//! | other load / store         | inline: live stack range, then the cached region (`Rt::hot_r/w`); else `jit_check` (the interpreter's region walk) |
+//! | other load / store         | trusting the verifier: plain access; else inline: the cached region (`Rt::hot_r/w`, in variables), then the live stack; else `jit_check` (the interpreter's region walk) |
 //! | atomics                    | the check, an alignment check, `atomic_rmw` / `atomic_cas` (sequentially consistent) |
 //! | jumps (64 and 32 bits)     | `icmp` + `brif`; each edge charges the budget                     |
 //! | `call` helper              | `call_indirect` of `jit_helper` (the interpreter's helper table), then a status check; `map_lookup_elem` on an array map known from a `ld_imm64` in the same stretch is inline (`MapOps::array_layout`), the helper taking over for key pointers outside the cached region and the stack |
@@ -63,6 +63,8 @@ pub(crate) struct Front {
     /// Whether the program may read stack memory: r10 used other than as the base of a
     /// store. When it may not, frames need not be zeroed (nothing can observe them).
     pub reads_stack: bool,
+    /// Whether the program calls a helper.
+    pub calls_helpers: bool,
 }
 
 /// Whether `d` may lead to a read of stack memory (see [`Front::reads_stack`]).
@@ -132,11 +134,13 @@ pub(crate) fn front(prog: &Program) -> Result<Front, CompileError> {
         run_len[pc] = run_len.get(next).map_or(1, |l| l + 1);
     }
     let reads_stack = dec.iter().flatten().any(may_read_stack);
+    let calls_helpers = dec.iter().flatten().any(|d| d.op.kind() == OpKind::Call);
     Ok(Front {
         dec,
         starts,
         run_len,
         reads_stack,
+        calls_helpers,
     })
 }
 
@@ -325,7 +329,10 @@ pub(crate) fn lower_function(e: &FnEnv, mut b: FunctionBuilder) -> Result<(), Co
         known_map: [None; 11],
         pending: Vec::new(),
     };
-    lw.reload_hot(true, true);
+    if !e.opts.trust_verifier {
+        // (Trusting the verifier, no check reads the cached regions.)
+        lw.reload_hot(true, true);
+    }
     if e.entry {
         // The interpreter charges the first run before the first instruction.
         let c = e.front.run_len[0];
@@ -1008,7 +1015,9 @@ impl Lower<'_, '_> {
         let call = self.b.ins().call_indirect(self.sig_helper, f, &args);
         let r0 = self.b.inst_results(call)[0];
         self.status_check();
-        if id == ebpf::helpers::RINGBUF_SUBMIT || id == ebpf::helpers::RINGBUF_DISCARD {
+        if !self.e.opts.trust_verifier
+            && (id == ebpf::helpers::RINGBUF_SUBMIT || id == ebpf::helpers::RINGBUF_DISCARD)
+        {
             self.reload_hot(true, true);
         }
         self.set(0, r0);
@@ -1057,7 +1066,9 @@ impl Lower<'_, '_> {
         self.status_check();
         let l = self.b.ins().load(I64, TRUSTED, self.rt, OFF_LEFT);
         self.b.def_var(self.left, l);
-        self.reload_hot(true, true);
+        if !self.e.opts.trust_verifier {
+            self.reload_hot(true, true);
+        }
         self.set(0, r0);
         // The run after the call, charged at the callee's exit.
         let ret_pc = self.b.ins().load(I64, TRUSTED, self.rt, OFF_RET_PC);

@@ -87,6 +87,9 @@ pub struct CpuProgram {
     module: Option<JITModule>,
     /// Whether the code may read the stack (else the entry frame need not be zeroed).
     reads_stack: bool,
+    /// The code calls no helper and checks nothing (it trusts the verifier): it runs
+    /// without a [`NativeRun`], its faults recorded in [`Rt::fault`].
+    direct: bool,
     entry: EntryFn,
     compile_time: Duration,
     insns: usize,
@@ -151,7 +154,7 @@ pub fn compile(vm: &Vm, opts: &CpuJitOptions) -> Result<CpuProgram, CompileError
     }
     // Cranelift reports most problems as errors, but a panic is an internal error too.
     let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| compile_inner(vm, opts)));
-    let (module, entry, reads_stack) = match r {
+    let (module, entry, front) = match r {
         Ok(r) => r?,
         Err(p) => {
             let what = p
@@ -169,9 +172,11 @@ pub fn compile(vm: &Vm, opts: &CpuJitOptions) -> Result<CpuProgram, CompileError
         us = compile_time.as_micros() as u64,
         "compiled to native code"
     );
+    let direct = opts.trust_verifier && !front.calls_helpers;
     Ok(CpuProgram {
         module: Some(module),
-        reads_stack,
+        reads_stack: front.reads_stack,
+        direct,
         entry,
         compile_time,
         insns: vm.program().insns.len(),
@@ -181,7 +186,7 @@ pub fn compile(vm: &Vm, opts: &CpuJitOptions) -> Result<CpuProgram, CompileError
 fn compile_inner(
     vm: &Vm,
     opts: &CpuJitOptions,
-) -> Result<(JITModule, EntryFn, bool), CompileError> {
+) -> Result<(JITModule, EntryFn, lower::Front), CompileError> {
     let prog = vm.program();
     let front = lower::front(prog)?;
     let isa = ISA.as_ref().map_err(backend)?.clone();
@@ -237,7 +242,7 @@ fn compile_inner(
     // SAFETY: the function at pc 0 was defined with `lower::func_signature`, which is the
     // `EntryFn` ABI on this target's default calling convention (the C one).
     let entry = unsafe { std::mem::transmute::<*const u8, EntryFn>(code) };
-    Ok((module, entry, front.reads_stack))
+    Ok((module, entry, front))
 }
 
 impl CpuProgram {
@@ -262,6 +267,7 @@ impl CpuProgram {
             stack_top: e.stack_top,
             ret_pc: 0,
             run: run as *mut NativeRun as *mut (),
+            fault: [0; 3],
         };
         // SAFETY: `entry` is this module's code for the program `vm` was built from (the
         // caller passes the same `Vm`); `rt` and `run` outlive the call and nothing else
@@ -269,6 +275,37 @@ impl CpuProgram {
         let r0 = unsafe { (self.entry)(&mut rt, e.r1, e.r2, 0, 0, 0, e.stack_top) };
         run.set_left(rt.left + (e.budget - budget));
         r0
+    }
+
+    /// A run without [`NativeRun`] (see `direct`): r1, r2 as given.
+    #[inline]
+    fn run_direct(&self, vm: &Vm, r1: u64, r2: u64, env: &mut Env) -> Result<u64, ExecError> {
+        let (_, top) = env.native_stack(self.reads_stack);
+        let budget = env.max_insns.min(i64::MAX as u64);
+        let mut rt = Rt {
+            hot_r: EMPTY_HOT,
+            hot_w: EMPTY_HOT,
+            left: budget,
+            status: 0,
+            stack_top: top,
+            ret_pc: 0,
+            run: std::ptr::null_mut(),
+            fault: [0; 3],
+        };
+        // SAFETY: `entry` is this module's code for `vm`'s program, compiled with no helper
+        // call and no check (so it never uses `rt.run`); `rt` outlives the call; the stack
+        // below `top` is `env`'s, borrowed for the call; r1 (and r2) describe memory the
+        // caller keeps alive for the call.
+        let r0 = unsafe { (self.entry)(&mut rt, r1, r2, 0, 0, 0, top) };
+        let left = rt.left + (env.max_insns - budget);
+        env.last_insns = env.max_insns - left.min(env.max_insns);
+        if rt.status == runtime::STATUS_FAULT {
+            let [kind, pc, a] = rt.fault;
+            return Err(
+                vm.native_error(pc as usize, runtime::fault_message(kind, a, env.max_insns))
+            );
+        }
+        Ok(r0)
     }
 
     /// [`Vm::run_job`] on native code. `vm` must be the `Vm` this program was compiled from.
@@ -283,6 +320,22 @@ impl CpuProgram {
         args: [u64; 4],
         env: &mut Env,
     ) -> Result<u64, ExecError> {
+        if self.direct {
+            let data = input.as_ptr() as u64;
+            let out = output.as_mut_ptr() as u64;
+            let ctx = ebpf::program::JobCtx {
+                data,
+                data_end: data + input.len() as u64,
+                out,
+                out_end: out + output.len() as u64,
+                index,
+                n,
+                args,
+            };
+            let r = self.run_direct(vm, &ctx as *const _ as u64, 0, env);
+            std::hint::black_box(&ctx);
+            return r;
+        }
         vm.run_job_native(
             input,
             output,
@@ -296,7 +349,11 @@ impl CpuProgram {
     }
 
     /// [`Vm::run_mem`] on native code. `vm` must be the `Vm` this program was compiled from.
+    #[inline]
     pub fn run_mem(&self, vm: &Vm, mem: &mut [u8], env: &mut Env) -> Result<u64, ExecError> {
+        if self.direct {
+            return self.run_direct(vm, mem.as_mut_ptr() as u64, mem.len() as u64, env);
+        }
         vm.run_mem_native(mem, env, self.reads_stack, &mut |run, e| self.enter(run, e))
     }
 }

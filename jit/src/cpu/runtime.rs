@@ -31,8 +31,11 @@ pub struct Rt {
     pub stack_top: u64,
     /// pc of the `exit` a sub-function returned through.
     pub ret_pc: u64,
-    /// The interpreter state of the run (`*mut NativeRun`).
+    /// The interpreter state of the run (`*mut NativeRun`); null in direct runs (code
+    /// that calls no helper and checks nothing), whose faults go to `fault`.
     pub run: *mut (),
+    /// `(kind, pc, address)` of the fault of a direct run.
+    pub fault: [u64; 3],
 }
 
 /// An empty hot-region cache: `a >= start` holds only for `u64::MAX`, and then
@@ -168,25 +171,41 @@ pub(crate) unsafe extern "C" fn jit_helper(
 /// Called only by generated code, with the run's [`Rt`].
 pub(crate) unsafe extern "C" fn jit_fault(rt: *mut Rt, kind: u64, pc: u64, a: u64) {
     // SAFETY: generated code passes its own live Rt.
+    let direct = unsafe { (*rt).run.is_null() };
+    if direct {
+        // SAFETY: as above.
+        let rt = unsafe { &mut *rt };
+        rt.fault = [kind, pc, a];
+        if kind == fault::LIMIT {
+            rt.left = 0;
+        }
+        rt.status = STATUS_FAULT;
+        return;
+    }
+    // SAFETY: generated code passes its own live Rt, with its run.
     let (rt, run) = unsafe { parts(rt) };
     let pc = pc as usize;
-    match kind {
-        fault::LIMIT => {
-            rt.left = 0;
-            run.fail_limit(pc);
-        }
-        fault::DEPTH => run.fail(
-            pc,
-            format!(
-                "call stack too deep (max {} frames)",
-                ebpf::interp::MAX_FRAMES
-            ),
-        ),
-        fault::FELL_OFF => run.fail(pc, "fell off the end of the program (no exit)".into()),
-        fault::MISALIGNED4 => run.fail(pc, format!("misaligned atomic access: 4 bytes at {a:#x}")),
-        _ => run.fail(pc, format!("misaligned atomic access: 8 bytes at {a:#x}")),
+    if kind == fault::LIMIT {
+        rt.left = 0;
+        run.fail_limit(pc);
+    } else {
+        run.fail(pc, fault_message(kind, a, 0));
     }
     rt.status = STATUS_FAULT;
+}
+
+/// The interpreter's message for a fault of `kind` ([`fault`]); `max` is the budget.
+pub(crate) fn fault_message(kind: u64, a: u64, max: u64) -> String {
+    match kind {
+        fault::LIMIT => format!("instruction limit exceeded ({max} instructions)"),
+        fault::DEPTH => format!(
+            "call stack too deep (max {} frames)",
+            ebpf::interp::MAX_FRAMES
+        ),
+        fault::FELL_OFF => "fell off the end of the program (no exit)".into(),
+        fault::MISALIGNED4 => format!("misaligned atomic access: 4 bytes at {a:#x}"),
+        _ => format!("misaligned atomic access: 8 bytes at {a:#x}"),
+    }
 }
 
 /// Zeroes the frame `[lo, lo + FRAME_SIZE)` of a local call, as the interpreter does.
