@@ -121,10 +121,6 @@ pub(crate) unsafe extern "C" fn jit_check(rt: *mut Rt, a: u64, nw: u64, r10: u64
 ///
 /// # Safety
 /// Called only by generated code, with the run's [`Rt`].
-#[expect(
-    clippy::too_many_arguments,
-    reason = "the helper ABI: r1..r5 plus context"
-)]
 pub(crate) unsafe extern "C" fn jit_helper(
     rt: *mut Rt,
     idpc: u64,
