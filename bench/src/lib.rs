@@ -448,8 +448,12 @@ pub fn cmd(args: &[&str]) -> String {
 mod tests {
     use super::*;
 
+    /// rbpf's helper table is one static: tests that use it run one at a time.
+    static RBPF_TABLE_LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
     #[test]
     fn both_interpreters_agree_on_every_bench_program() {
+        let _g = RBPF_TABLE_LOCK.lock().unwrap_or_else(|e| e.into_inner());
         for p in programs() {
             reset_rbpf_table();
             let mut ours = Ours::new(&p);
@@ -463,6 +467,7 @@ mod tests {
 
     #[test]
     fn jits_agree_with_the_interpreter_on_every_bench_program() {
+        let _g = RBPF_TABLE_LOCK.lock().unwrap_or_else(|e| e.into_inner());
         for p in programs() {
             reset_rbpf_table();
             let mut ours = Ours::new(&p);
