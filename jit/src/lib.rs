@@ -1,4 +1,6 @@
-//! The eBPF → PTX compiler of bpftime-super.
+//! The eBPF compilers of bpftime-super: one front end (`lower::decode`, functions split at
+//! call targets), two back ends: PTX for GPUs (this page) and native CPU code through
+//! Cranelift ([`cpu`]: x86-64, aarch64, with the interpreter as fallback).
 //!
 //! ```text
 //! ebpf::Program → [lower] → ptx::Module → [passes] → [emit] → PTX text
