@@ -193,7 +193,7 @@ fn main() {
     let mut md = format!(
         "# CPU JIT vs interpreter vs rbpf 0.4.1's x86-64 JIT\n\n\
          `cargo bench -p bench --bench cpu_jit`, release build, {} ({}), {}, commit {}.\n\
-         Median ns per program run over alternating batches of the three engines (load average\n\
+         Median ns per program run over alternating batches of the five configurations (load average\n\
          at the end: {load}). Programs and helpers as in `interp_vs_rbpf.md` (`bench/src/lib.rs`).\n\
          \"JIT\" is the configuration the service and `exec` use: the program verified, so no bounds\n\
          checks (`CpuJitOptions::verified`), and the instruction budget metered exactly as the\n\
