@@ -9,7 +9,7 @@
 //!
 //! Writes `bench/results/service_cpu.{json,md}` (`BPFTIME_BENCH_ENGINE=interp`) or
 //! `service_cpu_jit.{json,md}` (`jit`, the default): the service's CPU engine, also used by
-//! the in-process baselines. The service runs in a child process with one worker thread
+//! the in-process baselines (as the service runs them: verified programs). The service runs in a child process with one worker thread
 //! (this machine has 2 cores: one for the worker, one for the clients).
 
 use bench::cmd;
@@ -246,7 +246,7 @@ fn main() {
 
     // Baseline: the program in-process.
     let tiny_prog = ebpf::Program::from_insns("tiny", tiny());
-    let vm = jit::cpu::Executor::new(Vm::new(&tiny_prog, vec![]).unwrap(), engine());
+    let vm = jit::cpu::Executor::verified(Vm::new(&tiny_prog, vec![]).unwrap(), engine());
     let mut env = Env::new(0);
     let data = 41u64.to_le_bytes();
     let iters = 2_000_000u64;
@@ -328,7 +328,7 @@ fn main() {
     assert!(r.ok(), "{r:?}");
     assert_eq!(r.records_done, n);
     let fprog = ebpf::Program::from_insns("filter", filter());
-    let fvm = jit::cpu::Executor::new(Vm::new(&fprog, vec![]).unwrap(), engine());
+    let fvm = jit::cpu::Executor::verified(Vm::new(&fprog, vec![]).unwrap(), engine());
     let mut host_out = vec![0x5au8; (n * 8) as usize];
     let t0 = Instant::now();
     for i in 0..n as usize {
