@@ -153,6 +153,7 @@ impl Env {
     /// The stack buffer for native code that needs no [`NativeRun`] (no helpers, no
     /// checks): `(base, top)`, the entry frame zeroed first when `zero` (as every run
     /// does). The caller sets [`Env::last_insns`] itself.
+    #[inline]
     pub fn native_stack(&mut self, zero: bool) -> (u64, u64) {
         let words = self.stack.len();
         if zero {
