@@ -92,3 +92,51 @@ fn forced_internal_error_falls_back_to_the_interpreter() {
     ));
     assert_eq!(ex.run_mem(&mut [0u8; 8], &mut Env::new(0)).unwrap(), 42);
 }
+
+#[test]
+fn host_probe_counts_calls_from_two_threads() {
+    use jit::cpu::HostProbe;
+    let d = MapDef {
+        name: "calls".into(),
+        kind: MapKind::Array,
+        key_size: 4,
+        value_size: 8,
+        max_entries: 1,
+        flags: 0,
+        origin: MapOrigin::Manual,
+        init: None,
+    };
+    // ctx: 16 bytes; counts calls in calls[0] and returns ctx[0] + ctx[8].
+    let src = "r6 = r1\n*(u32 *)(r10 - 4) = 0\nr1 = map_idx[0] ll\nr2 = r10\nr2 += -4\ncall map_lookup_elem\nif r0 == 0 goto out\nr1 = 1\nlock *(u64 *)(r0 + 0) += r1\nout:\nr0 = *(u64 *)(r6 + 0)\nr1 = *(u64 *)(r6 + 8)\nr0 += r1\nexit";
+    let mut p = Program::from_insns("probe", assemble(src).unwrap());
+    p.maps = vec![d.clone()];
+    let map = create_local(&d, 1).unwrap();
+    let probe = HostProbe::new(&p, vec![map.clone()], 16, Engine::Jit).unwrap();
+    assert_eq!(probe.engine(), Engine::Jit);
+    assert!(probe.compile_time().is_some());
+    std::thread::scope(|s| {
+        for t in 0..2u64 {
+            let probe = &probe;
+            s.spawn(move || {
+                let mut env = Env::new(t as usize);
+                for i in 0..1000u64 {
+                    let mut ctx = [0u8; 16];
+                    ctx[..8].copy_from_slice(&i.to_le_bytes());
+                    ctx[8..].copy_from_slice(&t.to_le_bytes());
+                    // SAFETY: ctx is 16 bytes on this thread's stack.
+                    let r0 = unsafe { probe.call_raw(ctx.as_mut_ptr(), &mut env) }.unwrap();
+                    assert_eq!(r0, i + t);
+                }
+            });
+        }
+    });
+    let count = map.lookup(&0u32.to_le_bytes(), 0).unwrap();
+    // SAFETY: the value is 8 bytes of the live map, no probe runs any more.
+    assert_eq!(unsafe { (count.as_ptr() as *const u64).read() }, 2000);
+    // Rejected programs are errors, not panics.
+    let bad = Program::from_insns("bad", assemble("r0 = *(u64 *)(r1 + 16)\nexit").unwrap());
+    assert!(matches!(
+        HostProbe::new(&bad, vec![], 16, Engine::Jit),
+        Err(jit::cpu::ProbeError::Verify { .. })
+    ));
+}

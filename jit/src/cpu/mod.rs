@@ -12,6 +12,7 @@
 //! | [`lower`]     | the IR of every instruction, memory checks, budget charging        |
 //! | [`runtime`]   | the block the code gets ([`runtime::Rt`]) and its `extern "C"` trampolines |
 //! | [`engine`]    | [`Engine`] selection, [`Executor`] (JIT with interpreter fallback), [`CodeCache`] |
+//! | [`probe`]     | [`HostProbe`]: verify + compile once, call from the application's threads |
 //!
 //! Safety: the code keeps the interpreter's guarantee. Every load, store and atomic whose
 //! address is not `r10 + k` inside the current frame is checked inline against the live
@@ -25,9 +26,11 @@
 
 pub mod engine;
 pub mod lower;
+pub mod probe;
 pub mod runtime;
 
 pub use engine::{CodeCache, Engine, Executor, ParseEngineError};
+pub use probe::{HostProbe, ProbeError};
 
 use crate::CompileError;
 use cranelift_codegen::ir::UserFuncName;
