@@ -200,13 +200,13 @@ pub(crate) struct FnEnv<'a> {
     /// `[start, end)` of the function.
     pub start: usize,
     pub end: usize,
-    /// Module ids of all functions, by start pc.
+    /// References to all functions, by start pc, for local calls.
     pub ids: &'a HashMap<usize, ir::FuncRef>,
     pub call_conv: cranelift_codegen::isa::CallConv,
     /// The target's pointer width and such, for the frontend.
     pub frontend: cranelift_codegen::isa::TargetFrontendConfig,
-    /// Whether the verifier accepted the program (stack accesses at constant r10 offsets
-    /// inside the frame need no check either way; kept for future per-pc facts).
+    /// Whether this is the entry function (pc 0): it charges the first run and does not
+    /// report its `exit` pc.
     pub entry: bool,
     /// Compile options (bounds checks, budget metering).
     pub opts: &'a super::CpuJitOptions,
