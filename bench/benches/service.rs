@@ -7,8 +7,10 @@
 //! | throughput | tiny jobs/s from 1, 2 and 4 client processes, batches of 64 | the same program run in a plain in-process loop |
 //! | large job | records/s of a filter over 10M 64-byte records | the same program over the same records in a plain in-process loop |
 //!
-//! Writes `bench/results/service_cpu.{json,md}`. The service runs in a child process with one
-//! worker thread (this machine has 2 cores: one for the worker, one for the clients).
+//! Writes `bench/results/service_cpu.{json,md}` (`BPFTIME_BENCH_ENGINE=interp`) or
+//! `service_cpu_jit.{json,md}` (`jit`, the default): the service's CPU engine, also used by
+//! the in-process baselines (as the service runs them: verified programs). The service runs in a child process with one worker thread
+//! (this machine has 2 cores: one for the worker, one for the clients).
 
 use bench::cmd;
 use ebpf::interp::{Env, Vm};
@@ -59,6 +61,14 @@ fn me(role: &str, name: &str) -> Command {
     c
 }
 
+/// The CPU engine under test (`BPFTIME_BENCH_ENGINE`, default `jit`).
+fn engine() -> jit::cpu::Engine {
+    std::env::var("BPFTIME_BENCH_ENGINE")
+        .ok()
+        .map(|e| e.parse().expect("BPFTIME_BENCH_ENGINE is interp or jit"))
+        .unwrap_or_default()
+}
+
 fn service_role(name: &str) {
     let svc = Service::start(ServiceConfig {
         name: name.into(),
@@ -73,6 +83,7 @@ fn service_role(name: &str) {
         },
         metrics: None,
         max_insns: 10_000_000,
+        engine: engine(),
         cuda: Default::default(),
     })
     .unwrap();
@@ -131,6 +142,7 @@ fn throughput_role(name: &str) {
 
 #[derive(Serialize)]
 struct Results {
+    engine: String,
     date: String,
     commit: String,
     host: String,
@@ -234,7 +246,7 @@ fn main() {
 
     // Baseline: the program in-process.
     let tiny_prog = ebpf::Program::from_insns("tiny", tiny());
-    let vm = Vm::new(&tiny_prog, vec![]).unwrap();
+    let vm = jit::cpu::Executor::verified(Vm::new(&tiny_prog, vec![]).unwrap(), engine());
     let mut env = Env::new(0);
     let data = 41u64.to_le_bytes();
     let iters = 2_000_000u64;
@@ -316,7 +328,7 @@ fn main() {
     assert!(r.ok(), "{r:?}");
     assert_eq!(r.records_done, n);
     let fprog = ebpf::Program::from_insns("filter", filter());
-    let fvm = Vm::new(&fprog, vec![]).unwrap();
+    let fvm = jit::cpu::Executor::verified(Vm::new(&fprog, vec![]).unwrap(), engine());
     let mut host_out = vec![0x5au8; (n * 8) as usize];
     let t0 = Instant::now();
     for i in 0..n as usize {
@@ -339,6 +351,7 @@ fn main() {
     let _ = svc.wait();
 
     let res = Results {
+        engine: engine().to_string(),
         date: cmd(&["date", "-u", "+%Y-%m-%dT%H:%M:%SZ"]),
         commit: cmd(&["git", "rev-parse", "--short", "HEAD"]),
         host: format!(
@@ -365,9 +378,9 @@ fn main() {
         large_service_over_loop: service_s / loop_s,
     };
     let mut md = format!(
-        "# CPU-backend service\n\n`cargo bench -p bench --bench service`, {}, commit {}, {}; service in a \
-         separate process with {} worker.\n\n| figure | measured | baseline (same run) | ratio |\n|---|---:|---:|---:|\n",
-        res.date, res.commit, res.host, res.workers
+        "# CPU-backend service, engine `{}`\n\n`BPFTIME_BENCH_ENGINE={} cargo bench -p bench --bench service`, {}, commit {}, {}; service in a \
+         separate process with {} worker; the in-process baselines run on the same engine.\n\n| figure | measured | baseline (same run) | ratio |\n|---|---:|---:|---:|\n",
+        res.engine, res.engine, res.date, res.commit, res.host, res.workers
     );
     md += &format!(
         "| one-record job round trip, p50 | {:.2} µs | Unix-socket echo p50 {:.2} µs | {:.2}× faster |\n",
@@ -400,11 +413,15 @@ fn main() {
     if !quick {
         let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("results");
         std::fs::create_dir_all(&dir).unwrap();
+        let stem = match engine() {
+            jit::cpu::Engine::Interp => "service_cpu",
+            jit::cpu::Engine::Jit => "service_cpu_jit",
+        };
         std::fs::write(
-            dir.join("service_cpu.json"),
+            dir.join(format!("{stem}.json")),
             serde_json::to_string_pretty(&res).unwrap() + "\n",
         )
         .unwrap();
-        std::fs::write(dir.join("service_cpu.md"), md).unwrap();
+        std::fs::write(dir.join(format!("{stem}.md")), md).unwrap();
     }
 }

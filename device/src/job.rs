@@ -272,7 +272,7 @@ impl JobRunner<'_> {
                     )
                 }
             };
-            match prog.vm.run_job(inp, out, i, n, d.args, &mut self.env) {
+            match prog.exec.run_job(inp, out, i, n, d.args, &mut self.env) {
                 Ok(v) => {
                     r0 = v;
                     done += 1;

@@ -6,8 +6,8 @@
 //! another. Versions count up from 1 per id and are recorded in each completion.
 
 use ebpf::Program;
-use ebpf::interp::Vm;
 use ebpf::maps::MapOps;
+use jit::cpu::Executor;
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
@@ -21,8 +21,9 @@ pub struct Installed {
     pub version: u32,
     /// The program as loaded.
     pub program: Program,
-    /// The prepared interpreter, with its maps bound.
-    pub vm: Vm,
+    /// The prepared program, with its maps bound, on the engine the service runs (the
+    /// interpreter, or the native JIT with the interpreter as fallback).
+    pub exec: Executor,
     /// The live maps, indexed like `program.maps`.
     pub maps: Vec<Arc<dyn MapOps>>,
     /// The object file it was loaded from and the program selector given to `load`, so a

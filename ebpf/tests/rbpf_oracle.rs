@@ -15,6 +15,8 @@
 //! are not compared (the helper sets differ). Registers that hold addresses (r1, r10) never
 //! feed ALU results, since the two interpreters use different buffers and stacks.
 
+mod engines;
+
 use ebpf::interp::{Env, Vm};
 use ebpf::isa::{Insn, JmpCond, OpKind, Opcode, Src, Width, insns_to_bytes};
 use ebpf::program::Program;
@@ -227,7 +229,7 @@ fn run_rbpf(insns: &[Insn], mem: &mut [u8]) -> u64 {
 
 fn run_ours(insns: &[Insn], mem: &mut [u8]) -> u64 {
     let vm = Vm::new(&Program::from_insns("oracle", insns.to_vec()), vec![]).expect("decodes");
-    vm.run_mem(mem, &mut Env::new(0)).expect("runs")
+    engines::run_mem(&vm, mem, &mut Env::new(0)).expect("runs")
 }
 
 fn mem_init(seed: u64) -> [u8; MEM] {

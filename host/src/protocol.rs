@@ -187,6 +187,12 @@ pub struct ProgramInfo {
     /// Where it runs on the GPU (`interp`, `native`, `host`); absent on the CPU backend.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tier: Option<String>,
+    /// CPU engine that runs it (`interp` or `jit`; `interp` after a JIT fallback).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub engine: Option<String>,
+    /// Compile time of its native code in µs (JIT engine).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compile_us: Option<u64>,
 }
 
 /// A map's contents.

@@ -89,6 +89,47 @@ fn exec_json_reports_r0_and_maps() {
 }
 
 #[test]
+fn exec_engines_agree_and_report_themselves() {
+    let mut seen = Vec::new();
+    for engine in ["jit", "interp"] {
+        let o = run(&[
+            "exec",
+            &example(),
+            "--mem",
+            "0500000006000000",
+            "--engine",
+            engine,
+            "--json",
+        ]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        assert_eq!(v["engine"], engine);
+        assert_eq!(v["compile_us"].is_u64(), engine == "jit", "{v}");
+        assert!(v.get("fallback").is_none(), "{v}");
+        seen.push((v["r0"].clone(), v["maps"].clone()));
+    }
+    assert_eq!(seen[0], seen[1]);
+    // Unverified programs never reach the JIT.
+    let o = run(&[
+        "exec",
+        &example(),
+        "--mem",
+        "0500000006000000",
+        "--no-verify",
+        "--json",
+    ]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["engine"], "interp");
+    let o = run(&["exec", &example(), "--engine", "llvm"]);
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("unknown engine `llvm`"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
 fn exec_raw_hex_from_stdin() {
     // r0 = 42; exit
     let o = run_stdin(

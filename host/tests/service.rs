@@ -40,6 +40,7 @@ fn config(name: &str) -> ServiceConfig {
         },
         metrics: None,
         max_insns: 10_000_000,
+        engine: jit::cpu::Engine::default(),
         cuda: Default::default(),
     }
 }
@@ -451,6 +452,9 @@ fn status_and_metrics_agree() {
     let s = c.status().unwrap();
     assert_eq!(s.jobs_done, 10);
     assert_eq!(s.latency.count, 10);
+    // The CPU backend runs it on the JIT (the default engine), compile time reported.
+    assert_eq!(s.programs[0].engine.as_deref(), Some("jit"));
+    assert!(s.programs[0].compile_us.is_some());
     assert!(s.latency.p50_ns > 0 && s.latency.p50_ns <= s.latency.p99_ns);
     use std::io::{Read, Write};
     let mut conn = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();

@@ -27,6 +27,7 @@ fn start(tag: &str) -> (Arc<Service>, String) {
         },
         metrics: None,
         max_insns: 1_000_000,
+        engine: jit::cpu::Engine::default(),
         cuda: Default::default(),
     })
     .unwrap();

@@ -1,4 +1,6 @@
-//! The eBPF → PTX compiler of bpftime-super.
+//! The eBPF compilers of bpftime-super: one front end (`lower::decode`, functions split at
+//! call targets), two back ends: PTX for GPUs (this page) and native CPU code through
+//! Cranelift ([`cpu`]: x86-64, aarch64, with the interpreter as fallback).
 //!
 //! ```text
 //! ebpf::Program → [lower] → ptx::Module → [passes] → [emit] → PTX text
@@ -48,6 +50,7 @@
 
 #![deny(missing_docs)]
 
+pub mod cpu;
 pub mod emit;
 pub mod lower;
 pub mod passes;
@@ -212,6 +215,12 @@ pub enum CompileError {
         /// Map name.
         name: String,
         /// What is wrong.
+        what: String,
+    },
+    /// The native code generator failed (a Cranelift error or an internal error).
+    #[error("native code generator: {what}")]
+    Backend {
+        /// What failed.
         what: String,
     },
     /// The program is empty.

@@ -263,6 +263,7 @@ fn main() {
         },
         metrics: None,
         max_insns: 1_000_000,
+        engine: jit::cpu::Engine::default(),
         cuda: device::cuda::CudaConfig {
             device_arena: GIB + (64 << 20),
             allow_fault_injection: true,

@@ -979,7 +979,7 @@ mod tests {
             name: "p".into(),
             version: 1,
             program,
-            vm,
+            exec: jit::cpu::Executor::new(vm, jit::cpu::Engine::Interp),
             maps: vec![map],
             object: Arc::new(Vec::new()),
             selector: None,

@@ -33,8 +33,10 @@
 mod decode;
 mod exec;
 mod helpers;
+pub mod native;
 pub mod printk;
 
+pub use native::{HelperOutcome, NativeEntry, NativeRun};
 pub use printk::{PrintkError, format_printk};
 
 use crate::maps::MapOps;

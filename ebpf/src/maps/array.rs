@@ -136,6 +136,16 @@ impl MapOps for ArrayMap {
         vec![(self.buf.ptr().as_ptr() as usize, self.buf.len())]
     }
 
+    fn array_layout(&self) -> Option<(usize, usize, u32)> {
+        (self.def.kind == MapKind::Array).then(|| {
+            (
+                self.buf.ptr().as_ptr() as usize,
+                self.stride,
+                self.def.max_entries,
+            )
+        })
+    }
+
     fn entries(&self) -> Vec<(Vec<u8>, Vec<u8>)> {
         let vs = self.def.value_size as usize;
         (0..self.def.max_entries)

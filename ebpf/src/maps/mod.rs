@@ -117,6 +117,14 @@ pub trait MapOps: Send + Sync {
     /// Address ranges `(start, len)` where this map's value pointers point.
     fn regions(&self) -> Vec<(usize, usize)>;
 
+    /// For an array whose values all threads share: `(address of value 0, stride,
+    /// entries)`, such that `lookup(k)` is `value 0 + k * stride` for every `k < entries`
+    /// and `None` otherwise. Native code uses it to look up without a call; `None` (the
+    /// default) makes it call [`MapOps::lookup`].
+    fn array_layout(&self) -> Option<(usize, usize, u32)> {
+        None
+    }
+
     /// Every `(key, value)` pair, for dumps. Per-thread maps give the values of all threads
     /// concatenated, thread 0 first. Ring buffers give nothing.
     fn entries(&self) -> Vec<(Vec<u8>, Vec<u8>)>;

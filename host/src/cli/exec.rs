@@ -1,4 +1,8 @@
-//! `bpftime-super exec`: load, verify and run one program once on the interpreter.
+//! `bpftime-super exec`: load, verify and run one program once, on the native JIT
+//! (`--engine jit`, the default) or the interpreter (`--engine interp`).
+//!
+//! Only verified programs reach the JIT: with `--no-verify` the interpreter runs. A
+//! program the JIT cannot compile runs on the interpreter, with a warning.
 //!
 //! Without `--mem`, r1 points to a `struct bpftime_job_ctx` for record 0 of a one-record
 //! job whose input is `--input` (empty by default) and whose output is `--out-size` zeroed
@@ -8,6 +12,7 @@ use super::{ProgArgs, hex, parse_bytes_arg};
 use anyhow::{Context, Result};
 use ebpf::interp::{Env, Vm};
 use ebpf::verifier::{CtxKind, VerifyOptions};
+use jit::cpu::{Engine, Executor};
 use serde::Serialize;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -29,9 +34,12 @@ pub struct ExecArgs {
     /// Job arguments `args[0..4]`, comma-separated.
     #[arg(long, value_delimiter = ',', num_args = 1..=4)]
     args: Vec<u64>,
-    /// Run without verifying (the interpreter still checks every memory access).
+    /// Run without verifying (on the interpreter, which checks every memory access).
     #[arg(long)]
     no_verify: bool,
+    /// Engine: the native JIT (default) or the interpreter.
+    #[arg(long, default_value_t = jit::cpu::Engine::Jit, value_name = "interp|jit")]
+    engine: jit::cpu::Engine,
     /// Show the verifier's state trail when it rejects the program.
     #[arg(long)]
     log: bool,
@@ -52,6 +60,14 @@ struct ExecReport {
     program: String,
     section: String,
     verified: bool,
+    /// Engine that ran the program.
+    engine: String,
+    /// Native compile time in µs (JIT engine).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    compile_us: Option<u64>,
+    /// Why the interpreter ran although the JIT was asked for.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    fallback: Option<String>,
     r0: String,
     r0_u64: u64,
     trace: Vec<String>,
@@ -104,6 +120,20 @@ pub fn run(a: ExecArgs) -> Result<ExitCode> {
         })
         .collect::<Result<Vec<_>>>()?;
     let vm = Vm::new(&prog, maps.clone())?;
+    let engine = if a.no_verify {
+        Engine::Interp
+    } else {
+        a.engine
+    };
+    // Verified for the ctx it runs with: the native code needs no bounds checks.
+    let ex = if a.no_verify {
+        Executor::new(vm, engine)
+    } else {
+        Executor::verified(vm, engine)
+    };
+    if let Some(e) = ex.fallback_reason() {
+        eprintln!("warning: JIT compile failed, running on the interpreter: {e}");
+    }
     let mut env = Env::default();
     let mut out = vec![0u8; a.out_size];
     let mut job_args = [0u64; 4];
@@ -111,8 +141,8 @@ pub fn run(a: ExecArgs) -> Result<ExitCode> {
         *slot = *v;
     }
     let r0 = match &mut mem {
-        Some(m) => vm.run_mem(m, &mut env)?,
-        None => vm.run_job(&input, &mut out, 0, 1, job_args, &mut env)?,
+        Some(m) => ex.run_mem(m, &mut env)?,
+        None => ex.run_job(&input, &mut out, 0, 1, job_args, &mut env)?,
     };
     let trace = std::mem::take(&mut env.trace);
     if a.json {
@@ -120,6 +150,9 @@ pub fn run(a: ExecArgs) -> Result<ExitCode> {
             program: prog.name.clone(),
             section: prog.section.clone(),
             verified: !a.no_verify,
+            engine: ex.engine().to_string(),
+            compile_us: ex.compile_time().map(|t| t.as_micros() as u64),
+            fallback: ex.fallback_reason().map(|e| e.to_string()),
             r0: format!("{r0:#x}"),
             r0_u64: r0,
             trace,

@@ -57,6 +57,10 @@ pub struct RunArgs {
     /// Instruction budget per record; a record that exceeds it fails.
     #[arg(long, default_value_t = 10_000_000)]
     max_insns: u64,
+    /// CPU engine: the native JIT (falls back to the interpreter with a warning when a
+    /// program does not compile) or the interpreter.
+    #[arg(long, default_value_t = jit::cpu::Engine::Jit, value_name = "interp|jit")]
+    engine: jit::cpu::Engine,
     /// CUDA device ordinal (CUDA backend).
     #[arg(long, default_value_t = 0)]
     device: i32,
@@ -98,6 +102,7 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
         },
         metrics: a.metrics,
         max_insns: a.max_insns,
+        engine: a.engine,
         cuda: device::cuda::CudaConfig {
             device: a.device,
             max_insns: a.max_insns,
@@ -156,8 +161,13 @@ fn print_program(p: &ProgramInfo) {
         .as_deref()
         .map(|t| format!(", GPU tier {t}"))
         .unwrap_or_default();
+    let engine = match (&p.engine, p.compile_us) {
+        (Some(e), Some(us)) => format!(", CPU engine {e} (compiled in {us} µs)"),
+        (Some(e), None) => format!(", CPU engine {e}"),
+        _ => String::new(),
+    };
     println!(
-        "{}: {} version {} ({} insns, {}:{}{tier})",
+        "{}: {} version {} ({} insns, {}:{}{tier}{engine})",
         p.id, p.name, p.version, p.insns, p.file, p.section
     );
     for m in &p.maps {

@@ -303,6 +303,8 @@ pub(super) fn info(p: &Installed) -> ProgramInfo {
             .map(|(d, on_gpu)| map_info(d, *on_gpu))
             .collect(),
         tier: None,
+        engine: Some(p.exec.engine().to_string()),
+        compile_us: p.exec.compile_time().map(|t| t.as_micros() as u64),
     }
 }
 
@@ -449,6 +451,9 @@ fn load(
         Ok(vm) => vm,
         Err(e) => return err(format!("cannot prepare the program: {e}")),
     };
+    // Verified above (job ctx, which is how jobs run it), so the native code needs no
+    // bounds checks; a failed JIT compile runs on the interpreter (Executor logs a warning).
+    let exec = jit::cpu::Executor::verified(vm, svc.cfg.engine);
     let (id, version) = match &old {
         Some(o) => (o.id, o.version + 1),
         None => {
@@ -462,7 +467,7 @@ fn load(
         name: install_name,
         version,
         program,
-        vm,
+        exec,
         maps,
         object: Arc::new(bytes),
         selector: prog.map(str::to_string),

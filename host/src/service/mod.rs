@@ -64,6 +64,8 @@ pub struct ServiceConfig {
     pub metrics: Option<std::net::SocketAddr>,
     /// Instruction budget per record; a record that exceeds it fails at run time.
     pub max_insns: u64,
+    /// Engine of the CPU backend (and of host-side runs of the CUDA backend).
+    pub engine: jit::cpu::Engine,
     /// CUDA backend settings (device ordinal, device arena, fault injection).
     pub cuda: CudaConfig,
 }
