@@ -42,7 +42,8 @@ fn run(p: &Program, ctx: CtxKind, jit: Option<&CpuJitOptions>) -> Outcome {
     let mut env = Env::new(1).with_seed(7);
     let input: Vec<u8> = (0..64u8).map(|i| i.wrapping_mul(37) ^ 0x5a).collect();
     let (r0, bytes) = match ctx {
-        CtxKind::Mem { len } => {
+        // A probe ctx is plain scalar memory to both engines (r2 is ignored by probes).
+        CtxKind::Mem { len } | CtxKind::Probe { size: len } => {
             let mut mem: Vec<u8> = (0..len).map(|i| (i * 13 + 1) as u8).collect();
             let r = match &native {
                 Some(c) => c.run_mem(&vm, &mut mem, &mut env),
@@ -114,15 +115,29 @@ fn c_test_programs_run_the_same_on_both_engines() {
             continue;
         };
         let bytes = std::fs::read(&obj).unwrap();
-        // Objects with one program (multi-program objects need a selector).
-        let Ok(p) = ebpf::elf::load(&bytes, &obj.display().to_string(), None) else {
+        let file = obj.display().to_string();
+        let Ok(object) = ebpf::elf::Object::parse(&bytes, &file) else {
             continue;
         };
-        {
-            if verify(&p, &VerifyOptions::default()).is_err() {
+        // Every program of the object, on the ctx its section implies.
+        for info in &object.programs {
+            let p = object
+                .program(Some(&info.name))
+                .unwrap_or_else(|e| panic!("{file}: {}: {e}", info.name));
+            let ctx = match p.kind {
+                ebpf::ProgKind::Kprobe(_) | ebpf::ProgKind::Kretprobe(_) => CtxKind::Probe {
+                    size: ebpf::ProbeCtx::SIZE,
+                },
+                _ => CtxKind::Job,
+            };
+            let opts = VerifyOptions {
+                ctx,
+                ..VerifyOptions::default()
+            };
+            if verify(&p, &opts).is_err() {
                 continue;
             }
-            compare(&p, CtxKind::Job);
+            compare(&p, ctx);
             n += 1;
         }
     }
