@@ -42,6 +42,14 @@ pub struct SessionConfig {
     pub report: String,
     /// Value sets of per-thread arrays.
     pub threads: u32,
+    /// Keep the maps (ring buffers excepted) in device memory, copied out to the region
+    /// every `flush_ms` and at exit ([`crate::shim::devmaps`]); false: the probes update
+    /// the region itself, through host-mapped memory.
+    #[serde(default)]
+    pub device_maps: bool,
+    /// Milliseconds between copies of device-resident maps (0: only at exit).
+    #[serde(default)]
+    pub flush_ms: u64,
 }
 
 impl SessionConfig {
@@ -104,6 +112,13 @@ pub enum ReportLine {
         site: String,
         /// PTX line.
         line: u32,
+    },
+    /// The maps were placed in device memory.
+    DeviceMaps {
+        /// How many.
+        maps: usize,
+        /// Milliseconds between copies to the region.
+        flush_ms: u64,
     },
     /// Something the user should know.
     Warning {
@@ -314,6 +329,23 @@ pub fn bindings(
         out.push(by_name);
     }
     Ok(out)
+}
+
+/// Where each probe map lies in `region`'s mapping: `(offset from the region's first
+/// byte, length)`. Maps missing from the directory are left out.
+pub fn map_spans(region: &ShmRegion, probes: &ProbeSet) -> Vec<(u64, u64)> {
+    let host_base = region.base().as_ptr() as u64;
+    let mut out = Vec::new();
+    for (i, o) in probes.objects.iter().enumerate() {
+        for d in o.maps.values() {
+            if let Some(e) = region.find_map(&probes.map_name(i, &d.name))
+                && let Some(host) = region.arena_ptr(e.data_off, e.data_len)
+            {
+                out.push((host.as_ptr() as u64 - host_base, e.data_len));
+            }
+        }
+    }
+    out
 }
 
 /// Offline bindings (for `bpftime-super instrument` and tests): every map at a distinct,

@@ -92,10 +92,25 @@ fn fake(name: &str) -> Fake {
 
 impl Fake {
     fn run(&self, probes: &[&Path], app: &[&str]) -> (i32, String, String) {
+        self.run_with(&[], probes, app)
+    }
+
+    fn run_with(&self, opts: &[&str], probes: &[&Path], app: &[&str]) -> (i32, String, String) {
+        self.run_env(&[], opts, probes, app)
+    }
+
+    fn run_env(
+        &self,
+        env: &[(&str, &str)],
+        opts: &[&str],
+        probes: &[&Path],
+        app: &[&str],
+    ) -> (i32, String, String) {
         let _ = std::fs::remove_dir_all(self.dir.join("rec"));
         std::fs::create_dir_all(self.dir.join("rec")).unwrap();
         let mut c = Command::new(bin());
         c.arg("trace").arg("--interval").arg("0").arg("--json");
+        c.args(opts);
         if let Some(s) = shim() {
             c.arg("--shim").arg(s);
         }
@@ -104,7 +119,8 @@ impl Fake {
             .arg(self.dir.join(app[0]))
             .args(&app[1..]);
         c.env("LD_LIBRARY_PATH", &self.dir)
-            .env("FAKE_CUDA_DIR", self.dir.join("rec"));
+            .env("FAKE_CUDA_DIR", self.dir.join("rec"))
+            .envs(env.iter().copied());
         let out = c.output().expect("run trace");
         (
             out.status.code().unwrap_or(-1),
@@ -169,15 +185,33 @@ fn every_driver_path_gets_instrumented_ptx() {
     let f = fake("direct");
     let ptx = root().join("jit/tests/ptx_corpus/nvcc/vecadd_sm90.ptx");
     let fat = root().join("attach/tests/corpus/vecadd_multi_compressed.fatbin");
-    let (code, out, err) = f.run(
-        &[&probe],
-        &[
-            "app_direct",
-            &ptx.display().to_string(),
-            &fat.display().to_string(),
-            "7",
-        ],
-    );
+    let app = [
+        "app_direct",
+        &ptx.display().to_string(),
+        &fat.display().to_string(),
+        "7",
+    ];
+    // By default each instrumented PTX goes through the JIT linker first (one
+    // `cuLinkAddData` of instrumented PTX per image call) and the loader gets the cubin.
+    let (code, _, err) = f.run(&[&probe], &app);
+    assert_eq!(code, 7, "{err}");
+    let calls = f.calls();
+    let linked = calls
+        .iter()
+        .filter(|c| *c == "cuLinkAddData.type1 instrumented")
+        .count();
+    // Two distinct PTX (the file's, the fat binary's) linked once each, plus the app's two
+    // own cuLink inputs.
+    assert_eq!(linked, 2 + 2, "{calls:#?}");
+    assert_eq!(f.assemble_loaded(), 2 + 2);
+    let loads: Vec<&String> = calls
+        .iter()
+        .filter(|c| c.starts_with("cuModuleLoad") || c.starts_with("cuLibraryLoad"))
+        .collect();
+    assert_eq!(loads.len(), 7, "6 image calls and the app's own cubin: {calls:#?}");
+    assert!(loads.iter().all(|c| c.ends_with(" linked")), "{calls:#?}");
+    // With the PTX given to the loaders directly:
+    let (code, out, err) = f.run_env(&[("BPFTIME_ATTACH_LOAD", "ptx")], &[], &[&probe], &app);
     assert_eq!(code, 7, "the app's exit code passes through\n{err}\n{out}");
     let calls = f.calls();
     let expected = [
@@ -190,11 +224,17 @@ fn every_driver_path_gets_instrumented_ptx() {
         "cuLibraryLoadData instrumented", // cuLibraryLoadFromFile
         "cuLinkAddData.type1 instrumented",
         "cuLinkAddData.type1 instrumented", // cuLinkAddFile
-        "cuModuleLoadData original",        // the linked cubin
+        "cuModuleLoadData linked",          // the app's linked cubin
     ];
+    // The image calls (device-resident maps add allocations and copies: tested below).
     let got: Vec<&str> = calls
         .iter()
-        .map(|l| l.split_once(' ').map_or(l.as_str(), |_| l.as_str()))
+        .map(String::as_str)
+        .filter(|l| {
+            ["cuMemHostRegister", "cuModule", "cuLibrary", "cuLink"]
+                .iter()
+                .any(|p| l.starts_with(p))
+        })
         .collect();
     assert_eq!(got.len(), expected.len(), "{calls:#?}\n{err}");
     for (g, e) in got.iter().zip(expected) {
@@ -231,9 +271,7 @@ fn cudart_and_dlsym_paths() {
         "{out}"
     );
     assert!(
-        f.calls()
-            .iter()
-            .any(|c| c == "cuLibraryLoadData instrumented"),
+        f.calls().iter().any(|c| c == "cuLibraryLoadData linked"),
         "{:?}\n{err}",
         f.calls()
     );
@@ -243,9 +281,7 @@ fn cudart_and_dlsym_paths() {
     let (code, out, err) = f.run(&[&probe], &["app_dlsym", &ptx.display().to_string()]);
     assert_eq!(code, 0, "{err}\n{out}");
     assert!(
-        f.calls()
-            .iter()
-            .any(|c| c == "cuModuleLoadData instrumented"),
+        f.calls().iter().any(|c| c == "cuModuleLoadData linked"),
         "{:?}",
         f.calls()
     );
@@ -303,4 +339,91 @@ fn rejected_probe_stops_before_the_app_starts() {
         f.calls()
     );
     assert!(out.is_empty());
+}
+
+/// The value of `@<map>[0]` in the final JSON print of a one-entry array.
+fn final_value(out: &str, map: &str) -> u64 {
+    let m = events(out, "map")
+        .into_iter()
+        .find(|m| m["map"] == map && m["final"] == true)
+        .unwrap_or_else(|| panic!("no final print of {map}: {out}"));
+    // Zero values are not printed, as bpftrace does not print them.
+    if m["printed"].as_array().is_some_and(|p| p.is_empty()) {
+        return 0;
+    }
+    m["printed"][0]["value"][0]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no value in {m}"))
+}
+
+#[test]
+fn device_resident_maps_come_back_to_the_host() {
+    // The fake launch adds 1 to the last word of every device allocation: the value of a
+    // one-entry array whose copy lives in device memory. `trace` must show what the
+    // device copy holds at exit; with `--maps host` nothing is allocated and the (fake,
+    // code-less) launches change nothing.
+    let (Some(probe), Some(_)) = (bpftime_tests::compile("count"), shim()) else {
+        return;
+    };
+    let f = fake("devmaps");
+    let ptx = root().join("jit/tests/ptx_corpus/nvcc/vecadd_sm90.ptx");
+    let fat = root().join("attach/tests/corpus/vecadd_multi.fatbin");
+    let app = [
+        "app_direct",
+        &ptx.display().to_string(),
+        &fat.display().to_string(),
+        "0",
+        "5",
+    ];
+    let (code, out, err) = f.run(&[&probe], &app);
+    assert_eq!(code, 0, "{err}\n{out}");
+    assert_eq!(final_value(&out, "count:entries"), 5, "{out}");
+    let calls = f.calls();
+    assert_eq!(
+        calls.iter().filter(|c| c.starts_with("cuMemAlloc")).count(),
+        1,
+        "one map, one allocation: {calls:#?}"
+    );
+    assert!(calls.iter().any(|c| c == "cuStreamCreate 1"), "non-blocking stream: {calls:#?}");
+    let last_launch = calls.iter().rposition(|c| c == "cuLaunchKernel").unwrap();
+    assert!(
+        calls[last_launch..].iter().any(|c| c.starts_with("cuMemcpyDtoHAsync")),
+        "copied out after the last launch (at exit): {calls:#?}"
+    );
+    assert_eq!(events(&out, "device_maps").len(), 1, "{out}");
+    assert!(f.assemble_loaded() >= 2);
+
+    let (code, out, err) = f.run_with(&["--maps", "host"], &[&probe], &app);
+    assert_eq!(code, 0, "{err}\n{out}");
+    assert_eq!(final_value(&out, "count:entries"), 0, "{out}");
+    assert!(!f.calls().iter().any(|c| c.starts_with("cuMemAlloc")));
+    assert!(events(&out, "device_maps").is_empty());
+}
+
+#[test]
+fn device_maps_are_copied_before_the_context_is_released() {
+    // app_cudart launches twice, releases the primary context through the pointer
+    // cuGetProcAddress gave it (as cudart's teardown does), then launches once more: the
+    // copy made before the release is the last one.
+    let (Some(probe), Some(_)) = (bpftime_tests::compile("count"), shim()) else {
+        return;
+    };
+    let f = fake("release");
+    let fat = root().join("attach/tests/corpus/vecadd_multi.fatbin");
+    let (code, out, err) = f.run(&[&probe], &["app_cudart", &fat.display().to_string()]);
+    assert_eq!(code, 0, "{err}\n{out}");
+    assert_eq!(final_value(&out, "count:entries"), 2, "{out}");
+    let calls = f.calls();
+    let release = calls
+        .iter()
+        .position(|c| c.starts_with("cuDevicePrimaryCtxRelease"))
+        .unwrap_or_else(|| panic!("{calls:#?}"));
+    assert!(
+        calls[release - 1].starts_with("cuMemcpyDtoHAsync"),
+        "{calls:#?}"
+    );
+    assert!(
+        !calls[release..].iter().any(|c| c.starts_with("cuMemcpyDtoHAsync")),
+        "no copy after the release: {calls:#?}"
+    );
 }

@@ -164,6 +164,9 @@ pub struct JitOptions {
     /// allows; set this when records are not 8-byte aligned (record sizes that are not
     /// multiples of 8) or programs read packed data at odd offsets. Default false.
     pub unaligned: bool,
+    /// Warp-aggregate atomic adds (without fetch) to map values: lanes adding the same value
+    /// to the same address make one `red` for the group (sm_70+). Default true.
+    pub warp_aggregate: bool,
 }
 
 impl Default for JitOptions {
@@ -178,6 +181,7 @@ impl Default for JitOptions {
             entry: true,
             chunk_loop: false,
             unaligned: false,
+            warp_aggregate: true,
         }
     }
 }

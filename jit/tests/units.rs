@@ -242,6 +242,27 @@ fn map_helpers_are_inlined_with_word_keys() {
 }
 
 #[test]
+fn map_counter_adds_are_warp_aggregated() {
+    // HASHCOUNT adds to the looked-up value without fetch: one `red` per group of lanes
+    // with the same address and value (the group's size times the value), a plain `red`
+    // per lane otherwise; with the option off, only the plain `red`.
+    let (p, opts) = hash_opts(4, jit::AtomicScope::Gpu);
+    let t = jit::compile(&p, &opts).unwrap().text();
+    assert!(t.contains("activemask.b32"), "{t}");
+    assert_eq!(t.matches("match.any.sync.b64").count(), 4, "2 per site, 2 sites: {t}");
+    assert!(t.contains("popc.b32") && t.contains("bfind.u32"), "{t}");
+    assert_eq!(t.matches("red.relaxed.gpu.global.add.u64").count(), 4, "{t}");
+    common::assemble(&t, "hashcount, warp-aggregated");
+    let off = JitOptions {
+        warp_aggregate: false,
+        ..opts
+    };
+    let t = jit::compile(&p, &off).unwrap().text();
+    assert!(!t.contains("match.any") && !t.contains("activemask"), "{t}");
+    assert_eq!(t.matches("red.relaxed.gpu.global.add.u64").count(), 2, "{t}");
+}
+
+#[test]
 fn multi_word_and_unaligned_keys_fence_once_per_match() {
     // A 12-byte key at r10 - 4 is 4-aligned: three u32 words, relaxed, one fence on a match.
     let src = HASHCOUNT.replace(

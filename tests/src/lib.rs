@@ -60,6 +60,7 @@ pub fn compile_with(name: &str, defines: &[&str], out: &str) -> Option<PathBuf> 
     let src = [
         root.join("tests/programs").join(format!("{name}.bpf.c")),
         root.join("examples").join(format!("{name}.bpf.c")),
+        root.join("bench/probes").join(format!("{name}.bpf.c")),
     ]
     .into_iter()
     .find(|p| p.exists())

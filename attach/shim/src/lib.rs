@@ -192,3 +192,33 @@ pub unsafe extern "C" fn cuLinkAddFile_v2(
     // SAFETY: forwarded contract.
     unsafe { hooks::link_add_file(state, kind, path, n, options, values) }
 }
+
+/// Interposed `cuCtxDestroy_v2` (device-resident maps are copied out first).
+///
+/// # Safety
+/// The driver's contract.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuCtxDestroy_v2(ctx: Handle) -> CuResult {
+    // SAFETY: forwarded contract.
+    unsafe { hooks::ctx_destroy(ctx) }
+}
+
+/// Interposed `cuDevicePrimaryCtxRelease_v2`.
+///
+/// # Safety
+/// The driver's contract.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuDevicePrimaryCtxRelease_v2(dev: c_int) -> CuResult {
+    // SAFETY: forwarded contract.
+    unsafe { hooks::primary_ctx_release(dev) }
+}
+
+/// Interposed `cuDevicePrimaryCtxReset_v2`.
+///
+/// # Safety
+/// The driver's contract.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuDevicePrimaryCtxReset_v2(dev: c_int) -> CuResult {
+    // SAFETY: forwarded contract.
+    unsafe { hooks::primary_ctx_reset(dev) }
+}

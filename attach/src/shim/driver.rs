@@ -106,6 +106,35 @@ pub type MemHostRegister = unsafe extern "C" fn(*mut c_void, usize, c_uint) -> C
 pub type MemHostGetDevicePointer = unsafe extern "C" fn(*mut u64, *mut c_void, c_uint) -> CuResult;
 /// `cuThreadExchangeStreamCaptureMode`.
 pub type ThreadExchangeStreamCaptureMode = unsafe extern "C" fn(*mut c_int) -> CuResult;
+/// `cuLinkCreate_v2`.
+pub type LinkCreate =
+    unsafe extern "C" fn(c_uint, *mut c_int, *mut *mut c_void, *mut Handle) -> CuResult;
+/// `cuLinkComplete`.
+pub type LinkComplete = unsafe extern "C" fn(Handle, *mut *mut c_void, *mut usize) -> CuResult;
+/// `cuLinkDestroy`.
+pub type LinkDestroy = unsafe extern "C" fn(Handle) -> CuResult;
+/// `cuCtxSetCurrent`.
+pub type CtxSetCurrent = unsafe extern "C" fn(Handle) -> CuResult;
+/// `cuCtxDestroy_v2`.
+pub type CtxDestroy = unsafe extern "C" fn(Handle) -> CuResult;
+/// `cuDevicePrimaryCtxRelease_v2`, `cuDevicePrimaryCtxReset_v2`.
+pub type PrimaryCtxRelease = unsafe extern "C" fn(c_int) -> CuResult;
+/// `cuDevicePrimaryCtxGetState`.
+pub type PrimaryCtxGetState = unsafe extern "C" fn(c_int, *mut c_uint, *mut c_int) -> CuResult;
+/// `cuMemAlloc_v2`.
+pub type MemAlloc = unsafe extern "C" fn(*mut u64, usize) -> CuResult;
+/// `cuMemFree_v2`.
+pub type MemFree = unsafe extern "C" fn(u64) -> CuResult;
+/// `cuStreamCreate`.
+pub type StreamCreate = unsafe extern "C" fn(*mut Handle, c_uint) -> CuResult;
+/// `CU_STREAM_NON_BLOCKING`: no implicit synchronisation with the legacy default stream.
+pub const STREAM_NON_BLOCKING: c_uint = 1;
+/// `cuStreamSynchronize`.
+pub type StreamSynchronize = unsafe extern "C" fn(Handle) -> CuResult;
+/// `cuMemcpyHtoDAsync_v2`.
+pub type MemcpyHtoDAsync = unsafe extern "C" fn(u64, *const c_void, usize, Handle) -> CuResult;
+/// `cuMemcpyDtoHAsync_v2`.
+pub type MemcpyDtoHAsync = unsafe extern "C" fn(*mut c_void, u64, usize, Handle) -> CuResult;
 /// `CU_STREAM_CAPTURE_MODE_RELAXED`: the calling thread may make calls a capture forbids.
 pub const CAPTURE_MODE_RELAXED: c_int = 2;
 /// `nvJitLinkAddData` (libnvJitLink, the linker Numba and newer toolchains use).
@@ -158,11 +187,39 @@ pub enum Hook {
     NvJitLinkAddData,
     /// `nvJitLinkAddFile` (found through `dlsym` only).
     NvJitLinkAddFile,
+    /// `cuCtxDestroy_v2`.
+    CtxDestroy,
+    /// `cuDevicePrimaryCtxRelease_v2`.
+    PrimaryCtxRelease,
+    /// `cuDevicePrimaryCtxReset_v2`.
+    PrimaryCtxReset,
+    /// `cuDevicePrimaryCtxGetState` (not hooked).
+    PrimaryCtxGetState,
+    /// `cuCtxSetCurrent` (not hooked).
+    CtxSetCurrent,
+    /// `cuMemAlloc_v2` (not hooked).
+    MemAlloc,
+    /// `cuMemFree_v2` (not hooked).
+    MemFree,
+    /// `cuStreamCreate` (not hooked).
+    StreamCreate,
+    /// `cuStreamSynchronize` (not hooked).
+    StreamSynchronize,
+    /// `cuMemcpyHtoDAsync_v2` (not hooked).
+    MemcpyHtoDAsync,
+    /// `cuMemcpyDtoHAsync_v2` (not hooked).
+    MemcpyDtoHAsync,
+    /// `cuLinkCreate_v2` (not hooked).
+    LinkCreate,
+    /// `cuLinkComplete` (not hooked).
+    LinkComplete,
+    /// `cuLinkDestroy` (not hooked).
+    LinkDestroy,
 }
 
 impl Hook {
     /// Every slot, in order.
-    pub const ALL: [Hook; 18] = [
+    pub const ALL: [Hook; 32] = [
         Hook::ModuleLoadData,
         Hook::ModuleLoadDataEx,
         Hook::ModuleLoadFatBinary,
@@ -181,6 +238,20 @@ impl Hook {
         Hook::ThreadExchangeStreamCaptureMode,
         Hook::NvJitLinkAddData,
         Hook::NvJitLinkAddFile,
+        Hook::CtxDestroy,
+        Hook::PrimaryCtxRelease,
+        Hook::PrimaryCtxReset,
+        Hook::PrimaryCtxGetState,
+        Hook::CtxSetCurrent,
+        Hook::MemAlloc,
+        Hook::MemFree,
+        Hook::StreamCreate,
+        Hook::StreamSynchronize,
+        Hook::MemcpyHtoDAsync,
+        Hook::MemcpyDtoHAsync,
+        Hook::LinkCreate,
+        Hook::LinkComplete,
+        Hook::LinkDestroy,
     ];
 
     /// The name exported by `libcuda.so.1`.
@@ -204,6 +275,20 @@ impl Hook {
             Hook::ThreadExchangeStreamCaptureMode => c"cuThreadExchangeStreamCaptureMode",
             Hook::NvJitLinkAddData => c"nvJitLinkAddData",
             Hook::NvJitLinkAddFile => c"nvJitLinkAddFile",
+            Hook::CtxDestroy => c"cuCtxDestroy_v2",
+            Hook::PrimaryCtxRelease => c"cuDevicePrimaryCtxRelease_v2",
+            Hook::PrimaryCtxReset => c"cuDevicePrimaryCtxReset_v2",
+            Hook::PrimaryCtxGetState => c"cuDevicePrimaryCtxGetState",
+            Hook::CtxSetCurrent => c"cuCtxSetCurrent",
+            Hook::MemAlloc => c"cuMemAlloc_v2",
+            Hook::MemFree => c"cuMemFree_v2",
+            Hook::StreamCreate => c"cuStreamCreate",
+            Hook::StreamSynchronize => c"cuStreamSynchronize",
+            Hook::MemcpyHtoDAsync => c"cuMemcpyHtoDAsync_v2",
+            Hook::MemcpyDtoHAsync => c"cuMemcpyDtoHAsync_v2",
+            Hook::LinkCreate => c"cuLinkCreate_v2",
+            Hook::LinkComplete => c"cuLinkComplete",
+            Hook::LinkDestroy => c"cuLinkDestroy",
         }
     }
 
@@ -223,6 +308,11 @@ impl Hook {
             b"cuGetProcAddress" => Hook::GetProcAddressV1,
             b"nvJitLinkAddData" => Hook::NvJitLinkAddData,
             b"nvJitLinkAddFile" => Hook::NvJitLinkAddFile,
+            b"cuCtxDestroy" | b"cuCtxDestroy_v2" => Hook::CtxDestroy,
+            b"cuDevicePrimaryCtxRelease" | b"cuDevicePrimaryCtxRelease_v2" => {
+                Hook::PrimaryCtxRelease
+            }
+            b"cuDevicePrimaryCtxReset" | b"cuDevicePrimaryCtxReset_v2" => Hook::PrimaryCtxReset,
             _ => return None,
         })
     }

@@ -8,6 +8,7 @@
 //! | `cuLibraryLoadData` | as `cuModuleLoadData` (cudart's registered fat binaries arrive here) | same call, same options |
 //! | `cuLinkAddData`, `cuLinkAddFile` | PTX or fat-binary inputs of the JIT linker | a PTX input |
 //! | `cuGetProcAddress`, `dlsym` | — | these wrappers in place of the real addresses |
+//! | `cuCtxDestroy`, `cuDevicePrimaryCtxRelease`/`Reset` | — | device-resident maps copied out first ([`super::devmaps`]) |
 //!
 //! Nothing here may crash or fail the application: every hook catches panics, and when the
 //! driver rejects an instrumented image the original is loaded and a warning reported. With
@@ -148,7 +149,32 @@ impl State {
             )?;
             let mut d: u64 = 0;
             check(devptr(&mut d, base, 0), "cuMemHostGetDevicePointer")?;
-            let bindings = session::bindings(region, &self.probes, d).map_err(|e| e.to_string())?;
+            let mut bindings =
+                session::bindings(region, &self.probes, d).map_err(|e| e.to_string())?;
+            if self.config.device_maps {
+                let spans = session::map_spans(region, &self.probes);
+                let host_base = region.base().as_ptr() as usize;
+                let to_host = |dev_addr: u64| {
+                    spans.iter().find_map(|&(off, len)| {
+                        (d + off == dev_addr).then_some((host_base + off as usize, len as usize))
+                    })
+                };
+                let period = std::time::Duration::from_millis(self.config.flush_ms);
+                match super::devmaps::create(&mut bindings, to_host, dev, period) {
+                    Ok(n) => report(&[ReportLine::DeviceMaps {
+                        maps: n,
+                        flush_ms: self.config.flush_ms,
+                    }]),
+                    Err(e) => {
+                        // Fall back to the host-mapped region the bindings already name.
+                        bindings = session::bindings(region, &self.probes, d)
+                            .map_err(|e| e.to_string())?;
+                        report(&[ReportLine::Warning {
+                            what: format!("device-resident maps unavailable ({e}); maps stay in host-mapped memory"),
+                        }]);
+                    }
+                }
+            }
             Ok(Instrumenter::new(
                 self.probes.clone(),
                 bindings,
@@ -161,6 +187,12 @@ impl State {
     /// The image to load in place of `bytes`, if any (kept alive for the process).
     fn instrument(&self, call: &str, bytes: &[u8]) -> Option<Arc<CString>> {
         let inst = self.instrumenter()?;
+        if let Some(Err(why)) = super::devmaps::usable_here() {
+            report(&[ReportLine::Warning {
+                what: format!("{call}: module loaded without probes: {why}"),
+            }]);
+            return None;
+        }
         let t = std::time::Instant::now();
         let (outcome, fresh) = inst.image_fresh(bytes);
         if fresh {
@@ -187,10 +219,11 @@ impl State {
 }
 
 /// This thread in `CU_STREAM_CAPTURE_MODE_RELAXED` until dropped.
-struct RelaxedCapture(Option<(driver::ThreadExchangeStreamCaptureMode, c_int)>);
+pub(crate) struct RelaxedCapture(Option<(driver::ThreadExchangeStreamCaptureMode, c_int)>);
 
 impl RelaxedCapture {
-    fn enter() -> RelaxedCapture {
+    /// Enters relaxed mode (a no-op where the driver lacks the call).
+    pub(crate) fn enter() -> RelaxedCapture {
         // SAFETY: the real cuThreadExchangeStreamCaptureMode, if the driver has it.
         let Ok(f) = (unsafe {
             fn_of::<driver::ThreadExchangeStreamCaptureMode>(Hook::ThreadExchangeStreamCaptureMode)
@@ -301,6 +334,94 @@ unsafe fn file_replacement(call: &str, path: *const c_char) -> Option<Arc<CStrin
     })
 }
 
+/// What the driver is given for an instrumented PTX: a cubin linked from it with the
+/// driver's JIT linker (`cuLinkCreate`/`cuLinkAddData`/`cuLinkComplete`), else the PTX.
+///
+/// The linker compiles its PTX inputs as relocatable code, where ptxas compiles each probe
+/// `.func` once for the module; given the PTX, the module loaders compile the whole program
+/// and redo the probe's code in every kernel that calls it (about 50 ms per kernel for
+/// `kernel_count`, 20 s for a 1 MB module of 246 kernels). `BPFTIME_ATTACH_LOAD=ptx` in the
+/// application's environment gives the PTX (whole-program) path, for comparison.
+/// Linked images are cached by the PTX's hash (an image loaded again is not relinked); the JIT options
+/// of `cuModuleLoadDataEx`/`cuLibraryLoadData` do not reach a cubin (the driver ignores them).
+fn image_for_load(ptx: &Arc<CString>) -> *const c_void {
+    static CUBINS: Mutex<Vec<(u64, Arc<Vec<u8>>)>> = Mutex::new(Vec::new());
+    static MODE_PTX: OnceLock<bool> = OnceLock::new();
+    let key = {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        ptx.as_bytes().hash(&mut h);
+        h.finish()
+    };
+    if *MODE_PTX.get_or_init(|| std::env::var("BPFTIME_ATTACH_LOAD").is_ok_and(|v| v == "ptx")) {
+        return ptx.as_ptr() as *const c_void;
+    }
+    if let Ok(c) = CUBINS.lock()
+        && let Some((_, bin)) = c.iter().find(|(k, _)| *k == key)
+    {
+        return bin.as_ptr() as *const c_void;
+    }
+    let _relaxed = RelaxedCapture::enter();
+    match link(ptx) {
+        Ok(bin) => {
+            let bin = Arc::new(bin);
+            let p = bin.as_ptr() as *const c_void;
+            if let Ok(mut c) = CUBINS.lock() {
+                c.push((key, bin));
+            }
+            p
+        }
+        Err(why) => {
+            report(&[ReportLine::Warning {
+                what: format!("JIT linker: {why}; the instrumented PTX is loaded directly"),
+            }]);
+            ptx.as_ptr() as *const c_void
+        }
+    }
+}
+
+/// `ptx` compiled and linked by the driver, as a cubin.
+fn link(ptx: &CString) -> Result<Vec<u8>, String> {
+    // SAFETY: real driver entries with their signatures; the state is destroyed on every
+    // path after use, and the cubin is copied out before.
+    unsafe {
+        let create: driver::LinkCreate = fn_of(Hook::LinkCreate)?;
+        let add: driver::LinkAddData = fn_of(Hook::LinkAddData)?;
+        let complete: driver::LinkComplete = fn_of(Hook::LinkComplete)?;
+        let destroy: driver::LinkDestroy = fn_of(Hook::LinkDestroy)?;
+        let mut state: Handle = std::ptr::null_mut();
+        check(
+            create(0, std::ptr::null_mut(), std::ptr::null_mut(), &mut state),
+            "cuLinkCreate",
+        )?;
+        let b = ptx.as_bytes_with_nul();
+        let r = add(
+            state,
+            driver::CU_JIT_INPUT_PTX,
+            b.as_ptr() as *mut c_void,
+            b.len(),
+            c"bpftime-instrumented.ptx".as_ptr(),
+            0,
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+        );
+        let out = if r != CUDA_SUCCESS {
+            Err(format!("cuLinkAddData failed with CUresult {r}"))
+        } else {
+            let mut cubin: *mut c_void = std::ptr::null_mut();
+            let mut size = 0usize;
+            let r = complete(state, &mut cubin, &mut size);
+            if r != CUDA_SUCCESS || cubin.is_null() {
+                Err(format!("cuLinkComplete failed with CUresult {r}"))
+            } else {
+                Ok(std::slice::from_raw_parts(cubin as *const u8, size).to_vec())
+            }
+        };
+        destroy(state);
+        out
+    }
+}
+
 fn fallback_warning(call: &str, r: c_int) {
     report(&[ReportLine::Warning {
         what: format!(
@@ -328,7 +449,7 @@ pub unsafe extern "C" fn module_load_data(module: *mut Handle, image: *const c_v
     // SAFETY: the application's arguments, forwarded.
     unsafe {
         if let Some(ptx) = replacement("cuModuleLoadData", image) {
-            let r = real(module, ptx.as_ptr() as *const c_void);
+            let r = real(module, image_for_load(&ptx));
             if r == CUDA_SUCCESS {
                 return r;
             }
@@ -353,7 +474,7 @@ pub unsafe extern "C" fn module_load_data_ex(
     // SAFETY: the application's arguments, forwarded.
     unsafe {
         if let Some(ptx) = replacement("cuModuleLoadDataEx", image) {
-            let r = real(module, ptx.as_ptr() as *const c_void, n, options, values);
+            let r = real(module, image_for_load(&ptx), n, options, values);
             if r == CUDA_SUCCESS {
                 return r;
             }
@@ -377,7 +498,7 @@ pub unsafe extern "C" fn module_load_fat_binary(
         if let Some(ptx) = replacement("cuModuleLoadFatBinary", image)
             && let Ok(load) = fn_of::<driver::ModuleLoadData>(Hook::ModuleLoadData)
         {
-            let r = load(module, ptx.as_ptr() as *const c_void);
+            let r = load(module, image_for_load(&ptx));
             if r == CUDA_SUCCESS {
                 return r;
             }
@@ -398,7 +519,7 @@ pub unsafe extern "C" fn module_load(module: *mut Handle, path: *const c_char) -
         if let Some(ptx) = file_replacement("cuModuleLoad", path)
             && let Ok(load) = fn_of::<driver::ModuleLoadData>(Hook::ModuleLoadData)
         {
-            let r = load(module, ptx.as_ptr() as *const c_void);
+            let r = load(module, image_for_load(&ptx));
             if r == CUDA_SUCCESS {
                 return r;
             }
@@ -428,7 +549,7 @@ pub unsafe extern "C" fn library_load_data(
         if let Some(ptx) = replacement("cuLibraryLoadData", code) {
             let r = real(
                 library,
-                ptx.as_ptr() as *const c_void,
+                image_for_load(&ptx),
                 jit_options,
                 jit_values,
                 n_jit,
@@ -476,7 +597,7 @@ pub unsafe extern "C" fn library_load_from_file(
         {
             let r = load(
                 library,
-                ptx.as_ptr() as *const c_void,
+                image_for_load(&ptx),
                 jit_options,
                 jit_values,
                 n_jit,
@@ -686,6 +807,44 @@ pub unsafe extern "C" fn nvjitlink_add_file(
     }
 }
 
+/// `cuCtxDestroy_v2`: device-resident maps of `ctx` are copied out first.
+///
+/// # Safety
+/// The driver's contract for `cuCtxDestroy_v2`.
+pub unsafe extern "C" fn ctx_destroy(ctx: Handle) -> CuResult {
+    let real = real_or_fail!(Hook::CtxDestroy, driver::CtxDestroy);
+    let _ = catch_unwind(|| super::devmaps::before_teardown(Some(ctx), None));
+    // SAFETY: the application's argument, forwarded.
+    unsafe { real(ctx) }
+}
+
+/// `cuDevicePrimaryCtxRelease_v2`: device-resident maps are copied out first, and stay in
+/// use if the primary context outlives the release.
+///
+/// # Safety
+/// The driver's contract for `cuDevicePrimaryCtxRelease_v2`.
+pub unsafe extern "C" fn primary_ctx_release(dev: c_int) -> CuResult {
+    let real = real_or_fail!(Hook::PrimaryCtxRelease, driver::PrimaryCtxRelease);
+    let ours = catch_unwind(|| super::devmaps::before_teardown(None, Some(dev))).unwrap_or(false);
+    // SAFETY: the application's argument, forwarded.
+    let r = unsafe { real(dev) };
+    if ours {
+        let _ = catch_unwind(|| super::devmaps::after_release(dev));
+    }
+    r
+}
+
+/// `cuDevicePrimaryCtxReset_v2`: device-resident maps are copied out first.
+///
+/// # Safety
+/// The driver's contract for `cuDevicePrimaryCtxReset_v2`.
+pub unsafe extern "C" fn primary_ctx_reset(dev: c_int) -> CuResult {
+    let real = real_or_fail!(Hook::PrimaryCtxReset, driver::PrimaryCtxRelease);
+    let _ = catch_unwind(|| super::devmaps::before_teardown(None, Some(dev)));
+    // SAFETY: the application's argument, forwarded.
+    unsafe { real(dev) }
+}
+
 /// Our wrapper for hook `h`, as an untyped pointer.
 pub fn wrapper(h: Hook) -> Option<*mut c_void> {
     Some(match h {
@@ -701,6 +860,9 @@ pub fn wrapper(h: Hook) -> Option<*mut c_void> {
         Hook::GetProcAddressV1 => get_proc_address_v1 as *mut c_void,
         Hook::NvJitLinkAddData => nvjitlink_add_data as *mut c_void,
         Hook::NvJitLinkAddFile => nvjitlink_add_file as *mut c_void,
+        Hook::CtxDestroy => ctx_destroy as *mut c_void,
+        Hook::PrimaryCtxRelease => primary_ctx_release as *mut c_void,
+        Hook::PrimaryCtxReset => primary_ctx_reset as *mut c_void,
         _ => return None,
     })
 }

@@ -12,5 +12,6 @@
 //! the driver through `cuLibraryLoadData` (or `cuModuleLoadData`) at first use, which the
 //! shim sees on every path above.
 
+pub mod devmaps;
 pub mod driver;
 pub mod hooks;

@@ -26,6 +26,15 @@ int main(int argc, char **argv) {
 	struct wrapper w = {0x466243b1, 1, fat, 0};
 	H lib;
 	if (load(&lib, &w, 0, 0, 0, 0, 0, 0)) return 4;
+	/* cudart's teardown: the primary context is released (through cuGetProcAddress). */
+	typedef CUresult (*launch_t)(H, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, H, void **, void **);
+	typedef CUresult (*release_t)(int);
+	launch_t launch = 0; release_t release = 0;
+	if (gpa("cuLaunchKernel", (void **)&launch, 12000, 0, &st) || gpa("cuDevicePrimaryCtxRelease", (void **)&release, 12000, 0, &st)) return 3;
+	for (int i = 0; i < 2; i++) if (launch(0, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0)) return 5;
+	if (release(0)) return 6;
+	/* A launch after the release is not seen (the copies stopped). */
+	if (launch(0, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0)) return 5;
 	printf("app_cudart ok\n");
 	return 0;
 }

@@ -1,5 +1,6 @@
 /* app_direct: a driver-API program linked with -lcuda (the fake), loading through every
- * image call. Usage: app_direct PTX FATBIN EXITCODE */
+ * image call, then launching LAUNCHES times (default 0).
+ * Usage: app_direct PTX FATBIN EXITCODE [LAUNCHES] */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +14,7 @@ CUresult cuLinkCreate_v2(unsigned, int *, void **, H *);
 CUresult cuLinkAddData_v2(H, unsigned, void *, size_t, const char *, unsigned, int *, void **);
 CUresult cuLinkAddFile_v2(H, unsigned, const char *, unsigned, int *, void **);
 CUresult cuLinkComplete(H, void **, size_t *);
+CUresult cuLaunchKernel(H, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, H, void **, void **);
 static char *slurp(const char *path, size_t *n) {
 	FILE *f = fopen(path, "rb"); if (!f) { perror(path); exit(2); }
 	fseek(f, 0, SEEK_END); long len = ftell(f); fseek(f, 0, SEEK_SET);
@@ -34,6 +36,7 @@ int main(int argc, char **argv) {
 	CK(cuLinkAddFile_v2(s, 1, argv[1], 0, 0, 0));
 	CK(cuLinkComplete(s, &cubin, &cn));
 	CK(cuModuleLoadData(&m, cubin));
+	for (int i = 0, n = argc > 4 ? atoi(argv[4]) : 0; i < n; i++) CK(cuLaunchKernel(0, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0));
 	printf("app_direct ok\n");
 	return atoi(argv[3]);
 }

@@ -4,6 +4,9 @@
  * $FAKE_CUDA_DIR/load-<n>-<call>.<ptx|bin>, and one line per call to $FAKE_CUDA_DIR/calls.log.
  * cuMemHostGetDevicePointer returns the host address (unified addressing), so the map
  * addresses baked into instrumented PTX can be checked against the session region.
+ * "Device memory" (cuMemAlloc) is host memory; the fake cuLaunchKernel runs no code, but
+ * adds 1 to the last 8-byte word of every live allocation, as a kernel whose probe counts
+ * into a one-entry array map would: tests see whether device-resident maps come back.
  */
 #define _GNU_SOURCE
 #include <stdint.h>
@@ -36,7 +39,10 @@ static size_t fatbin_len(const unsigned char *p) {
 	return strlen((const char *)p);
 }
 
+/* What the fake cuLinkComplete returns; loading it is logged as "linked". */
+static char cubin[64] = "\x7f" "ELF";
 static void record(const char *call, const void *image, size_t len) {
+	if (!memcmp(image, cubin, sizeof cubin)) { logf_("%s %s", call, "linked"); return; }
 	const char *dir = getenv("FAKE_CUDA_DIR");
 	const unsigned char *p = image;
 	int is_ptx = 1;
@@ -83,9 +89,33 @@ CUresult cuLinkAddData_v2(H s, unsigned type, void *data, size_t size, const cha
 CUresult cuLinkAddFile_v2(H s, unsigned type, const char *path, unsigned n, int *o, void **v) {
 	(void)s; (void)n; (void)o; (void)v; size_t len; char *b = slurp(path, &len); if (!b) return 301; char c[64];
 	snprintf(c, sizeof c, "cuLinkAddFile.type%u", type); record(c, b, len); free(b); return 0; }
-static char cubin[64] = "\x7f" "ELF";
 CUresult cuLinkComplete(H s, void **out, size_t *n) { (void)s; *out = cubin; *n = sizeof cubin; return 0; }
 CUresult cuLinkDestroy(H s) { (void)s; return 0; }
+
+static struct { char *p; size_t n; } allocs[64];
+static int nallocs;
+static void logz(const char *what, size_t n) { char b[64]; snprintf(b, sizeof b, "%zu", n); logf_("%s %s", what, b); }
+CUresult cuMemAlloc_v2(uint64_t *d, size_t n) {
+	size_t r = (n + 255) / 256 * 256; char *p = aligned_alloc(256, r ? r : 256); /* cuMemAlloc aligns to 256 */
+	if (!p || nallocs == 64) return 2; memset(p, 0, r ? r : 256);
+	allocs[nallocs].p = p; allocs[nallocs++].n = n; *d = (uint64_t)(uintptr_t)p; logz("cuMemAlloc", n); return 0; }
+CUresult cuMemFree_v2(uint64_t d) {
+	for (int i = 0; i < nallocs; i++) if ((uint64_t)(uintptr_t)allocs[i].p == d) { free(allocs[i].p); allocs[i] = allocs[--nallocs]; return 0; }
+	return 1; }
+static int stream_obj;
+CUresult cuStreamCreate(H *s, unsigned flags) { *s = &stream_obj; logz("cuStreamCreate", flags); return 0; }
+CUresult cuStreamSynchronize(H s) { (void)s; return 0; }
+CUresult cuMemcpyHtoDAsync_v2(uint64_t d, const void *h, size_t n, H s) { (void)s; memcpy((void *)(uintptr_t)d, h, n); logz("cuMemcpyHtoDAsync", n); return 0; }
+CUresult cuMemcpyDtoHAsync_v2(void *h, uint64_t d, size_t n, H s) { (void)s; memcpy(h, (void *)(uintptr_t)d, n); logz("cuMemcpyDtoHAsync", n); return 0; }
+static int primary_active = 1;
+CUresult cuDevicePrimaryCtxGetState(int d, unsigned *flags, int *active) { (void)d; *flags = 0; *active = primary_active; return 0; }
+CUresult cuDevicePrimaryCtxRelease_v2(int d) { (void)d; primary_active = 0; logz("cuDevicePrimaryCtxRelease", d); return 0; }
+CUresult cuDevicePrimaryCtxReset_v2(int d) { (void)d; primary_active = 0; logz("cuDevicePrimaryCtxReset", d); return 0; }
+CUresult cuCtxDestroy_v2(H c) { (void)c; primary_active = 0; logf_("cuCtxDestroy%s%s", "", ""); return 0; }
+CUresult cuLaunchKernel(H f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz, unsigned sh, H s, void **p, void **e) {
+	(void)f; (void)gx; (void)gy; (void)gz; (void)bx; (void)by; (void)bz; (void)sh; (void)s; (void)p; (void)e;
+	for (int i = 0; i < nallocs; i++) if (allocs[i].n >= 8) { uint64_t v; memcpy(&v, allocs[i].p + allocs[i].n - 8, 8); v++; memcpy(allocs[i].p + allocs[i].n - 8, &v, 8); }
+	logf_("cuLaunchKernel%s%s", "", ""); return 0; }
 
 struct entry { const char *name; void *fn; };
 CUresult cuGetProcAddress_v2(const char *sym, void **pfn, int ver, uint64_t flags, int *status);
@@ -98,6 +128,11 @@ static const struct entry table[] = {
 	{"cuLinkAddFile", cuLinkAddFile_v2}, {"cuLinkComplete", cuLinkComplete}, {"cuLinkDestroy", cuLinkDestroy},
 	{"cuCtxGetCurrent", cuCtxGetCurrent}, {"cuCtxGetDevice", cuCtxGetDevice}, {"cuDeviceGetAttribute", cuDeviceGetAttribute},
 	{"cuMemHostRegister", cuMemHostRegister_v2}, {"cuMemHostGetDevicePointer", cuMemHostGetDevicePointer_v2},
+	{"cuMemAlloc", cuMemAlloc_v2}, {"cuMemFree", cuMemFree_v2}, {"cuStreamCreate", cuStreamCreate},
+	{"cuStreamSynchronize", cuStreamSynchronize}, {"cuMemcpyHtoDAsync", cuMemcpyHtoDAsync_v2},
+	{"cuMemcpyDtoHAsync", cuMemcpyDtoHAsync_v2}, {"cuDevicePrimaryCtxGetState", cuDevicePrimaryCtxGetState},
+	{"cuDevicePrimaryCtxRelease", cuDevicePrimaryCtxRelease_v2}, {"cuDevicePrimaryCtxReset", cuDevicePrimaryCtxReset_v2},
+	{"cuCtxDestroy", cuCtxDestroy_v2}, {"cuLaunchKernel", cuLaunchKernel},
 	{0, 0}};
 CUresult cuGetProcAddress_v2(const char *sym, void **pfn, int ver, uint64_t flags, int *status) {
 	(void)flags;

@@ -19,7 +19,7 @@
 //! | jumps (64 and 32 bits)     | `setp` + `@p bra`                                             |
 //! | `call` helper              | the helper's body inlined as a `{ }` block (`prelude::inline_block`; per map when r1's map is known, else a compare chain over the bound maps), or `call.uni` of its `.func` past [`INLINE_BUDGET`] |
 //! | r10-relative load / store  | `ld.local` / `st.local` at `[stack+depth+off]` (ptxas forwards and keeps these) |
-//! | atomic on a `map_lookup_elem` result | `red`/`atom` `.global`, no `isspacep` check |
+//! | atomic on a `map_lookup_elem` result | `red`/`atom` `.global`, no `isspacep` check; an add without fetch is warp-aggregated (`match.any` on address and value, one `red` per group) |
 //! | `call` local               | `call.uni` of the callee's `.func` with r1..r5; r0 comes back |
 //! | `exit`                     | `st.param.b64 [r0]`, `ret`                                    |
 //!
@@ -777,6 +777,7 @@ fn lower_insn(
                 insn.off as i64,
                 src,
                 space,
+                cx.opts.warp_aggregate && cx.opts.sm >= 70,
             );
             if fetch {
                 if op == AtomicOp::Cmpxchg {
@@ -1244,6 +1245,9 @@ fn atomic_opcode(fetch: bool, scope: &str, global: bool, op: AtomicOp, w32: bool
 /// stack lives there: an access through r10 is lowered to a plain load/op/store (the stack
 /// is private to the thread), and one through any other register checks `isspacep.local`
 /// at run time and takes the plain path for stack addresses, `atom`/`red` otherwise.
+///
+/// With `aggregate`, an add without fetch to a map value is warp-aggregated
+/// ([`warp_aggregated_add`]).
 #[expect(
     clippy::too_many_arguments,
     reason = "one call site, all distinct operands"
@@ -1258,6 +1262,7 @@ fn atomic(
     off: i64,
     src: u8,
     space: Space,
+    aggregate: bool,
 ) {
     let w32 = size != Size::Dw;
     let mut addr = Operand::Addr(base, off as i32);
@@ -1287,7 +1292,9 @@ fn atomic(
         let g = f.reg(RegClass::B64);
         f.push("cvta.to.global.u64", [g.into(), base.into()]);
         let addr = Operand::Addr(g, off as i32);
-        if !fetch {
+        if !fetch && aggregate && op == AtomicOp::Add {
+            warp_aggregated_add(f, name(false, true), g, off, v, w32);
+        } else if !fetch {
             f.push(name(false, true), [addr, v.into()]);
         } else if let Some(c) = cmp {
             f.push(name(true, true), [old.into(), addr, c.into(), v.into()]);
@@ -1364,6 +1371,54 @@ fn atomic(
             f.push("mov.b64", [r(dst).into(), old.into()]);
         }
     }
+}
+
+/// `red.add [g+off], v` from every active lane, as one `red` per group of lanes that add
+/// the same value to the same address: the group's highest lane adds `v × group size`
+/// (`match.any` on the address and on the value, sm_70+). Lanes whose group holds different
+/// values each add their own, as before. Counting probes (every thread adds 1 to one
+/// counter) pay one atomic per warp instead of 32; the sum is the same, and a `red` returns
+/// nothing, so no lane can tell.
+fn warp_aggregated_add(f: &mut Function, red: &'static str, g: Reg, off: i64, v: Reg, w32: bool) {
+    let a = f.reg(RegClass::B64);
+    f.push("add.s64", [a.into(), g.into(), imm(off)]);
+    let mask = f.reg(RegClass::B32);
+    f.push("activemask.b32", [mask.into()]);
+    let peers = f.reg(RegClass::B32);
+    f.push("match.any.sync.b64", [peers.into(), a.into(), mask.into()]);
+    let same = f.reg(RegClass::B32);
+    f.push(
+        wsel(w32, "match.any.sync.b32", "match.any.sync.b64"),
+        [same.into(), v.into(), mask.into()],
+    );
+    f.push("and.b32", [same.into(), same.into(), peers.into()]);
+    let uniform = f.reg(RegClass::Pred);
+    f.push("setp.eq.b32", [uniform.into(), same.into(), peers.into()]);
+    // Predicated, not branched: no labels in the middle of the lowering's straight lines.
+    let leader = f.reg(RegClass::B32);
+    f.push("bfind.u32", [leader.into(), peers.into()]);
+    let lane = f.reg(RegClass::B32);
+    f.push("mov.u32", [lane.into(), Operand::Sym(&"%laneid")]);
+    let lead = f.reg(RegClass::Pred);
+    f.push(
+        "setp.eq.and.u32",
+        [lead.into(), lane.into(), leader.into(), uniform.into()],
+    );
+    let n = f.reg(RegClass::B32);
+    f.push("popc.b32", [n.into(), peers.into()]);
+    let total = if w32 {
+        let t = f.reg(RegClass::B32);
+        f.push("mul.lo.s32", [t.into(), v.into(), n.into()]);
+        t
+    } else {
+        let n64 = f.reg(RegClass::B64);
+        f.push("cvt.u64.u32", [n64.into(), n.into()]);
+        let t = f.reg(RegClass::B64);
+        f.push("mul.lo.s64", [t.into(), v.into(), n64.into()]);
+        t
+    };
+    f.push_if(lead, true, red, [Operand::Addr(a, 0), total.into()]);
+    f.push_if(uniform, false, red, [Operand::Addr(a, 0), v.into()]);
 }
 
 fn cond_pred(

@@ -45,6 +45,20 @@ pub struct TraceArgs {
     /// Do not print attach points (warnings are still printed).
     #[arg(short, long)]
     quiet: bool,
+    /// Where the probes update their maps: `device` (GPU memory, copied to the host every
+    /// --interval and at exit; fast) or `host` (host-mapped memory, live, every update
+    /// crosses PCIe; for programs that use several GPUs). Ring buffers are always host-mapped.
+    #[arg(long, value_enum, default_value_t = MapPlacement::Device)]
+    maps: MapPlacement,
+}
+
+/// `trace --maps`.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MapPlacement {
+    /// GPU memory, copied out periodically.
+    Device,
+    /// Host-mapped memory, live.
+    Host,
 }
 
 /// `1s`, `250ms`, `2` (seconds), `0`.
@@ -166,6 +180,9 @@ impl Trace {
                     eprintln!("attached {probe} to {demangled} at {site} (PTX line {line})")
                 }
                 ReportLine::Warning { what } => eprintln!("warning: {what}"),
+                ReportLine::DeviceMaps { maps, flush_ms } if !self.quiet => eprintln!(
+                    "{maps} maps in GPU memory, copied to the host every {flush_ms} ms and at exit"
+                ),
                 _ => {}
             }
         }
@@ -254,6 +271,13 @@ pub fn run(a: TraceArgs) -> Result<ExitCode> {
         objects,
         report: report.display().to_string(),
         threads: a.threads,
+        device_maps: a.maps == MapPlacement::Device,
+        // Copies at least as often as the prints; with prints only at exit, every second
+        // (a run killed by a signal keeps what the last copy saw).
+        flush_ms: match a.interval.as_millis() as u64 {
+            0 => 1000,
+            ms => ms,
+        },
     };
     let session = Session::create(config.clone(), &probes)
         .map_err(|e| anyhow::anyhow!(super::instrument::chain(&e)))?;

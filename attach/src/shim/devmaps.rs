@@ -1,0 +1,283 @@
+//! Device-resident maps: the probes update a copy of each map in the GPU's memory, and the
+//! shim copies it out to the session region, where `trace` reads it.
+//!
+//! ```text
+//! setup (first module load, in the app's context):
+//!   cuMemAlloc per map ── HtoD of the region's bytes (headers, initial values) ── the
+//!   probes are compiled with the map at the device address, `.gpu`-scope atomics
+//! every flush period (a thread of ours), at exit (atexit) and before the context dies
+//! (cuCtxDestroy, cuDevicePrimaryCtxReset/Release hooks):
+//!   DtoH of every map into the region, on our own non-blocking stream
+//! ```
+//!
+//! A probe's atomic on a map in host-mapped memory crosses PCIe (7,069× on a vector add
+//! where every thread counts); in device memory it is an L2 atomic. The host sees the
+//! map's state as of the last flush (`trace --interval` apart, and once more at exit), not
+//! live. Ring buffers stay in host-mapped memory: the host consumes them as they fill.
+//!
+//! The copies belong to the context that was current at setup. Modules loaded in another
+//! context (a second GPU) or after that context died run without probes, with a warning:
+//! their kernels could not reach the memory (`trace --maps host` serves those programs).
+//! Copies use `CU_STREAM_NON_BLOCKING` streams and this thread's relaxed capture mode, so
+//! they neither wait for the application's legacy-stream work nor disturb a capture.
+
+use super::driver::{self, CUDA_SUCCESS, Handle, Hook};
+use crate::instrument::Bindings;
+use ebpf::MapKind;
+use jit::AtomicScope;
+use std::ffi::{c_int, c_void};
+use std::sync::Mutex;
+use std::time::Duration;
+
+/// One map's two copies.
+struct Mirror {
+    /// Its bytes in the session region (host address).
+    host: usize,
+    /// Its bytes in device memory.
+    dev: u64,
+    len: usize,
+}
+
+/// The device copies of one context.
+struct DeviceMaps {
+    ctx: usize,
+    dev: c_int,
+    stream: usize,
+    mirrors: Vec<Mirror>,
+    /// False once the context is gone (or going): nothing is copied any more.
+    live: bool,
+}
+
+static MAPS: Mutex<Option<DeviceMaps>> = Mutex::new(None);
+
+/// Whether a module loaded now can use the device copies: they exist, their context is
+/// alive and current. `None` when there are no device copies (host-mapped maps).
+pub fn usable_here() -> Option<Result<(), String>> {
+    let g = MAPS.lock().ok()?;
+    let m = g.as_ref()?;
+    if !m.live {
+        return Some(Err(
+            "the CUDA context that holds the device-resident maps was destroyed".into(),
+        ));
+    }
+    let mut cur: Handle = std::ptr::null_mut();
+    // SAFETY: the real cuCtxGetCurrent, writing one handle.
+    let ok = unsafe { call::<driver::CtxGetCurrent>(Hook::CtxGetCurrent) }
+        .map(|f| unsafe { f(&mut cur) } == CUDA_SUCCESS)
+        .unwrap_or(false);
+    if !ok || cur as usize != m.ctx {
+        return Some(Err(
+            "the module is loaded in another CUDA context than the one holding the device-resident maps (use `trace --maps host` for programs on several GPUs)".into(),
+        ));
+    }
+    Some(Ok(()))
+}
+
+/// The real entry of `h`.
+///
+/// # Safety
+/// `F` is `h`'s C signature.
+unsafe fn call<F: Copy>(h: Hook) -> Result<F, String> {
+    let p = driver::real(h);
+    if p.is_null() {
+        return Err(format!(
+            "{} not found in libcuda.so.1",
+            h.symbol().to_string_lossy()
+        ));
+    }
+    // SAFETY: `p` is the address of a function of type `F` (caller's contract).
+    Ok(unsafe { std::mem::transmute_copy::<*mut c_void, F>(&p) })
+}
+
+fn check(r: c_int, what: &str) -> Result<(), String> {
+    if r == CUDA_SUCCESS {
+        Ok(())
+    } else {
+        Err(format!("{what} failed with CUresult {r}"))
+    }
+}
+
+/// Moves every map of `bindings` but ring buffers to device memory in the current context
+/// (`dev`), copying the region's bytes there, and rebinds them (device address, `.gpu`
+/// atomics). `to_host(device_address)` gives a binding's host address in the region and
+/// its length.
+/// Starts the flusher (every `period`; none when zero) and the exit hook.
+pub fn create(
+    bindings: &mut Bindings,
+    to_host: impl Fn(u64) -> Option<(usize, usize)>,
+    dev: c_int,
+    period: Duration,
+) -> Result<usize, String> {
+    // SAFETY: each function pointer is the real driver entry of that name and signature;
+    // the pointers passed are live locals or region bytes of `len` (checked by `to_host`).
+    unsafe {
+        let get_ctx: driver::CtxGetCurrent = call(Hook::CtxGetCurrent)?;
+        let alloc: driver::MemAlloc = call(Hook::MemAlloc)?;
+        let free: driver::MemFree = call(Hook::MemFree)?;
+        let stream_create: driver::StreamCreate = call(Hook::StreamCreate)?;
+        let htod: driver::MemcpyHtoDAsync = call(Hook::MemcpyHtoDAsync)?;
+        let sync: driver::StreamSynchronize = call(Hook::StreamSynchronize)?;
+        call::<driver::MemcpyDtoHAsync>(Hook::MemcpyDtoHAsync)?;
+        call::<driver::CtxSetCurrent>(Hook::CtxSetCurrent)?;
+        let mut ctx: Handle = std::ptr::null_mut();
+        check(get_ctx(&mut ctx), "cuCtxGetCurrent")?;
+        let mut stream: Handle = std::ptr::null_mut();
+        check(
+            stream_create(&mut stream, driver::STREAM_NON_BLOCKING),
+            "cuStreamCreate",
+        )?;
+        let mut mirrors: Vec<Mirror> = Vec::new();
+        let mut placed: Vec<(u64, u64)> = Vec::new();
+        let undo = |mirrors: &[Mirror]| {
+            for m in mirrors {
+                free(m.dev);
+            }
+        };
+        for object in bindings.iter_mut() {
+            for b in object.values_mut() {
+                if b.kind == MapKind::RingBuf {
+                    continue;
+                }
+                // Maps shared by name between objects are one region entry: one copy.
+                if let Some(&(_, d)) = placed.iter().find(|(h, _)| *h == b.base_addr) {
+                    b.base_addr = d;
+                    b.scope = AtomicScope::Gpu;
+                    continue;
+                }
+                let Some((host, len)) = to_host(b.base_addr) else {
+                    undo(&mirrors);
+                    return Err(format!("map at {:#x} is not in the region", b.base_addr));
+                };
+                let mut d: u64 = 0;
+                if let Err(e) = check(alloc(&mut d, len), "cuMemAlloc of a map") {
+                    undo(&mirrors);
+                    return Err(e);
+                }
+                mirrors.push(Mirror { host, dev: d, len });
+                if let Err(e) = check(
+                    htod(d, host as *const c_void, len, stream),
+                    "cuMemcpyHtoDAsync of a map",
+                ) {
+                    undo(&mirrors);
+                    return Err(e);
+                }
+                placed.push((b.base_addr, d));
+                b.base_addr = d;
+                b.scope = AtomicScope::Gpu;
+            }
+        }
+        if let Err(e) = check(sync(stream), "cuStreamSynchronize") {
+            undo(&mirrors);
+            return Err(e);
+        }
+        let n = mirrors.len();
+        if let Ok(mut g) = MAPS.lock() {
+            *g = Some(DeviceMaps {
+                ctx: ctx as usize,
+                dev,
+                stream: stream as usize,
+                mirrors,
+                live: true,
+            });
+        }
+        libc::atexit(at_exit);
+        if !period.is_zero() {
+            let _ = std::thread::Builder::new()
+                .name("bpftime-flush".into())
+                .spawn(move || flusher(period));
+        }
+        Ok(n)
+    }
+}
+
+/// Copies every map out, now. `false` when there is nothing (left) to copy.
+pub fn flush() -> bool {
+    let Ok(g) = MAPS.lock() else { return false };
+    match g.as_ref() {
+        Some(m) if m.live => {
+            copy_out(m);
+            true
+        }
+        _ => false,
+    }
+}
+
+/// The DtoH copies, on the calling thread, which keeps its current context.
+fn copy_out(m: &DeviceMaps) {
+    let _relaxed = super::hooks::RelaxedCapture::enter();
+    // SAFETY: real driver entries; `m`'s context is alive (`live`, checked under the lock
+    // by the caller, which the teardown hooks take too), the host ranges are region bytes.
+    unsafe {
+        let (Ok(get), Ok(set), Ok(dtoh), Ok(sync)) = (
+            call::<driver::CtxGetCurrent>(Hook::CtxGetCurrent),
+            call::<driver::CtxSetCurrent>(Hook::CtxSetCurrent),
+            call::<driver::MemcpyDtoHAsync>(Hook::MemcpyDtoHAsync),
+            call::<driver::StreamSynchronize>(Hook::StreamSynchronize),
+        ) else {
+            return;
+        };
+        let mut prev: Handle = std::ptr::null_mut();
+        let had = get(&mut prev) == CUDA_SUCCESS;
+        if !had || prev as usize != m.ctx {
+            set(m.ctx as Handle);
+        }
+        let stream = m.stream as Handle;
+        for x in &m.mirrors {
+            dtoh(x.host as *mut c_void, x.dev, x.len, stream);
+        }
+        sync(stream);
+        if had && prev as usize != m.ctx {
+            set(prev);
+        }
+    }
+}
+
+/// Flushes every `period` for the life of the process (a context that dies and comes
+/// back live after a release still gets its copies).
+fn flusher(period: Duration) {
+    loop {
+        std::thread::sleep(period);
+        flush();
+    }
+}
+
+extern "C" fn at_exit() {
+    let _ = std::panic::catch_unwind(|| {
+        flush();
+        if let Ok(mut g) = MAPS.lock()
+            && let Some(m) = g.as_mut()
+        {
+            m.live = false;
+        }
+    });
+}
+
+/// Before the context `ctx` (or the primary context of `dev`) is destroyed: the last copy,
+/// and no more. Returns whether the copies belonged to it.
+pub fn before_teardown(ctx: Option<Handle>, dev: Option<c_int>) -> bool {
+    let Ok(mut g) = MAPS.lock() else { return false };
+    let Some(m) = g.as_mut() else { return false };
+    let ours = m.live
+        && (ctx.is_some_and(|c| c as usize == m.ctx) || dev.is_some_and(|d| d == m.dev));
+    if ours {
+        copy_out(m);
+        m.live = false;
+    }
+    ours
+}
+
+/// After `cuDevicePrimaryCtxRelease(dev)`: the copies stay live only if the primary
+/// context still is (another retain holds it).
+pub fn after_release(dev: c_int) {
+    // SAFETY: the real cuDevicePrimaryCtxGetState with two locals.
+    let active = unsafe {
+        call::<driver::PrimaryCtxGetState>(Hook::PrimaryCtxGetState).map(|f| {
+            let (mut flags, mut active): (u32, c_int) = (0, 0);
+            f(dev, &mut flags, &mut active) == CUDA_SUCCESS && active != 0
+        })
+    }
+    .unwrap_or(false);
+    if active && let Ok(mut g) = MAPS.lock() && let Some(m) = g.as_mut() && m.dev == dev {
+        m.live = true;
+    }
+}
