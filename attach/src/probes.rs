@@ -54,6 +54,9 @@ pub struct Probe {
     pub ctx_words: u64,
     /// Stack bytes of the deepest call chain.
     pub stack_size: u32,
+    /// Maps (by index in `program.maps`) the program only adds to
+    /// ([`ebpf::verifier::Verified::maps_add_only`]).
+    pub maps_add_only: u64,
 }
 
 /// One object file's maps.
@@ -142,6 +145,7 @@ impl ProbeSet {
                     pattern,
                     ctx_words: v.ctx_words_read,
                     stack_size: v.max_stack_depth as u32,
+                    maps_add_only: v.maps_add_only,
                     program,
                 });
             }
@@ -174,6 +178,22 @@ impl ProbeSet {
     /// The region name of map `map` of object `object`.
     pub fn map_name(&self, object: usize, map: &str) -> String {
         format!("{}:{map}", self.objects[object].stem)
+    }
+
+    /// Whether map `map` of object `object` is an array that every probe of the object
+    /// using it only adds to (64-bit atomic adds, never read): its device copy may be
+    /// striped per SM and summed by the host.
+    pub fn add_only(&self, object: usize, map: &str) -> bool {
+        let Some(def) = self.objects.get(object).and_then(|o| o.maps.get(map)) else {
+            return false;
+        };
+        def.kind == ebpf::MapKind::Array
+            && self.probes.iter().filter(|p| p.object == object).all(|p| {
+                match p.program.maps.iter().position(|m| m.name == map) {
+                    Some(i) => i < 64 && p.maps_add_only & (1 << i) != 0,
+                    None => true,
+                }
+            })
     }
 }
 

@@ -50,6 +50,10 @@ pub struct SessionConfig {
     /// Milliseconds between copies of device-resident maps (0: only at exit).
     #[serde(default)]
     pub flush_ms: u64,
+    /// Load instrumented PTX as a cubin from the driver's JIT linker (relocatable code: a
+    /// much faster first load of big modules, slower kernels) instead of as PTX.
+    #[serde(default)]
+    pub jit_linker: bool,
 }
 
 impl SessionConfig {
@@ -117,6 +121,9 @@ pub enum ReportLine {
     DeviceMaps {
         /// How many.
         maps: usize,
+        /// How many of them are counters striped per SM.
+        #[serde(default)]
+        striped: usize,
         /// Milliseconds between copies to the region.
         flush_ms: u64,
     },
@@ -323,6 +330,8 @@ pub fn bindings(
                     max_entries: d.max_entries,
                     threads: e.threads.max(1),
                     scope: AtomicScope::Sys,
+                    stripes: 1,
+                    stripe_stride: 0,
                 },
             );
         }
@@ -373,6 +382,8 @@ pub fn placeholder_bindings(probes: &ProbeSet, base: u64, threads: u32) -> Bindi
                         max_entries: d.max_entries,
                         threads: t,
                         scope: AtomicScope::Sys,
+                        stripes: 1,
+                        stripe_stride: 0,
                     };
                     next += len.div_ceil(64) * 64;
                     (d.name.clone(), b)

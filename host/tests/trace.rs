@@ -191,9 +191,9 @@ fn every_driver_path_gets_instrumented_ptx() {
         &fat.display().to_string(),
         "7",
     ];
-    // By default each instrumented PTX goes through the JIT linker first (one
-    // `cuLinkAddData` of instrumented PTX per image call) and the loader gets the cubin.
-    let (code, _, err) = f.run(&[&probe], &app);
+    // With --jit-linker each instrumented PTX goes through the JIT linker first (one
+    // `cuLinkAddData` of instrumented PTX per distinct image) and the loader gets the cubin.
+    let (code, _, err) = f.run_with(&["--jit-linker"], &[&probe], &app);
     assert_eq!(code, 7, "{err}");
     let calls = f.calls();
     let linked = calls
@@ -208,10 +208,14 @@ fn every_driver_path_gets_instrumented_ptx() {
         .iter()
         .filter(|c| c.starts_with("cuModuleLoad") || c.starts_with("cuLibraryLoad"))
         .collect();
-    assert_eq!(loads.len(), 7, "6 image calls and the app's own cubin: {calls:#?}");
+    assert_eq!(
+        loads.len(),
+        7,
+        "6 image calls and the app's own cubin: {calls:#?}"
+    );
     assert!(loads.iter().all(|c| c.ends_with(" linked")), "{calls:#?}");
-    // With the PTX given to the loaders directly:
-    let (code, out, err) = f.run_env(&[("BPFTIME_ATTACH_LOAD", "ptx")], &[], &[&probe], &app);
+    // By default the loaders get the instrumented PTX itself:
+    let (code, out, err) = f.run(&[&probe], &app);
     assert_eq!(code, 7, "the app's exit code passes through\n{err}\n{out}");
     let calls = f.calls();
     let expected = [
@@ -271,7 +275,9 @@ fn cudart_and_dlsym_paths() {
         "{out}"
     );
     assert!(
-        f.calls().iter().any(|c| c == "cuLibraryLoadData linked"),
+        f.calls()
+            .iter()
+            .any(|c| c == "cuLibraryLoadData instrumented"),
         "{:?}\n{err}",
         f.calls()
     );
@@ -281,7 +287,9 @@ fn cudart_and_dlsym_paths() {
     let (code, out, err) = f.run(&[&probe], &["app_dlsym", &ptx.display().to_string()]);
     assert_eq!(code, 0, "{err}\n{out}");
     assert!(
-        f.calls().iter().any(|c| c == "cuModuleLoadData linked"),
+        f.calls()
+            .iter()
+            .any(|c| c == "cuModuleLoadData instrumented"),
         "{:?}",
         f.calls()
     );
@@ -358,10 +366,11 @@ fn final_value(out: &str, map: &str) -> u64 {
 
 #[test]
 fn device_resident_maps_come_back_to_the_host() {
-    // The fake launch adds 1 to the last word of every device allocation: the value of a
-    // one-entry array whose copy lives in device memory. `trace` must show what the
-    // device copy holds at exit; with `--maps host` nothing is allocated and the (fake,
-    // code-less) launches change nothing.
+    // The fake launch adds 1 to value 0 of a one-entry array in every 256-byte block of
+    // every device allocation. count.bpf.c only adds to its counter, so its device copy is
+    // striped: 128 copies 256 bytes apart, each getting 1 per launch, summed by the shim.
+    // `trace` must show that sum at exit; with `--maps host` nothing is allocated and the
+    // (fake, code-less) launches change nothing.
     let (Some(probe), Some(_)) = (bpftime_tests::compile("count"), shim()) else {
         return;
     };
@@ -377,17 +386,30 @@ fn device_resident_maps_come_back_to_the_host() {
     ];
     let (code, out, err) = f.run(&[&probe], &app);
     assert_eq!(code, 0, "{err}\n{out}");
-    assert_eq!(final_value(&out, "count:entries"), 5, "{out}");
+    assert_eq!(final_value(&out, "count:entries"), 5 * 128, "{out}");
     let calls = f.calls();
     assert_eq!(
-        calls.iter().filter(|c| c.starts_with("cuMemAlloc")).count(),
-        1,
-        "one map, one allocation: {calls:#?}"
+        calls
+            .iter()
+            .filter(|c| c.starts_with("cuMemAlloc"))
+            .collect::<Vec<_>>(),
+        ["cuMemAlloc 32768"],
+        "one map, 128 stripes of 256 bytes: {calls:#?}"
     );
-    assert!(calls.iter().any(|c| c == "cuStreamCreate 1"), "non-blocking stream: {calls:#?}");
+    let dm = &events(&out, "device_maps")[0];
+    assert_eq!(
+        (dm["maps"].as_u64(), dm["striped"].as_u64()),
+        (Some(1), Some(1))
+    );
+    assert!(
+        calls.iter().any(|c| c == "cuStreamCreate 1"),
+        "non-blocking stream: {calls:#?}"
+    );
     let last_launch = calls.iter().rposition(|c| c == "cuLaunchKernel").unwrap();
     assert!(
-        calls[last_launch..].iter().any(|c| c.starts_with("cuMemcpyDtoHAsync")),
+        calls[last_launch..]
+            .iter()
+            .any(|c| c.starts_with("cuMemcpyDtoHAsync")),
         "copied out after the last launch (at exit): {calls:#?}"
     );
     assert_eq!(events(&out, "device_maps").len(), 1, "{out}");
@@ -412,7 +434,7 @@ fn device_maps_are_copied_before_the_context_is_released() {
     let fat = root().join("attach/tests/corpus/vecadd_multi.fatbin");
     let (code, out, err) = f.run(&[&probe], &["app_cudart", &fat.display().to_string()]);
     assert_eq!(code, 0, "{err}\n{out}");
-    assert_eq!(final_value(&out, "count:entries"), 2, "{out}");
+    assert_eq!(final_value(&out, "count:entries"), 2 * 128, "{out}");
     let calls = f.calls();
     let release = calls
         .iter()
@@ -423,7 +445,9 @@ fn device_maps_are_copied_before_the_context_is_released() {
         "{calls:#?}"
     );
     assert!(
-        !calls[release..].iter().any(|c| c.starts_with("cuMemcpyDtoHAsync")),
+        !calls[release..]
+            .iter()
+            .any(|c| c.starts_with("cuMemcpyDtoHAsync")),
         "no copy after the release: {calls:#?}"
     );
 }

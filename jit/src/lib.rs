@@ -111,6 +111,14 @@ pub struct MapBinding {
     pub threads: u32,
     /// Scope of the atomics that touch this map.
     pub scope: AtomicScope,
+    /// Copies of the map, `stripe_stride` bytes apart from `base_addr`, that 64-bit atomic
+    /// adds spread over by SM (`%smid % stripes`, a power of two); 1: none. Only for maps
+    /// the program touches by adds alone ([`ebpf::verifier::Verified::maps_add_only`]),
+    /// whose owner sums the copies word by word: lookups and every other access use the
+    /// first copy.
+    pub stripes: u32,
+    /// Bytes between stripes.
+    pub stripe_stride: u64,
 }
 
 impl MapBinding {
@@ -129,6 +137,8 @@ impl MapBinding {
                 1
             },
             scope: AtomicScope::Sys,
+            stripes: 1,
+            stripe_stride: 0,
         }
     }
 }

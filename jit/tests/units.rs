@@ -249,17 +249,46 @@ fn map_counter_adds_are_warp_aggregated() {
     let (p, opts) = hash_opts(4, jit::AtomicScope::Gpu);
     let t = jit::compile(&p, &opts).unwrap().text();
     assert!(t.contains("activemask.b32"), "{t}");
-    assert_eq!(t.matches("match.any.sync.b64").count(), 4, "2 per site, 2 sites: {t}");
+    assert_eq!(
+        t.matches("match.any.sync.b64").count(),
+        4,
+        "2 per site, 2 sites: {t}"
+    );
     assert!(t.contains("popc.b32") && t.contains("bfind.u32"), "{t}");
-    assert_eq!(t.matches("red.relaxed.gpu.global.add.u64").count(), 4, "{t}");
+    assert_eq!(
+        t.matches("red.relaxed.gpu.global.add.u64").count(),
+        4,
+        "{t}"
+    );
     common::assemble(&t, "hashcount, warp-aggregated");
+    assert!(!t.contains("%smid"), "not striped: {t}");
+    // Striped: the add goes to the SM's copy, `stride` bytes apart.
+    let mut striped = opts.clone();
+    striped.maps[0].stripes = 4;
+    striped.maps[0].stripe_stride = 4096;
+    let t = jit::compile(&p, &striped).unwrap().text();
+    assert_eq!(t.matches("%smid").count(), 2, "{t}");
+    assert!(
+        t.contains("and.b32") && t.contains(", 3;") && t.contains(", 4096;"),
+        "{t}"
+    );
+    common::assemble(&t, "hashcount, striped");
+    striped.maps[0].stripes = 3;
+    assert!(
+        jit::compile(&p, &striped).is_err(),
+        "3 stripes is not a power of two"
+    );
     let off = JitOptions {
         warp_aggregate: false,
         ..opts
     };
     let t = jit::compile(&p, &off).unwrap().text();
     assert!(!t.contains("match.any") && !t.contains("activemask"), "{t}");
-    assert_eq!(t.matches("red.relaxed.gpu.global.add.u64").count(), 2, "{t}");
+    assert_eq!(
+        t.matches("red.relaxed.gpu.global.add.u64").count(),
+        2,
+        "{t}"
+    );
 }
 
 #[test]

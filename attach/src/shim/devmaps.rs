@@ -33,9 +33,48 @@ use std::time::Duration;
 struct Mirror {
     /// Its bytes in the session region (host address).
     host: usize,
-    /// Its bytes in device memory.
+    /// Its bytes in device memory (the first stripe).
     dev: u64,
     len: usize,
+    /// Stripes (1: none), `stride` bytes apart, summed word by word into the region.
+    stripes: u32,
+    stride: usize,
+    /// Where striped copies land before they are summed.
+    stage: Vec<u8>,
+}
+
+/// Stripes of a counter map: one per SM (128 covers an H100's 132 with little sharing),
+/// fewer where the copies would pass [`STRIPED_BYTES`].
+pub const STRIPES: u32 = 128;
+/// Most device bytes the stripes of one map may take.
+pub const STRIPED_BYTES: usize = 16 << 20;
+
+/// `(stripes, stride)` for a striped map of `len` bytes: strides are whole 256-byte
+/// blocks, so stripes never share a cache line. `None` when fewer than 2 fit.
+pub fn stripe_plan(len: usize) -> Option<(u32, usize)> {
+    let stride = len.div_ceil(256) * 256;
+    let mut n = STRIPES;
+    while n >= 2 && n as usize * stride > STRIPED_BYTES {
+        n /= 2;
+    }
+    (n >= 2).then_some((n, stride))
+}
+
+/// The map as the program would see it unstriped: every 8-byte word of `out` is the
+/// wrapping sum of that word over the `stripes` copies in `stage`, `stride` bytes apart.
+/// Stripe 0 holds the header and initial values, the others start zeroed and receive only
+/// 64-bit adds, so the sum is exactly the unstriped map.
+pub fn sum_stripes(stage: &[u8], stripes: u32, stride: usize, out: &mut [u8]) {
+    for (w, chunk) in out.chunks_exact_mut(8).enumerate() {
+        let mut v = 0u64;
+        for k in 0..stripes as usize {
+            let at = k * stride + w * 8;
+            v = v.wrapping_add(u64::from_le_bytes(
+                stage[at..at + 8].try_into().expect("8 bytes"),
+            ));
+        }
+        chunk.copy_from_slice(&v.to_le_bytes());
+    }
 }
 
 /// The device copies of one context.
@@ -100,14 +139,16 @@ fn check(r: c_int, what: &str) -> Result<(), String> {
 /// Moves every map of `bindings` but ring buffers to device memory in the current context
 /// (`dev`), copying the region's bytes there, and rebinds them (device address, `.gpu`
 /// atomics). `to_host(device_address)` gives a binding's host address in the region and
-/// its length.
+/// its length; `striped(device_address)` whether it is a counter map to stripe per SM
+/// ([`crate::ProbeSet::add_only`]).
 /// Starts the flusher (every `period`; none when zero) and the exit hook.
 pub fn create(
     bindings: &mut Bindings,
     to_host: impl Fn(u64) -> Option<(usize, usize)>,
+    striped: impl Fn(u64) -> bool,
     dev: c_int,
     period: Duration,
-) -> Result<usize, String> {
+) -> Result<(usize, usize), String> {
     // SAFETY: each function pointer is the real driver entry of that name and signature;
     // the pointers passed are live locals or region bytes of `len` (checked by `to_host`).
     unsafe {
@@ -127,6 +168,9 @@ pub fn create(
             "cuStreamCreate",
         )?;
         let mut mirrors: Vec<Mirror> = Vec::new();
+        // Source of the zeroed stripes (the copies are ordered on one stream, and the
+        // stream is synchronised before this is dropped).
+        let zeros = vec![0u8; STRIPED_BYTES];
         let mut placed: Vec<(u64, u64)> = Vec::new();
         let undo = |mirrors: &[Mirror]| {
             for m in mirrors {
@@ -148,29 +192,64 @@ pub fn create(
                     undo(&mirrors);
                     return Err(format!("map at {:#x} is not in the region", b.base_addr));
                 };
+                let (stripes, stride) = if len % 8 == 0 && striped(b.base_addr) {
+                    stripe_plan(len).unwrap_or((1, len))
+                } else {
+                    (1, len)
+                };
+                let total = stripes as usize * stride;
                 let mut d: u64 = 0;
-                if let Err(e) = check(alloc(&mut d, len), "cuMemAlloc of a map") {
+                if let Err(e) = check(alloc(&mut d, total), "cuMemAlloc of a map") {
                     undo(&mirrors);
                     return Err(e);
                 }
-                mirrors.push(Mirror { host, dev: d, len });
-                if let Err(e) = check(
-                    htod(d, host as *const c_void, len, stream),
-                    "cuMemcpyHtoDAsync of a map",
-                ) {
+                mirrors.push(Mirror {
+                    host,
+                    dev: d,
+                    len,
+                    stripes,
+                    stride,
+                    stage: if stripes > 1 {
+                        vec![0; total]
+                    } else {
+                        Vec::new()
+                    },
+                });
+                // Stripe 0 gets the region's bytes; the others start at zero.
+                let r = if stripes > 1 {
+                    htod(
+                        d,
+                        zeros.as_ptr() as *const c_void,
+                        total.min(zeros.len()),
+                        stream,
+                    )
+                } else {
+                    CUDA_SUCCESS
+                };
+                if let Err(e) = check(r, "cuMemcpyHtoDAsync of zeros").and_then(|()| {
+                    check(
+                        htod(d, host as *const c_void, len, stream),
+                        "cuMemcpyHtoDAsync of a map",
+                    )
+                }) {
                     undo(&mirrors);
                     return Err(e);
                 }
                 placed.push((b.base_addr, d));
                 b.base_addr = d;
                 b.scope = AtomicScope::Gpu;
+                b.stripes = stripes;
+                b.stripe_stride = if stripes > 1 { stride as u64 } else { 0 };
             }
         }
         if let Err(e) = check(sync(stream), "cuStreamSynchronize") {
             undo(&mirrors);
             return Err(e);
         }
-        let n = mirrors.len();
+        let n = (
+            mirrors.len(),
+            mirrors.iter().filter(|m| m.stripes > 1).count(),
+        );
         if let Ok(mut g) = MAPS.lock() {
             *g = Some(DeviceMaps {
                 ctx: ctx as usize,
@@ -192,8 +271,10 @@ pub fn create(
 
 /// Copies every map out, now. `false` when there is nothing (left) to copy.
 pub fn flush() -> bool {
-    let Ok(g) = MAPS.lock() else { return false };
-    match g.as_ref() {
+    let Ok(mut g) = MAPS.lock() else {
+        return false;
+    };
+    match g.as_mut() {
         Some(m) if m.live => {
             copy_out(m);
             true
@@ -203,7 +284,7 @@ pub fn flush() -> bool {
 }
 
 /// The DtoH copies, on the calling thread, which keeps its current context.
-fn copy_out(m: &DeviceMaps) {
+fn copy_out(m: &mut DeviceMaps) {
     let _relaxed = super::hooks::RelaxedCapture::enter();
     // SAFETY: real driver entries; `m`'s context is alive (`live`, checked under the lock
     // by the caller, which the teardown hooks take too), the host ranges are region bytes.
@@ -222,10 +303,27 @@ fn copy_out(m: &DeviceMaps) {
             set(m.ctx as Handle);
         }
         let stream = m.stream as Handle;
-        for x in &m.mirrors {
-            dtoh(x.host as *mut c_void, x.dev, x.len, stream);
+        for x in &mut m.mirrors {
+            if x.stripes > 1 {
+                dtoh(
+                    x.stage.as_mut_ptr() as *mut c_void,
+                    x.dev,
+                    x.stage.len(),
+                    stream,
+                );
+            } else {
+                dtoh(x.host as *mut c_void, x.dev, x.len, stream);
+            }
         }
-        sync(stream);
+        if sync(stream) == CUDA_SUCCESS {
+            for x in &m.mirrors {
+                if x.stripes > 1 {
+                    // SAFETY (of the slice): the map's `len` bytes in the region.
+                    let out = std::slice::from_raw_parts_mut(x.host as *mut u8, x.len);
+                    sum_stripes(&x.stage, x.stripes, x.stride, out);
+                }
+            }
+        }
         if had && prev as usize != m.ctx {
             set(prev);
         }
@@ -257,8 +355,8 @@ extern "C" fn at_exit() {
 pub fn before_teardown(ctx: Option<Handle>, dev: Option<c_int>) -> bool {
     let Ok(mut g) = MAPS.lock() else { return false };
     let Some(m) = g.as_mut() else { return false };
-    let ours = m.live
-        && (ctx.is_some_and(|c| c as usize == m.ctx) || dev.is_some_and(|d| d == m.dev));
+    let ours =
+        m.live && (ctx.is_some_and(|c| c as usize == m.ctx) || dev.is_some_and(|d| d == m.dev));
     if ours {
         copy_out(m);
         m.live = false;
@@ -277,7 +375,46 @@ pub fn after_release(dev: c_int) {
         })
     }
     .unwrap_or(false);
-    if active && let Ok(mut g) = MAPS.lock() && let Some(m) = g.as_mut() && m.dev == dev {
+    if active
+        && let Ok(mut g) = MAPS.lock()
+        && let Some(m) = g.as_mut()
+        && m.dev == dev
+    {
         m.live = true;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stripes_sum_to_the_unstriped_map() {
+        // 3 stripes of a 24-byte map, 256 bytes apart: header word only in stripe 0,
+        // adds spread over all three (one wrapping past 2^64).
+        let (n, stride, len) = (3u32, 256usize, 24usize);
+        let mut stage = vec![0u8; n as usize * stride];
+        let put = |stage: &mut Vec<u8>, k: usize, w: usize, v: u64| {
+            stage[k * stride + w * 8..][..8].copy_from_slice(&v.to_le_bytes())
+        };
+        put(&mut stage, 0, 0, 0xB0F);
+        for (k, v) in [(0, 5u64), (1, 7), (2, u64::MAX)] {
+            put(&mut stage, k, 1, v);
+        }
+        put(&mut stage, 2, 2, 9);
+        let mut out = vec![0xAAu8; len];
+        sum_stripes(&stage, n, stride, &mut out);
+        let word = |w: usize| u64::from_le_bytes(out[w * 8..][..8].try_into().unwrap());
+        assert_eq!((word(0), word(1), word(2)), (0xB0F, 11, 9));
+    }
+
+    #[test]
+    fn stripe_plans_fit_the_budget() {
+        assert_eq!(stripe_plan(136), Some((128, 256)));
+        assert_eq!(stripe_plan(256), Some((128, 256)));
+        assert_eq!(stripe_plan(257), Some((128, 512)));
+        // 1 MiB maps: 16 stripes fit in 16 MiB.
+        assert_eq!(stripe_plan(1 << 20), Some((16, 1 << 20)));
+        assert_eq!(stripe_plan(9 << 20), None);
     }
 }

@@ -160,9 +160,21 @@ impl State {
                     })
                 };
                 let period = std::time::Duration::from_millis(self.config.flush_ms);
-                match super::devmaps::create(&mut bindings, to_host, dev, period) {
-                    Ok(n) => report(&[ReportLine::DeviceMaps {
-                        maps: n,
+                // Counter arrays (only ever added to) are striped per SM.
+                let counters: Vec<u64> = self
+                    .probes
+                    .objects
+                    .iter()
+                    .enumerate()
+                    .flat_map(|(i, o)| o.maps.keys().map(move |name| (i, name)))
+                    .filter(|(i, name)| self.probes.add_only(*i, name))
+                    .filter_map(|(i, name)| bindings.get(i)?.get(name).map(|b| b.base_addr))
+                    .collect();
+                let striped = |addr: u64| counters.contains(&addr);
+                match super::devmaps::create(&mut bindings, to_host, striped, dev, period) {
+                    Ok((maps, striped)) => report(&[ReportLine::DeviceMaps {
+                        maps,
+                        striped,
                         flush_ms: self.config.flush_ms,
                     }]),
                     Err(e) => {
@@ -170,7 +182,9 @@ impl State {
                         bindings = session::bindings(region, &self.probes, d)
                             .map_err(|e| e.to_string())?;
                         report(&[ReportLine::Warning {
-                            what: format!("device-resident maps unavailable ({e}); maps stay in host-mapped memory"),
+                            what: format!(
+                                "device-resident maps unavailable ({e}); maps stay in host-mapped memory"
+                            ),
                         }]);
                     }
                 }
@@ -334,28 +348,29 @@ unsafe fn file_replacement(call: &str, path: *const c_char) -> Option<Arc<CStrin
     })
 }
 
-/// What the driver is given for an instrumented PTX: a cubin linked from it with the
-/// driver's JIT linker (`cuLinkCreate`/`cuLinkAddData`/`cuLinkComplete`), else the PTX.
+/// What the driver is given for an instrumented PTX: the PTX, or with
+/// [`SessionConfig::jit_linker`] a cubin linked from it by the driver's JIT linker
+/// (`cuLinkCreate`/`cuLinkAddData`/`cuLinkComplete`; the PTX if linking fails).
 ///
-/// The linker compiles its PTX inputs as relocatable code, where ptxas compiles each probe
-/// `.func` once for the module; given the PTX, the module loaders compile the whole program
-/// and redo the probe's code in every kernel that calls it (about 50 ms per kernel for
-/// `kernel_count`, 20 s for a 1 MB module of 246 kernels). `BPFTIME_ATTACH_LOAD=ptx` in the
-/// application's environment gives the PTX (whole-program) path, for comparison.
-/// Linked images are cached by the PTX's hash (an image loaded again is not relinked); the JIT options
-/// of `cuModuleLoadDataEx`/`cuLibraryLoadData` do not reach a cubin (the driver ignores them).
+/// The module loaders compile PTX as a whole program, where ptxas redoes the probe's
+/// `.func` in every kernel that calls it (about 50 ms per kernel for `kernel_count`; 33 s
+/// for a 1 MB module of 246 kernels, against 2.9 s without probes, on an H100). The linker
+/// compiles its inputs as relocatable code, the probe once per module (5 s for that
+/// module), but relocatable code can be slower: the empty probe costs 1.25× on a 4096²
+/// SGEMM that way against 1.00× as a whole program (`bench/results/attach_gpu.md`).
+/// Linked images are cached by the PTX's hash (an image loaded again is not relinked);
+/// the JIT options of `cuModuleLoadDataEx`/`cuLibraryLoadData` do not reach a cubin.
 fn image_for_load(ptx: &Arc<CString>) -> *const c_void {
     static CUBINS: Mutex<Vec<(u64, Arc<Vec<u8>>)>> = Mutex::new(Vec::new());
-    static MODE_PTX: OnceLock<bool> = OnceLock::new();
+    if !state().is_some_and(|st| st.config.jit_linker) {
+        return ptx.as_ptr() as *const c_void;
+    }
     let key = {
         use std::hash::{Hash, Hasher};
         let mut h = std::collections::hash_map::DefaultHasher::new();
         ptx.as_bytes().hash(&mut h);
         h.finish()
     };
-    if *MODE_PTX.get_or_init(|| std::env::var("BPFTIME_ATTACH_LOAD").is_ok_and(|v| v == "ptx")) {
-        return ptx.as_ptr() as *const c_void;
-    }
     if let Ok(c) = CUBINS.lock()
         && let Some((_, bin)) = c.iter().find(|(k, _)| *k == key)
     {

@@ -26,22 +26,28 @@ def run(cmd, timeout=120):
     return float(m.group(1)), wall
 
 
-def traced(probes, cmd):
-    return [B, "trace", "--interval", "0", "--quiet", "--shim", SHIM, *probes, "--", *cmd]
+def traced(probes, cmd, *opts, env=None):
+    pre = ["env", *[f"{k}={v}" for k, v in (env or {}).items()]]
+    return [*pre, B, "trace", "--interval", "0", "--quiet", "--shim", SHIM, *opts, *probes, "--", *cmd]
 
 
 configs = {
     "plain": lambda c: c,
     "trace, no programs": lambda c: traced([], c),
     "empty entry+exit probe": lambda c: traced([f"{carry}/empty.bpf.o"], c),
+    "empty probe, --jit-linker (relocatable code)": lambda c: traced([f"{carry}/empty.bpf.o"], c, "--jit-linker"),
     "kernel_count probe (thread 0 updates two hash maps)": lambda c: traced([f"{carry}/kernel_count.bpf.o"], c),
+    "counting probe (1 add/thread: warp-aggregated, striped device map)": lambda c: traced([f"{carry}/count.bpf.o"], c),
 }
 workloads = {
     "vector add 2^24 floats": [f"{apps}/vecadd", str(1 << 24), "50"],
     "SGEMM 4096^2": [f"{apps}/sgemm", "4096", "5"],
 }
-# One atomic per thread on one counter in host-mapped memory: run once, with a time limit.
-COUNT = "counting probe (1 atomic/thread on a host-mapped map)"
+# The same probes with their maps in host-mapped memory (`--maps host`): once, time-limited.
+HOSTMAPS = {
+    "kernel_count probe, --maps host": "kernel_count.bpf.o",
+    "counting probe, warp-aggregated, --maps host": "count.bpf.o",
+}
 rows = []
 for wname, cmd in workloads.items():
     samples = {c: ([], []) for c in configs}
@@ -51,8 +57,9 @@ for wname, cmd in workloads.items():
             if k is not None:
                 samples[cname][0].append(k)
                 samples[cname][1].append(w)
-    k, w = run(traced([f"{carry}/count.bpf.o"], cmd[:-1] + ["3"]), timeout=90)
-    samples[COUNT] = ([k], [w]) if k is not None else ([], [])
+    for cname, obj in HOSTMAPS.items():
+        k, w = run(traced([f"{carry}/{obj}"], cmd[:-1] + ["3"], "--maps", "host"), timeout=90)
+        samples[cname] = ([k], [w]) if k is not None else ([], [])
     base_k = statistics.median(samples["plain"][0])
     base_w = statistics.median(samples["plain"][1])
     for cname in samples:
@@ -80,12 +87,14 @@ while sum(map(len, parts)) < 1 << 20:
 big = f"{apps}/big.ptx"
 open(big, "w").write("".join(parts))
 load = {}
-for cname, probes in (("plain", None), ("kernel_count probe", [f"{carry}/kernel_count.bpf.o"])):
+for cname, probes, opts, reps in (("plain", None, [], 3),
+                                  ("kernel_count probe, --jit-linker", [f"{carry}/kernel_count.bpf.o"], ["--jit-linker"], 3),
+                                  ("kernel_count probe (PTX, whole-program JIT)", [f"{carry}/kernel_count.bpf.o"], [], 1)):
     vals = []
-    for _ in range(3):
+    for _ in range(reps):
         cmd = [f"{apps}/load_time", big, f"{name}_0"]
         if probes is not None:
-            cmd = [B, "trace", "--interval", "0", "--json", "--shim", SHIM, *probes, "--", *cmd]
+            cmd = [B, "trace", "--interval", "0", "--json", "--shim", SHIM, *opts, *probes, "--", *cmd]
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
         m = re.search(r"first_launch_ms=([0-9.]+)", p.stdout)
         inst = [json.loads(l)["micros"] for l in p.stdout.splitlines() if '"event":"module"' in l]

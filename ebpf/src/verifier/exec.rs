@@ -88,6 +88,9 @@ pub struct Explorer<'a> {
     last_var_stack: bool,
     /// With a probe ctx: the ctx words read so far ([`Verified::ctx_words_read`]).
     ctx_words_read: std::cell::Cell<u64>,
+    /// Maps whose values were touched other than by 64-bit atomic adds without fetch
+    /// ([`Verified::maps_add_only`]).
+    map_values_other: std::cell::Cell<u64>,
 }
 
 fn alu_name(op: AluOp) -> &'static str {
@@ -149,7 +152,15 @@ impl<'a> Explorer<'a> {
             last_stack: None,
             last_var_stack: false,
             ctx_words_read: std::cell::Cell::new(0),
+            map_values_other: std::cell::Cell::new(0),
         }
+    }
+
+    /// Records that map `map`'s values are used other than by 64-bit atomic adds without
+    /// fetch (read, written, passed to a helper, or the map given to one besides lookup).
+    pub(super) fn note_map_value_use(&self, map: usize) {
+        let bit = if map < 64 { 1u64 << map } else { 0 };
+        self.map_values_other.set(self.map_values_other.get() | bit);
     }
 
     /// With a probe ctx, records the words a read through `p` (plus `off`, `size` bytes) may
@@ -501,6 +512,11 @@ impl<'a> Explorer<'a> {
             max_stack_depth: max,
             log: String::new(),
             ctx_words_read: self.ctx_words_read.get(),
+            maps_add_only: {
+                let n = self.prog.maps.len().min(64);
+                let all = if n == 64 { u64::MAX } else { (1u64 << n) - 1 };
+                all & !self.map_values_other.get()
+            },
         })
     }
 
@@ -1116,6 +1132,7 @@ impl<'a> Explorer<'a> {
             PtrKind::Ctx => self.ctx_load(pc, &p, off, size, sx),
             PtrKind::Stack { frame } => self.stack_read(st, pc, frame as usize, &p, off, size, sx),
             PtrKind::MapValue { map } => {
+                self.note_map_value_use(map as usize);
                 let m = &self.prog.maps[map as usize];
                 self.bounds(
                     pc,
@@ -1477,6 +1494,7 @@ impl<'a> Explorer<'a> {
                 self.stack_write(st, pc, frame as usize, &p, off, size, val)
             }
             PtrKind::MapValue { map } => {
+                self.note_map_value_use(map as usize);
                 let m = &self.prog.maps[map as usize];
                 if !m.writable_by_prog() {
                     return Err(fail(
@@ -1574,6 +1592,9 @@ impl<'a> Explorer<'a> {
                 self.stack_write(st, pc, frame as usize, &p, off, size, Reg::Scalar(unknown))?;
             }
             PtrKind::MapValue { map } => {
+                if !(op == crate::isa::AtomicOp::Add && !fetch && size == 8) {
+                    self.note_map_value_use(map as usize);
+                }
                 let m = &self.prog.maps[map as usize];
                 if !m.writable_by_prog() {
                     return Err(fail(

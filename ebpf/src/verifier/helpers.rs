@@ -94,6 +94,9 @@ impl Explorer<'_> {
                             ),
                         ));
                     }
+                    if id != helpers::MAP_LOOKUP_ELEM {
+                        self.note_map_value_use(m as usize);
+                    }
                     map = Some(m);
                 }
                 ArgType::MapKey | ArgType::MapValue => {
@@ -350,6 +353,7 @@ impl Explorer<'_> {
                 Ok(())
             }
             PtrKind::MapValue { map } => {
+                self.note_map_value_use(map as usize);
                 let m = &self.prog.maps[map as usize];
                 if write && !m.writable_by_prog() {
                     return Err(fail(

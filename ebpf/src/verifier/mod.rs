@@ -94,6 +94,11 @@ pub struct Verified {
     /// With [`CtxKind::Probe`]: bit `k` is set when some path reads ctx bytes `8k..8k+8`
     /// (every bit when the ctx pointer reaches a helper, or for words past 63).
     pub ctx_words_read: u64,
+    /// Bit `m` is set when every access of the program to map `m`'s values is a 64-bit
+    /// atomic add without fetch (a counter the program never reads), and the map reaches no
+    /// helper but `map_lookup_elem`: such a map may be split into per-SM stripes that the
+    /// host sums. Maps past the 64th are never set.
+    pub maps_add_only: u64,
 }
 
 /// The class of a verification failure.

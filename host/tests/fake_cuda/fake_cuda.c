@@ -5,8 +5,9 @@
  * cuMemHostGetDevicePointer returns the host address (unified addressing), so the map
  * addresses baked into instrumented PTX can be checked against the session region.
  * "Device memory" (cuMemAlloc) is host memory; the fake cuLaunchKernel runs no code, but
- * adds 1 to the last 8-byte word of every live allocation, as a kernel whose probe counts
- * into a one-entry array map would: tests see whether device-resident maps come back.
+ * adds 1 to the 8-byte word at offset 128 of every 256-byte block of every live allocation:
+ * value 0 of a one-entry u64 array map (its values start at 128), once per copy when the
+ * map is striped (256-byte strides). Tests see what comes back from device-resident maps.
  */
 #define _GNU_SOURCE
 #include <stdint.h>
@@ -114,7 +115,8 @@ CUresult cuDevicePrimaryCtxReset_v2(int d) { (void)d; primary_active = 0; logz("
 CUresult cuCtxDestroy_v2(H c) { (void)c; primary_active = 0; logf_("cuCtxDestroy%s%s", "", ""); return 0; }
 CUresult cuLaunchKernel(H f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz, unsigned sh, H s, void **p, void **e) {
 	(void)f; (void)gx; (void)gy; (void)gz; (void)bx; (void)by; (void)bz; (void)sh; (void)s; (void)p; (void)e;
-	for (int i = 0; i < nallocs; i++) if (allocs[i].n >= 8) { uint64_t v; memcpy(&v, allocs[i].p + allocs[i].n - 8, 8); v++; memcpy(allocs[i].p + allocs[i].n - 8, &v, 8); }
+	for (int i = 0; i < nallocs; i++)
+		for (size_t o = 128; o + 8 <= allocs[i].n; o += 256) { uint64_t v; memcpy(&v, allocs[i].p + o, 8); v++; memcpy(allocs[i].p + o, &v, 8); }
 	logf_("cuLaunchKernel%s%s", "", ""); return 0; }
 
 struct entry { const char *name; void *fn; };

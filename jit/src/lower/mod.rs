@@ -144,6 +144,8 @@ struct Known {
     /// The register is a map value pointer from `map_lookup_elem` (or NULL, which the
     /// verifier makes the program test before any access): global memory, never the stack.
     val: [bool; 11],
+    /// The map of such a value pointer, when its lookup named one.
+    val_map: [Option<usize>; 11],
 }
 
 impl Known {
@@ -154,6 +156,7 @@ impl Known {
             map: [None; 11],
             stack,
             val: [false; 11],
+            val_map: [None; 11],
         }
     }
 
@@ -162,6 +165,7 @@ impl Known {
         self.map[r] = None;
         self.stack[r] = None;
         self.val[r] = false;
+        self.val_map[r] = None;
     }
 }
 
@@ -322,6 +326,18 @@ fn check_bindings(prog: &Program, opts: &JitOptions) -> Result<(), CompileError>
             return Err(bad(format!(
                 "base address {:#x} is not 64-byte aligned",
                 b.base_addr
+            )));
+        }
+        if b.stripes != 1
+            && (!b.stripes.is_power_of_two()
+                || b.stripes > 1024
+                || b.stripe_stride % 64 != 0
+                || b.stripe_stride == 0
+                || b.stripe_stride > u32::MAX as u64)
+        {
+            return Err(bad(format!(
+                "{} stripes of {} bytes: expected a power of two up to 1024, a stride that is a non-zero multiple of 64 below 4 GiB",
+                b.stripes, b.stripe_stride
             )));
         }
     }
@@ -642,6 +658,8 @@ fn lower_insn(
         known.val[sr],
         known.stack[dr],
         known.val[dr],
+        known.val_map[sr],
+        known.val_map[dr],
     );
     if writes_dst {
         if dst == FRAME_PTR {
@@ -663,6 +681,7 @@ fn lower_insn(
                             known.map[d] = before.0;
                             known.stack[d] = before.1;
                             known.val[d] = before.2;
+                            known.val_map[d] = before.5;
                         }
                         (AluOp::Add | AluOp::Sub, Src::Imm) => {
                             let delta = if op == AluOp::Add {
@@ -672,6 +691,7 @@ fn lower_insn(
                             };
                             known.stack[d] = before.3.map(|o| o.wrapping_add(delta));
                             known.val[d] = before.4;
+                            known.val_map[d] = before.6;
                         }
                         _ => {}
                     }
@@ -760,6 +780,10 @@ fn lower_insn(
             }
         }
         OpKind::Atomic { op, size, fetch } => {
+            let stripes = known.val_map[dst as usize]
+                .and_then(|m| cx.opts.maps.get(m))
+                .filter(|b| b.stripes > 1 && size == Size::Dw)
+                .map(|b| (b.stripes, b.stripe_stride));
             let space = if known.val[dst as usize] {
                 Space::Global
             } else if dst == FRAME_PTR {
@@ -777,7 +801,7 @@ fn lower_insn(
                 insn.off as i64,
                 src,
                 space,
-                cx.opts.warp_aggregate && cx.opts.sm >= 70,
+                (cx.opts.warp_aggregate && cx.opts.sm >= 70).then_some(Aggregate { stripes }),
             );
             if fetch {
                 if op == AtomicOp::Cmpxchg {
@@ -802,9 +826,13 @@ fn lower_insn(
             f.bra(target, Some((p, true)));
         }
         OpKind::Call => {
+            let r1_map = known.map[1];
             call_helper(cx, f, pc, insn.imm, known)?;
             *known = Known::new();
             known.val[0] = insn.imm == ebpf::helpers::MAP_LOOKUP_ELEM;
+            if known.val[0] {
+                known.val_map[0] = r1_map;
+            }
         }
         OpKind::CallLocal => {
             let t = (pc as i64 + 1 + imm64) as usize;
@@ -851,6 +879,12 @@ fn local_op(op: &'static str) -> &'static str {
         "st.u64" => "st.local.u64",
         other => other,
     }
+}
+
+/// Warp aggregation of an atomic add, and the map's stripes (count, stride) if striped.
+#[derive(Clone, Copy)]
+struct Aggregate {
+    stripes: Option<(u32, u64)>,
 }
 
 /// What an atomic's base register is known to point to.
@@ -1247,7 +1281,7 @@ fn atomic_opcode(fetch: bool, scope: &str, global: bool, op: AtomicOp, w32: bool
 /// at run time and takes the plain path for stack addresses, `atom`/`red` otherwise.
 ///
 /// With `aggregate`, an add without fetch to a map value is warp-aggregated
-/// ([`warp_aggregated_add`]).
+/// ([`warp_aggregated_add`]), on the SM's stripe of a striped map.
 #[expect(
     clippy::too_many_arguments,
     reason = "one call site, all distinct operands"
@@ -1262,7 +1296,7 @@ fn atomic(
     off: i64,
     src: u8,
     space: Space,
-    aggregate: bool,
+    aggregate: Option<Aggregate>,
 ) {
     let w32 = size != Size::Dw;
     let mut addr = Operand::Addr(base, off as i32);
@@ -1292,8 +1326,8 @@ fn atomic(
         let g = f.reg(RegClass::B64);
         f.push("cvta.to.global.u64", [g.into(), base.into()]);
         let addr = Operand::Addr(g, off as i32);
-        if !fetch && aggregate && op == AtomicOp::Add {
-            warp_aggregated_add(f, name(false, true), g, off, v, w32);
+        if let Some(agg) = aggregate.filter(|_| !fetch && op == AtomicOp::Add) {
+            warp_aggregated_add(f, name(false, true), g, off, v, w32, agg.stripes);
         } else if !fetch {
             f.push(name(false, true), [addr, v.into()]);
         } else if let Some(c) = cmp {
@@ -1379,9 +1413,26 @@ fn atomic(
 /// values each add their own, as before. Counting probes (every thread adds 1 to one
 /// counter) pay one atomic per warp instead of 32; the sum is the same, and a `red` returns
 /// nothing, so no lane can tell.
-fn warp_aggregated_add(f: &mut Function, red: &'static str, g: Reg, off: i64, v: Reg, w32: bool) {
+fn warp_aggregated_add(
+    f: &mut Function,
+    red: &'static str,
+    g: Reg,
+    off: i64,
+    v: Reg,
+    w32: bool,
+    stripes: Option<(u32, u64)>,
+) {
     let a = f.reg(RegClass::B64);
     f.push("add.s64", [a.into(), g.into(), imm(off)]);
+    if let Some((n, stride)) = stripes {
+        // The SM's stripe: all lanes of a warp share it.
+        let sm = f.reg(RegClass::B32);
+        f.push("mov.u32", [sm.into(), Operand::Sym(&"%smid")]);
+        f.push("and.b32", [sm.into(), sm.into(), imm(n as i64 - 1)]);
+        let o = f.reg(RegClass::B64);
+        f.push("mul.wide.u32", [o.into(), sm.into(), imm(stride as i64)]);
+        f.push("add.s64", [a.into(), a.into(), o.into()]);
+    }
     let mask = f.reg(RegClass::B32);
     f.push("activemask.b32", [mask.into()]);
     let peers = f.reg(RegClass::B32);

@@ -1,0 +1,76 @@
+//! Facts the verifier reports about an accepted program, for the JIT and the attach side:
+//! which maps are only ever added to (counters that may be striped).
+
+use ebpf::asm::assemble;
+use ebpf::program::{MapDef, MapKind, MapOrigin, Program};
+use ebpf::verifier::{VerifyOptions, verify};
+
+fn array(name: &str) -> MapDef {
+    MapDef {
+        name: name.into(),
+        kind: MapKind::Array,
+        key_size: 4,
+        value_size: 16,
+        max_entries: 4,
+        flags: 0,
+        origin: MapOrigin::Btf,
+        init: None,
+    }
+}
+
+/// Looks up key 0 of map 0 and of map 1, then runs `body0` on map 0's value (r6) and
+/// `body1` on map 1's value (r7).
+fn prog(body0: &str, body1: &str) -> Program {
+    let src = format!(
+        "r1 = 0
+*(u32 *)(r10 - 4) = r1
+r1 = map_idx[0] ll
+r2 = r10
+r2 += -4
+call map_lookup_elem
+if r0 == 0 goto out
+r6 = r0
+r1 = map_idx[1] ll
+r2 = r10
+r2 += -4
+call map_lookup_elem
+if r0 == 0 goto out
+r7 = r0
+r1 = 1
+{body0}
+{body1}
+out:
+r0 = 0
+exit"
+    );
+    let mut p = Program::from_insns("facts", assemble(&src).unwrap());
+    p.maps = vec![array("a"), array("b")];
+    p
+}
+
+fn add_only(p: &Program) -> u64 {
+    verify(p, &VerifyOptions::default()).unwrap().maps_add_only
+}
+
+#[test]
+fn maps_only_added_to_are_reported() {
+    let add = |r: u8| format!("lock *(u64 *)(r{r} + 8) += r1");
+    assert_eq!(add_only(&prog(&add(6), &add(7))), 0b11);
+    // A read, a plain store, a fetching add, a 32-bit add: each makes its map "other".
+    for other in [
+        "r2 = *(u64 *)(r7 + 0)",
+        "*(u64 *)(r7 + 0) = r1",
+        "r1 = atomic_fetch_add((u64 *)(r7 + 0), r1)",
+        "lock *(u32 *)(r7 + 0) += w1",
+        "lock *(u64 *)(r7 + 0) |= r1",
+    ] {
+        assert_eq!(add_only(&prog(&add(6), other)), 0b01, "{other}");
+    }
+    // The value pointer given to a helper, or the map to one besides lookup.
+    // map_update_elem(map 0, key, map 1's value): map 0 given to a helper, map 1's value
+    // read by one.
+    let update = "r1 = map_idx[0] ll\nr2 = r10\nr2 += -4\nr3 = r7\nr4 = 0\ncall map_update_elem";
+    assert_eq!(add_only(&prog(&add(6), update)), 0b00);
+    let delete = "r1 = map_idx[1] ll\nr2 = r10\nr2 += -4\ncall map_delete_elem";
+    assert_eq!(add_only(&prog(&add(6), delete)), 0b01);
+}
