@@ -85,6 +85,16 @@ pub enum ClientError {
     /// The service is stopping or gone.
     #[error("the service is not accepting jobs (state {0})")]
     NotRunning(u32),
+    /// The service process died while this client waited on it.
+    #[error(
+        "service `{name}` (pid {pid}) died: jobs it had not completed are lost; restart it with `bpftime-super run --persistent --name {name} --recover`"
+    )]
+    ServiceDied {
+        /// Service name.
+        name: String,
+        /// Its pid.
+        pid: u32,
+    },
     /// A buffer range outside the buffer.
     #[error("range {off}+{len} is outside the {size}-byte buffer")]
     OutOfBuffer {
@@ -678,19 +688,30 @@ impl Client {
             Wait::Block(t) => Some(Instant::now() + t),
         };
         let mut done = 0;
+        let mut checked = Instant::now();
         loop {
             done += q.push_batch(&descs[done..]);
             if done == descs.len() {
                 break;
             }
             shm_maps::wake::wake(self.region.header(), true);
-            if deadline.is_none_or(|d| Instant::now() >= d) {
+            // A full queue that never drains: is anyone draining it?
+            let dead = if checked.elapsed() >= Self::LIVENESS_PERIOD {
+                checked = Instant::now();
+                self.check_alive().err()
+            } else {
+                None
+            };
+            if dead.is_some() || deadline.is_none_or(|d| Instant::now() >= d) {
                 // Hand back what was not queued.
                 let left = descs.len() - done;
                 client.in_flight.fetch_sub(left as u32, Ordering::AcqRel);
                 let capacity = q.capacity();
                 for t in tickets.drain(done..) {
                     self.release(t.slot);
+                }
+                if let Some(e) = dead {
+                    return Err(e);
                 }
                 if done == 0 {
                     return Err(if wait_is_block(wait) {
@@ -705,6 +726,21 @@ impl Client {
         }
         shm_maps::wake::wake(self.region.header(), descs.len() > 1);
         Ok(tickets)
+    }
+
+    /// How often a waiting client checks that the service process still runs.
+    const LIVENESS_PERIOD: Duration = Duration::from_millis(10);
+
+    /// `ServiceDied` if the service process is gone.
+    fn check_alive(&self) -> Result<(), ClientError> {
+        if self.region.service_alive() {
+            Ok(())
+        } else {
+            Err(ClientError::ServiceDied {
+                name: self.name.clone(),
+                pid: self.region.header().service_pid.load(Ordering::Relaxed),
+            })
+        }
     }
 
     fn release(&mut self, slot: u32) {
@@ -739,9 +775,11 @@ impl Client {
         Some(r)
     }
 
-    /// Waits for `t`: spins briefly, then yields.
+    /// Waits for `t`: spins briefly, then yields, checking every 10 ms that the service
+    /// still runs (`ServiceDied` when it does not).
     pub fn wait(&mut self, t: Ticket, timeout: Duration) -> Result<JobResult, ClientError> {
         let start = Instant::now();
+        let mut checked = start;
         let mut spins = 0u32;
         loop {
             if let Some(r) = self.poll(&t) {
@@ -756,6 +794,16 @@ impl Client {
                     // complete into it.
                     let _ = t;
                     return Err(ClientError::Timeout(timeout));
+                }
+                if checked.elapsed() >= Self::LIVENESS_PERIOD {
+                    checked = Instant::now();
+                    if let Err(e) = self.check_alive() {
+                        // A last look: the job may have completed just before the end.
+                        if let Some(r) = self.poll(&t) {
+                            return Ok(r);
+                        }
+                        return Err(e);
+                    }
                 }
                 std::thread::yield_now();
             }

@@ -146,6 +146,11 @@ fn child_entry() {
             println!("CHILD-SUBMITTED");
             std::process::abort();
         }
+        "serve" => {
+            let _svc = Service::start(config(&name)).unwrap();
+            println!("CHILD-SERVING");
+            std::thread::sleep(Duration::from_secs(120));
+        }
         "crash-service" => {
             let _svc = Service::start(config(&name)).unwrap();
             println!("CHILD-SERVING");
@@ -360,6 +365,45 @@ fn client_that_dies_mid_job_is_reclaimed_and_others_continue() {
         assert!(t0.elapsed() < T, "dead client not reclaimed: {s:?}");
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+#[test]
+fn a_client_waiting_on_a_killed_service_learns_it_at_once() {
+    // Issue 18 row b: a client whose job runs when the service is SIGKILLed gets an error
+    // naming the service, its pid and how to restart it within 100 ms, not at its timeout.
+    use std::io::BufRead;
+    let name = unique("killed");
+    let mut svc = child("serve", &name, &[]).spawn().unwrap();
+    let mut lines = std::io::BufReader::new(svc.stdout.take().unwrap()).lines();
+    assert!(lines.any(|l| l.is_ok_and(|l| l.contains("CHILD-SERVING"))));
+    let mut c = Client::connect(&name).unwrap();
+    let p = c
+        .load_bytes("spin.bin", &spinner(300_000), Some("spinner"))
+        .unwrap();
+    // 16,384 records of 300,000 iterations: seconds of work on one worker.
+    let b = c.alloc(1 << 18).unwrap();
+    let t = c
+        .submit(&Job::new(p.id, 16_384).input(&b, 16), Wait::No)
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    let pid = svc.id();
+    svc.kill().unwrap();
+    let killed = Instant::now();
+    let e = c.wait(t, Duration::from_secs(30)).unwrap_err();
+    let waited = killed.elapsed();
+    let _ = svc.wait();
+    let text = e.to_string();
+    assert!(
+        matches!(e, host::client::ClientError::ServiceDied { .. }),
+        "{text}"
+    );
+    assert!(
+        text.contains(&name) && text.contains(&pid.to_string()) && text.contains("--recover"),
+        "{text}"
+    );
+    assert!(waited < Duration::from_millis(100), "waited {waited:?}");
+    let _ = std::fs::remove_file(format!("/dev/shm/{name}"));
+    let _ = std::fs::remove_file(format!("/dev/shm/{name}.sock"));
 }
 
 #[test]
