@@ -14,7 +14,7 @@
 use crate::programs::ProgramTable;
 use crate::stats::WorkerStats;
 use ebpf::interp::Env;
-use shm_maps::layout::{job_flags, status};
+use shm_maps::layout::{client_state, job_flags, status};
 use shm_maps::region::monotonic_ns;
 use shm_maps::{CompletionData, JobDesc, ShmRegion};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -107,13 +107,23 @@ impl JobRunner<'_> {
             started_ns: monotonic_ns(),
             ..Default::default()
         };
+        let gone = client.state.load(Ordering::Acquire) == client_state::DEAD;
         let result = if self.cancel.load(Ordering::Relaxed) {
             Err(refuse(
                 status::CANCELLED,
                 "cancelled: the service is stopping (--now)",
             ))
+        } else if gone {
+            Err(refuse(
+                status::CLIENT_GONE,
+                format!(
+                    "dropped: client {} (pid {}) died before the job ran",
+                    d.client,
+                    client.pid.load(Ordering::Relaxed)
+                ),
+            ))
         } else {
-            self.execute(d, &mut out)
+            self.execute(d, &client.state, &mut out)
         };
         out.status = match result {
             Ok(st) => st,
@@ -138,7 +148,14 @@ impl JobRunner<'_> {
         client.in_flight.fetch_sub(1, Ordering::AcqRel);
     }
 
-    fn execute(&mut self, d: &JobDesc, cm: &mut CompletionData) -> Result<i32, Refusal> {
+    /// Runs the records of `d`, stopping at the first record boundary after its client
+    /// (`client_state`) is marked dead.
+    fn execute(
+        &mut self,
+        d: &JobDesc,
+        client_state: &std::sync::atomic::AtomicU32,
+        cm: &mut CompletionData,
+    ) -> Result<i32, Refusal> {
         let region = self.region;
         let prog = self.table.get(d.prog_id).ok_or_else(|| {
             refuse(
@@ -229,7 +246,12 @@ impl JobRunner<'_> {
         let mut done = 0u64;
         let mut failed = 0u64;
         let mut r0 = 0u64;
+        let mut abandoned = false;
         for i in 0..n {
+            if client_state.load(Ordering::Relaxed) == client_state::DEAD {
+                abandoned = true;
+                break;
+            }
             let (start, len) = if varlen {
                 // SAFETY: `offsets` spans n + 1 u64s inside the arena (checked by `span`);
                 // unaligned reads because the client chose the offset.
@@ -305,6 +327,12 @@ impl JobRunner<'_> {
         self.stats
             .records_failed
             .fetch_add(failed, Ordering::Relaxed);
+        if abandoned {
+            return Err(refuse(
+                status::CLIENT_GONE,
+                format!("cancelled after {done} of {n} records: the client died"),
+            ));
+        }
         match first_err {
             None => Ok(status::OK),
             Some(msg) => {

@@ -140,8 +140,9 @@ fn child_entry() {
         "die-mid-job" => {
             let mut c = Client::connect(&name).unwrap();
             let prog = c.resolve("spinner").unwrap().id;
-            let b = c.alloc(1 << 16).unwrap();
-            let job = Job::new(prog, 4096).input(&b, 16);
+            let n: u64 = std::env::var("BPFTIME_TEST_RECORDS").map_or(4096, |v| v.parse().unwrap());
+            let b = c.alloc(n * 16).unwrap();
+            let job = Job::new(prog, n).input(&b, 16);
             let _t = c.submit(&job, Wait::No).unwrap();
             println!("CHILD-SUBMITTED");
             std::process::abort();
@@ -404,6 +405,41 @@ fn a_client_waiting_on_a_killed_service_learns_it_at_once() {
     assert!(waited < Duration::from_millis(100), "waited {waited:?}");
     let _ = std::fs::remove_file(format!("/dev/shm/{name}"));
     let _ = std::fs::remove_file(format!("/dev/shm/{name}.sock"));
+}
+
+#[test]
+fn a_dead_clients_running_job_stops_and_frees_the_worker() {
+    // Issue 18 row c: a client dies with seconds of work running on the only worker; the
+    // job stops at a record boundary, so a one-record job behind it waits for the reaper
+    // (20 ms) and one record, not for the dead client's job.
+    let name = unique("abandon");
+    let _run = start(config(&name));
+    let mut c = Client::connect(&name).unwrap();
+    c.load_bytes("spin.bin", &spinner(300_000), Some("spinner"))
+        .unwrap();
+    let p = c.load_bytes("v.bin", &versioned(1), Some("v")).unwrap();
+    // 16,384 records of 300,000 iterations: several seconds of work.
+    let t0 = Instant::now();
+    let out = child(
+        "die-mid-job",
+        &name,
+        &[("BPFTIME_TEST_RECORDS", "16384".into())],
+    )
+    .output()
+    .unwrap();
+    assert!(String::from_utf8_lossy(&out.stdout).contains("CHILD-SUBMITTED"));
+    let r = run_one(&mut c, p.id, 7);
+    let waited = t0.elapsed();
+    assert_eq!(r.r0, 7 + (1 << 32));
+    let s = c.status().unwrap();
+    assert!(
+        s.jobs_failed >= 1,
+        "the dead client's job ended as cancelled: {s:?}"
+    );
+    assert!(
+        waited < Duration::from_secs(2),
+        "the job behind the dead client's waited {waited:?}"
+    );
 }
 
 #[test]

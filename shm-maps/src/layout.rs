@@ -233,7 +233,8 @@ pub mod status {
     pub const RUNTIME_ERROR: i32 = -5;
     /// Cancelled by `stop --now`.
     pub const CANCELLED: i32 = -6;
-    /// The submitting client died before the job ran.
+    /// The submitting client died: the job was dropped from the queue, or stopped at the
+    /// record boundary after its death was noticed (CPU backend).
     pub const CLIENT_GONE: i32 = -7;
     /// The completion slot named by the descriptor does not belong to the client.
     pub const BAD_COMPLETION: i32 = -8;
