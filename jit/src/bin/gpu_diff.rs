@@ -828,6 +828,7 @@ const C_PROGRAMS: &[(&str, &[&str], bool, bool)] = &[
     ("reject_unchecked", &["unchecked_read"], true, true),
     ("ringbuf", &["ringbuf"], true, true),
     ("vec_add", &["vec_add"], true, true),
+    ("void_call", &["void_call"], true, true),
 ];
 
 fn c_cases(objdir: &Path, rng: &mut StdRng, skipped: &mut Vec<Value>) -> Vec<Case> {
