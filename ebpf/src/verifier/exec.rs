@@ -123,6 +123,12 @@ fn end_of(k: PtrKind) -> Option<PtrKind> {
     }
 }
 
+/// Whether every address `p + off` may take is a multiple of `size` (a power of two).
+fn is_aligned(p: &Ptr, off: i64, size: usize) -> bool {
+    let mask = size as u64 - 1;
+    (p.off.wrapping_add(off) as u64) & mask == 0 && (p.var.tn.value | p.var.tn.mask) & mask == 0
+}
+
 fn var_text(p: &Ptr, total: i64) -> String {
     match p.const_var() {
         Some(v) => format!("{}", total.wrapping_add(v)),
@@ -1108,7 +1114,10 @@ impl<'a> Explorer<'a> {
                 ),
             )),
             PtrKind::Ctx => self.ctx_load(pc, &p, off, size, sx),
-            PtrKind::Stack { frame } => self.stack_read(st, pc, frame as usize, &p, off, size, sx),
+            PtrKind::Stack { frame } => {
+                self.stack_aligned(pc, &p, off, size)?;
+                self.stack_read(st, pc, frame as usize, &p, off, size, sx)
+            }
             PtrKind::MapValue { map } => {
                 let m = &self.prog.maps[map as usize];
                 self.bounds(
@@ -1468,6 +1477,7 @@ impl<'a> Explorer<'a> {
                 ),
             )),
             PtrKind::Stack { frame } => {
+                self.stack_aligned(pc, &p, off, size)?;
                 self.stack_write(st, pc, frame as usize, &p, off, size, val)
             }
             PtrKind::MapValue { map } => {
@@ -1545,9 +1555,7 @@ impl<'a> Explorer<'a> {
             return Err(self.not_ptr(pc, d, &base));
         };
         let off = insn.off as i64;
-        let sz = size as i64;
-        let misaligned = (p.off + off).rem_euclid(sz) != 0
-            || (p.var.tn.value | p.var.tn.mask) & (sz as u64 - 1) != 0;
+        let misaligned = !is_aligned(&p, off, size);
         let unknown = Scalar::unknown_bytes(size, false);
         match p.kind {
             PtrKind::MapValueOrNull { .. } | PtrKind::MemOrNull { .. } => {
@@ -1624,6 +1632,23 @@ impl<'a> Explorer<'a> {
                 s
             };
             st.cur_mut().regs[r] = Reg::Scalar(unknown);
+        }
+        Ok(())
+    }
+
+    /// As in Linux (`check_ptr_alignment`, strict for the stack): a load or store of `size`
+    /// bytes through a stack pointer must be `size`-aligned, the variable part of the offset
+    /// included.
+    fn stack_aligned(&self, pc: usize, p: &Ptr, off: i64, size: usize) -> Result<(), Fail> {
+        if !is_aligned(p, off, size) {
+            return Err(fail(
+                pc,
+                ErrorKind::Access,
+                format!(
+                    "misaligned stack access off {} size {size}: a {size}-byte stack access must be {size}-byte aligned",
+                    var_text(p, p.off + off)
+                ),
+            ));
         }
         Ok(())
     }
