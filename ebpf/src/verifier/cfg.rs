@@ -113,6 +113,11 @@ fn check_fields(pc: usize, insn: &Insn, op: Opcode) -> Result<(), Fail> {
             reserved(pc, "dst", insn.dst as i64)?;
             reserved(pc, "off", insn.off as i64)?;
         }
+        OpKind::Callx => {
+            reserved(pc, "src", insn.src as i64)?;
+            reserved(pc, "off", insn.off as i64)?;
+            reserved(pc, "imm", insn.imm as i64)?;
+        }
         OpKind::Exit => {
             reserved(pc, "dst", insn.dst as i64)?;
             reserved(pc, "src", insn.src as i64)?;
@@ -388,6 +393,9 @@ fn use_def(insn: &Insn, op: Opcode) -> (u16, u16) {
             }
             (u, args | 1)
         }
+        // Which helper `callx` calls is only known to the exploration: any argument may be
+        // read (more live registers only make state comparison stricter).
+        OpKind::Callx => (args | d, args | 1),
         OpKind::CallLocal | OpKind::CallKfunc => (args, args | 1),
         OpKind::Exit => (1, 0),
     }

@@ -633,6 +633,7 @@ impl<'a> Explorer<'a> {
             OpKind::JaLong => Ok(Step::Next((pc as i64 + insn.imm as i64 + 1) as usize)),
             OpKind::Jmp { cond, width, src } => self.cond_jump(st, pc, &insn, cond, width, src),
             OpKind::Call => self.call_helper(st, pc, insn.imm),
+            OpKind::Callx => self.callx(st, pc, insn.dst as usize),
             OpKind::CallLocal => {
                 let target = (pc as i64 + insn.imm as i64 + 1) as usize;
                 let n = st.frames.len();

@@ -271,7 +271,7 @@ fn body_ops() -> Vec<Opcode> {
         .filter(|op| {
             !matches!(
                 op.kind(),
-                OpKind::Call | OpKind::CallLocal | OpKind::CallKfunc | OpKind::Exit
+                OpKind::Call | OpKind::Callx | OpKind::CallLocal | OpKind::CallKfunc | OpKind::Exit
             ) && !matches!(op.kind(), OpKind::Ld64(k) if k != Ld64Kind::Imm)
         })
         .collect()
