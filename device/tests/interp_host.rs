@@ -434,10 +434,19 @@ fn run_c(c: &Case) -> Outcome {
     }
 }
 
+/// Whether `p` may call one of the helpers `ids`: a `call` of one, or a `callx` in a program
+/// that moves one of the ids into a register (where a `callx` takes its id from).
 fn calls_helper(p: &Program, ids: &[i32]) -> bool {
-    p.insns
-        .iter()
-        .any(|i| matches!(Opcode::decode(i), Ok(Opcode::Call)) && ids.contains(&i.imm))
+    let any = |f: &dyn Fn(Opcode, &Insn) -> bool| {
+        p.insns
+            .iter()
+            .any(|i| Opcode::decode(i).is_ok_and(|op| f(op, i)))
+    };
+    any(&|op, i| op == Opcode::Call && ids.contains(&i.imm))
+        || (any(&|op, _| op == Opcode::Callx)
+            && any(&|op, i| {
+                matches!(op, Opcode::Mov64Imm | Opcode::Mov32Imm) && ids.contains(&i.imm)
+            }))
 }
 
 /// Runs both sides and compares everything.
@@ -1077,6 +1086,23 @@ fn malformed_programs_are_errors() {
         ),
         ("kfunc", vec![ins(0x85, 0, 2, 0, 1), exit], code::EHELPER, 0),
         (
+            "callx unknown helper",
+            vec![mov(6, 9999), ins(0x8d, 6, 0, 0, 0), exit],
+            code::EHELPER,
+            1,
+        ),
+        (
+            "callx id past 32 bits",
+            vec![
+                ins(0x18, 6, 0, 0, 5),
+                ins(0, 0, 0, 0, 1),
+                ins(0x8d, 6, 0, 0, 0),
+                exit,
+            ],
+            code::EHELPER,
+            2,
+        ),
+        (
             "map helper without map",
             vec![mov(1, 0), ins(0x85, 0, 0, 0, 1), exit],
             code::EMAP,
@@ -1302,6 +1328,16 @@ fn item(rng: &mut StdRng, op: Opcode) -> Option<Vec<Insn>> {
             i.src = s;
             i.off = -(rng.gen_range(3..64i16) * 8) + w * rng.gen_range(0..(8 / w));
             Some(vec![i])
+        }
+        // A helper without arguments whose result both sides compute the same way (sm, warp
+        // or lane id), its id in dst.
+        OpKind::Callx => {
+            let id = [
+                ebpf::helpers::GET_SM_ID,
+                ebpf::helpers::GET_WARP_ID,
+                ebpf::helpers::GET_LANE_ID,
+            ][rng.gen_range(0..3)];
+            Some(vec![Opcode::Mov64Imm.insn(d, 0, 0, id), i])
         }
         _ => None,
     }

@@ -7,7 +7,7 @@
 //! *(u64 *)(r10 - 8) = r1                  lock *(u64 *)(r1 + 0) += r2
 //! r0 = cmpxchg_64(r1 + 0, r0, r2)         if r1 s> 7 goto +3
 //! r1 = 0x1122334455667788 ll              r1 = map_idx[0] ll
-//! call map_lookup_elem#1                  call pc+4      exit
+//! call map_lookup_elem#1                  call pc+4      callx r2       exit
 //! ```
 //!
 //! The assembler also takes labels (`loop:` on its own line, `goto loop`), comments after

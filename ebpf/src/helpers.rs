@@ -53,7 +53,7 @@ pub enum RetType {
 /// The prototype of one helper.
 #[derive(Clone, Copy, Debug)]
 pub struct HelperProto {
-    /// Helper id, the `imm` of `call`.
+    /// Helper id, the `imm` of `call` (or the value of `callx`'s register).
     pub id: i32,
     /// Name without the `bpf_` prefix.
     pub name: &'static str,
@@ -138,6 +138,19 @@ pub fn proto(id: i32) -> Option<&'static HelperProto> {
     HELPERS.iter().find(|h| h.id == id)
 }
 
+/// The helper id a `callx` calls when its register holds `v`: the register's value read as a
+/// signed 64-bit number, when it fits in 32 bits (the width of `call`'s `imm`). `None`: no
+/// helper can have that id.
+pub fn callx_id(v: u64) -> Option<i32> {
+    i32::try_from(v as i64).ok()
+}
+
+/// The error of a call of a helper this runtime does not have (`id` as the program gave it:
+/// `call`'s `imm`, or `callx`'s register as a signed number). One text for every engine.
+pub fn unknown_helper_message(id: i64) -> String {
+    format!("unknown helper id {id}")
+}
+
 /// The prototype of the helper called `name` (without `bpf_`).
 pub fn by_name(name: &str) -> Option<&'static HelperProto> {
     HELPERS.iter().find(|h| h.name == name)
@@ -156,5 +169,18 @@ mod tests {
         assert!(!proto(MEMBAR).unwrap().terminates);
         assert_eq!(by_name("get_lane_id").unwrap().id, 511);
         assert!(proto(4).is_none());
+    }
+
+    #[test]
+    fn callx_ids_are_signed_32_bit_values() {
+        assert_eq!(callx_id(5), Some(5));
+        assert_eq!(callx_id(u64::MAX), Some(-1));
+        assert_eq!(callx_id(i32::MAX as u64), Some(i32::MAX));
+        assert_eq!(callx_id(1 << 31), None);
+        assert_eq!(callx_id(1 << 32 | 5), None);
+        assert_eq!(
+            unknown_helper_message(1 << 32),
+            "unknown helper id 4294967296"
+        );
     }
 }

@@ -439,6 +439,38 @@ fn gpu_helpers_and_string_literal() {
 }
 
 #[test]
+fn void_subprograms_verify_and_run() {
+    // clang leaves r0 unset in `static void __noinline` functions (see
+    // tests/programs/void_call.bpf.c); Linux checks r0 only at the main program's exit.
+    let (_, o) = obj!("void_call");
+    let p = o.program(Some("void_call")).expect("void_call");
+    let first_sub = local_calls(&p)
+        .iter()
+        .map(|&(_, t)| t)
+        .min()
+        .expect("the program makes local calls");
+    // LD, LDX, ALU and ALU64 write their dst.
+    let writes_r0 = |i: &Insn| i.dst == 0 && matches!(i.code & 7, 0 | 1 | 4 | 7);
+    assert!(
+        !p.insns[first_sub..].iter().any(writes_r0),
+        "the callees are expected never to set r0:\n{}",
+        ebpf::asm::disasm(&p.insns)
+    );
+    let v = ebpf::verifier::verify(&p, &ebpf::verifier::VerifyOptions::default())
+        .unwrap_or_else(|e| panic!("{e}\n{}", e.log));
+    assert!(v.stack_depths.len() >= 4, "{:?}", v.stack_depths);
+    let vm = ebpf::interp::Vm::new(&p, vec![]).expect("decodes");
+    let mut env = ebpf::interp::Env::new(0);
+    let mut out = [0u8; 8];
+    let r0 = vm
+        .run_job(&[], &mut out, 0, 1, [10, 3, 0, 0], &mut env)
+        .expect("runs");
+    // (10 + 5) * 2 + 3 + 1
+    assert_eq!(r0, 34);
+    assert_eq!(u64::from_le_bytes(out), 34);
+}
+
+#[test]
 fn calls_link_callees_once() {
     let (_, o) = obj!("calls");
     assert_eq!(role(&o, ".text"), ("text", 14 * 8));

@@ -637,6 +637,10 @@ fn cases() -> Vec<(Opcode, String, u64)> {
         // ---- calls ----
         c(Call, "call get_sm_id\nexit", 3),
         c(Call, "r1 = 0\ncall get_lane_id\nexit", 0),
+        // callx: the helper id is the register's value (get_sm_id = the worker, 3).
+        c(Callx, "r1 = 509\ncallx r1\nexit", 3),
+        c(Callx, "r1 = 0\nr6 = 511\ncallx r6\nexit", 0),
+        c(Callx, "r6 = -7\nr6 += 516\ncallx r6\nr0 += 1\nexit", 4),
         c(
             CallLocal,
             "r1 = 20\ncall sub\nr0 += 1\nexit\nsub:\nr0 = r1\nr0 *= 2\nexit",
@@ -961,6 +965,22 @@ fn instruction_limit_and_falling_off() {
     assert!(e.msg.contains("instruction limit exceeded"), "{e}");
     let e = try_run("r0 = 1").unwrap_err();
     assert!(e.msg.contains("fell off the end"), "{e}");
+}
+
+#[test]
+fn callx_of_no_helper_is_a_run_time_error() {
+    // The id is the register as a signed 64-bit value; both engines report it the same way.
+    for (src, id) in [
+        ("r6 = 4\ncallx r6\nexit", "4"),
+        ("r6 = -1\ncallx r6\nexit", "-1"),
+        ("r6 = 0x100000005 ll\ncallx r6\nexit", "4294967301"),
+        ("r6 = 0x80000000 ll\ncallx r6\nexit", "2147483648"),
+        ("r6 = 0xffffffff7fffffff ll\ncallx r6\nexit", "-2147483649"),
+    ] {
+        let e = try_run(src).unwrap_err();
+        assert_eq!(e.msg, format!("unknown helper id {id}"), "{src}");
+        assert!(e.insn.starts_with("callx r6"), "{e}");
+    }
 }
 
 #[test]

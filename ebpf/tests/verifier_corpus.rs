@@ -198,6 +198,43 @@ fn structural_raw_cases() {
             "reserved field imm must be 0",
         ),
         (vec![], 0, "empty program"),
+        // callx: the register is dst; src, off and imm are reserved.
+        (
+            vec![mov0, Insn::new(0x8d, 0, 2, 0, 0), exit],
+            1,
+            "reserved field src must be 0, found 2",
+        ),
+        (
+            vec![mov0, Insn::new(0x8d, 0, 0, 0, 5), exit],
+            1,
+            "reserved field imm must be 0, found 5",
+        ),
+        (
+            vec![mov0, Insn::new(0x8d, 0, 0, 3, 0), exit],
+            1,
+            "reserved field off must be 0, found 3",
+        ),
+        // A constant divisor of 0 (the sdiv/smod forms have off = 1), even on a dead path.
+        (
+            vec![mov0, Insn::new(0x37, 0, 0, 0, 0), exit],
+            1,
+            "div by zero: division by the immediate 0",
+        ),
+        (
+            vec![mov0, Insn::new(0x94, 0, 0, 1, 0), exit],
+            1,
+            "div by zero: modulo by the immediate 0",
+        ),
+        (
+            vec![
+                mov0,
+                Insn::new(0x05, 0, 0, 1, 0),
+                Insn::new(0x97, 0, 0, 0, 0),
+                exit,
+            ],
+            2,
+            "div by zero: modulo by the immediate 0",
+        ),
     ];
     for (insns, pc, want) in cases {
         let prog = Program::from_insns("raw", insns.clone());

@@ -63,6 +63,11 @@ fn program_for(op: Opcode) -> Option<Program> {
             i.imm = ebpf::helpers::KTIME_GET_NS;
             insns.push(i);
         }
+        OpKind::Callx => {
+            // The id in r4, set on the same stretch: the static call.
+            insns.push(Opcode::Mov64Imm.insn(4, 0, 0, ebpf::helpers::KTIME_GET_NS));
+            insns.push(op.insn(4, 0, 0, 0));
+        }
         OpKind::CallLocal => {
             let mut i = op.insn(0, 0, 0, 0);
             i.imm = 1;

@@ -28,6 +28,7 @@ const PROGRAMS: &[(&str, &[&str])] = &[
     ("reject_unchecked", &["unchecked_read"]),
     ("ringbuf", &["ringbuf"]),
     ("vec_add", &["vec_add"]),
+    ("void_call", &["void_call"]),
 ];
 
 #[test]

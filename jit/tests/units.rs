@@ -441,3 +441,58 @@ fn chunk_loop_wraps_the_body_in_a_loop() {
     };
     assert_eq!(jit::compile(&p, &both).unwrap().loop_func(), None);
 }
+
+/// `callx` with its id set on the same straight-line stretch lowers exactly like `call` of
+/// that id; otherwise a compare chain on the register selects the helper, and an id no arm
+/// takes traps. Both assemble.
+#[test]
+fn callx_lowers_to_the_static_call_or_a_chain() {
+    let compile = |name: &str, src: &str, opts: &JitOptions| {
+        let p = Program::from_insns(name, assemble(src).unwrap());
+        jit::compile(&p, opts).unwrap_or_else(|e| panic!("{src}: {e}"))
+    };
+    let opts = JitOptions::default();
+    let stat = compile("cx", "r6 = 509\ncallx r6\nr0 += 1\nexit", &opts).text();
+    let call = compile("cx", "r6 = 509\ncall 509\nr0 += 1\nexit", &opts).text();
+    assert_eq!(stat, call);
+    // Through a copy, and a 32-bit move.
+    let copy = compile("cw", "w6 = 509\nr3 = r6\ncallx r3\nr0 += 1\nexit", &opts).text();
+    assert!(copy.contains("%smid"), "{copy}");
+    assert!(!copy.contains("setp.ne.u64"), "{copy}");
+
+    // The id differs by path: the chain, one arm per helper the GPU runs here.
+    let src = "r6 = *(u64 *)(r1 + 32)\nr7 = 511\nif r6 & 1 goto c\nr7 = 509\nc:\ncallx r7\nexit";
+    let chain = compile("cy", src, &opts).text();
+    for id in [509, 511, 507, 5] {
+        assert!(
+            chain
+                .lines()
+                .any(|l| l.contains("setp.ne.u64 %p") && l.ends_with(&format!("%rd7, {id};"))),
+            "arm for {id}: {chain}"
+        );
+    }
+    assert!(
+        chain.contains("%smid") && chain.contains("%laneid"),
+        "{chain}"
+    );
+    // No map bound: no map helper arm.
+    assert!(!chain.contains("%rd7, 1;"), "{chain}");
+    common::assemble(&common::merge(&[stat, copy, chain]), "callx");
+
+    // A chain may reach helper 507 (`exit`), which ends the thread: no chunk loop; a static
+    // callx of another helper keeps it.
+    let lp = JitOptions {
+        entry: false,
+        chunk_loop: true,
+        ..JitOptions::default()
+    };
+    let p = Program::from_insns("cy", assemble(src).unwrap());
+    assert_eq!(jit::compile(&p, &lp).unwrap().loop_func(), None);
+    let p = Program::from_insns("cx", assemble("r6 = 509\ncallx r6\nexit").unwrap());
+    assert_eq!(
+        jit::compile(&p, &lp).unwrap().loop_func(),
+        Some("bpf_loop_cx")
+    );
+    let p = Program::from_insns("cz", assemble("r6 = 507\ncallx r6\nr0 = 0\nexit").unwrap());
+    assert_eq!(jit::compile(&p, &lp).unwrap().loop_func(), None);
+}

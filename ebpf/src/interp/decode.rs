@@ -151,6 +151,8 @@ pub(crate) enum Op {
     Jsle32I,
     Jsle32R,
     Call,
+    /// `callx`: the helper id is the value of `dst`.
+    Callx,
     CallLocal,
     Exit,
     /// Never executable: the second half of `ld_imm64`, or the end of the program.
@@ -179,7 +181,8 @@ pub(crate) struct Slot {
     pub aux: u8,
     /// Memory offset, or absolute target pc of a jump or local call.
     pub off: i32,
-    /// Sign-extended immediate; the full value of `ld_imm64`; the helper id of `call`.
+    /// Sign-extended immediate; the full value of `ld_imm64`; the helper id of `call`
+    /// (`callx` reads it from `dst`).
     pub imm: u64,
 }
 
@@ -449,11 +452,13 @@ pub(crate) fn decode(prog: &Program, maps: &[Arc<dyn MapOps>]) -> Result<Vec<Slo
             }
             OpKind::Call => {
                 if helpers::proto(insn.imm).is_none() {
-                    return Err(err(pc, format!("unknown helper id {}", insn.imm)));
+                    return Err(err(pc, helpers::unknown_helper_message(insn.imm as i64)));
                 }
                 s.imm = insn.imm as u32 as u64;
                 Op::Call
             }
+            // The id is checked when the call runs (`helpers::callx_id`).
+            OpKind::Callx => Op::Callx,
             OpKind::CallLocal => {
                 jumps.push((pc, pc as i64 + 1 + insn.imm as i64));
                 Op::CallLocal

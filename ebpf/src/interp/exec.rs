@@ -7,6 +7,7 @@
 
 use super::decode::{Op, Slot, aop};
 use super::{Env, ExecError, FRAME_SIZE, MAX_FRAMES, Region, Vm};
+use crate::helpers;
 use crate::program::JobCtx;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -757,9 +758,17 @@ impl Vm {
                     charge!(at);
                 }
 
-                Op::Call => {
+                Op::Call | Op::Callx => {
+                    let id = if s.op == Op::Call {
+                        imm as u32 as i32
+                    } else {
+                        match helpers::callx_id(regs[d]) {
+                            Some(id) => id,
+                            None => fault!(helpers::unknown_helper_message(regs[d] as i64)),
+                        }
+                    };
                     *budget = left;
-                    match self.call_helper(imm as u32 as i32, regs, mem, env, pc - 1, geo) {
+                    match self.call_helper(id, regs, mem, env, pc - 1, geo) {
                         Ok(Ctl::Next) => {}
                         Ok(Ctl::Exit) => {
                             *budget = left;

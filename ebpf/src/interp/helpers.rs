@@ -253,7 +253,7 @@ impl Vm {
             h::GET_SM_ID => env.thread as u64,
             h::GET_WARP_ID => (geo.index % bd) / 32,
             h::GET_LANE_ID => geo.index % 32,
-            other => return Err(self.error(pc, format!("unknown helper id {other}"))),
+            other => return Err(self.error(pc, h::unknown_helper_message(other as i64))),
         };
         regs[0] = r0;
         Ok(Ctl::Next)

@@ -510,6 +510,11 @@ pub enum OpKind {
     CallLocal,
     /// Call of a kernel function by BTF id (decoded, never accepted).
     CallKfunc,
+    /// Helper call by the id held in `dst` (`callx`, `BPF_JMP | BPF_CALL | BPF_X`, the
+    /// "callx" conformance group): `dst` holds the helper id as a 64-bit value, `src`, `off`
+    /// and `imm` are 0. The verifier accepts it only where `dst` is a known constant naming a
+    /// helper; the engines then call that helper as `call imm` would.
+    Callx,
     /// Return from the current function.
     Exit,
 }

@@ -235,5 +235,6 @@ opcodes! {
     (0x85, Src(0), Call, Call, "call {helper}", "call helper imm"),
     (0x85, Src(1), CallLocal, CallLocal, "call {jimm}", "call local function at pc + imm + 1"),
     (0x85, Src(2), CallKfunc, CallKfunc, "call kfunc[{imm}]", "call kernel function by BTF id imm"),
+    (0x8d, Any, Callx, Callx, "callx {d}", "call the helper whose id is the value of dst"),
     (0x95, Any, Exit, Exit, "exit", "return r0 to the caller"),
 }

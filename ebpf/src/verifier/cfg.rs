@@ -9,6 +9,7 @@
 //! | only index forms of `ld_imm64`          | `ld_imm64 with src=1 (map by fd) is not supported` |
 //! | map indices in range                    | `map index 3 out of range`                       |
 //! | helpers exist, no kfuncs                | `unknown helper 4`                               |
+//! | no division or modulo by the immediate 0 | `div by zero: division by the immediate 0`       |
 //! | jumps land on instructions              | `jump out of range`, `jump into the middle of ld_imm64` |
 //! | no fall-through off the end / into the next function, no jump across functions |  |
 //!
@@ -69,6 +70,19 @@ fn check_fields(pc: usize, insn: &Insn, op: Opcode) -> Result<(), Fail> {
             if aop == crate::isa::AluOp::Neg {
                 reserved(pc, "imm", insn.imm as i64)?;
             }
+            // As in Linux (`check_alu_op`): a constant divisor of 0 is a load-time error; a
+            // register divisor keeps the run-time rule (x / 0 = 0, x % 0 = x).
+            if src == Src::Imm
+                && insn.imm == 0
+                && matches!(aop, AluOp::Div | AluOp::Sdiv | AluOp::Mod | AluOp::Smod)
+            {
+                let what = if matches!(aop, AluOp::Div | AluOp::Sdiv) {
+                    "division"
+                } else {
+                    "modulo"
+                };
+                return Err(fail(pc, format!("div by zero: {what} by the immediate 0")));
+            }
         }
         OpKind::End { .. } => {
             reserved(pc, "src", insn.src as i64)?;
@@ -98,6 +112,11 @@ fn check_fields(pc: usize, insn: &Insn, op: Opcode) -> Result<(), Fail> {
         OpKind::Call | OpKind::CallLocal | OpKind::CallKfunc => {
             reserved(pc, "dst", insn.dst as i64)?;
             reserved(pc, "off", insn.off as i64)?;
+        }
+        OpKind::Callx => {
+            reserved(pc, "src", insn.src as i64)?;
+            reserved(pc, "off", insn.off as i64)?;
+            reserved(pc, "imm", insn.imm as i64)?;
         }
         OpKind::Exit => {
             reserved(pc, "dst", insn.dst as i64)?;
@@ -374,6 +393,9 @@ fn use_def(insn: &Insn, op: Opcode) -> (u16, u16) {
             }
             (u, args | 1)
         }
+        // Which helper `callx` calls is only known to the exploration: any argument may be
+        // read (more live registers only make state comparison stricter).
+        OpKind::Callx => (args | d, args | 1),
         OpKind::CallLocal | OpKind::CallKfunc => (args, args | 1),
         OpKind::Exit => (1, 0),
     }

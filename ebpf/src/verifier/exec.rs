@@ -126,6 +126,12 @@ fn end_of(k: PtrKind) -> Option<PtrKind> {
     }
 }
 
+/// Whether every address `p + off` may take is a multiple of `size` (a power of two).
+fn is_aligned(p: &Ptr, off: i64, size: usize) -> bool {
+    let mask = size as u64 - 1;
+    (p.off.wrapping_add(off) as u64) & mask == 0 && (p.var.tn.value | p.var.tn.mask) & mask == 0
+}
+
 fn var_text(p: &Ptr, total: i64) -> String {
     match p.const_var() {
         Some(v) => format!("{}", total.wrapping_add(v)),
@@ -643,6 +649,7 @@ impl<'a> Explorer<'a> {
             OpKind::JaLong => Ok(Step::Next((pc as i64 + insn.imm as i64 + 1) as usize)),
             OpKind::Jmp { cond, width, src } => self.cond_jump(st, pc, &insn, cond, width, src),
             OpKind::Call => self.call_helper(st, pc, insn.imm),
+            OpKind::Callx => self.callx(st, pc, insn.dst as usize),
             OpKind::CallLocal => {
                 let target = (pc as i64 + insn.imm as i64 + 1) as usize;
                 let n = st.frames.len();
@@ -685,16 +692,10 @@ impl<'a> Explorer<'a> {
         if st.frames.len() > 1 {
             let callee = st.frames.pop().expect("more than one frame");
             match r0 {
-                Reg::NotInit => {
-                    return Err(fail(
-                        pc,
-                        ErrorKind::Uninit,
-                        format!(
-                            "R0 !read_ok: function at {} returns without setting r0",
-                            callee.entry
-                        ),
-                    ));
-                }
+                // As in Linux, only the main program must set r0: a subprogram (a `static
+                // void` function) may return without it, and r0 then stays unreadable in the
+                // caller, so a caller that reads it is rejected there.
+                Reg::NotInit => {}
                 Reg::Ptr(p) => {
                     if let PtrKind::Stack { frame } = p.kind
                         && frame as usize >= st.frames.len()
@@ -1130,7 +1131,10 @@ impl<'a> Explorer<'a> {
                 ),
             )),
             PtrKind::Ctx => self.ctx_load(pc, &p, off, size, sx),
-            PtrKind::Stack { frame } => self.stack_read(st, pc, frame as usize, &p, off, size, sx),
+            PtrKind::Stack { frame } => {
+                self.stack_aligned(pc, &p, off, size)?;
+                self.stack_read(st, pc, frame as usize, &p, off, size, sx)
+            }
             PtrKind::MapValue { map } => {
                 self.note_map_value_use(map as usize);
                 let m = &self.prog.maps[map as usize];
@@ -1491,6 +1495,7 @@ impl<'a> Explorer<'a> {
                 ),
             )),
             PtrKind::Stack { frame } => {
+                self.stack_aligned(pc, &p, off, size)?;
                 self.stack_write(st, pc, frame as usize, &p, off, size, val)
             }
             PtrKind::MapValue { map } => {
@@ -1569,9 +1574,7 @@ impl<'a> Explorer<'a> {
             return Err(self.not_ptr(pc, d, &base));
         };
         let off = insn.off as i64;
-        let sz = size as i64;
-        let misaligned = (p.off + off).rem_euclid(sz) != 0
-            || (p.var.tn.value | p.var.tn.mask) & (sz as u64 - 1) != 0;
+        let misaligned = !is_aligned(&p, off, size);
         let unknown = Scalar::unknown_bytes(size, false);
         match p.kind {
             PtrKind::MapValueOrNull { .. } | PtrKind::MemOrNull { .. } => {
@@ -1651,6 +1654,23 @@ impl<'a> Explorer<'a> {
                 s
             };
             st.cur_mut().regs[r] = Reg::Scalar(unknown);
+        }
+        Ok(())
+    }
+
+    /// As in Linux (`check_ptr_alignment`, strict for the stack): a load or store of `size`
+    /// bytes through a stack pointer must be `size`-aligned, the variable part of the offset
+    /// included.
+    fn stack_aligned(&self, pc: usize, p: &Ptr, off: i64, size: usize) -> Result<(), Fail> {
+        if !is_aligned(p, off, size) {
+            return Err(fail(
+                pc,
+                ErrorKind::Access,
+                format!(
+                    "misaligned stack access off {} size {size}: a {size}-byte stack access must be {size}-byte aligned",
+                    var_text(p, p.off + off)
+                ),
+            ));
         }
         Ok(())
     }

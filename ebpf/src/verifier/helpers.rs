@@ -1,5 +1,6 @@
 //! Helper calls: r1..r5 checked against [`crate::helpers::HelperProto::args`], r0 typed from
-//! the return type, references acquired and released.
+//! the return type, references acquired and released. `callx r<d>` is checked the same way,
+//! once `r<d>` is known to hold the id of a helper (a constant scalar on the path).
 //!
 //! | `ArgType`        | accepted register                                                   |
 //! |------------------|---------------------------------------------------------------------|
@@ -31,6 +32,46 @@ fn kind_name(k: MapKind) -> &'static str {
 }
 
 impl Explorer<'_> {
+    /// `callx r<d>`: `r<d>` must be a known constant naming a helper; the call is then
+    /// checked as `call` of that helper. The value is demanded precise, so pruning never
+    /// merges paths that would call different helpers here.
+    pub(super) fn callx(&mut self, st: &mut State, pc: usize, d: usize) -> Result<Step, Fail> {
+        let s = match self.read_reg(st, pc, d)? {
+            Reg::Scalar(s) => s,
+            r => {
+                return Err(fail(
+                    pc,
+                    ErrorKind::Helper,
+                    format!(
+                        "R{d} type={}, expected a scalar helper id for callx",
+                        r.type_name()
+                    ),
+                ));
+            }
+        };
+        self.demand(st, d);
+        let Some(v) = s.as_const() else {
+            return Err(fail(
+                pc,
+                ErrorKind::Helper,
+                format!(
+                    "R{d} callx needs a known constant helper id, found {s}: set it with a constant on every path"
+                ),
+            ));
+        };
+        match helpers::callx_id(v).filter(|&id| helpers::proto(id).is_some()) {
+            Some(id) => self.call_helper(st, pc, id),
+            None => Err(fail(
+                pc,
+                ErrorKind::Helper,
+                format!(
+                    "R{d} callx of unknown helper {}: no helper has this id",
+                    v as i64
+                ),
+            )),
+        }
+    }
+
     pub(super) fn call_helper(&mut self, st: &mut State, pc: usize, id: i32) -> Result<Step, Fail> {
         let proto = helpers::proto(id)
             .ok_or_else(|| fail(pc, ErrorKind::Structure, format!("unknown helper {id}")))?;

@@ -18,6 +18,13 @@
 //! | `precise`   | precision tracking (which scalars pruning must compare)     |
 //! | `log`       | the `--log` trail                                           |
 //!
+//! Rules of the Linux verifier kept as they are there: r0 must be set at the main program's
+//! exit only (a subprogram may return without it; r0 is then unreadable in its caller); a
+//! stack load or store must be aligned to its size; dividing by the immediate 0 is a
+//! load-time error (a register divisor may be 0: `x / 0 = 0`, `x % 0 = x`). `callx r<d>`
+//! (which Linux does not load) is accepted where `r<d>` holds a known helper id, and checked
+//! as a call of that helper.
+//!
 //! Known imprecision (safe, but may reject valid programs):
 //! - precision tracking is path-based but coarse: any conditional jump met while walking
 //!   back marks its operands precise, and a variable-offset stack load of a traced value

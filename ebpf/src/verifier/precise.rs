@@ -155,7 +155,8 @@ pub fn back_insn(prog: &Program, op: OpKind, h: &Hist, t: &mut Track) -> bool {
                 }
             }
         }
-        OpKind::Call => t.regs[f] &= !0b11_1111,
+        // (`callx` demands its register precise itself, before the call.)
+        OpKind::Call | OpKind::Callx => t.regs[f] &= !0b11_1111,
         OpKind::CallLocal => {
             // Backwards from the callee's first instruction to the call: callee r1..r5
             // are the caller's arguments; nothing else of the callee existed yet.

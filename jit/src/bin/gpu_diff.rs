@@ -271,7 +271,7 @@ fn body_ops() -> Vec<Opcode> {
         .filter(|op| {
             !matches!(
                 op.kind(),
-                OpKind::Call | OpKind::CallLocal | OpKind::CallKfunc | OpKind::Exit
+                OpKind::Call | OpKind::Callx | OpKind::CallLocal | OpKind::CallKfunc | OpKind::Exit
             ) && !matches!(op.kind(), OpKind::Ld64(k) if k != Ld64Kind::Imm)
         })
         .collect()
@@ -828,6 +828,7 @@ const C_PROGRAMS: &[(&str, &[&str], bool, bool)] = &[
     ("reject_unchecked", &["unchecked_read"], true, true),
     ("ringbuf", &["ringbuf"], true, true),
     ("vec_add", &["vec_add"], true, true),
+    ("void_call", &["void_call"], true, true),
 ];
 
 fn c_cases(objdir: &Path, rng: &mut StdRng, skipped: &mut Vec<Value>) -> Vec<Case> {

@@ -19,6 +19,7 @@
 //! | atomics                    | the check, an alignment check, `atomic_rmw` / `atomic_cas` (sequentially consistent) |
 //! | jumps (64 and 32 bits)     | `icmp` + `brif`; each edge charges the budget                     |
 //! | `call` helper              | `call_indirect` of `jit_helper` (the interpreter's helper table), then a status check; `map_lookup_elem` on an array map known from a `ld_imm64` in the same stretch is inline (`MapOps::array_layout`), the helper taking over for key pointers outside the cached region and the stack |
+//! | `callx` helper             | the register's value range-checked (a fault past 32 signed bits), then the same `jit_helper` call with the id from the register |
 //! | `call` local               | depth check, callee frame zeroed (`jit_zero_frame`), direct call with r1..r5 and `r10 − 512`, status check |
 //! | `exit`                     | store the budget, `return r0`                                      |
 //!
@@ -80,6 +81,7 @@ fn may_read_stack(d: &Dec) -> bool {
         | OpKind::Ja
         | OpKind::JaLong
         | OpKind::Call
+        | OpKind::Callx
         | OpKind::CallLocal
         | OpKind::CallKfunc
         | OpKind::Exit => false,
@@ -134,7 +136,10 @@ pub(crate) fn front(prog: &Program) -> Result<Front, CompileError> {
         run_len[pc] = run_len.get(next).map_or(1, |l| l + 1);
     }
     let reads_stack = dec.iter().flatten().any(may_read_stack);
-    let calls_helpers = dec.iter().flatten().any(|d| d.op.kind() == OpKind::Call);
+    let calls_helpers = dec
+        .iter()
+        .flatten()
+        .any(|d| matches!(d.op.kind(), OpKind::Call | OpKind::Callx));
     Ok(Front {
         dec,
         starts,
@@ -623,6 +628,7 @@ impl Lower<'_, '_> {
                 self.enter(next);
             }
             OpKind::Call => self.helper(pc, i.imm),
+            OpKind::Callx => self.callx(pc, i.dst),
             OpKind::CallLocal => self.call_local(pc, i)?,
             OpKind::CallKfunc => return Err(self.err(pc, "kfunc calls are not supported")),
             OpKind::Exit => {
@@ -1003,15 +1009,44 @@ impl Lower<'_, '_> {
     }
 
     fn helper_call(&mut self, pc: usize, id: i32) {
+        let idpc = self
+            .b
+            .ins()
+            .iconst(I64, ((pc as u64) << 32 | id as u32 as u64) as i64);
+        let ringbuf = id == ebpf::helpers::RINGBUF_SUBMIT || id == ebpf::helpers::RINGBUF_DISCARD;
+        self.helper_call_idpc(idpc, ringbuf);
+    }
+
+    /// `callx r<d>`: the helper id is the register's value, as the interpreter reads it
+    /// (`ebpf::helpers::callx_id`): a value that is not a 32-bit signed number faults with
+    /// the interpreter's "unknown helper" error; any other goes to `jit_helper`, which
+    /// dispatches (or rejects) it exactly as a `call` of that id.
+    fn callx(&mut self, pc: usize, d: u8) {
+        self.known_map = [None; 11];
+        let v = self.reg(d);
+        let biased = self.b.ins().iadd_imm_s(v, 1 << 31);
+        let wide = self
+            .b
+            .ins()
+            .icmp_imm_u(IntCC::UnsignedGreaterThan, biased, u32::MAX as i64);
+        let bad = self.fault_block(fault::HELPER_ID, pc, Some(v));
+        let ok = self.b.create_block();
+        self.b.ins().brif(wide, bad, &[], ok, &[]);
+        self.enter(ok);
+        let id = self.b.ins().band_imm_u(v, u32::MAX as i64);
+        let idpc = self.b.ins().bor_imm_u(id, ((pc as u64) << 32) as i64);
+        // Any helper may run, ring buffer releases included.
+        self.helper_call_idpc(idpc, true);
+    }
+
+    /// Calls `jit_helper` with `idpc` (`pc << 32 | id`) and r1..r5; `ringbuf`: the helper may
+    /// release a ring buffer record (the cached regions are reloaded).
+    fn helper_call_idpc(&mut self, idpc: Value, ringbuf: bool) {
         self.store_left();
         let f = self
             .b
             .ins()
             .iconst(I64, runtime::jit_helper as *const () as usize as i64);
-        let idpc = self
-            .b
-            .ins()
-            .iconst(I64, ((pc as u64) << 32 | id as u32 as u64) as i64);
         let mut args = vec![self.rt, idpc];
         for r in 1..=5 {
             args.push(self.reg(r));
@@ -1020,9 +1055,7 @@ impl Lower<'_, '_> {
         let call = self.b.ins().call_indirect(self.sig_helper, f, &args);
         let r0 = self.b.inst_results(call)[0];
         self.status_check();
-        if !self.e.opts.trust_verifier
-            && (id == ebpf::helpers::RINGBUF_SUBMIT || id == ebpf::helpers::RINGBUF_DISCARD)
-        {
+        if !self.e.opts.trust_verifier && ringbuf {
             self.reload_hot(true, true);
         }
         self.set(0, r0);

@@ -75,6 +75,8 @@ pub(crate) mod fault {
     pub const MISALIGNED4: u64 = 4;
     /// Misaligned 8-byte atomic.
     pub const MISALIGNED8: u64 = 5;
+    /// `callx` with a register value that is no 32-bit helper id (the value as address).
+    pub const HELPER_ID: u64 = 6;
 }
 
 /// # Safety
@@ -200,6 +202,7 @@ pub(crate) fn fault_message(kind: u64, a: u64, max: u64) -> String {
         ),
         fault::FELL_OFF => "fell off the end of the program (no exit)".into(),
         fault::MISALIGNED4 => format!("misaligned atomic access: 4 bytes at {a:#x}"),
+        fault::HELPER_ID => h::unknown_helper_message(a as i64),
         _ => format!("misaligned atomic access: 8 bytes at {a:#x}"),
     }
 }

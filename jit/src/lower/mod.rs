@@ -20,6 +20,7 @@
 //! | `call` helper              | the helper's body inlined as a `{ }` block (`prelude::inline_block`; per map when r1's map is known, else a compare chain over the bound maps), or `call.uni` of its `.func` past [`INLINE_BUDGET`] |
 //! | r10-relative load / store  | `ld.local` / `st.local` at `[stack+depth+off]` (ptxas forwards and keeps these) |
 //! | atomic on a `map_lookup_elem` result | `red`/`atom` `.global`, no `isspacep` check; an add without fetch is warp-aggregated (`match.any` on address and value, one `red` per group) |
+//! | `callx`                    | `call` of the id when the register was set to a constant on the same stretch; else a compare chain on the register over the helpers the GPU can run, each arm that `call`, `trap` past the end |
 //! | `call` local               | `call.uni` of the callee's `.func` with r1..r5; r0 comes back |
 //! | `exit`                     | `st.param.b64 [r0]`, `ret`                                    |
 //!
@@ -126,6 +127,8 @@ struct Ctx<'a> {
     inlined_bytes: usize,
     /// Frame size of the function being lowered: r10 is `stack + depth`.
     depth: u32,
+    /// Some reachable call may run helper 507 (`exit`), which ends the thread.
+    ends_thread: bool,
 }
 
 /// Most bytes of helper text inlined into one function; calls past it go to the `.func`s.
@@ -146,6 +149,9 @@ struct Known {
     val: [bool; 11],
     /// The map of such a value pointer, when its lookup named one.
     val_map: [Option<usize>; 11],
+    /// The register's value is this constant (a `mov` or `ld_imm64` of it): a `callx`
+    /// through it is the static call.
+    konst: [Option<u64>; 11],
 }
 
 impl Known {
@@ -157,6 +163,7 @@ impl Known {
             stack,
             val: [false; 11],
             val_map: [None; 11],
+            konst: [None; 11],
         }
     }
 
@@ -166,6 +173,7 @@ impl Known {
         self.stack[r] = None;
         self.val[r] = false;
         self.val_map[r] = None;
+        self.konst[r] = None;
     }
 }
 
@@ -209,6 +217,7 @@ pub fn lower(prog: &Program, opts: &JitOptions) -> Result<Lowered, CompileError>
         inlined: BTreeSet::new(),
         inlined_bytes: 0,
         depth: 0,
+        ends_thread: false,
     };
     // Decode every slot once.
     let mut pc = 0;
@@ -266,11 +275,7 @@ pub fn lower(prog: &Program, opts: &JitOptions) -> Result<Lowered, CompileError>
         None
     };
     // Helper 507 ends the thread (`exit`): no loop may run such a body.
-    let ends_thread = prog
-        .insns
-        .iter()
-        .any(|i| i.code == 0x85 && i.src == 0 && i.imm == ebpf::helpers::EXIT);
-    let loop_func = if opts.chunk_loop && !opts.entry && !ends_thread {
+    let loop_func = if opts.chunk_loop && !opts.entry && !cx.ends_thread {
         let name = format!("bpf_loop_{base}");
         let main = &functions[0];
         let w = loop_wrapper(&name, main);
@@ -439,7 +444,7 @@ fn depth_scan(
                 }
                 derived[d] = None;
             }
-            OpKind::Call | OpKind::CallLocal | OpKind::CallKfunc => {
+            OpKind::Call | OpKind::Callx | OpKind::CallLocal | OpKind::CallKfunc => {
                 // Pointers passed in r1..r5 may be used by the callee; r0..r5 die.
                 for v in derived.iter_mut().take(6) {
                     if let Some(o) = v.take() {
@@ -660,6 +665,7 @@ fn lower_insn(
         known.val[dr],
         known.val_map[sr],
         known.val_map[dr],
+        known.konst[sr],
     );
     if writes_dst {
         if dst == FRAME_PTR {
@@ -682,7 +688,9 @@ fn lower_insn(
                             known.stack[d] = before.1;
                             known.val[d] = before.2;
                             known.val_map[d] = before.5;
+                            known.konst[d] = before.7;
                         }
+                        (AluOp::Mov, Src::Imm) => known.konst[d] = Some(imm64 as u64),
                         (AluOp::Add | AluOp::Sub, Src::Imm) => {
                             let delta = if op == AluOp::Add {
                                 imm64
@@ -697,7 +705,12 @@ fn lower_insn(
                     }
                     alu64(f, op, r(dst), opnd, s, imm64)
                 }
-                Width::W32 => alu32(f, op, r(dst), src, s, insn.imm),
+                Width::W32 => {
+                    if (op, s) == (AluOp::Mov, Src::Imm) {
+                        known.konst[dr] = Some(insn.imm as u32 as u64);
+                    }
+                    alu32(f, op, r(dst), src, s, insn.imm)
+                }
             }
         }
         OpKind::End { op, bits } => end(f, op, bits, r(dst)),
@@ -705,7 +718,10 @@ fn lower_insn(
             let lo = insn.imm as u32 as u64;
             let hi = d.next_imm as u32 as u64;
             let v: u64 = match kind {
-                Ld64Kind::Imm => lo | (hi << 32),
+                Ld64Kind::Imm => {
+                    known.konst[dr] = Some(lo | (hi << 32));
+                    lo | (hi << 32)
+                }
                 Ld64Kind::MapIdx => {
                     let i = insn.imm as u32 as usize;
                     let Some(b) = cx.opts.maps.get(i).filter(|_| i < cx.prog.maps.len()) else {
@@ -832,6 +848,20 @@ fn lower_insn(
             known.val[0] = insn.imm == ebpf::helpers::MAP_LOOKUP_ELEM;
             if known.val[0] {
                 known.val_map[0] = r1_map;
+            }
+        }
+        OpKind::Callx => {
+            match known.konst[dr].and_then(ebpf::helpers::callx_id) {
+                // The id set on this stretch: the static call.
+                Some(id) => {
+                    call_helper(cx, f, pc, id, known)?;
+                    *known = Known::new();
+                    known.val[0] = id == ebpf::helpers::MAP_LOOKUP_ELEM;
+                }
+                None => {
+                    callx_chain(cx, f, pc, dst, known)?;
+                    *known = Known::new();
+                }
             }
         }
         OpKind::CallLocal => {
@@ -1541,6 +1571,7 @@ fn call_helper(
     let args: Vec<Reg> = (1..=def.nargs).map(r).collect();
     if def.inline_exit {
         // 507: end the thread; the entry wrapper stored result 0 before the call.
+        cx.ends_thread = true;
         f.push("exit", []);
         return Ok(());
     }
@@ -1594,6 +1625,40 @@ fn call_helper(
         f.place(next);
     }
     f.push("mov.b64", [r(0).into(), imm(-22)]);
+    f.place(done);
+    Ok(())
+}
+
+/// `callx r<d>` whose id the lowering does not know (the verifier proved a known helper id
+/// on every path, but it may differ by path): a compare chain on the register, each arm the
+/// static call of one helper the GPU can run here (map helpers: when a map of their kind is
+/// bound); any other value traps (a verified program has none).
+fn callx_chain(
+    cx: &mut Ctx,
+    f: &mut Function,
+    pc: usize,
+    d: u8,
+    known: &Known,
+) -> Result<(), CompileError> {
+    let ids: Vec<i32> = prelude::HELPERS
+        .iter()
+        .filter(|h| {
+            h.map_kinds.is_empty()
+                || (0..cx.prog.maps.len()).any(|i| h.map_kinds.contains(&cx.opts.maps[i].kind))
+        })
+        .map(|h| h.id)
+        .collect();
+    let done = f.label();
+    for id in ids {
+        let next = f.label();
+        let p = f.reg(RegClass::Pred);
+        f.push("setp.ne.u64", [p.into(), r(d).into(), imm(id as i64)]);
+        f.bra(next, Some((p, true)));
+        call_helper(cx, f, pc, id, known)?;
+        f.bra(done, None);
+        f.place(next);
+    }
+    f.push("trap", []);
     f.place(done);
     Ok(())
 }

@@ -29,6 +29,8 @@
  *   |                              | interpreter's own stack (PTX atomics on local memory|
  *   |                              | are undefined); misaligned: error                   |
  *   | bpf-to-bpf call              | saves r6-r9, r10 -= frame; at most 8 frames         |
+ *   | callx (0x8d)                 | helper call, the id the value of dst (a signed      |
+ *   |                              | 64-bit value outside 32 bits: unknown helper)       |
  *   | stack                        | frame = stack_size rounded up to 8 (0: 512), zeroed |
  *   |                              | on entry and on every call                          |
  *
@@ -811,10 +813,12 @@ BPF_INTERP_API int bpf_interp_run(const struct bpf_prog_desc *p, bpf_u64 ctx, co
         case 6: { /* JMP32 */
             const bpf_u32 op = opc & 0xf0;
             const bpf_u32 x = opc & 0x08;
-            if (cls == 5 && op == 0x80) { /* call */
-                if (x) BPF_FAIL(BPF_INTERP_EOPCODE);
-                if (src == 0) {
-                    int rc = bpf_call_helper(p, imm32, regs, ctx, env);
+            if (cls == 5 && op == 0x80) { /* call, callx */
+                if (x || src == 0) {
+                    /* callx: the helper id is the value of dst (ebpf::helpers::callx_id) */
+                    const bpf_s64 id = x ? (bpf_s64)regs[dst] : (bpf_s64)imm32;
+                    if (id < -2147483647LL - 1 || id > 2147483647LL) BPF_FAIL(BPF_INTERP_EHELPER);
+                    int rc = bpf_call_helper(p, (bpf_s32)id, regs, ctx, env);
                     if (rc < 0) BPF_FAIL(-rc);
                     if (rc == BPF_HELPER_EXIT) { *r0 = regs[0]; return BPF_INTERP_OK; }
                     break;

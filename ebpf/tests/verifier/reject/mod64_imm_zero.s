@@ -1,0 +1,6 @@
+; error: div by zero: modulo by the immediate 0
+; at: 1
+; Linux rejects a constant divisor of 0 at load time (a register divisor may be 0)
+  r0 = 7
+  r0 %= 0
+  exit
