@@ -22,6 +22,7 @@
 //! they neither wait for the application's legacy-stream work nor disturb a capture.
 
 use super::driver::{self, CUDA_SUCCESS, Handle, Hook};
+use super::hooks::{check, fn_of as call};
 use crate::instrument::Bindings;
 use ebpf::MapKind;
 use jit::AtomicScope;
@@ -110,30 +111,6 @@ pub fn usable_here() -> Option<Result<(), String>> {
         ));
     }
     Some(Ok(()))
-}
-
-/// The real entry of `h`.
-///
-/// # Safety
-/// `F` is `h`'s C signature.
-unsafe fn call<F: Copy>(h: Hook) -> Result<F, String> {
-    let p = driver::real(h);
-    if p.is_null() {
-        return Err(format!(
-            "{} not found in libcuda.so.1",
-            h.symbol().to_string_lossy()
-        ));
-    }
-    // SAFETY: `p` is the address of a function of type `F` (caller's contract).
-    Ok(unsafe { std::mem::transmute_copy::<*mut c_void, F>(&p) })
-}
-
-fn check(r: c_int, what: &str) -> Result<(), String> {
-    if r == CUDA_SUCCESS {
-        Ok(())
-    } else {
-        Err(format!("{what} failed with CUresult {r}"))
-    }
 }
 
 /// Moves every map of `bindings` but ring buffers to device memory in the current context

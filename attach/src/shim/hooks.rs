@@ -263,7 +263,7 @@ impl Drop for RelaxedCapture {
     }
 }
 
-fn check(r: CuResult, what: &str) -> Result<(), String> {
+pub(crate) fn check(r: CuResult, what: &str) -> Result<(), String> {
     if r == CUDA_SUCCESS {
         Ok(())
     } else {
@@ -275,7 +275,7 @@ fn check(r: CuResult, what: &str) -> Result<(), String> {
 ///
 /// # Safety
 /// `F` must be the C signature of `h`'s function.
-unsafe fn fn_of<F: Copy>(h: Hook) -> Result<F, String> {
+pub(crate) unsafe fn fn_of<F: Copy>(h: Hook) -> Result<F, String> {
     let p = driver::real(h);
     if p.is_null() {
         return Err(format!(
