@@ -171,6 +171,74 @@ pub(crate) struct Region {
     pub(crate) name: &'static str,
 }
 
+impl Region {
+    /// The ctx of one job record over `input` and `output`.
+    pub(crate) fn job_ctx(
+        input: &[u8],
+        output: &mut [u8],
+        index: u64,
+        n: u64,
+        args: [u64; 4],
+    ) -> crate::program::JobCtx {
+        let data = input.as_ptr() as u64;
+        let out = output.as_mut_ptr() as u64;
+        crate::program::JobCtx {
+            data,
+            data_end: data + input.len() as u64,
+            out,
+            out_end: out + output.len() as u64,
+            index,
+            n,
+            args,
+        }
+    }
+
+    /// The fixed regions of a job record run: the ctx (at `ctx_addr`, read-only), the input
+    /// (read-only) and the output it names.
+    pub(crate) fn job(ctx_addr: u64, ctx: &crate::program::JobCtx) -> [Region; 3] {
+        [
+            Region {
+                start: ctx_addr,
+                len: crate::program::JobCtx::SIZE as u64,
+                writable: false,
+                name: "ctx",
+            },
+            Region {
+                start: ctx.data,
+                len: ctx.data_end - ctx.data,
+                writable: false,
+                name: "input data",
+            },
+            Region {
+                start: ctx.out,
+                len: ctx.out_end - ctx.out,
+                writable: true,
+                name: "output",
+            },
+        ]
+    }
+
+    /// The fixed regions of a memory-block run: the block, writable, and nothing else.
+    pub(crate) fn mem(start: u64, len: u64) -> [Region; 3] {
+        let empty = Region {
+            start: 0,
+            len: 0,
+            writable: false,
+            name: "",
+        };
+        [
+            Region {
+                start,
+                len,
+                writable: true,
+                name: "mem block",
+            },
+            empty,
+            empty,
+        ]
+    }
+}
+
 /// A program prepared for execution, with its maps bound.
 pub struct Vm {
     prog: Program,

@@ -189,38 +189,9 @@ impl Vm {
         zero_stack: bool,
         body: &mut dyn FnMut(&mut NativeRun, NativeEntry) -> u64,
     ) -> Result<u64, ExecError> {
-        let data = input.as_ptr() as u64;
-        let out = output.as_mut_ptr() as u64;
-        let ctx = JobCtx {
-            data,
-            data_end: data + input.len() as u64,
-            out,
-            out_end: out + output.len() as u64,
-            index,
-            n,
-            args,
-        };
+        let ctx = Region::job_ctx(input, output, index, n, args);
         let ctx_addr = &ctx as *const JobCtx as u64;
-        let fixed = [
-            Region {
-                start: ctx_addr,
-                len: JobCtx::SIZE as u64,
-                writable: false,
-                name: "ctx",
-            },
-            Region {
-                start: data,
-                len: input.len() as u64,
-                writable: false,
-                name: "input data",
-            },
-            Region {
-                start: out,
-                len: output.len() as u64,
-                writable: true,
-                name: "output",
-            },
-        ];
+        let fixed = Region::job(ctx_addr, &ctx);
         let r = self.run_native(ctx_addr, 0, fixed, Geo { index, n }, env, zero_stack, body);
         std::hint::black_box(&ctx);
         r
@@ -235,22 +206,7 @@ impl Vm {
         body: &mut dyn FnMut(&mut NativeRun, NativeEntry) -> u64,
     ) -> Result<u64, ExecError> {
         let start = mem.as_mut_ptr() as u64;
-        let empty = Region {
-            start: 0,
-            len: 0,
-            writable: false,
-            name: "",
-        };
-        let fixed = [
-            Region {
-                start,
-                len: mem.len() as u64,
-                writable: true,
-                name: "mem block",
-            },
-            empty,
-            empty,
-        ];
+        let fixed = Region::mem(start, mem.len() as u64);
         self.run_native(
             start,
             mem.len() as u64,
