@@ -64,12 +64,50 @@ struct bpftime_probe_ctx {
 #define bpftime_probe_ctx(ctx) ((const struct bpftime_probe_ctx *)(ctx))
 
 /*
+ * The ctx of GPU memory-access probes (SEC("memprobe/<kernel>"), "memprobe.load/<kernel>",
+ * "memprobe.store/<kernel>"), one per thread and access. Only the fields a program reads
+ * are computed at the site. One definition, in Rust: ebpf::MemCtx.
+ */
+struct bpftime_mem_ctx {
+	__u64 addr;              /*   0: address, in the instruction's state space */
+	__u64 value;             /*   8: low 8 bytes: after a load, before a store; atomics: the operand */
+	__u64 value_hi;          /*  16: bytes 8..16 of a 16-byte access, else 0 */
+	__u32 size;              /*  24: bytes accessed */
+	__u32 op;                /*  28: BPFTIME_MEM_LOAD, _STORE, _ATOMIC, _COPY */
+	__u32 space;             /*  32: BPFTIME_MEM_GLOBAL, _SHARED, _LOCAL (generic: classified) */
+	__u32 site_id;           /*  36: index into the session's site table (PTX and source line) */
+	__u32 thread_idx[3];     /*  40: %tid */
+	__u32 block_idx[3];      /*  52: %ctaid */
+	__u64 timer;             /*  64: %globaltimer, ns */
+	__u32 sm_id;             /*  72: %smid */
+	__u32 lane_id;           /*  76: %laneid */
+	__u32 warp_active;       /*  80: lanes of the warp making this access */
+	__u32 warp_sectors;      /*  84: distinct 32-byte sectors of the warp's request */
+	__u32 leader;            /*  88: 1 in the lowest lane of warp_active */
+	__u32 flags;             /*  92: bit 0: generic address */
+	__u64 kernel_id;         /*  96: FNV-1a 64 of the mangled kernel name */
+	__u64 correlation_id;    /* 104: launch number from the shim (0 when not passed) */
+};                               /* 112 bytes */
+
+#define BPFTIME_MEM_LOAD 0
+#define BPFTIME_MEM_STORE 1
+#define BPFTIME_MEM_ATOMIC 2
+#define BPFTIME_MEM_COPY 3
+#define BPFTIME_MEM_OTHER 0
+#define BPFTIME_MEM_GLOBAL 1
+#define BPFTIME_MEM_SHARED 2
+#define BPFTIME_MEM_LOCAL 3
+
+#define bpftime_mem_ctx(ctx) ((const struct bpftime_mem_ctx *)(ctx))
+
+/*
  * Map printing in `bpftime-super trace` follows the map's name, as bpftrace follows its
  * functions: a name ending in "_hist" prints as a log2 histogram (array slot k counts
  * values in [2^k, 2^(k+1)), slot 0 counts 0 and 1), "_lhist" as a linear histogram
  * (slot k = [k*step, (k+1)*step) with step from a "_lhist_<step>" suffix, default 1);
  * every other map prints one line per key. 8-byte keys equal to a kernel_id print as the
- * kernel's demangled name.
+ * kernel's demangled name. In a map whose name contains "site", 4-byte keys print as the
+ * memory site they name (source file:line, or the PTX line, and the kernel).
  */
 
 /* Map types (the Linux BPF_MAP_TYPE_* ids). */

@@ -61,6 +61,11 @@ pub struct CompiledProbe {
     pub site: SiteKind,
     /// Its program's name.
     pub name: String,
+    /// For memory probes compiled with the ctx in registers: the program's body, to be
+    /// inlined at each site inside a `{ }` block where `%bt_cw<k>` hold the ctx words read
+    /// (its `ret`s branch to its end, its ctx pointer is 0, its result is dropped). `None`:
+    /// sites call [`CompiledProbe::func`] with a ctx in local memory.
+    pub inline: Option<String>,
 }
 
 /// Lowest PTX ISA and SM the JIT's output needs.
@@ -68,7 +73,9 @@ pub const MIN_VERSION: (u32, u32) = (7, 0);
 /// Lowest SM the JIT's output needs (`ld.acquire`, `atom.sys`, `%globaltimer`).
 pub const MIN_SM: u32 = 70;
 
-/// JIT-compiles probe `index` for a module of `sm`, its maps bound at `maps`.
+/// JIT-compiles probe `index` for a module of `sm`, its maps bound at `maps`. A memory
+/// probe whose ctx reads are all at constant offsets in its entry function is compiled
+/// for inlining ([`CompiledProbe::inline`]): no call and no ctx in memory at each access.
 pub fn compile_probe(
     probe: &Probe,
     index: usize,
@@ -84,6 +91,29 @@ pub fn compile_probe(
         entry: false,
         ..JitOptions::default()
     };
+    if probe.site == SiteKind::Memory
+        && probe.ctx_words != u64::MAX
+        && probe.ctx_loads.values().all(|v| v.is_some())
+    {
+        let loads = probe
+            .ctx_loads
+            .iter()
+            .filter_map(|(pc, at)| at.map(|a| (*pc, a)))
+            .collect();
+        let inline_opts = JitOptions {
+            ctx_regs: Some(loads),
+            ..opts.clone()
+        };
+        match jit::compile(&probe.program, &inline_opts)
+            .map_err(|e| e.to_string())
+            .and_then(|m| inline_parts(&m, probe, index))
+        {
+            Ok(c) => return Ok(c),
+            Err(e) => {
+                tracing::info!(probe = %probe.program.name, error = %e, "probe not inlined; sites call it")
+            }
+        }
+    }
     let m = jit::compile(&probe.program, &opts)?;
     let full = m.text();
     let body = match full.find(".address_size 64") {
@@ -106,6 +136,97 @@ pub fn compile_probe(
         ctx_words: probe.ctx_words,
         site: probe.site,
         name: probe.program.name.clone(),
+        inline: None,
+    })
+}
+
+/// Splits a module compiled with the ctx in registers into module text (helpers, globals:
+/// everything but the program's `.func`) and the inline template of the program's body.
+fn inline_parts(m: &jit::PtxModule, probe: &Probe, index: usize) -> Result<CompiledProbe, String> {
+    let full = m.text();
+    let body = match full.find(".address_size 64") {
+        Some(at) => &full[at + ".address_size 64".len()..],
+        None => full.as_str(),
+    };
+    let prefix = format!("__bpftime{index}_");
+    let mut text = rename(body, &prefix).replace(".visible .func", ".func");
+    let func = format!(
+        "{prefix}{}",
+        m.prog_func().strip_prefix("bpf_").unwrap_or(m.prog_func())
+    );
+    let head = format!(".func (.param .b64 ret0) {func}(");
+    let mut template = None;
+    while let Some(at) = text.find(&head) {
+        let close = text[at..]
+            .find(')')
+            .map(|k| at + k + 1)
+            .ok_or("no `)` after the program's parameters")?;
+        let rest = text[close..].trim_start();
+        if rest.starts_with(';') {
+            let end = close + text[close..].find(';').unwrap_or(0) + 1;
+            text.replace_range(at..end, "");
+            continue;
+        }
+        let open = close + text[close..].find('{').ok_or("no body")?;
+        let mut depth = 0usize;
+        let mut end = None;
+        for (k, c) in text[open..].char_indices() {
+            match c {
+                '{' => depth += 1,
+                '}' => {
+                    depth -= 1;
+                    if depth == 0 {
+                        end = Some(open + k + 1);
+                        break;
+                    }
+                }
+                _ => {}
+            }
+        }
+        let end = end.ok_or("unbalanced body")?;
+        template = Some(text[open + 1..end - 1].to_string());
+        text.replace_range(at..end, "");
+    }
+    let template = template.ok_or("the program's `.func` is not in the module")?;
+    let mut t = String::with_capacity(template.len() + 64);
+    for line in template.lines() {
+        let l = line.trim();
+        if l.starts_with("ld.param.b64") && l.contains("[ctx]") {
+            let reg = l
+                .trim_start_matches("ld.param.b64")
+                .split(',')
+                .next()
+                .unwrap_or("")
+                .trim();
+            let _ = writeln!(t, "\tmov.b64 {reg}, 0;");
+        } else if l.starts_with("st.param.b64") && l.contains("[ret0]") {
+            continue;
+        } else if l == "ret;" {
+            t.push_str("\tbra.uni $__bt_ret;\n");
+        } else if l.starts_with('@') && l.ends_with(" ret;") {
+            let guard = l.trim_end_matches(" ret;");
+            let _ = writeln!(t, "\t{guard} bra $__bt_ret;");
+        } else if l.contains("%bt_") && !l.contains("%bt_cw") {
+            return Err(format!(
+                "the program's body uses a reserved register name: {l}"
+            ));
+        } else {
+            t.push_str(line);
+            t.push('\n');
+        }
+    }
+    t.push_str("$__bt_ret:\n");
+    Ok(CompiledProbe {
+        func,
+        text: format!(
+            "\n// bpftime-super: probe {index} `{}` ({}), inlined at each site\n{text}\n",
+            probe.program.name, probe.program.section
+        ),
+        index,
+        ctx_words: probe.ctx_words,
+        site: probe.site,
+        name: probe.program.name.clone(),
+        inline: Some(t),
     })
 }
 
@@ -368,7 +489,7 @@ pub fn site_block(
     let names: Vec<&str> = probes.iter().map(|p| p.name.as_str()).collect();
     let kind = match site {
         SiteKind::Entry => "kprobe",
-        SiteKind::Exit => "kretprobe",
+        SiteKind::Exit | SiteKind::Memory => "kretprobe",
     };
     let mut out = String::new();
     let _ = writeln!(out, "\t{{ // bpftime-super: {kind} {}", names.join(", "));
@@ -383,6 +504,348 @@ pub fn site_block(
     out.push_str(&calls);
     out.push_str("\t}\n");
     out
+}
+
+/// Per-thread sampling of memory sites: a thread calls the probes at its `every`-th
+/// execution of a site (1: each), and at most `budget` times per site (0: no limit).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Sampling {
+    /// Call at every `every`-th execution.
+    pub every: u32,
+    /// Calls per thread and site at most (0: unlimited).
+    pub budget: u32,
+}
+
+impl Default for Sampling {
+    fn default() -> Self {
+        Sampling {
+            every: 1,
+            budget: 0,
+        }
+    }
+}
+
+impl Sampling {
+    /// Whether every execution calls the probes.
+    pub fn is_all(&self) -> bool {
+        self.every <= 1 && self.budget == 0
+    }
+}
+
+/// The kernel-scope registers of sampled memory sites (`%bt_sc<n>`, zeroed at entry), for
+/// a kernel with `sites` sites.
+pub fn mem_prologue(sites: usize, sampling: Sampling) -> String {
+    if sampling.is_all() || sites == 0 {
+        return String::new();
+    }
+    let mut s = format!(
+        "
+	.reg .b32 %bt_sc<{sites}>;
+"
+    );
+    for k in 0..sites {
+        let _ = writeln!(s, "	mov.u32 %bt_sc{k}, 0;");
+    }
+    s
+}
+
+/// The code around one memory access ([`jit::passes::mem::MemSite`]): the address and
+/// value captured around the instruction, the [`ebpf::MemCtx`] words the probes read, and
+/// the calls, under the instruction's guard. `site_id` is the session-wide id, `local` the
+/// site's index within its kernel (its sampling counter).
+pub fn mem_block(
+    kernel: &KernelSig,
+    probes: &[&CompiledProbe],
+    site: &jit::passes::mem::MemSite,
+    site_id: u32,
+    local: usize,
+    uid: u32,
+    sampling: Sampling,
+) -> jit::passes::mem::MemBlock {
+    use ebpf::MemCtx;
+    use jit::passes::mem::{MemBlock, MemSpace, Regs};
+    let words = probes.iter().fold(0u64, |w, p| w | p.ctx_words);
+    let wants = |off: usize| words & (1u64 << (off / 8)) != 0;
+    let mut regs = Regs::default();
+    let mut before = String::new();
+    let mut after = String::new();
+    let mut fill: Vec<(usize, String)> = Vec::new();
+    let line = |t: &mut String, l: &str| {
+        t.push_str("\t\t");
+        t.push_str(l);
+        t.push('\n');
+    };
+    let generic = site.space == MemSpace::Generic;
+    let need_addr =
+        wants(MemCtx::ADDR) || wants(MemCtx::WARP) || (generic && wants(MemCtx::SPACE_SITE));
+    let a = regs.d();
+    if need_addr {
+        before.push_str(&site.address_into(&a, &mut regs));
+        if wants(MemCtx::ADDR) {
+            fill.push((MemCtx::ADDR, a.clone()));
+        }
+    }
+    for (off, word) in [(MemCtx::VALUE, 0), (MemCtx::VALUE_HI, 1)] {
+        if wants(off) {
+            let v = regs.d();
+            let code = site.value_into(&v, word, &mut regs);
+            if site.value_after() {
+                after.push_str(&code);
+            } else {
+                before.push_str(&code);
+            }
+            fill.push((off, v));
+        }
+    }
+    let konst = |regs: &mut Regs, t: &mut String, v: u64| -> String {
+        let d = regs.d();
+        line(t, &format!("mov.u64 {d}, {};", v as i64));
+        d
+    };
+    if wants(MemCtx::SIZE_OP) {
+        let d = konst(
+            &mut regs,
+            &mut after,
+            site.size as u64 | (site.op.code() as u64) << 32,
+        );
+        fill.push((MemCtx::SIZE_OP, d));
+    }
+    if wants(MemCtx::SPACE_SITE) {
+        match site.space.code() {
+            Some(c) => {
+                let d = konst(&mut regs, &mut after, c as u64 | (site_id as u64) << 32);
+                fill.push((MemCtx::SPACE_SITE, d));
+            }
+            None => {
+                let (r, id) = (regs.r(), regs.r());
+                let p = regs.p();
+                line(&mut after, &format!("mov.u32 {r}, 0;"));
+                for (sp, code) in [("global", 1), ("shared", 2), ("local", 3)] {
+                    line(&mut after, &format!("isspacep.{sp} {p}, {a};"));
+                    line(&mut after, &format!("@{p} mov.u32 {r}, {code};"));
+                }
+                line(&mut after, &format!("mov.u32 {id}, {site_id};"));
+                let d = regs.d();
+                line(&mut after, &format!("mov.b64 {d}, {{{r}, {id}}};"));
+                fill.push((MemCtx::SPACE_SITE, d));
+            }
+        }
+    }
+    let sregs = [
+        "%tid.x", "%tid.y", "%tid.z", "%ctaid.x", "%ctaid.y", "%ctaid.z",
+    ];
+    for w in 0..3 {
+        let off = MemCtx::THREAD_IDX + 8 * w;
+        if wants(off) {
+            let (lo, hi) = (regs.r(), regs.r());
+            line(&mut after, &format!("mov.u32 {lo}, {};", sregs[2 * w]));
+            line(&mut after, &format!("mov.u32 {hi}, {};", sregs[2 * w + 1]));
+            let d = regs.d();
+            line(&mut after, &format!("mov.b64 {d}, {{{lo}, {hi}}};"));
+            fill.push((off, d));
+        }
+    }
+    if wants(MemCtx::TIMER) {
+        let d = regs.d();
+        line(&mut after, &format!("mov.u64 {d}, %globaltimer;"));
+        fill.push((MemCtx::TIMER, d));
+    }
+    if wants(MemCtx::SM_LANE) {
+        let (lo, hi) = (regs.r(), regs.r());
+        line(&mut after, &format!("mov.u32 {lo}, %smid;"));
+        line(&mut after, &format!("mov.u32 {hi}, %laneid;"));
+        let d = regs.d();
+        line(&mut after, &format!("mov.b64 {d}, {{{lo}, {hi}}};"));
+        fill.push((MemCtx::SM_LANE, d));
+    }
+    if wants(MemCtx::WARP) || wants(MemCtx::LEADER_FLAGS) {
+        // The lanes making this access: the active lanes, less those the guard turns off.
+        let (act, m) = (regs.r(), regs.r());
+        line(&mut after, &format!("activemask.b32 {act};"));
+        match site.guard_operand() {
+            Some(g) => line(
+                &mut after,
+                &format!("vote.sync.ballot.b32 {m}, {g}, {act};"),
+            ),
+            None => line(&mut after, &format!("mov.b32 {m}, {act};")),
+        }
+        if wants(MemCtx::WARP) {
+            // Distinct 32-byte sectors: one leader per group of lanes with the same sector.
+            let sec = regs.d();
+            line(&mut after, &format!("shr.u64 {sec}, {a}, 5;"));
+            if let Some((p, neg)) = &site.guard {
+                let off = if *neg { "" } else { "!" };
+                line(&mut after, &format!("@{off}{p} mov.u64 {sec}, -1;"));
+            }
+            let (mm, t, lm, lb, n) = (regs.r(), regs.r(), regs.r(), regs.r(), regs.r());
+            let q = regs.p();
+            line(
+                &mut after,
+                &format!("match.any.sync.b64 {mm}, {sec}, {act};"),
+            );
+            line(&mut after, &format!("neg.s32 {t}, {mm};"));
+            line(&mut after, &format!("and.b32 {t}, {t}, {mm};"));
+            line(&mut after, &format!("mov.u32 {lm}, %lanemask_eq;"));
+            line(&mut after, &format!("setp.eq.u32 {q}, {t}, {lm};"));
+            line(
+                &mut after,
+                &format!("vote.sync.ballot.b32 {lb}, {q}, {act};"),
+            );
+            line(&mut after, &format!("and.b32 {lb}, {lb}, {m};"));
+            line(&mut after, &format!("popc.b32 {n}, {lb};"));
+            let d = regs.d();
+            line(&mut after, &format!("mov.b64 {d}, {{{m}, {n}}};"));
+            fill.push((MemCtx::WARP, d));
+        }
+        if wants(MemCtx::LEADER_FLAGS) {
+            let (t, lm, l, fl) = (regs.r(), regs.r(), regs.r(), regs.r());
+            let q = regs.p();
+            line(&mut after, &format!("neg.s32 {t}, {m};"));
+            line(&mut after, &format!("and.b32 {t}, {t}, {m};"));
+            line(&mut after, &format!("mov.u32 {lm}, %lanemask_eq;"));
+            line(&mut after, &format!("setp.eq.u32 {q}, {t}, {lm};"));
+            line(&mut after, &format!("selp.u32 {l}, 1, 0, {q};"));
+            line(&mut after, &format!("mov.u32 {fl}, {};", generic as u32));
+            let d = regs.d();
+            line(&mut after, &format!("mov.b64 {d}, {{{l}, {fl}}};"));
+            fill.push((MemCtx::LEADER_FLAGS, d));
+        }
+    }
+    if wants(MemCtx::KERNEL_ID) {
+        let d = konst(
+            &mut regs,
+            &mut after,
+            ebpf::ProbeCtx::kernel_id(&kernel.name),
+        );
+        fill.push((MemCtx::KERNEL_ID, d));
+    }
+    // Words read but not set above (the correlation id, until launches pass one) are zero.
+    let mut zero: Option<String> = None;
+    for w in 0..MemCtx::SIZE / 8 {
+        let off = 8 * w;
+        if wants(off) && !fill.iter().any(|(o, _)| *o == off) {
+            let z = match &zero {
+                Some(z) => z.clone(),
+                None => {
+                    let z = konst(&mut regs, &mut after, 0);
+                    zero = Some(z.clone());
+                    z
+                }
+            };
+            fill.push((off, z));
+        }
+    }
+    fill.sort_by_key(|(o, _)| *o);
+    // Who calls: the guard's lanes, thinned by sampling: (predicate, negated).
+    let mut pred: Option<(String, bool)> = site.guard.clone();
+    if !sampling.is_all() {
+        let sc = format!("%bt_sc{local}");
+        let p = regs.p();
+        line(
+            &mut after,
+            &format!("{}add.u32 {sc}, {sc}, 1;", site.guard_prefix()),
+        );
+        let every = sampling.every.max(1);
+        let take = regs.p();
+        if every > 1 {
+            let rem = regs.r();
+            line(&mut after, &format!("rem.u32 {rem}, {sc}, {every};"));
+            line(&mut after, &format!("setp.eq.u32 {take}, {rem}, 0;"));
+        } else {
+            line(&mut after, &format!("setp.ne.u32 {take}, {sc}, 0;"));
+        }
+        if sampling.budget > 0 {
+            let limit = sampling.budget as u64 * every as u64;
+            let under = regs.p();
+            line(
+                &mut after,
+                &format!("setp.le.u32 {under}, {sc}, {};", limit.min(u32::MAX as u64)),
+            );
+            line(&mut after, &format!("and.pred {take}, {take}, {under};"));
+        }
+        match &site.guard {
+            Some((g, false)) => line(&mut after, &format!("and.pred {p}, {take}, {g};")),
+            Some((g, true)) => {
+                line(&mut after, &format!("not.pred {p}, {g};"));
+                line(&mut after, &format!("and.pred {p}, {p}, {take};"));
+            }
+            None => line(&mut after, &format!("mov.pred {p}, {take};")),
+        }
+        pred = Some((p, false));
+    }
+    fill.sort_by_key(|(o, _)| *o);
+    let ctx = format!("__bpftime_mctx{uid}");
+    let lo = fill.first().map_or(0, |(o, _)| *o);
+    let hi = fill.last().map_or(8, |(o, _)| *o + 8);
+    let all_inline = probes.iter().all(|p| p.inline.is_some());
+    let mut cw = 0;
+    if all_inline {
+        // The words in `%bt_cw<k>`, read by the inlined bodies; nothing in memory.
+        cw = fill.last().map_or(0, |(o, _)| o / 8 + 1);
+        for (off, d) in &fill {
+            line(&mut after, &format!("mov.b64 %bt_cw{}, {d};", off / 8));
+        }
+        let skip = format!("$__bt_skip{uid}");
+        if let Some((p, neg)) = &pred {
+            let not = if *neg { "" } else { "!" };
+            line(&mut after, &format!("@{not}{p} bra {skip};"));
+        }
+        for p in probes {
+            let body = p.inline.as_deref().unwrap_or_default();
+            let _ = writeln!(after, "\t\t{{ // {}\n{body}\t\t}}", p.name);
+        }
+        if pred.is_some() {
+            let _ = writeln!(after, "{skip}:");
+        }
+    } else {
+        for (off, d) in &fill {
+            line(
+                &mut after,
+                &format!("st.local.u64 [{ctx}+{}], {d};", off - lo),
+            );
+        }
+        let c = regs.d();
+        line(&mut after, &format!("mov.u64 {c}, {ctx};"));
+        line(&mut after, &format!("cvta.local.u64 {c}, {c};"));
+        if lo != 0 {
+            line(&mut after, &format!("sub.s64 {c}, {c}, {lo};"));
+        }
+        let pre = match &pred {
+            Some((p, true)) => format!("@!{p} "),
+            Some((p, false)) => format!("@{p} "),
+            None => String::new(),
+        };
+        for p in probes {
+            let _ = writeln!(
+                after,
+                "\t\t{{ .param .b64 bt_ret; .param .b64 bt_ctx; st.param.b64 [bt_ctx], {c}; {pre}call (bt_ret), {}, (bt_ctx); }}",
+                p.func
+            );
+        }
+    }
+    let mut decls = regs.decls();
+    if all_inline {
+        if cw > 0 {
+            let _ = writeln!(decls, "\t\t.reg .b64 %bt_cw<{cw}>;");
+        }
+    } else {
+        let _ = writeln!(
+            decls,
+            "\t\t.local .align 8 .b8 {ctx}[{}];",
+            (hi - lo).max(8)
+        );
+    }
+    let names: Vec<&str> = probes.iter().map(|p| p.name.as_str()).collect();
+    let loc = match &site.loc {
+        Some(l) => format!(" (file {} line {})", l.file, l.line),
+        None => String::new(),
+    };
+    MemBlock {
+        decls,
+        before,
+        after,
+        comment: format!("memprobe {} site {site_id}{loc}", names.join(", ")),
+    }
 }
 
 #[cfg(test)]
@@ -412,6 +875,7 @@ mod tests {
             ctx_words: 0,
             site: SiteKind::Entry,
             name: "f".into(),
+            inline: None,
         };
         let b = site_block(&k, &[&p], SiteKind::Entry, 3, None);
         assert!(!b.contains("st.local"), "{b}");
@@ -442,6 +906,7 @@ mod tests {
             ctx_words: words,
             site: SiteKind::Entry,
             name: "f".into(),
+            inline: None,
         };
         let b = site_block(&k, &[&p], SiteKind::Entry, 0, None);
         assert_eq!(b.matches("st.local.u64").count(), 3, "{b}");

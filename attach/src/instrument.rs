@@ -30,6 +30,55 @@ pub struct Report {
     pub warnings: Vec<String>,
     /// What the image was: `ptx`, `fatbin`, `cubin`, ….
     pub kind: String,
+    /// Memory sites instrumented, by session-wide site id.
+    pub sites: Vec<MemSiteInfo>,
+}
+
+/// One instrumented memory access: what a `site_id` in [`ebpf::MemCtx`] names.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct MemSiteInfo {
+    /// The session-wide site id.
+    pub id: u32,
+    /// The kernel, mangled.
+    pub kernel: String,
+    /// 1-based PTX line of the instruction.
+    pub ptx_line: u32,
+    /// Source file (from `.file`/`.loc`), when the PTX has line info.
+    pub file: Option<String>,
+    /// Source line, when the PTX has line info.
+    pub line: Option<u32>,
+    /// `load`, `store`, `atomic` or `copy`.
+    pub op: jit::passes::mem::MemOp,
+    /// The state space the instruction names.
+    pub space: jit::passes::mem::MemSpace,
+    /// Bytes per thread.
+    pub size: u32,
+    /// The opcode.
+    pub opcode: String,
+}
+
+impl MemSiteInfo {
+    /// `file:line` (the file's last path component), or `ptx:<line>` without line info.
+    pub fn location(&self) -> String {
+        match (&self.file, self.line) {
+            (Some(f), Some(l)) => {
+                let base = f.rsplit('/').next().unwrap_or(f);
+                format!("{base}:{l}")
+            }
+            _ => format!("ptx:{}", self.ptx_line),
+        }
+    }
+}
+
+/// Session options of memory probes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MemConfig {
+    /// Probe `.shared` accesses too.
+    pub shared: bool,
+    /// Probe `.local` accesses too.
+    pub local: bool,
+    /// Per-thread sampling.
+    pub sampling: codegen::Sampling,
 }
 
 /// One probe attached to one kernel site.
@@ -85,6 +134,8 @@ pub struct Instrumenter {
     lock_pid: u32,
     compiled: Mutex<HashMap<usize, Arc<CompiledProbe>>>,
     cache: Mutex<HashMap<u64, Arc<Outcome>>>,
+    mem: MemConfig,
+    next_site: Mutex<u32>,
 }
 
 impl Instrumenter {
@@ -98,7 +149,15 @@ impl Instrumenter {
             lock_pid,
             compiled: Mutex::new(HashMap::new()),
             cache: Mutex::new(HashMap::new()),
+            mem: MemConfig::default(),
+            next_site: Mutex::new(0),
         }
+    }
+
+    /// The same, with memory-probe options.
+    pub fn with_mem(mut self, mem: MemConfig) -> Self {
+        self.mem = mem;
+        self
     }
 
     /// The probes.
@@ -257,8 +316,56 @@ impl Instrumenter {
         if compiled.is_empty() {
             return Outcome::Unchanged(report);
         }
+        let is_mem = |i: &usize| compiled.get(i).is_some_and(|c| c.site == SiteKind::Memory);
+        let mem_text: String = compiled
+            .iter()
+            .filter(|(i, _)| is_mem(i))
+            .map(|(_, c)| c.text.as_str())
+            .collect();
+        let kernel_text: String = compiled
+            .iter()
+            .filter(|(i, _)| !is_mem(i))
+            .map(|(_, c)| c.text.as_str())
+            .collect();
+        let _ = text;
+        // Memory sites first: the entry/exit splice then runs on the wrapped text (its
+        // blocks hold no access, and the memory blocks no `ret`).
+        let mut owned: Option<String> = None;
+        if wanted.values().flatten().any(is_mem) {
+            match self.mem_pass(src, &file, &wanted, &compiled, mem_text, &mut report) {
+                Some(t) => owned = Some(t),
+                None if !wanted.values().flatten().any(|i| !is_mem(i)) => {
+                    return Outcome::Unchanged(report);
+                }
+                None => {}
+            }
+        }
+        let reparsed;
+        let (src, file) = match &owned {
+            Some(t) => match parse::parse_lenient(t) {
+                Ok(f) => {
+                    reparsed = f;
+                    (t.as_str(), &reparsed)
+                }
+                Err(e) => {
+                    report.warnings.push(format!(
+                        "PTX left unmodified: the memory pass's output does not parse at line {}: {}",
+                        e.line, e.what
+                    ));
+                    report.sites.clear();
+                    return Outcome::Unchanged(report);
+                }
+            },
+            None => (src, &file),
+        };
+        if !wanted.values().flatten().any(|i| !is_mem(i)) {
+            return match owned {
+                Some(ptx) if !report.attached.is_empty() => Outcome::Instrumented { ptx, report },
+                _ => Outcome::Unchanged(report),
+            };
+        }
         let module = ProbeModule {
-            text,
+            text: kernel_text,
             min_version: (8, 0),
             min_sm: codegen::MIN_SM,
         };
@@ -266,7 +373,7 @@ impl Instrumenter {
             wanted: &wanted,
             compiled: &compiled,
         };
-        match jit::passes::probe::splice(src, &file, &module, &mut blocks) {
+        match jit::passes::probe::splice(src, file, &module, &mut blocks) {
             Ok(s) => {
                 for a in &s.attached {
                     let site = match a.site {
@@ -312,6 +419,100 @@ impl Instrumenter {
                 Outcome::Unchanged(report)
             }
         }
+    }
+
+    /// Runs the memory pass for the memory probes of `wanted`; the wrapped text, or `None`
+    /// when no site was instrumented (warnings say why).
+    fn mem_pass(
+        &self,
+        src: &str,
+        file: &parse::PtxFile<'_>,
+        wanted: &BTreeMap<String, Vec<usize>>,
+        compiled: &HashMap<usize, Arc<CompiledProbe>>,
+        text: String,
+        report: &mut Report,
+    ) -> Option<String> {
+        let module = ProbeModule {
+            text,
+            min_version: (8, 0),
+            min_sm: codegen::MIN_SM,
+        };
+        // Site ids are dense over the session: modules take the next ones in load order
+        // (the lock keeps concurrent loads apart).
+        let mut next = match self.next_site.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        };
+        let base = *next;
+        let mut blocks = MemBlocksFor {
+            probes: &self.probes,
+            wanted,
+            compiled,
+            mem: self.mem,
+            base,
+            local: 0,
+        };
+        let out = match jit::passes::mem::splice(src, file, &module, &mut blocks) {
+            Ok(o) => o,
+            Err(e) => {
+                report.warnings.push(format!(
+                    "memory probes not attached: the splice failed: {e}"
+                ));
+                return None;
+            }
+        };
+        report
+            .warnings
+            .extend(out.warnings.iter().map(|w| match &w.kernel {
+                Some(k) => format!(
+                    "{}: line {}: {}",
+                    crate::probes::demangle(k),
+                    w.line,
+                    w.what
+                ),
+                None => format!("line {}: {}", w.line, w.what),
+            }));
+        if out.sites.is_empty() {
+            return None;
+        }
+        *next += out.sites.len() as u32;
+        drop(next);
+        let mut seen: std::collections::BTreeSet<(usize, String)> = Default::default();
+        for site in &out.sites {
+            report.sites.push(MemSiteInfo {
+                id: base + site.index,
+                kernel: site.kernel.clone(),
+                ptx_line: site.line,
+                file: site
+                    .loc
+                    .as_ref()
+                    .and_then(|l| file.files.get(&l.file).cloned()),
+                line: site.loc.as_ref().map(|l| l.line),
+                op: site.op,
+                space: site.space,
+                size: site.size,
+                opcode: site.opcode.clone(),
+            });
+            for i in wanted.get(&site.kernel).into_iter().flatten() {
+                let Some(c) = compiled.get(i).filter(|c| c.site == SiteKind::Memory) else {
+                    continue;
+                };
+                if !seen.insert((*i, site.kernel.clone())) {
+                    continue;
+                }
+                let names = KernelNames::new(&site.kernel);
+                report.attached.push(AttachPoint {
+                    probe: c.name.clone(),
+                    section: self.probes.probes[*i].program.section.clone(),
+                    kernel: site.kernel.clone(),
+                    demangled: names.demangled.clone(),
+                    kernel_id: ebpf::ProbeCtx::kernel_id(&site.kernel),
+                    site: SiteKind::Memory,
+                    line: site.line,
+                });
+            }
+        }
+        Some(out.text)
     }
 
     fn compile(&self, i: usize) -> Result<Arc<CompiledProbe>, jit::CompileError> {
@@ -369,6 +570,99 @@ impl ProbeBlocks for Blocks<'_> {
             uid,
             None,
         ))
+    }
+}
+
+struct MemBlocksFor<'a> {
+    probes: &'a ProbeSet,
+    wanted: &'a BTreeMap<String, Vec<usize>>,
+    compiled: &'a HashMap<usize, Arc<CompiledProbe>>,
+    mem: MemConfig,
+    base: u32,
+    /// Index of the next site within the current kernel.
+    local: usize,
+}
+
+impl MemBlocksFor<'_> {
+    fn mem_probes(&self, kernel: &str) -> impl Iterator<Item = (usize, &CompiledProbe)> {
+        self.wanted
+            .get(kernel)
+            .into_iter()
+            .flatten()
+            .filter_map(|i| self.compiled.get(i).map(|c| (*i, c.as_ref())))
+            .filter(|(_, c)| c.site == SiteKind::Memory)
+    }
+
+    fn options_of(&self, i: usize) -> jit::passes::mem::MemOptions {
+        let mut o = self.probes.probes[i].mem.unwrap_or_default();
+        o.shared = self.mem.shared;
+        o.local = self.mem.local;
+        o
+    }
+}
+
+impl jit::passes::mem::MemBlocks for MemBlocksFor<'_> {
+    fn options(&mut self, kernel: &PtxFunction<'_>) -> Option<jit::passes::mem::MemOptions> {
+        self.local = 0;
+        let mut any: Option<jit::passes::mem::MemOptions> = None;
+        for (i, _) in self.mem_probes(kernel.name) {
+            let o = self.options_of(i);
+            any = Some(match any {
+                None => o,
+                Some(a) => jit::passes::mem::MemOptions {
+                    loads: a.loads || o.loads,
+                    stores: a.stores || o.stores,
+                    atomics: a.atomics || o.atomics,
+                    ..a
+                },
+            });
+        }
+        any
+    }
+
+    fn block(
+        &mut self,
+        kernel: &PtxFunction<'_>,
+        site: &jit::passes::mem::MemSite,
+        uid: u32,
+    ) -> Option<jit::passes::mem::MemBlock> {
+        let compiled = self.compiled;
+        let wanted = self.wanted;
+        let this = &*self;
+        let probes: Vec<&CompiledProbe> = wanted
+            .get(kernel.name)
+            .into_iter()
+            .flatten()
+            .filter_map(|i| compiled.get(i).map(|c| (*i, c.as_ref())))
+            .filter(|(_, c)| c.site == SiteKind::Memory)
+            .filter(|(i, _)| {
+                let o = this.options_of(*i);
+                match site.op {
+                    jit::passes::mem::MemOp::Load | jit::passes::mem::MemOp::Copy => o.loads,
+                    jit::passes::mem::MemOp::Store => o.stores,
+                    jit::passes::mem::MemOp::Atomic => o.atomics,
+                }
+            })
+            .map(|(_, c)| c)
+            .collect();
+        if probes.is_empty() {
+            return None;
+        }
+        let local = self.local;
+        self.local += 1;
+        Some(codegen::mem_block(
+            &signature(kernel),
+            &probes,
+            site,
+            self.base + site.index,
+            local,
+            uid,
+            self.mem.sampling,
+        ))
+    }
+
+    fn prologue(&mut self, _: &PtxFunction<'_>, sites: &[jit::passes::mem::MemSite]) -> String {
+        codegen::mem_prologue(sites.len().max(self.local), self.mem.sampling)
     }
 }
 

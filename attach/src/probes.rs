@@ -5,6 +5,9 @@
 //! |--------------------------|---------------------------------------|
 //! | `kprobe/<pattern>`       | kernel entry, every thread            |
 //! | `kretprobe/<pattern>`    | before every `ret`/`exit` of the kernel |
+//! | `memprobe/<pattern>`     | at every global or generic load, store, atomic and `cp.async` ([`ebpf::MemCtx`]) |
+//! | `memprobe.load/<pattern>` | loads and `cp.async` copies only |
+//! | `memprobe.store/<pattern>` | stores only |
 //!
 //! A pattern is a mangled name (`_Z9vectorAddPKfS0_Pfi`), a demangled name with or without
 //! its parameter list (`vectorAdd`, `vectorAdd(float const*, float const*, float*, int)`),
@@ -15,7 +18,7 @@
 
 use crate::AttachError;
 use ebpf::verifier::{CtxKind, VerifyOptions, verify};
-use ebpf::{MapDef, ProbeCtx, ProgKind, Program};
+use ebpf::{MapDef, MemCtx, ProbeCtx, ProgKind, Program};
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -27,6 +30,8 @@ pub enum SiteKind {
     Entry,
     /// Before each `ret`/`exit`.
     Exit,
+    /// At memory accesses ([`Probe::mem`] says which).
+    Memory,
 }
 
 impl SiteKind {
@@ -35,6 +40,7 @@ impl SiteKind {
         match self {
             SiteKind::Entry => 0,
             SiteKind::Exit => 1,
+            SiteKind::Memory => 2,
         }
     }
 }
@@ -57,6 +63,12 @@ pub struct Probe {
     /// Maps (by index in `program.maps`) the program only adds to
     /// ([`ebpf::verifier::Verified::maps_add_only`]).
     pub maps_add_only: u64,
+    /// For [`SiteKind::Memory`]: which accesses (shared and local memory off; the session
+    /// turns them on).
+    pub mem: Option<jit::passes::mem::MemOptions>,
+    /// What each load of the program reads through the ctx
+    /// ([`ebpf::verifier::Verified::ctx_loads`]).
+    pub ctx_loads: std::collections::BTreeMap<usize, Option<i64>>,
 }
 
 /// One object file's maps.
@@ -110,6 +122,7 @@ impl ProbeSet {
                 let (site, pattern) = match &info.kind {
                     ProgKind::Kprobe(t) => (SiteKind::Entry, t.clone()),
                     ProgKind::Kretprobe(t) => (SiteKind::Exit, t.clone()),
+                    ProgKind::Memprobe(t) => (SiteKind::Memory, t.clone()),
                     _ => continue,
                 };
                 found += 1;
@@ -117,7 +130,7 @@ impl ProbeSet {
                     return Err(AttachError::Section {
                         path: path.clone(),
                         section: info.section.clone(),
-                        what: "names no kernel (expected kprobe/<kernel or glob>)".into(),
+                        what: "names no kernel (expected kprobe/<kernel or glob>, or memprobe/<kernel or glob>)".into(),
                     });
                 }
                 let program = obj
@@ -128,7 +141,11 @@ impl ProbeSet {
                     })?;
                 let opts = VerifyOptions {
                     ctx: CtxKind::Probe {
-                        size: ProbeCtx::SIZE,
+                        size: if site == SiteKind::Memory {
+                            MemCtx::SIZE
+                        } else {
+                            ProbeCtx::SIZE
+                        },
                     },
                     ..VerifyOptions::default()
                 };
@@ -146,6 +163,8 @@ impl ProbeSet {
                     ctx_words: v.ctx_words_read,
                     stack_size: v.max_stack_depth as u32,
                     maps_add_only: v.maps_add_only,
+                    mem: (site == SiteKind::Memory).then(|| mem_options(&info.section)),
+                    ctx_loads: v.ctx_loads.clone(),
                     program,
                 });
             }
@@ -195,6 +214,20 @@ impl ProbeSet {
                 }
             })
     }
+}
+
+/// Which accesses a `memprobe` section wants: `memprobe.load/` loads and copies,
+/// `memprobe.store/` stores, `memprobe/` every access (atomics included).
+pub fn mem_options(section: &str) -> jit::passes::mem::MemOptions {
+    let mut o = jit::passes::mem::MemOptions::default();
+    if section.starts_with("memprobe.load/") {
+        o.stores = false;
+        o.atomics = false;
+    } else if section.starts_with("memprobe.store/") {
+        o.loads = false;
+        o.atomics = false;
+    }
+    o
 }
 
 fn stem_of(path: &str, taken: &[ProbeObject]) -> String {

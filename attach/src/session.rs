@@ -54,6 +54,32 @@ pub struct SessionConfig {
     /// much faster first load of big modules, slower kernels) instead of as PTX.
     #[serde(default)]
     pub jit_linker: bool,
+    /// Memory probes see `.shared` accesses too.
+    #[serde(default)]
+    pub mem_shared: bool,
+    /// Memory probes see `.local` accesses too.
+    #[serde(default)]
+    pub mem_local: bool,
+    /// Memory probes run at every Nth execution of a site per thread (0 or 1: each).
+    #[serde(default)]
+    pub sample_every: u32,
+    /// Memory probes run at most this many times per thread and site (0: no limit).
+    #[serde(default)]
+    pub sample_budget: u32,
+}
+
+impl SessionConfig {
+    /// The memory-probe options of this session.
+    pub fn mem(&self) -> crate::instrument::MemConfig {
+        crate::instrument::MemConfig {
+            shared: self.mem_shared,
+            local: self.mem_local,
+            sampling: crate::codegen::Sampling {
+                every: self.sample_every.max(1),
+                budget: self.sample_budget,
+            },
+        }
+    }
 }
 
 impl SessionConfig {
@@ -127,6 +153,11 @@ pub enum ReportLine {
         /// Milliseconds between copies to the region.
         flush_ms: u64,
     },
+    /// Memory sites a module load instrumented: what each `site_id` names.
+    Sites {
+        /// The sites, by id.
+        sites: Vec<crate::instrument::MemSiteInfo>,
+    },
     /// Something the user should know.
     Warning {
         /// The text.
@@ -152,9 +183,15 @@ impl ReportLine {
             site: match a.site {
                 crate::SiteKind::Entry => "entry".into(),
                 crate::SiteKind::Exit => "exit".into(),
+                crate::SiteKind::Memory => "memory".into(),
             },
             line: a.line,
         }));
+        if !r.sites.is_empty() {
+            v.push(ReportLine::Sites {
+                sites: r.sites.clone(),
+            });
+        }
         v.extend(
             r.warnings
                 .iter()

@@ -193,3 +193,124 @@ fn rejected_probe_names_the_instruction() {
         "{text}"
     );
 }
+
+/// Global and generic accesses of a kernel, counted from the parsed text independently of
+/// the pass: `ld`/`ldu`/`st`/`atom`/`red` without `.param`/`.const`/`.shared`/`.local`,
+/// and `cp.async` copies other than bulk ones.
+fn expected_sites(k: &jit::ptx::parse::PtxFunction<'_>) -> usize {
+    k.statements
+        .iter()
+        .filter(|s| s.kind == jit::ptx::parse::StmtKind::Instruction)
+        .filter(|s| {
+            let m: Vec<&str> = s.opcode.split('.').collect();
+            let copy = m[0] == "cp"
+                && m.get(1) == Some(&"async")
+                && m.contains(&"global")
+                && !m.contains(&"bulk");
+            let plain = matches!(m[0], "ld" | "ldu" | "st" | "atom" | "red")
+                && !m
+                    .iter()
+                    .any(|x| matches!(*x, "param" | "const" | "local") || x.starts_with("shared"));
+            plain || copy
+        })
+        .count()
+}
+
+#[test]
+fn every_corpus_ptx_gets_memory_probes_and_assembles() {
+    // hot_pages (a hash map update inlined at every access) assembles in its own test:
+    // with every corpus file it would take ptxas a minute.
+    let Some(p) = probes(&["memprobe_all", "mem_count", "coalescing", "kernel_count"]) else {
+        return;
+    };
+    let inst = instrumenter(p, 90);
+    let mut files = Vec::new();
+    ptx_files(&root().join("jit/tests/ptx_corpus"), &mut files);
+    let mut total = 0;
+    let mut ids = std::collections::BTreeSet::new();
+    for f in &files {
+        let src = std::fs::read_to_string(f).unwrap();
+        let parsed = jit::ptx::parse::parse(&src).unwrap();
+        let want: usize = parsed.kernels().map(expected_sites).sum();
+        let o = inst.ptx(&src);
+        let report = o.report();
+        assert_eq!(
+            report.sites.len(),
+            want,
+            "{}: {:?}",
+            f.display(),
+            report.warnings
+        );
+        total += want;
+        for s in &report.sites {
+            assert!(ids.insert(s.id), "site id {} twice", s.id);
+        }
+        match &o {
+            Outcome::Instrumented { ptx, .. } => {
+                // Each site calls the four memory probes; each kernel still gets its entry.
+                assert_eq!(
+                    ptx.matches("// bpftime-super: memprobe").count(),
+                    want,
+                    "{}",
+                    f.display()
+                );
+                assert_eq!(
+                    ptx.matches("// bpftime-super: kprobe").count(),
+                    parsed.kernels().count()
+                );
+                // Its own scratch name: the entry/exit test assembles the same files at once.
+                assemble(
+                    ptx,
+                    &format!("mem-{}", f.file_name().unwrap().to_string_lossy()),
+                );
+            }
+            Outcome::Unchanged(r) => panic!("{}: not instrumented: {r:?}", f.display()),
+        }
+        // Kernels with line info map their sites to source lines.
+        if src.contains(".loc") && want > 0 {
+            assert!(
+                report
+                    .sites
+                    .iter()
+                    .any(|s| s.line.is_some() && s.file.is_some()),
+                "{}",
+                f.display()
+            );
+        }
+    }
+    assert!(total > 100, "corpus has {total} sites");
+    // Ids are dense from 0 over the session.
+    assert_eq!(ids.len(), total);
+    assert_eq!(ids.iter().next_back().copied(), Some(total as u32 - 1));
+}
+
+#[test]
+fn memory_options_pick_spaces_and_sampling_adds_counters() {
+    let Some(p) = probes(&["mem_count"]) else {
+        return;
+    };
+    let b = attach::session::placeholder_bindings(&p, 0x7f00_0000_0000, 1024);
+    let src = std::fs::read_to_string(root().join("jit/tests/ptx_corpus/nvcc/sgemm_sm80.ptx"))
+        .unwrap_or_default();
+    if src.is_empty() {
+        return;
+    }
+    let global = Instrumenter::new(Arc::new(p.clone()), b.clone(), 90, 1);
+    let g = global.ptx(&src).report().sites.len();
+    let shared = Instrumenter::new(Arc::new(p), b, 90, 1).with_mem(attach::instrument::MemConfig {
+        shared: true,
+        local: false,
+        sampling: attach::codegen::Sampling {
+            every: 8,
+            budget: 100,
+        },
+    });
+    let o = shared.ptx(&src);
+    let s = o.report().sites.len();
+    assert!(s > g, "shared accesses add sites: {s} vs {g}");
+    let Outcome::Instrumented { ptx, .. } = &o else {
+        panic!("instrumented")
+    };
+    assert!(ptx.contains(".reg .b32 %bt_sc<") && ptx.contains("rem.u32"));
+    assemble(ptx, "sgemm_tiled_sm80 sampled");
+}

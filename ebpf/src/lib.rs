@@ -28,5 +28,5 @@ pub mod program;
 pub mod verifier;
 
 pub use program::{
-    InsnLoc, JobCtx, MapDef, MapKind, MapOrigin, ProbeCtx, ProgKind, Program, PtRegs,
+    InsnLoc, JobCtx, MapDef, MapKind, MapOrigin, MemCtx, ProbeCtx, ProgKind, Program, PtRegs,
 };

@@ -103,6 +103,10 @@ pub enum ProgKind {
     Kprobe(String),
     /// `kretprobe/<kernel>`: GPU kernel exit probe.
     Kretprobe(String),
+    /// `memprobe/<kernel>`, `memprobe.load/<kernel>`, `memprobe.store/<kernel>`: GPU
+    /// memory-access probe (the [`MemCtx`] contract); the section's prefix says which
+    /// accesses.
+    Memprobe(String),
     /// `uprobe/...`: host probe.
     Uprobe(String),
     /// Any other section (`xdp`, `socket`, ...); runnable when chosen by name, with the job
@@ -123,6 +127,11 @@ impl ProgKind {
             ProgKind::Kprobe(rest("kprobe/"))
         } else if section.starts_with("kretprobe/") {
             ProgKind::Kretprobe(rest("kretprobe/"))
+        } else if let Some(t) = ["memprobe/", "memprobe.load/", "memprobe.store/"]
+            .iter()
+            .find_map(|p| section.strip_prefix(p))
+        {
+            ProgKind::Memprobe(t.to_string())
         } else if section.starts_with("uprobe/") || section == "uprobe" {
             ProgKind::Uprobe(rest("uprobe/"))
         } else {
@@ -408,6 +417,131 @@ impl ProbeCtx {
         })
     }
 }
+
+/// What r1 points to in a GPU memory-access probe (`memprobe/<kernel>`): `struct
+/// bpftime_mem_ctx` of `include/bpftime_super.h`, one per thread and access.
+///
+/// | bytes  | field | value |
+/// |--------|-------|-------|
+/// | 0      | `addr` | the address accessed, in the instruction's state space (generic for generic accesses) |
+/// | 8      | `value` | the access's low 8 bytes, elements packed little-endian: after a load, before a store; an atomic's operand |
+/// | 16     | `value_hi` | bytes 8..16 of a 16-byte or larger access, else 0 |
+/// | 24     | `size` | bytes accessed (vector width × element size) |
+/// | 28     | `op` | [`MemCtx::LOAD`], [`MemCtx::STORE`], [`MemCtx::ATOMIC`] or [`MemCtx::COPY`] (`cp.async`) |
+/// | 32     | `space` | [`MemCtx::GLOBAL`], [`MemCtx::SHARED`], [`MemCtx::LOCAL`]; generic addresses are classified at run time ([`MemCtx::OTHER`] when none fits) |
+/// | 36     | `site_id` | the site: an index into the session's site table (PTX line, source line) |
+/// | 40..64 | `thread_idx, block_idx` | `%tid`, `%ctaid` (`u32[3]` each) |
+/// | 64     | `timer` | `%globaltimer` at the access (ns) |
+/// | 72..80 | `sm_id, lane_id` | `%smid`, `%laneid` |
+/// | 80     | `warp_active` | lanes of the warp making this access (bit per lane) |
+/// | 84     | `warp_sectors` | distinct 32-byte sectors the warp's request touches (Nsight Compute's sectors per request) |
+/// | 88     | `leader` | 1 in the lowest lane of `warp_active`, else 0 |
+/// | 92     | `flags` | bit 0: the address is a generic one |
+/// | 96     | `kernel_id` | as [`ProbeCtx::kernel_id`] |
+/// | 104    | `correlation_id` | launch number from the shim (0 when not passed) |
+///
+/// Only the fields a program reads are computed. Read-only by contract.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[repr(C)]
+pub struct MemCtx {
+    /// Address accessed.
+    pub addr: u64,
+    /// Low 8 bytes of the value.
+    pub value: u64,
+    /// Bytes 8..16 of the value.
+    pub value_hi: u64,
+    /// Bytes accessed.
+    pub size: u32,
+    /// Load, store, atomic or copy.
+    pub op: u32,
+    /// State space.
+    pub space: u32,
+    /// Site id.
+    pub site_id: u32,
+    /// `%tid`.
+    pub thread_idx: [u32; 3],
+    /// `%ctaid`.
+    pub block_idx: [u32; 3],
+    /// `%globaltimer`.
+    pub timer: u64,
+    /// `%smid`.
+    pub sm_id: u32,
+    /// `%laneid`.
+    pub lane_id: u32,
+    /// Lanes making this access.
+    pub warp_active: u32,
+    /// Distinct 32-byte sectors of the warp's request.
+    pub warp_sectors: u32,
+    /// 1 in the lowest active lane.
+    pub leader: u32,
+    /// Bit 0: generic address.
+    pub flags: u32,
+    /// FNV-1a 64 of the mangled kernel name.
+    pub kernel_id: u64,
+    /// Launch number.
+    pub correlation_id: u64,
+}
+
+impl MemCtx {
+    /// Size in bytes.
+    pub const SIZE: usize = 112;
+    /// `op` of a load (`ld`, `ldu`).
+    pub const LOAD: u32 = 0;
+    /// `op` of a store (`st`).
+    pub const STORE: u32 = 1;
+    /// `op` of an atomic (`atom`, `red`).
+    pub const ATOMIC: u32 = 2;
+    /// `op` of an asynchronous copy from global memory (`cp.async`): `addr` is the source.
+    pub const COPY: u32 = 3;
+    /// `space`: none of the below (a generic address outside them).
+    pub const OTHER: u32 = 0;
+    /// `space`: global memory.
+    pub const GLOBAL: u32 = 1;
+    /// `space`: shared memory.
+    pub const SHARED: u32 = 2;
+    /// `space`: local memory.
+    pub const LOCAL: u32 = 3;
+    /// Offset of `addr`.
+    pub const ADDR: usize = std::mem::offset_of!(MemCtx, addr);
+    /// Offset of `value`.
+    pub const VALUE: usize = std::mem::offset_of!(MemCtx, value);
+    /// Offset of `value_hi`.
+    pub const VALUE_HI: usize = std::mem::offset_of!(MemCtx, value_hi);
+    /// Offset of `size` (with `op` in the same word).
+    pub const SIZE_OP: usize = std::mem::offset_of!(MemCtx, size);
+    /// Offset of `space` (with `site_id` in the same word).
+    pub const SPACE_SITE: usize = std::mem::offset_of!(MemCtx, space);
+    /// Offset of `thread_idx`.
+    pub const THREAD_IDX: usize = std::mem::offset_of!(MemCtx, thread_idx);
+    /// Offset of `block_idx`.
+    pub const BLOCK_IDX: usize = std::mem::offset_of!(MemCtx, block_idx);
+    /// Offset of `timer`.
+    pub const TIMER: usize = std::mem::offset_of!(MemCtx, timer);
+    /// Offset of `sm_id` (with `lane_id`).
+    pub const SM_LANE: usize = std::mem::offset_of!(MemCtx, sm_id);
+    /// Offset of `warp_active` (with `warp_sectors`).
+    pub const WARP: usize = std::mem::offset_of!(MemCtx, warp_active);
+    /// Offset of `leader` (with `flags`).
+    pub const LEADER_FLAGS: usize = std::mem::offset_of!(MemCtx, leader);
+    /// Offset of `kernel_id`.
+    pub const KERNEL_ID: usize = std::mem::offset_of!(MemCtx, kernel_id);
+    /// Offset of `correlation_id`.
+    pub const CORRELATION_ID: usize = std::mem::offset_of!(MemCtx, correlation_id);
+}
+
+const _: () = {
+    assert!(std::mem::size_of::<MemCtx>() == MemCtx::SIZE);
+    assert!(MemCtx::SIZE_OP == 24);
+    assert!(MemCtx::SPACE_SITE == 32);
+    assert!(MemCtx::THREAD_IDX == 40);
+    assert!(MemCtx::BLOCK_IDX == 52);
+    assert!(MemCtx::TIMER == 64);
+    assert!(MemCtx::SM_LANE == 72);
+    assert!(MemCtx::WARP == 80);
+    assert!(MemCtx::LEADER_FLAGS == 88);
+    assert!(MemCtx::KERNEL_ID == 96);
+    assert!(MemCtx::CORRELATION_ID == 104);
+};
 
 const _: () = {
     assert!(std::mem::size_of::<PtRegs>() == 168);

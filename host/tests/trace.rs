@@ -144,7 +144,7 @@ impl Fake {
             let p = e.unwrap().path();
             if p.extension().is_some_and(|x| x == "ptx") {
                 let text = std::fs::read_to_string(&p).unwrap();
-                if !text.contains("bpftime-super: k") {
+                if !text.contains("bpftime-super: k") && !text.contains("bpftime-super: memprobe") {
                     continue;
                 }
                 let f = jit::ptx::parse::parse(&text).unwrap();
@@ -450,4 +450,63 @@ fn device_maps_are_copied_before_the_context_is_released() {
             .any(|c| c.starts_with("cuMemcpyDtoHAsync")),
         "no copy after the release: {calls:#?}"
     );
+}
+
+#[test]
+fn memory_probes_name_their_sites_by_source_line() {
+    // The shim runs the memory pass on every module: each global access of vecadd (built
+    // with -lineinfo) becomes a site, reported with its source line before any launch, and
+    // the PTX the driver gets assembles.
+    let (Some(probe), Some(_)) = (bpftime_tests::compile("mem_count"), shim()) else {
+        return;
+    };
+    let f = fake("memprobe");
+    let ptx = root().join("jit/tests/ptx_corpus/nvcc/vecadd_sm90_lineinfo.ptx");
+    let p = ptx.display().to_string();
+    let app = ["app_direct", &p, &p, "0", "2"];
+    let (code, out, err) = f.run_with(&["--sample", "4"], &[&probe], &app);
+    assert_eq!(code, 0, "{err}\n{out}");
+    // The module is loaded twice (as PTX and through cuModuleLoadFatBinary): each load
+    // reports its sites, ids dense over the session; a cache hit repeats the same ids.
+    let all: Vec<serde_json::Value> = events(&out, "sites")
+        .iter()
+        .flat_map(|e| e["sites"].as_array().cloned().unwrap_or_default())
+        .collect();
+    let ids: std::collections::BTreeSet<u64> =
+        all.iter().map(|s| s["id"].as_u64().unwrap()).collect();
+    assert_eq!(ids.len() % 3, 0, "{out}");
+    assert_eq!(ids.iter().next_back().copied(), Some(ids.len() as u64 - 1));
+    let sites: Vec<serde_json::Value> = events(&out, "sites")[0]["sites"]
+        .as_array()
+        .cloned()
+        .unwrap();
+    let got: Vec<(String, String, u64)> = sites
+        .iter()
+        .map(|s| {
+            (
+                s["op"].as_str().unwrap().to_string(),
+                s["opcode"].as_str().unwrap().to_string(),
+                s["id"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("load".into(), "ld.global.f32".into(), 0),
+            ("load".into(), "ld.global.f32".into(), 1),
+            ("store".into(), "st.global.f32".into(), 2)
+        ],
+        "{out}"
+    );
+    assert!(
+        sites.iter().all(
+            |s| s["file"].as_str().is_some_and(|f| f.ends_with("vecadd.cu"))
+                && s["line"].as_u64().is_some()
+        ),
+        "{out}"
+    );
+    let attach = events(&out, "attach");
+    assert!(attach.iter().any(|a| a["site"] == "memory"), "{out}");
+    assert!(f.assemble_loaded() >= 1);
 }

@@ -177,6 +177,12 @@ pub struct JitOptions {
     /// Warp-aggregate atomic adds (without fetch) to map values: lanes adding the same value
     /// to the same address make one `red` for the group (sm_70+). Default true.
     pub warp_aggregate: bool,
+    /// Ctx in registers: loads (by pc) that read the ctx at a constant offset (from the
+    /// verifier's [`ebpf::verifier::Verified::ctx_loads`]) read `%bt_cw<k>`
+    /// ([`lower::CTX_WORD_REGS`]) instead of memory, for a caller that inlines the program's
+    /// body where those registers hold the ctx words. The program's `.func` then does not
+    /// assemble on its own. A subprogram reading the ctx is a compile error. Default `None`.
+    pub ctx_regs: Option<std::collections::BTreeMap<usize, i64>>,
 }
 
 impl Default for JitOptions {
@@ -192,6 +198,7 @@ impl Default for JitOptions {
             chunk_loop: false,
             unaligned: false,
             warp_aggregate: true,
+            ctx_regs: None,
         }
     }
 }

@@ -16,6 +16,8 @@ const PROGRAMS: &[(&str, &[&str])] = &[
     ("kprobe_reject", &["read_past_ctx"]),
     ("legacy_map", &["legacy"]),
     ("loop", &["loop"]),
+    ("mem_exact", &["mem_exact"]),
+    ("memprobe_all", &["mem_all"]),
     ("minimal", &["minimal"]),
     (
         "multi",

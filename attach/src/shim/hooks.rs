@@ -194,7 +194,8 @@ impl State {
                 bindings,
                 (major * 10 + minor) as u32,
                 std::process::id(),
-            ))
+            )
+            .with_mem(self.config.mem()))
         }
     }
 

@@ -91,6 +91,11 @@ pub struct Explorer<'a> {
     /// Maps whose values were touched other than by 64-bit atomic adds without fetch
     /// ([`Verified::maps_add_only`]).
     map_values_other: std::cell::Cell<u64>,
+    /// With a probe ctx: what each load instruction reads ([`Verified::ctx_loads`]); `None`
+    /// for a load seen with another base, or at a varying ctx offset.
+    ctx_loads: std::cell::RefCell<std::collections::BTreeMap<usize, Option<i64>>>,
+    /// Loads seen with a base other than the probe ctx.
+    other_loads: std::cell::RefCell<std::collections::BTreeSet<usize>>,
 }
 
 fn alu_name(op: AluOp) -> &'static str {
@@ -159,6 +164,32 @@ impl<'a> Explorer<'a> {
             last_var_stack: false,
             ctx_words_read: std::cell::Cell::new(0),
             map_values_other: std::cell::Cell::new(0),
+            ctx_loads: Default::default(),
+            other_loads: Default::default(),
+        }
+    }
+
+    /// With a probe ctx, records what the load at `pc` read: the ctx at a constant offset
+    /// (`Some(p)` with the absolute offset), or something else (`None`).
+    fn note_load(&self, pc: usize, ctx_at: Option<i64>) {
+        if !matches!(self.opts.ctx, CtxKind::Probe { .. }) {
+            return;
+        }
+        let mut loads = self.ctx_loads.borrow_mut();
+        match ctx_at {
+            None => {
+                self.other_loads.borrow_mut().insert(pc);
+                if let Some(v) = loads.get_mut(&pc) {
+                    *v = None;
+                }
+            }
+            Some(at) => {
+                let other = self.other_loads.borrow().contains(&pc);
+                let e = loads.entry(pc).or_insert(Some(at));
+                if other || *e != Some(at) {
+                    *e = None;
+                }
+            }
         }
     }
 
@@ -518,6 +549,7 @@ impl<'a> Explorer<'a> {
             max_stack_depth: max,
             log: String::new(),
             ctx_words_read: self.ctx_words_read.get(),
+            ctx_loads: self.ctx_loads.borrow().clone(),
             maps_add_only: {
                 let n = self.prog.maps.len().min(64);
                 let all = if n == 64 { u64::MAX } else { (1u64 << n) - 1 };
@@ -1118,6 +1150,14 @@ impl<'a> Explorer<'a> {
         let Reg::Ptr(p) = base else {
             return Err(self.not_ptr(pc, r, &base));
         };
+        // A ctx load at a varying offset counts as another base: never a constant read.
+        let probe_ctx = matches!(p.kind, PtrKind::Mem { .. }) && p.ref_id == 0;
+        self.note_load(
+            pc,
+            probe_ctx
+                .then(|| p.const_var().map(|v| p.off + v + off))
+                .flatten(),
+        );
         match p.kind {
             PtrKind::MapValueOrNull { .. } | PtrKind::MemOrNull { .. } => {
                 Err(self.null_deref(pc, r, &p))

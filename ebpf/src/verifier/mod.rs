@@ -101,6 +101,12 @@ pub struct Verified {
     /// With [`CtxKind::Probe`]: bit `k` is set when some path reads ctx bytes `8k..8k+8`
     /// (every bit when the ctx pointer reaches a helper, or for words past 63).
     pub ctx_words_read: u64,
+    /// With [`CtxKind::Probe`]: every load instruction (by pc) that read through the ctx
+    /// pointer, with the ctx offset it read at (`Some`) when that offset is the same
+    /// constant on every path and the instruction never loads through another pointer;
+    /// `None` otherwise. A JIT can read such a load's bytes from registers holding the ctx
+    /// words instead of from memory.
+    pub ctx_loads: std::collections::BTreeMap<usize, Option<i64>>,
     /// Bit `m` is set when every access of the program to map `m`'s values is a 64-bit
     /// atomic add without fetch (a counter the program never reads), and the map reaches no
     /// helper but `map_lookup_elem`: such a map may be split into per-SM stripes that the

@@ -138,6 +138,7 @@ fn kind_name(k: &ebpf::ProgKind) -> String {
         ebpf::ProgKind::Offload => "offload".into(),
         ebpf::ProgKind::Kprobe(t) => format!("kprobe({t})"),
         ebpf::ProgKind::Kretprobe(t) => format!("kretprobe({t})"),
+        ebpf::ProgKind::Memprobe(t) => format!("memprobe({t})"),
         ebpf::ProgKind::Uprobe(t) => format!("uprobe({t})"),
         ebpf::ProgKind::Other(s) => format!("other({s})"),
     }

@@ -34,6 +34,9 @@ pub struct InstrumentArgs {
     /// Print the report as JSON.
     #[arg(long)]
     json: bool,
+    /// Memory-probe options.
+    #[command(flatten)]
+    mem: super::trace::MemArgs,
 }
 
 fn parse_u64(s: &str) -> Result<u64, String> {
@@ -65,7 +68,8 @@ pub fn run(a: InstrumentArgs) -> Result<ExitCode> {
     let sm = parse_arch(&a.arch)?;
     let probes = ProbeSet::load(objects).map_err(|e| anyhow::anyhow!(chain(&e)))?;
     let bindings = attach::session::placeholder_bindings(&probes, a.map_base, a.threads);
-    let inst = Instrumenter::new(Arc::new(probes), bindings, sm, std::process::id());
+    let inst = Instrumenter::new(Arc::new(probes), bindings, sm, std::process::id())
+        .with_mem(a.mem.config());
     let bytes = std::fs::read(image_path)
         .with_context(|| format!("cannot read {}", image_path.display()))?;
     // An executable or library holds one container per translation unit: instrument the
@@ -129,6 +133,17 @@ pub fn run(a: InstrumentArgs) -> Result<ExitCode> {
                     p.kernel,
                     p.site,
                     p.line
+                );
+            }
+            for site in &r.sites {
+                eprintln!(
+                    "memory site {}: {} {} in {} (PTX line {}, {} bytes)",
+                    site.id,
+                    site.location(),
+                    site.opcode,
+                    attach::probes::demangle(&site.kernel),
+                    site.ptx_line,
+                    site.size
                 );
             }
             for w in &r.warnings {

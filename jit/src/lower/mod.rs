@@ -129,6 +129,8 @@ struct Ctx<'a> {
     depth: u32,
     /// Some reachable call may run helper 507 (`exit`), which ends the thread.
     ends_thread: bool,
+    /// The function being lowered is the program's entry function (pc 0).
+    in_main: bool,
 }
 
 /// Most bytes of helper text inlined into one function; calls past it go to the `.func`s.
@@ -217,6 +219,7 @@ pub fn lower(prog: &Program, opts: &JitOptions) -> Result<Lowered, CompileError>
         inlined: BTreeSet::new(),
         inlined_bytes: 0,
         depth: 0,
+        in_main: true,
         ends_thread: false,
     };
     // Decode every slot once.
@@ -496,6 +499,7 @@ fn lower_function(cx: &mut Ctx, start: usize, end: usize) -> Result<Function, Co
         size: depth,
     });
     cx.depth = depth;
+    cx.in_main = start == 0;
     cx.inlined_bytes = 0;
     // Jumps inside the function, checked; their targets get labels when the jump is reached.
     let mut jumps = Vec::new();
@@ -764,7 +768,9 @@ fn lower_insn(
                 (Size::H, true) => "ld.s16",
                 (Size::W, true) => "ld.s32",
             };
-            if cx.opts.unaligned && size != Size::B && src != FRAME_PTR {
+            if let Some(at) = cx.opts.ctx_regs.as_ref().and_then(|c| c.get(&pc)) {
+                ctx_reg_load(cx, f, pc, r(dst), *at, size, sign_extend)?;
+            } else if cx.opts.unaligned && size != Size::B && src != FRAME_PTR {
                 load_bytes(f, op, r(dst), r(src), insn.off as i64, size, sign_extend);
             } else if let Some(a) = stack_addr(cx.depth, src, insn.off, size) {
                 f.push(local_op(op), [r(dst).into(), a]);
@@ -880,6 +886,63 @@ fn lower_insn(
             f.push("st.param.b64", [Operand::SymAddr(&"ret0", 0), r(0).into()]);
             f.push("ret", []);
         }
+    }
+    Ok(())
+}
+
+/// Names of the registers holding ctx words with [`crate::JitOptions::ctx_regs`]:
+/// `%bt_cw<k>` holds ctx bytes `8k..8k+8`.
+pub static CTX_WORD_REGS: [&str; 64] = [
+    "%bt_cw0", "%bt_cw1", "%bt_cw2", "%bt_cw3", "%bt_cw4", "%bt_cw5", "%bt_cw6", "%bt_cw7",
+    "%bt_cw8", "%bt_cw9", "%bt_cw10", "%bt_cw11", "%bt_cw12", "%bt_cw13", "%bt_cw14", "%bt_cw15",
+    "%bt_cw16", "%bt_cw17", "%bt_cw18", "%bt_cw19", "%bt_cw20", "%bt_cw21", "%bt_cw22", "%bt_cw23",
+    "%bt_cw24", "%bt_cw25", "%bt_cw26", "%bt_cw27", "%bt_cw28", "%bt_cw29", "%bt_cw30", "%bt_cw31",
+    "%bt_cw32", "%bt_cw33", "%bt_cw34", "%bt_cw35", "%bt_cw36", "%bt_cw37", "%bt_cw38", "%bt_cw39",
+    "%bt_cw40", "%bt_cw41", "%bt_cw42", "%bt_cw43", "%bt_cw44", "%bt_cw45", "%bt_cw46", "%bt_cw47",
+    "%bt_cw48", "%bt_cw49", "%bt_cw50", "%bt_cw51", "%bt_cw52", "%bt_cw53", "%bt_cw54", "%bt_cw55",
+    "%bt_cw56", "%bt_cw57", "%bt_cw58", "%bt_cw59", "%bt_cw60", "%bt_cw61", "%bt_cw62", "%bt_cw63",
+];
+
+/// A ctx load at constant offset `at`, read from the ctx word registers.
+fn ctx_reg_load(
+    cx: &Ctx,
+    f: &mut Function,
+    pc: usize,
+    dst: Reg,
+    at: i64,
+    size: Size,
+    sign_extend: bool,
+) -> Result<(), CompileError> {
+    let bytes = size.bytes() as i64;
+    if !cx.in_main {
+        return Err(cx.err(
+            pc,
+            "ctx in registers: a subprogram reads the ctx (only the entry function may)",
+        ));
+    }
+    if at < 0 || at / 8 >= 64 || at % 8 + bytes > 8 {
+        return Err(cx.err(
+            pc,
+            format!("ctx in registers: a {bytes}-byte read at ctx offset {at} spans two words"),
+        ));
+    }
+    let word = Operand::Sym(&CTX_WORD_REGS[(at / 8) as usize]);
+    let shift = 8 * (at % 8);
+    if bytes == 8 {
+        f.push("mov.b64", [dst.into(), word]);
+        return Ok(());
+    }
+    if shift == 0 {
+        f.push("mov.b64", [dst.into(), word]);
+    } else {
+        f.push("shr.u64", [dst.into(), word, imm(shift)]);
+    }
+    let bits = 8 * bytes;
+    if sign_extend {
+        f.push("shl.b64", [dst.into(), dst.into(), imm(64 - bits)]);
+        f.push("shr.s64", [dst.into(), dst.into(), imm(64 - bits)]);
+    } else {
+        f.push("and.b64", [dst.into(), dst.into(), imm((1i64 << bits) - 1)]);
     }
     Ok(())
 }
@@ -1439,7 +1502,8 @@ fn atomic(
 
 /// `red.add [g+off], v` from every active lane, as one `red` per group of lanes that add
 /// the same value to the same address: the group's highest lane adds `v × group size`
-/// (`match.any` on the address and on the value, sm_70+). Lanes whose group holds different
+/// (a shuffle-and-vote test for the one-group case, else `match.any` on the address and on
+/// the value, sm_70+). Lanes whose group holds different
 /// values each add their own, as before. Counting probes (every thread adds 1 to one
 /// counter) pay one atomic per warp instead of 32; the sum is the same, and a `red` returns
 /// nothing, so no lane can tell.
@@ -1463,43 +1527,75 @@ fn warp_aggregated_add(
         f.push("mul.wide.u32", [o.into(), sm.into(), imm(stride as i64)]);
         f.push("add.s64", [a.into(), a.into(), o.into()]);
     }
-    let mask = f.reg(RegClass::B32);
-    f.push("activemask.b32", [mask.into()]);
-    let peers = f.reg(RegClass::B32);
-    f.push("match.any.sync.b64", [peers.into(), a.into(), mask.into()]);
-    let same = f.reg(RegClass::B32);
-    f.push(
-        wsel(w32, "match.any.sync.b32", "match.any.sync.b64"),
-        [same.into(), v.into(), mask.into()],
-    );
-    f.push("and.b32", [same.into(), same.into(), peers.into()]);
-    let uniform = f.reg(RegClass::Pred);
-    f.push("setp.eq.b32", [uniform.into(), same.into(), peers.into()]);
-    // Predicated, not branched: no labels in the middle of the lowering's straight lines.
-    let leader = f.reg(RegClass::B32);
-    f.push("bfind.u32", [leader.into(), peers.into()]);
-    let lane = f.reg(RegClass::B32);
-    f.push("mov.u32", [lane.into(), Operand::Sym(&"%laneid")]);
-    let lead = f.reg(RegClass::Pred);
-    f.push(
-        "setp.eq.and.u32",
-        [lead.into(), lane.into(), leader.into(), uniform.into()],
-    );
-    let n = f.reg(RegClass::B32);
-    f.push("popc.b32", [n.into(), peers.into()]);
-    let total = if w32 {
-        let t = f.reg(RegClass::B32);
-        f.push("mul.lo.s32", [t.into(), v.into(), n.into()]);
-        t
+    // Fast path, the common case of a counting probe: every active lane adds the same
+    // value to the same address (checked with two shuffles and a vote, far cheaper than
+    // `match.any`); the highest lane adds it times the lane count. Otherwise, groups by
+    // `match.any` on address and value.
+    let (at, vt) = (reg_text(a), reg_text(v));
+    let (vb, mul, total) = if w32 {
+        ("b32", "mul.lo.s32 %wr7, %wr7, ", "%wr7")
     } else {
-        let n64 = f.reg(RegClass::B64);
-        f.push("cvt.u64.u32", [n64.into(), n.into()]);
-        let t = f.reg(RegClass::B64);
-        f.push("mul.lo.s64", [t.into(), v.into(), n64.into()]);
-        t
+        (
+            "b64",
+            "cvt.u64.u32 %wd2, %wr7;\n\tmul.lo.s64 %wd2, %wd2, ",
+            "%wd2",
+        )
     };
-    f.push_if(lead, true, red, [Operand::Addr(a, 0), total.into()]);
-    f.push_if(uniform, false, red, [Operand::Addr(a, 0), v.into()]);
+    let same_v = if w32 {
+        format!("shfl.sync.idx.b32 %wr4, {vt}, %wr1, 31, %wr0;\n\tsetp.eq.u32 %wp1, %wr4, {vt};")
+    } else {
+        format!(
+            "mov.b64 {{%wr4, %wr5}}, {vt};\n\tshfl.sync.idx.b32 %wr4, %wr4, %wr1, 31, %wr0;\n\tshfl.sync.idx.b32 %wr5, %wr5, %wr1, 31, %wr0;\n\tmov.b64 %wd1, {{%wr4, %wr5}};\n\tsetp.eq.u64 %wp1, %wd1, {vt};"
+        )
+    };
+    f.body.push(Stmt::Raw(format!(
+        "\t{{ // warp-aggregated add
+\t.reg .pred %wp<4>;
+\t.reg .b32 %wr<8>;
+\t.reg .b64 %wd<3>;
+\tactivemask.b32 %wr0;
+\tbfind.u32 %wr1, %wr0;
+\tmov.b64 {{%wr2, %wr3}}, {at};
+\tshfl.sync.idx.b32 %wr2, %wr2, %wr1, 31, %wr0;
+\tshfl.sync.idx.b32 %wr3, %wr3, %wr1, 31, %wr0;
+\tmov.b64 %wd0, {{%wr2, %wr3}};
+\tsetp.eq.u64 %wp0, %wd0, {at};
+\t{same_v}
+\tand.pred %wp0, %wp0, %wp1;
+\tvote.sync.all.pred %wp2, %wp0, %wr0;
+\t@!%wp2 bra $Lwslow;
+\tmov.u32 %wr6, %laneid;
+\tsetp.eq.u32 %wp3, %wr6, %wr1;
+\tpopc.b32 %wr7, %wr0;
+\t{mul}{vt};
+\t@%wp3 {red} [{at}], {total};
+\tbra.uni $Lwend;
+$Lwslow:
+\tmatch.any.sync.b64 %wr2, {at}, %wr0;
+\tmatch.any.sync.{vb} %wr3, {vt}, %wr0;
+\tand.b32 %wr3, %wr3, %wr2;
+\tsetp.eq.b32 %wp0, %wr3, %wr2;
+\tbfind.u32 %wr4, %wr2;
+\tmov.u32 %wr5, %laneid;
+\tsetp.eq.and.u32 %wp1, %wr5, %wr4, %wp0;
+\tpopc.b32 %wr7, %wr2;
+\t{mul}{vt};
+\t@%wp1 {red} [{at}], {total};
+\t@!%wp0 {red} [{at}], {vt};
+$Lwend:
+\t}}"
+    )));
+}
+
+/// A register's name as the printer writes it.
+fn reg_text(r: Reg) -> String {
+    let p = match r.class() {
+        RegClass::Pred => "%p",
+        RegClass::B16 => "%rs",
+        RegClass::B32 => "%r",
+        RegClass::B64 => "%rd",
+    };
+    format!("{p}{}", r.n())
 }
 
 fn cond_pred(

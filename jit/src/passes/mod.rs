@@ -5,10 +5,12 @@
 //! |-----------------|--------------------------------|------------------------------------------|
 //! | `unused_labels` | [`crate::ptx::Module`] (IR)    | drops label definitions no branch refers to |
 //! | [`probe`]       | app PTX text + [`crate::ptx::parse::PtxFile`] | splices probe blocks at kernel entry and before each `ret`/`exit` |
+//! | [`mem`]         | app PTX text + [`crate::ptx::parse::PtxFile`] | wraps each load, store, atomic and `cp.async` in a probe block |
 //!
 //! ptxas does the real optimisation (register allocation, constant folding); the IR passes
 //! only keep the text small and readable.
 
+pub mod mem;
 pub mod probe;
 
 use crate::ptx::{Module, Operand, Stmt};

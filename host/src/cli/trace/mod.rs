@@ -13,7 +13,7 @@ mod print;
 use anyhow::{Context, Result, bail};
 use attach::ProbeSet;
 use attach::session::{ReportLine, Session, SessionConfig};
-use print::KernelNames;
+use print::{KernelNames, SiteNames};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
@@ -56,6 +56,47 @@ pub struct TraceArgs {
     /// (1.25× on a 4096² SGEMM with an empty probe).
     #[arg(long)]
     jit_linker: bool,
+    /// Memory-probe options.
+    #[command(flatten)]
+    mem: MemArgs,
+}
+
+/// Options of memory probes (`memprobe/…`), shared by `trace` and `instrument`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct MemArgs {
+    /// State spaces memory probes see besides global and generic: `shared`, `local`
+    /// (comma-separated).
+    #[arg(long, value_delimiter = ',', value_enum)]
+    pub mem_spaces: Vec<MemSpaceArg>,
+    /// Memory probes run at every Nth execution of a site, per thread.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    pub sample: u32,
+    /// Memory probes run at most this many times per thread and site (0: no limit).
+    #[arg(long, default_value_t = 0)]
+    pub sample_budget: u32,
+}
+
+impl MemArgs {
+    /// The instrumenter's options.
+    pub fn config(&self) -> attach::instrument::MemConfig {
+        attach::instrument::MemConfig {
+            shared: self.mem_spaces.contains(&MemSpaceArg::Shared),
+            local: self.mem_spaces.contains(&MemSpaceArg::Local),
+            sampling: attach::codegen::Sampling {
+                every: self.sample,
+                budget: self.sample_budget,
+            },
+        }
+    }
+}
+
+/// `trace --mem-spaces`.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MemSpaceArg {
+    /// `.shared` accesses.
+    Shared,
+    /// `.local` accesses.
+    Local,
 }
 
 /// `trace --maps`.
@@ -124,6 +165,7 @@ fn find_shim(explicit: Option<&Path>) -> Result<PathBuf> {
 struct Trace {
     session: Session,
     kernels: KernelNames,
+    sites: SiteNames,
     matched: Vec<bool>,
     report: PathBuf,
     offset: u64,
@@ -171,6 +213,11 @@ impl Trace {
                     }
                 }
             }
+            if let ReportLine::Sites { sites } = &ev {
+                for s in sites {
+                    self.sites.insert(s.id, s.clone());
+                }
+            }
             if self.json {
                 println!("{line}");
                 continue;
@@ -183,7 +230,14 @@ impl Trace {
                     line,
                     ..
                 } if !self.quiet => {
-                    eprintln!("attached {probe} to {demangled} at {site} (PTX line {line})")
+                    if site == "memory" {
+                        eprintln!("attached {probe} to the memory accesses of {demangled}")
+                    } else {
+                        eprintln!("attached {probe} to {demangled} at {site} (PTX line {line})")
+                    }
+                }
+                ReportLine::Sites { sites } if !self.quiet => {
+                    eprintln!("{} memory sites instrumented", sites.len())
                 }
                 ReportLine::Warning { what } => eprintln!("warning: {what}"),
                 ReportLine::DeviceMaps {
@@ -224,8 +278,16 @@ impl Trace {
                     .iter()
                     .filter(|(_, v)| v.iter().any(|&b| b != 0))
                     .map(|(k, v)| {
+                        let key = if style == print::Style::Sites && k.len() == 4 {
+                            print::site_text(
+                                u32::from_le_bytes([k[0], k[1], k[2], k[3]]),
+                                &self.sites,
+                            )
+                        } else {
+                            print::key_text(k, &self.kernels)
+                        };
                         serde_json::json!({
-                            "key": print::key_text(k, &self.kernels),
+                            "key": key,
                             "value": print::words(v),
                         })
                     })
@@ -241,6 +303,8 @@ impl Trace {
                         "printed": printed,
                     })
                 );
+            } else if style == print::Style::Sites {
+                out.push_str(&print::sites(short, &entries, &self.sites));
             } else {
                 out.push_str(&print::map(short, style, &entries, &self.kernels));
             }
@@ -283,6 +347,10 @@ pub fn run(a: TraceArgs) -> Result<ExitCode> {
         threads: a.threads,
         device_maps: a.maps == MapPlacement::Device,
         jit_linker: a.jit_linker,
+        mem_shared: a.mem.config().shared,
+        mem_local: a.mem.config().local,
+        sample_every: a.mem.sample,
+        sample_budget: a.mem.sample_budget,
         // Copies at least as often as the prints; with prints only at exit, every second
         // (a run killed by a signal keeps what the last copy saw).
         flush_ms: match a.interval.as_millis() as u64 {
@@ -319,6 +387,7 @@ pub fn run(a: TraceArgs) -> Result<ExitCode> {
     let mut t = Trace {
         session,
         kernels: KernelNames::new(),
+        sites: SiteNames::new(),
         matched: vec![false; probes.probes.len()],
         report: report.clone(),
         offset: 0,

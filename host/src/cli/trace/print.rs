@@ -7,6 +7,7 @@
 //! | one-entry array | `@name: value` |
 //! | other arrays and hashes | `@name[key]: value`, one line per non-zero entry, sorted by value |
 //! | ring buffer | each record drained since the last print, as hex |
+//! | array or hash whose name contains `site` | one line per memory site, sorted by source location: `@name[file:line kernel opcode]: value` |
 //!
 //! Keys: an 8-byte key (or the first 8 bytes of a larger key) equal to a kernel's
 //! `kernel_id` prints as the kernel's demangled name (without its parameter list);
@@ -18,6 +19,9 @@ use std::fmt::Write;
 
 /// Kernel ids to names (demangled, parameters dropped), from the shim's attach reports.
 pub type KernelNames = BTreeMap<u64, String>;
+
+/// Memory site ids to their sites, from the shim's reports.
+pub type SiteNames = BTreeMap<u32, attach::instrument::MemSiteInfo>;
 
 /// How a map is printed.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -32,6 +36,8 @@ pub enum Style {
     Table,
     /// Ring buffer records.
     Records,
+    /// One line per memory site (4-byte keys are site ids).
+    Sites,
 }
 
 /// The style for map `name` (its name in the object, without the `stem:` prefix).
@@ -40,6 +46,9 @@ pub fn style_of(name: &str, kind: ebpf::MapKind, max_entries: u32) -> Style {
         return Style::Records;
     }
     let is_array = matches!(kind, ebpf::MapKind::Array | ebpf::MapKind::PerThreadArray);
+    if name.contains("site") && (is_array || kind == ebpf::MapKind::Hash) {
+        return Style::Sites;
+    }
     if is_array && name.ends_with("_hist") {
         return Style::Log2;
     }
@@ -173,6 +182,51 @@ fn bar(count: u64, max: u64) -> String {
     format!("|{}{}|", "@".repeat(n), " ".repeat(52 - n))
 }
 
+/// A site id's label: `file:line kernel opcode` (`ptx:<line>` without line info).
+pub fn site_text(id: u32, sites: &SiteNames) -> String {
+    match sites.get(&id) {
+        Some(s) => {
+            let k = attach::probes::demangle(&s.kernel);
+            let k = k.split_once('(').map(|(b, _)| b).unwrap_or(&k).to_string();
+            format!("{} {k} {}", s.location(), s.opcode)
+        }
+        None => format!("site {id}"),
+    }
+}
+
+/// Prints a per-site map: non-zero entries whose keys are 4-byte site ids, sorted by
+/// source file and line (then PTX line).
+pub fn sites(name: &str, entries: &[(Vec<u8>, Vec<u8>)], sites: &SiteNames) -> String {
+    /// File, source line, PTX line, id: the order rows print in.
+    type Order = (String, u32, u32, u32);
+    let mut rows: Vec<(Order, String, String)> = entries
+        .iter()
+        .filter(|(k, v)| k.len() == 4 && v.iter().any(|&b| b != 0))
+        .map(|(k, v)| {
+            let id = u32::from_le_bytes([k[0], k[1], k[2], k[3]]);
+            let order = match sites.get(&id) {
+                Some(s) => (
+                    s.file.clone().unwrap_or_default(),
+                    s.line.unwrap_or(0),
+                    s.ptx_line,
+                    id,
+                ),
+                None => (String::from("~"), 0, 0, id),
+            };
+            (order, site_text(id, sites), value_text(v))
+        })
+        .collect();
+    rows.sort();
+    let mut s = String::new();
+    if rows.is_empty() {
+        let _ = writeln!(s, "@{name}: (empty)");
+    }
+    for (_, k, v) in rows {
+        let _ = writeln!(s, "@{name}[{k}]: {v}");
+    }
+    s
+}
+
 /// Prints one map. `entries` are `(key, value)` bytes (array keys are u32 indices).
 pub fn map(
     name: &str,
@@ -182,6 +236,7 @@ pub fn map(
 ) -> String {
     let mut s = String::new();
     match style {
+        Style::Sites => return sites(name, entries, &SiteNames::new()),
         Style::Log2 | Style::Linear(_) => {
             let mut slots: BTreeMap<u64, u64> = BTreeMap::new();
             for (k, v) in entries {
@@ -298,6 +353,42 @@ mod tests {
         let mut pair = u64v(7);
         pair.extend(u64v(5));
         assert_eq!(key_text(&pair, &k), "vectorAdd, 5");
+    }
+
+    #[test]
+    fn site_tables_sort_by_source_line() {
+        use attach::instrument::MemSiteInfo;
+        use jit::passes::mem::{MemOp, MemSpace};
+        let site = |id: u32, line: Option<u32>, ptx_line: u32, opcode: &str| MemSiteInfo {
+            id,
+            kernel: "_Z9vectorAddPKfS0_Pfi".into(),
+            ptx_line,
+            file: line.map(|_| "/src/vecadd.cu".to_string()),
+            line,
+            op: MemOp::Load,
+            space: MemSpace::Global,
+            size: 4,
+            opcode: opcode.into(),
+        };
+        let mut names = SiteNames::new();
+        names.insert(0, site(0, Some(17), 51, "ld.global.f32"));
+        names.insert(1, site(1, Some(9), 40, "st.global.f32"));
+        let e = vec![
+            (u32k(0), u64v(5)),
+            (u32k(1), u64v(7)),
+            (u32k(2), u64v(0)),
+            (u32k(3), u64v(1)),
+        ];
+        assert_eq!(
+            sites("n_by_site", &e, &names),
+            "@n_by_site[vecadd.cu:9 vectorAdd st.global.f32]: 7\n@n_by_site[vecadd.cu:17 vectorAdd ld.global.f32]: 5\n@n_by_site[site 3]: 1\n"
+        );
+        assert_eq!(
+            style_of("n_by_site", ebpf::MapKind::Array, 4096),
+            Style::Sites
+        );
+        names.insert(4, site(4, None, 60, "ld.global.u8"));
+        assert_eq!(site_text(4, &names), "ptx:60 vectorAdd ld.global.u8");
     }
 
     #[test]

@@ -1,0 +1,242 @@
+"""Device tests and benchmarks of memory probes (run by run.sh with `mem`).
+
+Tests: memtest's kernels (strided reads, a gather, 16-byte vectors, atomics, generic
+pointers into shared memory) under tests/programs/mem_exact.bpf.o. For every site the
+probes' count and the sums of addresses, values, sizes, spaces and ops, and the sectors per
+request, must equal what the kernels did, computed here from the buffers memtest prints.
+Then STREAM triad and SGEMM must give bit-identical output under the counting probe, and
+the counting probe's totals must equal the accesses the kernels make.
+
+Benchmarks (same binary, same run, alternating): plain, trace with no programs, the
+counting probe examples/mem_count.bpf.o, and examples/coalescing.bpf.o, on STREAM triad
+2^26 floats and SGEMM 4096^2. Writes OUT/mem.json."""
+import json, os, re, statistics, subprocess, sys, time
+
+out = sys.argv[1]
+B, SHIM, carry, apps = (os.environ[k] for k in ("B", "SHIM", "carry", "apps"))
+M64 = (1 << 64) - 1
+results, failures = [], 0
+
+
+def run(cmd, timeout=300):
+    t = time.perf_counter()
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        o, e = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, 9)
+        o, e = p.communicate()
+        return -999, o, e + f"\nTIMEOUT {timeout}s", time.perf_counter() - t
+    return p.returncode, o, e, time.perf_counter() - t
+
+
+def trace(probes, cmd, *opts):
+    return [B, "trace", "--json", "--interval", "0", "--shim", SHIM, *opts, *probes, "--", *cmd]
+
+
+def parse(stdout):
+    sites, maps, warnings = {}, {}, []
+    for line in stdout.splitlines():
+        try:
+            v = json.loads(line)
+        except ValueError:
+            continue
+        ev = v.get("event")
+        if ev == "sites":
+            for s in v["sites"]:
+                sites[s["id"]] = s
+        elif ev == "map" and v["final"]:
+            m = {}
+            for k, val in v["entries"]:
+                key = int.from_bytes(bytes.fromhex(k), "little")
+                m[key] = int.from_bytes(bytes.fromhex(val), "little")
+            maps[v["map"].split(":", 1)[1]] = m
+        elif ev == "warning":
+            warnings.append(v["what"])
+    return sites, maps, warnings
+
+
+def record(name, ok, **detail):
+    global failures
+    results.append({"test": name, "ok": ok, **detail})
+    if not ok:
+        failures += 1
+    print(("PASS " if ok else "FAIL ") + name + ("" if ok else f": {json.dumps(detail)[:3000]}"), flush=True)
+
+
+def sectors(addrs):
+    """Sectors per warp request: distinct 32-byte sectors of each 32-lane group, summed."""
+    return sum(len({a >> 5 for a in addrs[w:w + 32]}) for w in range(0, len(addrs), 32))
+
+
+def memtest():
+    n = 1 << 16
+    cmd = [f"{apps}/memtest", str(n)]
+    rc0, o0, e0, _ = run(cmd)
+    rc1, o1, e1, _ = run(trace([f"{carry}/mem_exact.bpf.o"], cmd))
+    app0 = [l for l in o0.splitlines() if not l.startswith("{")]
+    app1 = [l for l in o1.splitlines() if not l.startswith("{")]
+    cs0 = re.search(r"checksum=(\w+)", o0)
+    cs1 = re.search(r"checksum=(\w+)", o1)
+    record("memtest runs and its output is unchanged under the probes",
+           rc0 == 0 and rc1 == 0 and cs0 and cs1 and cs0.group(1) == cs1.group(1),
+           rc=[rc0, rc1], plain=o0[-600:], traced="\n".join(app1)[-600:], err=e1[-2000:])
+    if rc1 != 0:
+        return
+    sites, maps, warnings = parse(o1)
+    bufs = {}
+    for l in app0 + app1:
+        m = re.match(r"kernel=(\w+) (.*)", l)
+        if m:
+            kv = dict(x.split("=") for x in m.group(2).split())
+            bufs.setdefault(m.group(1), []).append({k: int(v, 0) for k, v in kv.items()})
+    # The traced run's buffers are the ones the probes saw.
+    info = {k: v[-1] for k, v in bufs.items()}
+
+    def kernel_sites(name):
+        return sorted((s for s in sites.values() if name in s["kernel"]), key=lambda s: s["ptx_line"])
+
+    def got(s):
+        i = s["id"]
+        return {k: maps.get(f"{k}_site", {}).get(i, 0) for k in
+                ("n", "bytes", "addr", "value", "hi", "space", "op", "req", "sect", "tid")}
+
+    def expect(name, s, **want):
+        g = got(s)
+        bad = {k: (g[k], v & M64) for k, v in want.items() if g[k] != v & M64}
+        record(f"{name}: site {s['id']} {s['opcode']} ({s.get('file')}:{s.get('line')})", not bad, mismatches=bad)
+
+    tri = lambda k: k * (k - 1) // 2
+    # strided: out[i] = in[3 i]
+    k = info["strided"]; n_, st = k["n"], k["stride"]
+    ss = kernel_sites("strided")
+    if len(ss) != 2:
+        record("strided: 2 sites", False, sites=ss)
+    else:
+        la = [k["in"] + 4 * i * st for i in range(n_)]
+        sa = [k["out"] + 4 * i for i in range(n_)]
+        expect("strided load", ss[0], n=n_, bytes=4 * n_, addr=sum(la), value=st * tri(n_), space=n_, op=0,
+               req=n_ // 32, sect=sectors(la), tid=tri(n_))
+        expect("strided store", ss[1], n=n_, bytes=4 * n_, addr=sum(sa), value=st * tri(n_), space=n_, op=n_,
+               req=n_ // 32, sect=sectors(sa), tid=tri(n_))
+    # gather: out[i] = in[idx[i]], idx[i] = i * mult % n
+    k = info["gather"]; n_, mult = k["n"], k["mult"]
+    idx = [(i * mult) % n_ for i in range(n_)]
+    ss = kernel_sites("gather")
+    if len(ss) != 3:
+        record("gather: 3 sites", False, sites=ss)
+    else:
+        ia = [k["idx"] + 4 * i for i in range(n_)]
+        ga = [k["in"] + 4 * j for j in idx]
+        expect("gather index load", ss[0], n=n_, addr=sum(ia), value=sum(idx), req=n_ // 32, sect=sectors(ia))
+        expect("gather load", ss[1], n=n_, addr=sum(ga), value=sum(idx), req=n_ // 32, sect=sectors(ga))
+        expect("gather store", ss[2], n=n_, value=sum(idx), op=n_)
+    # vec4: 16-byte loads and stores; word j = j
+    k = info["vec4"]; n_ = k["n"]
+    ss = kernel_sites("vec4")
+    if len(ss) != 2:
+        record("vec4: 2 sites", False, sites=ss)
+    else:
+        lo = sum((4 * i) | ((4 * i + 1) << 32) for i in range(n_))
+        hi = sum((4 * i + 2) | ((4 * i + 3) << 32) for i in range(n_))
+        va = [k["in"] + 16 * i for i in range(n_)]
+        expect("vec4 load", ss[0], n=n_, bytes=16 * n_, addr=sum(va), value=lo, hi=hi, sect=sectors(va),
+               req=n_ // 32)
+        expect("vec4 store", ss[1], n=n_, bytes=16 * n_, value=lo, hi=hi, op=n_)
+    # atomics: +1 on c[i & 7], +2 on c[8 + (i & 7)], then the old value stored
+    k = info["atomics"]; n_ = k["n"]
+    ss = kernel_sites("atomics")
+    if len(ss) != 3:
+        record("atomics: 3 sites", False, sites=ss)
+    else:
+        a1 = [k["c"] + 4 * (i & 7) for i in range(n_)]
+        a2 = [k["c"] + 4 * (8 + (i & 7)) for i in range(n_)]
+        expect("atomic +1", ss[0], n=n_, addr=sum(a1), value=n_, op=2 * n_, sect=sectors(a1), req=n_ // 32)
+        expect("atomic +2", ss[1], n=n_, addr=sum(a2), value=2 * n_, op=2 * n_, sect=sectors(a2))
+        expect("store of the old values", ss[2], n=n_, op=n_)
+    # generic: st/ld through a pointer into shared memory, then a global store
+    k = info["generic"]; n_, g = k["n"], k["blocks"]
+    ss = kernel_sites("generic")
+    vs = g * 5 * tri(256)
+    gen = [s for s in ss if s["space"] == "generic"]
+    if len(ss) != 3 or len(gen) != 2:
+        record("generic: 2 generic sites and a global store", False, sites=ss)
+    else:
+        expect("generic store into shared", ss[0], n=n_, space=2 * n_, value=vs, op=n_)
+        expect("generic load from shared", ss[1], n=n_, space=2 * n_, value=vs, op=0)
+        expect("global store", ss[2], n=n_, space=n_, value=vs + n_)
+    record("no warning", not warnings, warnings=warnings)
+
+
+def identical_and_counted():
+    for name, cmd, per_thread in (("STREAM triad 2^24", [f"{apps}/stream", str(1 << 24), "3"], (2, 1)),
+                                  ("SGEMM 1024^2", [f"{apps}/sgemm", "1024", "2"], None)):
+        rc0, o0, _, _ = run(cmd)
+        rc1, o1, e1, _ = run(trace([f"{carry}/mem_count.bpf.o"], cmd))
+        c0 = re.search(r"checksum=(\w+)", o0)
+        c1 = re.search(r"checksum=(\w+)", o1)
+        record(f"{name}: bit-identical output under the counting probe",
+               rc0 == 0 and rc1 == 0 and c0 and c1 and c0.group(1) == c1.group(1),
+               plain=o0[-300:], traced=o1[-300:], err=e1[-1500:])
+        sites, maps, _ = parse(o1)
+        acc = maps.get("accesses_by_site", {})
+        loads = sum(acc.get(i, 0) for i, s in sites.items() if s["op"] == "load")
+        stores = sum(acc.get(i, 0) for i, s in sites.items() if s["op"] == "store")
+        if per_thread:
+            n_, it = 1 << 24, 3
+            record(f"{name}: the counting probe saw every access", (loads, stores) == (2 * n_ * it, n_ * it),
+                   loads=loads, stores=stores, want=[2 * n_ * it, n_ * it])
+        else:
+            # SGEMM 16x16 tiles: per thread and k-tile one load of A and one of B, one store.
+            n_, it = 1024, 2
+            want = (2 * n_ * n_ * (n_ // 16) * it, n_ * n_ * it)
+            record(f"{name}: the counting probe saw every access", (loads, stores) == want,
+                   loads=loads, stores=stores, want=list(want))
+
+
+def bench():
+    REPS = 5
+    configs = {
+        "plain": lambda c: c,
+        "trace, no programs": lambda c: [B, "trace", "--interval", "0", "--quiet", "--shim", SHIM, "--", *c],
+        "counting probe on every global access (mem_count)":
+            lambda c: [B, "trace", "--interval", "0", "--quiet", "--shim", SHIM, f"{carry}/mem_count.bpf.o", "--", *c],
+        "coalescing probe (warp-wide sectors, leader adds)":
+            lambda c: [B, "trace", "--interval", "0", "--quiet", "--shim", SHIM, f"{carry}/coalescing.bpf.o", "--", *c],
+        "counting probe, sampled 1 in 16":
+            lambda c: [B, "trace", "--interval", "0", "--quiet", "--shim", SHIM, "--sample", "16",
+                       f"{carry}/mem_count.bpf.o", "--", *c],
+    }
+    workloads = {"STREAM triad 2^26 floats": [f"{apps}/stream", str(1 << 26), "10"],
+                 "SGEMM 4096^2": [f"{apps}/sgemm", "4096", "5"]}
+    rows = []
+    for wname, cmd in workloads.items():
+        samples = {c: [] for c in configs}
+        for _ in range(REPS):
+            for cname, f in configs.items():
+                rc, o, e, w = run(f(cmd), timeout=120)
+                m = re.search(r"kernel_us=([0-9.]+)", o)
+                if rc == 0 and m:
+                    samples[cname].append(float(m.group(1)))
+                else:
+                    print(f"FAILED {cname} {wname}: rc={rc} {o[-500:]} {e[-800:]}", flush=True)
+        base = statistics.median(samples["plain"]) if samples["plain"] else None
+        for cname, s in samples.items():
+            if not s or base is None:
+                rows.append({"workload": wname, "config": cname, "kernel_us_median": None})
+                continue
+            k = statistics.median(s)
+            rows.append({"workload": wname, "config": cname, "kernel_us_median": k, "kernel_us_samples": s,
+                         "kernel_ratio": k / base, "reps": REPS})
+            print(f"{wname:26} {cname:52} {k:10.1f} us  x{k / base:6.3f}", flush=True)
+    return rows
+
+
+what = sys.argv[2] if len(sys.argv) > 2 else "all"
+if what in ("all", "tests"):
+    memtest()
+    identical_and_counted()
+rows = bench() if what in ("all", "bench") else []
+json.dump({"tests": results, "failures": failures, "bench": rows}, open(os.path.join(out, "mem.json"), "w"), indent=1)
+print(f"{failures} failures", flush=True)
+sys.exit(1 if failures else 0)
