@@ -102,6 +102,7 @@ pub fn compile_probe(
             .collect();
         let inline_opts = JitOptions {
             ctx_regs: Some(loads),
+            defer_adds: true,
             ..opts.clone()
         };
         match jit::compile(&probe.program, &inline_opts)
@@ -532,6 +533,140 @@ impl Sampling {
     }
 }
 
+/// Most deferred-add slots (two `.b64` registers each, live through the kernel) one
+/// kernel gets; sites past them add at once.
+pub const MAX_DEFER_SLOTS: usize = 16;
+
+/// Adds kept in registers: slot `s` sums what the thread adds to `[%bt_da<s>]` in
+/// `%bt_dv<s>`, and the sum goes to memory (warp-aggregated) when the address changes and
+/// before the thread exits. A counting probe then costs a compare and an add per access.
+#[derive(Clone, Debug, Default)]
+pub struct Deferred {
+    /// Per slot: the add's width (32 or 64 bits), its `red` opcode, and the map's stripes
+    /// (count, stride in bytes; 1 and 0 when not striped).
+    pub slots: Vec<(u32, String, u32, u64)>,
+    /// Whether to defer at all.
+    pub enabled: bool,
+}
+
+impl Deferred {
+    /// Replaces each `@bt_defer_begin … @bt_defer_end` region of an inlined body with a
+    /// deferred add while slots last (the regions left keep their eager form).
+    fn apply(&mut self, body: &str) -> String {
+        let mut out = String::with_capacity(body.len());
+        let mut lines = body.lines();
+        while let Some(l) = lines.next() {
+            let Some(rest) = l.trim().strip_prefix("// @bt_defer_begin ") else {
+                out.push_str(l);
+                out.push('\n');
+                continue;
+            };
+            let w: Vec<&str> = rest.split_whitespace().collect();
+            if !self.enabled || self.slots.len() >= MAX_DEFER_SLOTS || w.len() != 6 {
+                continue; // the eager block follows; its end marker is a comment
+            }
+            let (a, v, bits, red) = (w[0], w[1], w[2].parse().unwrap_or(64u32), w[3]);
+            let stripes = (w[4].parse().unwrap_or(1u32), w[5].parse().unwrap_or(0u64));
+            // Skip the eager block.
+            for l in lines.by_ref() {
+                if l.trim() == "// @bt_defer_end" {
+                    break;
+                }
+            }
+            let s = self.slots.len();
+            self.slots
+                .push((bits, red.to_string(), stripes.0, stripes.1));
+            let add = if bits == 32 {
+                format!("\tcvt.u64.u32 %bt_t, {v};\n\tadd.s64 %bt_dv{s}, %bt_dv{s}, %bt_t;")
+            } else {
+                format!("\tadd.s64 %bt_dv{s}, %bt_dv{s}, {v};")
+            };
+            let _ = writeln!(
+                out,
+                "\t{{ // deferred add, slot {s}
+\t.reg .pred %bt_q<2>;
+\t.reg .b64 %bt_t;
+\tsetp.eq.u64 %bt_q0, {a}, %bt_da{s};
+\t@%bt_q0 bra $__bt_acc;
+\tsetp.ne.u64 %bt_q1, %bt_da{s}, 0;
+\t@!%bt_q1 bra $__bt_set;
+{}
+$__bt_set:
+\tmov.b64 %bt_da{s}, {a};
+\tmov.b64 %bt_dv{s}, 0;
+$__bt_acc:
+{add}
+\t}}",
+                flush_text(s, bits, red, stripes)
+            );
+        }
+        out
+    }
+
+    /// Kernel-scope declarations and zeroing of the slots.
+    pub fn prologue(&self) -> String {
+        let n = self.slots.len();
+        if n == 0 {
+            return String::new();
+        }
+        let mut s = format!("\n\t.reg .b64 %bt_da<{n}>;\n\t.reg .b64 %bt_dv<{n}>;\n");
+        for k in 0..n {
+            let _ = writeln!(s, "\tmov.b64 %bt_da{k}, 0;\n\tmov.b64 %bt_dv{k}, 0;");
+        }
+        s
+    }
+
+    /// The flush of every slot, run before each exit of the kernel.
+    pub fn epilogue(&self) -> String {
+        let mut out = String::new();
+        for (k, (bits, red, n, stride)) in self.slots.iter().enumerate() {
+            let _ = writeln!(
+                out,
+                "\t{{ // bpftime-super: deferred adds, slot {k}
+\t.reg .pred %bt_q;
+\tsetp.ne.u64 %bt_q, %bt_da{k}, 0;
+\t@!%bt_q bra $__bt_flushed;
+{}
+\tmov.b64 %bt_da{k}, 0;
+\tmov.b64 %bt_dv{k}, 0;
+$__bt_flushed:
+\t}}",
+                flush_text(k, *bits, red, (*n, *stride))
+            );
+        }
+        out
+    }
+}
+
+/// A warp-aggregated `red` of slot `s`'s sum to its address, on this SM's stripe.
+fn flush_text(s: usize, bits: u32, red: &str, (n, stride): (u32, u64)) -> String {
+    let mut out = String::from("\t{\n\t.reg .b64 %bt_fa;\n");
+    if n > 1 {
+        let _ = writeln!(
+            out,
+            "\t.reg .b32 %bt_sm;\n\t.reg .b64 %bt_so;\n\tmov.u32 %bt_sm, %smid;\n\tand.b32 %bt_sm, %bt_sm, {};\n\tmul.wide.u32 %bt_so, %bt_sm, {stride};\n\tadd.s64 %bt_fa, %bt_da{s}, %bt_so;",
+            n - 1
+        );
+    } else {
+        let _ = writeln!(out, "\tmov.b64 %bt_fa, %bt_da{s};");
+    }
+    if bits == 32 {
+        let _ = writeln!(
+            out,
+            "\t.reg .b32 %bt_fv;\n\tcvt.u32.u64 %bt_fv, %bt_dv{s};\n{}",
+            jit::lower::aggregated_add_text(red, "%bt_fa", "%bt_fv", true, false)
+        );
+    } else {
+        let _ = writeln!(
+            out,
+            "{}",
+            jit::lower::aggregated_add_text(red, "%bt_fa", &format!("%bt_dv{s}"), false, false)
+        );
+    }
+    out.push_str("\t}");
+    out
+}
+
 /// The kernel-scope registers of sampled memory sites (`%bt_sc<n>`, zeroed at entry), for
 /// a kernel with `sites` sites.
 pub fn mem_prologue(sites: usize, sampling: Sampling) -> String {
@@ -561,6 +696,7 @@ pub fn mem_block(
     local: usize,
     uid: u32,
     sampling: Sampling,
+    deferred: &mut Deferred,
 ) -> jit::passes::mem::MemBlock {
     use ebpf::MemCtx;
     use jit::passes::mem::{MemBlock, MemSpace, Regs};
@@ -791,7 +927,12 @@ pub fn mem_block(
             line(&mut after, &format!("@{not}{p} bra {skip};"));
         }
         for p in probes {
-            let body = p.inline.as_deref().unwrap_or_default();
+            // Sums stay in registers only where an access repeats (a loop): a site run once
+            // per thread would pay the flush at exit for nothing.
+            let body = match site.in_loop {
+                true => deferred.apply(p.inline.as_deref().unwrap_or_default()),
+                false => p.inline.clone().unwrap_or_default(),
+            };
             let _ = writeln!(after, "\t\t{{ // {}\n{body}\t\t}}", p.name);
         }
         if pred.is_some() {

@@ -79,6 +79,10 @@ pub struct MemConfig {
     pub local: bool,
     /// Per-thread sampling.
     pub sampling: codegen::Sampling,
+    /// Do not keep counting adds in registers until the kernel exits
+    /// ([`codegen::Deferred`]): every access updates memory at once, so a kernel that never
+    /// exits (a persistent one) still shows its counts.
+    pub eager: bool,
 }
 
 /// One probe attached to one kernel site.
@@ -451,6 +455,7 @@ impl Instrumenter {
             mem: self.mem,
             base,
             local: 0,
+            deferred: codegen::Deferred::default(),
         };
         let out = match jit::passes::mem::splice(src, file, &module, &mut blocks) {
             Ok(o) => o,
@@ -581,6 +586,8 @@ struct MemBlocksFor<'a> {
     base: u32,
     /// Index of the next site within the current kernel.
     local: usize,
+    /// The current kernel's deferred adds.
+    deferred: codegen::Deferred,
 }
 
 impl MemBlocksFor<'_> {
@@ -604,6 +611,10 @@ impl MemBlocksFor<'_> {
 impl jit::passes::mem::MemBlocks for MemBlocksFor<'_> {
     fn options(&mut self, kernel: &PtxFunction<'_>) -> Option<jit::passes::mem::MemOptions> {
         self.local = 0;
+        self.deferred = codegen::Deferred {
+            slots: Vec::new(),
+            enabled: !self.mem.eager,
+        };
         let mut any: Option<jit::passes::mem::MemOptions> = None;
         for (i, _) in self.mem_probes(kernel.name) {
             let o = self.options_of(i);
@@ -658,11 +669,17 @@ impl jit::passes::mem::MemBlocks for MemBlocksFor<'_> {
             local,
             uid,
             self.mem.sampling,
+            &mut self.deferred,
         ))
     }
 
     fn prologue(&mut self, _: &PtxFunction<'_>, sites: &[jit::passes::mem::MemSite]) -> String {
         codegen::mem_prologue(sites.len().max(self.local), self.mem.sampling)
+            + &self.deferred.prologue()
+    }
+
+    fn epilogue(&mut self, _: &PtxFunction<'_>) -> String {
+        self.deferred.epilogue()
     }
 }
 

@@ -66,6 +66,10 @@ pub struct SessionConfig {
     /// Memory probes run at most this many times per thread and site (0: no limit).
     #[serde(default)]
     pub sample_budget: u32,
+    /// Memory probes update memory at every access instead of summing in registers until
+    /// the kernel exits.
+    #[serde(default)]
+    pub mem_eager: bool,
 }
 
 impl SessionConfig {
@@ -78,6 +82,7 @@ impl SessionConfig {
                 every: self.sample_every.max(1),
                 budget: self.sample_budget,
             },
+            eager: self.mem_eager,
         }
     }
 }

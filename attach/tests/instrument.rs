@@ -304,6 +304,7 @@ fn memory_options_pick_spaces_and_sampling_adds_counters() {
             every: 8,
             budget: 100,
         },
+        eager: false,
     });
     let o = shared.ptx(&src);
     let s = o.report().sites.len();

@@ -183,6 +183,11 @@ pub struct JitOptions {
     /// body where those registers hold the ctx words. The program's `.func` then does not
     /// assemble on its own. A subprogram reading the ctx is a compile error. Default `None`.
     pub ctx_regs: Option<std::collections::BTreeMap<usize, i64>>,
+    /// With `ctx_regs`: wrap each warp-aggregated add between `// @bt_defer_begin ADDR VAL
+    /// BITS RED` and `// @bt_defer_end` lines, so that a caller inlining the body may
+    /// replace it with a sum kept in registers and added later
+    /// ([`lower::aggregated_add_text`] gives the eager form). Default false.
+    pub defer_adds: bool,
 }
 
 impl Default for JitOptions {
@@ -199,6 +204,7 @@ impl Default for JitOptions {
             unaligned: false,
             warp_aggregate: true,
             ctx_regs: None,
+            defer_adds: false,
         }
     }
 }

@@ -199,13 +199,18 @@ def bench():
     configs = {
         "plain": lambda c: c,
         "trace, no programs": lambda c: [B, "trace", "--interval", "0", "--quiet", "--shim", SHIM, "--", *c],
-        "counting probe on every global access (mem_count)":
+        "counting probe on every global access (mem_sites: +1 per site)":
+            lambda c: [B, "trace", "--interval", "0", "--quiet", "--shim", SHIM, f"{carry}/mem_sites.bpf.o", "--", *c],
+        "mem_count example (+1 and +bytes per site)":
             lambda c: [B, "trace", "--interval", "0", "--quiet", "--shim", SHIM, f"{carry}/mem_count.bpf.o", "--", *c],
+        "counting probe, --mem-eager (no sums kept in registers)":
+            lambda c: [B, "trace", "--interval", "0", "--quiet", "--shim", SHIM, "--mem-eager",
+                       f"{carry}/mem_sites.bpf.o", "--", *c],
         "coalescing probe (warp-wide sectors, leader adds)":
             lambda c: [B, "trace", "--interval", "0", "--quiet", "--shim", SHIM, f"{carry}/coalescing.bpf.o", "--", *c],
         "counting probe, sampled 1 in 16":
             lambda c: [B, "trace", "--interval", "0", "--quiet", "--shim", SHIM, "--sample", "16",
-                       f"{carry}/mem_count.bpf.o", "--", *c],
+                       f"{carry}/mem_sites.bpf.o", "--", *c],
     }
     workloads = {"STREAM triad 2^26 floats": [f"{apps}/stream", str(1 << 26), "10"],
                  "SGEMM 4096^2": [f"{apps}/sgemm", "4096", "5"]}
@@ -228,7 +233,7 @@ def bench():
             k = statistics.median(s)
             rows.append({"workload": wname, "config": cname, "kernel_us_median": k, "kernel_us_samples": s,
                          "kernel_ratio": k / base, "reps": REPS})
-            print(f"{wname:26} {cname:52} {k:10.1f} us  x{k / base:6.3f}", flush=True)
+            print(f"{wname:26} {cname:60} {k:10.1f} us  x{k / base:6.3f}", flush=True)
     return rows
 
 

@@ -823,7 +823,11 @@ fn lower_insn(
                 insn.off as i64,
                 src,
                 space,
-                (cx.opts.warp_aggregate && cx.opts.sm >= 70).then_some(Aggregate { stripes }),
+                (cx.opts.warp_aggregate && cx.opts.sm >= 70).then_some(Aggregate {
+                    stripes,
+                    defer: cx.opts.defer_adds && cx.opts.ctx_regs.is_some(),
+                    uniform_value: known.konst[src as usize].is_some(),
+                }),
             );
             if fetch {
                 if op == AtomicOp::Cmpxchg {
@@ -978,6 +982,10 @@ fn local_op(op: &'static str) -> &'static str {
 #[derive(Clone, Copy)]
 struct Aggregate {
     stripes: Option<(u32, u64)>,
+    /// Mark the add for deferral ([`crate::JitOptions::defer_adds`]).
+    defer: bool,
+    /// The added value is a constant: the same in every lane.
+    uniform_value: bool,
 }
 
 /// What an atomic's base register is known to point to.
@@ -1420,7 +1428,17 @@ fn atomic(
         f.push("cvta.to.global.u64", [g.into(), base.into()]);
         let addr = Operand::Addr(g, off as i32);
         if let Some(agg) = aggregate.filter(|_| !fetch && op == AtomicOp::Add) {
-            warp_aggregated_add(f, name(false, true), g, off, v, w32, agg.stripes);
+            warp_aggregated_add(
+                f,
+                name(false, true),
+                g,
+                off,
+                v,
+                w32,
+                agg.stripes,
+                agg.defer,
+                agg.uniform_value,
+            );
         } else if !fetch {
             f.push(name(false, true), [addr, v.into()]);
         } else if let Some(c) = cmp {
@@ -1507,6 +1525,7 @@ fn atomic(
 /// values each add their own, as before. Counting probes (every thread adds 1 to one
 /// counter) pay one atomic per warp instead of 32; the sum is the same, and a `red` returns
 /// nothing, so no lane can tell.
+#[allow(clippy::too_many_arguments)]
 fn warp_aggregated_add(
     f: &mut Function,
     red: &'static str,
@@ -1515,9 +1534,23 @@ fn warp_aggregated_add(
     v: Reg,
     w32: bool,
     stripes: Option<(u32, u64)>,
+    defer: bool,
+    uniform_value: bool,
 ) {
     let a = f.reg(RegClass::B64);
     f.push("add.s64", [a.into(), g.into(), imm(off)]);
+    let (at, vt) = (reg_text(a), reg_text(v));
+    if defer {
+        // A caller inlining the body may keep the sum in registers instead (see
+        // `JitOptions::defer_adds`): what lies between the markers is the eager form, and
+        // the marker names the address before the stripe is added (the caller adds it when
+        // it writes the sum out).
+        let (n, stride) = stripes.unwrap_or((1, 0));
+        f.body.push(Stmt::Raw(format!(
+            "\t// @bt_defer_begin {at} {vt} {} {red} {n} {stride}",
+            if w32 { 32 } else { 64 }
+        )));
+    }
     if let Some((n, stride)) = stripes {
         // The SM's stripe: all lanes of a warp share it.
         let sm = f.reg(RegClass::B32);
@@ -1527,11 +1560,30 @@ fn warp_aggregated_add(
         f.push("mul.wide.u32", [o.into(), sm.into(), imm(stride as i64)]);
         f.push("add.s64", [a.into(), a.into(), o.into()]);
     }
-    // Fast path, the common case of a counting probe: every active lane adds the same
-    // value to the same address (checked with two shuffles and a vote, far cheaper than
-    // `match.any`); the highest lane adds it times the lane count. Otherwise, groups by
-    // `match.any` on address and value.
-    let (at, vt) = (reg_text(a), reg_text(v));
+    let agg = aggregated_add_text(red, &at, &vt, w32, uniform_value);
+    if defer {
+        f.body.push(Stmt::Raw(format!("{agg}\n\t// @bt_defer_end")));
+    } else {
+        f.body.push(Stmt::Raw(agg));
+    }
+}
+
+/// The text of a warp-aggregated `red` of `val` (a `.b32` register when `w32`, else `.b64`)
+/// to `[addr]` from every active lane, as a `{ }` block with its own registers and labels.
+///
+/// Fast path, the common case of a counting probe: every active lane adds the same value
+/// to the same address (checked with two shuffles and a vote, far cheaper than
+/// `match.any`); the highest lane adds it times the lane count. Otherwise lanes group by
+/// `match.any` on address and value.
+/// With `uniform_value` (a constant) the value needs no check.
+pub fn aggregated_add_text(
+    red: &str,
+    addr: &str,
+    val: &str,
+    w32: bool,
+    uniform_value: bool,
+) -> String {
+    let (at, vt) = (addr, val);
     let (vb, mul, total) = if w32 {
         ("b32", "mul.lo.s32 %wr7, %wr7, ", "%wr7")
     } else {
@@ -1541,14 +1593,16 @@ fn warp_aggregated_add(
             "%wd2",
         )
     };
-    let same_v = if w32 {
+    let same_v = if uniform_value {
+        "setp.eq.u32 %wp1, %wr0, %wr0;".to_string()
+    } else if w32 {
         format!("shfl.sync.idx.b32 %wr4, {vt}, %wr1, 31, %wr0;\n\tsetp.eq.u32 %wp1, %wr4, {vt};")
     } else {
         format!(
             "mov.b64 {{%wr4, %wr5}}, {vt};\n\tshfl.sync.idx.b32 %wr4, %wr4, %wr1, 31, %wr0;\n\tshfl.sync.idx.b32 %wr5, %wr5, %wr1, 31, %wr0;\n\tmov.b64 %wd1, {{%wr4, %wr5}};\n\tsetp.eq.u64 %wp1, %wd1, {vt};"
         )
     };
-    f.body.push(Stmt::Raw(format!(
+    format!(
         "\t{{ // warp-aggregated add
 \t.reg .pred %wp<4>;
 \t.reg .b32 %wr<8>;
@@ -1584,7 +1638,7 @@ $Lwslow:
 \t@!%wp0 {red} [{at}], {vt};
 $Lwend:
 \t}}"
-    )));
+    )
 }
 
 /// A register's name as the printer writes it.

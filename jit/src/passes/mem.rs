@@ -169,6 +169,9 @@ pub struct MemSite {
     pub elem: u32,
     /// Guard: predicate and whether it is negated.
     pub guard: Option<(String, bool)>,
+    /// Between a label and a later branch back to it: the access may run many times per
+    /// thread.
+    pub in_loop: bool,
     base: Option<(String, Option<RegType>)>,
     offset: i128,
     value: Vec<ValueElem>,
@@ -376,6 +379,13 @@ pub trait MemBlocks {
     fn prologue(&mut self, _kernel: &PtxFunction<'_>, _sites: &[MemSite]) -> String {
         String::new()
     }
+
+    /// Text run before each `ret`/`exit` of `kernel` (and before its closing `}` when
+    /// control reaches it) once its sites are known, usually none. It runs unguarded, also
+    /// before a guarded `ret`, so it must be harmless when the thread goes on.
+    fn epilogue(&mut self, _kernel: &PtxFunction<'_>) -> String {
+        String::new()
+    }
 }
 
 /// The result of [`splice`].
@@ -576,6 +586,7 @@ pub fn classify(
         size: elem * if op == MemOp::Copy { 1 } else { vec },
         elem,
         guard: s.guard.as_ref().map(|g| (g.pred.clone(), g.negated)),
+        in_loop: false,
         base,
         offset,
         value,
@@ -597,6 +608,32 @@ fn value_elem(o: &Operand, regs: &HashMap<String, RegType>) -> ValueElem {
         }
         _ => ValueElem::None,
     }
+}
+
+/// Statement index ranges `label..branch` of `f`'s backward branches (loops).
+fn loop_ranges(f: &PtxFunction<'_>) -> Vec<std::ops::Range<usize>> {
+    let labels: HashMap<&str, usize> = f
+        .statements
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| s.kind == StmtKind::Label)
+        .map(|(i, s)| (s.opcode.as_str(), i))
+        .collect();
+    let mut out = Vec::new();
+    for (j, s) in f.statements.iter().enumerate() {
+        if s.kind != StmtKind::Instruction || s.base_opcode() != "bra" {
+            continue;
+        }
+        for o in &s.operands {
+            if let Operand::Symbol(t) = o
+                && let Some(&k) = labels.get(t.as_str())
+                && k < j
+            {
+                out.push(k..j);
+            }
+        }
+    }
+    out
 }
 
 /// Parses `src` leniently and instruments it; a module that does not parse comes back
@@ -652,7 +689,8 @@ pub fn splice(
         }
         let regs = reg_types(src, k);
         let before = sites.len();
-        for s in &k.statements {
+        let loops = loop_ranges(k);
+        for (at, s) in k.statements.iter().enumerate() {
             let site = match classify(s, k.name, &regs, sites.len() as u32) {
                 Classified::Not => continue,
                 Classified::Unknown(why) => {
@@ -663,7 +701,10 @@ pub fn splice(
                     });
                     continue;
                 }
-                Classified::Site(site) => site,
+                Classified::Site(mut site) => {
+                    site.in_loop = loops.iter().any(|r| r.contains(&at));
+                    site
+                }
             };
             if !opts.wants(site.op, site.space) {
                 continue;
@@ -695,6 +736,15 @@ pub fn splice(
             let pro = blocks.prologue(k, &sites[before..]);
             if let (false, Some(body)) = (pro.is_empty(), k.body.as_ref()) {
                 edits.push((body.start + 1..body.start + 1, pro));
+            }
+            let epi = blocks.epilogue(k);
+            if !epi.is_empty() {
+                for e in k.exits() {
+                    edits.push((e.span.start..e.span.start, format!("{}\n\t", epi.trim())));
+                }
+                if let (true, Some(body)) = (super::probe::falls_off_end(k), k.body.as_ref()) {
+                    edits.push((body.end - 1..body.end - 1, format!("{}\n", epi.trim())));
+                }
             }
         } else {
             warnings.push(PassWarning {
@@ -893,6 +943,21 @@ mod tests {
             out.text
                 .contains("mov.u64 %bt_d0, sm;\n\t\tadd.s64 %bt_d0, %bt_d0, 4;")
         );
+    }
+
+    #[test]
+    fn sites_know_whether_they_repeat() {
+        let src = ".version 8.0\n.target sm_90\n.address_size 64\n.entry k(.param .u64 p)\n{\n\t.reg .pred %p<2>;\n\t.reg .b32 %r<4>;\n\t.reg .b64 %rd<3>;\n\tld.global.u32 %r1, [%rd1];\n$L__BB0_1:\n\tld.global.u32 %r2, [%rd1];\n\t@%p1 bra $L__BB0_1;\n\tst.global.u32 [%rd1], %r2;\n\t@%p1 bra $L__BB0_2;\n\tst.global.u32 [%rd2], %r2;\n$L__BB0_2:\n\tret;\n}\n";
+        let f = parse::parse(src).unwrap();
+        let out = splice(
+            src,
+            &f,
+            &ProbeModule::default(),
+            &mut Tag(MemOptions::default()),
+        )
+        .unwrap();
+        let got: Vec<bool> = out.sites.iter().map(|s| s.in_loop).collect();
+        assert_eq!(got, [false, true, false, false]);
     }
 
     #[test]

@@ -326,7 +326,7 @@ pub fn splice(
 /// Whether control can reach the `}` closing the body of `k`: its last statement is not an
 /// unguarded `ret`, `exit`, `trap` or `bra`, or a label after it is a branch target (labels
 /// nobody branches to, such as debug info's `$L__func_end0`, do not count).
-fn falls_off_end(k: &PtxFunction<'_>) -> bool {
+pub(crate) fn falls_off_end(k: &PtxFunction<'_>) -> bool {
     use parse::{Operand, StmtKind};
     let skip = |s: &&parse::PtxStatement| {
         s.kind == StmtKind::Label

@@ -74,6 +74,10 @@ pub struct MemArgs {
     /// Memory probes run at most this many times per thread and site (0: no limit).
     #[arg(long, default_value_t = 0)]
     pub sample_budget: u32,
+    /// Counting memory probes update their maps at every access, instead of summing in
+    /// registers and adding when the thread exits (use it for kernels that never exit).
+    #[arg(long)]
+    pub mem_eager: bool,
 }
 
 impl MemArgs {
@@ -86,6 +90,7 @@ impl MemArgs {
                 every: self.sample,
                 budget: self.sample_budget,
             },
+            eager: self.mem_eager,
         }
     }
 }
@@ -351,6 +356,7 @@ pub fn run(a: TraceArgs) -> Result<ExitCode> {
         mem_local: a.mem.config().local,
         sample_every: a.mem.sample,
         sample_budget: a.mem.sample_budget,
+        mem_eager: a.mem.mem_eager,
         // Copies at least as often as the prints; with prints only at exit, every second
         // (a run killed by a signal keeps what the last copy saw).
         flush_ms: match a.interval.as_millis() as u64 {
