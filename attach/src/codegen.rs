@@ -688,6 +688,10 @@ pub fn mem_prologue(sites: usize, sampling: Sampling) -> String {
 /// value captured around the instruction, the [`ebpf::MemCtx`] words the probes read, and
 /// the calls, under the instruction's guard. `site_id` is the session-wide id, `local` the
 /// site's index within its kernel (its sampling counter).
+#[expect(
+    clippy::too_many_arguments,
+    reason = "one call site; the site's ids and the kernel's sampling and slots are distinct"
+)]
 pub fn mem_block(
     kernel: &KernelSig,
     probes: &[&CompiledProbe],
