@@ -510,3 +510,32 @@ fn memory_probes_name_their_sites_by_source_line() {
     assert!(attach.iter().any(|a| a["site"] == "memory"), "{out}");
     assert!(f.assemble_loaded() >= 1);
 }
+
+#[test]
+fn mem_report_adds_its_probe_and_prints_a_report_not_its_maps() {
+    let Some(_) = shim() else {
+        return;
+    };
+    let f = fake("memreport");
+    let ptx = root().join("jit/tests/ptx_corpus/nvcc/vecadd_sm90_lineinfo.ptx");
+    let p = ptx.display().to_string();
+    let (code, out, err) = f.run_with(&["--mem-report"], &[], &["app_direct", &p, &p, "3", "1"]);
+    // The app's exit code passes through.
+    assert_eq!(code, 3, "{err}\n{out}");
+    assert!(
+        events(&out, "attach")
+            .iter()
+            .any(|a| a["probe"] == "mem_report" && a["site"] == "memory"),
+        "{out}"
+    );
+    let r = events(&out, "mem_report");
+    assert_eq!(r.len(), 1, "{out}");
+    assert!(r[0]["kernels"].is_array());
+    assert!(
+        events(&out, "map")
+            .iter()
+            .all(|m| !m["map"].as_str().unwrap_or("").starts_with("mem_report:")),
+        "{out}"
+    );
+    assert!(f.assemble_loaded() >= 1);
+}

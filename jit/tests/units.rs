@@ -243,22 +243,34 @@ fn map_helpers_are_inlined_with_word_keys() {
 
 #[test]
 fn map_counter_adds_are_warp_aggregated() {
-    // HASHCOUNT adds to the looked-up value without fetch: one `red` per group of lanes
-    // with the same address and value (the group's size times the value), a plain `red`
-    // per lane otherwise; with the option off, only the plain `red`.
+    // HASHCOUNT adds a constant to the looked-up value without fetch. Fast path: when every
+    // active lane has the same address (two shuffles and a vote), the highest lane adds the
+    // value times the lane count; otherwise one `red` per `match.any` group of lanes with
+    // the same address, a plain `red` per lane for mixed values (the value is a constant
+    // here, so it is not matched). With the option off, only the plain `red`.
     let (p, opts) = hash_opts(4, jit::AtomicScope::Gpu);
     let t = jit::compile(&p, &opts).unwrap().text();
     assert!(t.contains("activemask.b32"), "{t}");
     assert_eq!(
-        t.matches("match.any.sync.b64").count(),
+        t.matches("vote.sync.all.pred").count(),
+        2,
+        "one per site: {t}"
+    );
+    assert_eq!(
+        t.matches("shfl.sync.idx.b32").count(),
         4,
-        "2 per site, 2 sites: {t}"
+        "address only: {t}"
+    );
+    assert_eq!(
+        t.matches("match.any.sync.b64").count(),
+        2,
+        "address only, 1 per site, 2 sites: {t}"
     );
     assert!(t.contains("popc.b32") && t.contains("bfind.u32"), "{t}");
     assert_eq!(
         t.matches("red.relaxed.gpu.global.add.u64").count(),
-        4,
-        "{t}"
+        6,
+        "fast, grouped and per-lane, per site: {t}"
     );
     common::assemble(&t, "hashcount, warp-aggregated");
     assert!(!t.contains("%smid"), "not striped: {t}");

@@ -194,6 +194,86 @@ def identical_and_counted():
                    loads=loads, stores=stores, want=list(want))
 
 
+NCU_METRICS = {
+    ("load", "requests"): "l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum",
+    ("load", "sectors"): "l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum",
+    ("store", "requests"): "l1tex__t_requests_pipe_lsu_mem_global_op_st.sum",
+    ("store", "sectors"): "l1tex__t_sectors_pipe_lsu_mem_global_op_st.sum",
+}
+
+
+def ncu_compare():
+    """examples/coalescing.bpf.o against Nsight Compute: per kernel, global load and store
+    requests and sectors (atomics left out: ncu counts them apart). Within 10%."""
+    import csv, io
+    for name, cmd in (("memtest", [f"{apps}/memtest", str(1 << 16)]),
+                      ("STREAM triad 2^22, 1 launch", [f"{apps}/stream", str(1 << 22), "1"]),
+                      ("SGEMM 512^2, 1 launch", [f"{apps}/sgemm", "512", "1"])):
+        rc, o, e, _ = run(["ncu", "--clock-control", "none", "--csv", "--metrics",
+                           ",".join(NCU_METRICS.values()), *cmd], timeout=300)
+        if rc != 0:
+            record(f"ncu on {name}", False, err=(o + e)[-1500:])
+            continue
+        want = {}
+        rows = [r for r in csv.reader(io.StringIO(o)) if len(r) > 14]
+        head = rows[0] if rows else []
+        for r in rows[1:]:
+            d = dict(zip(head, r))
+            kname = d.get("Kernel Name", "")
+            base = kname.split("(")[0].split(" ")[-1]
+            for (op, what), metric in NCU_METRICS.items():
+                if d.get("Metric Name") == metric:
+                    v = float(d["Metric Value"].replace(",", "") or 0)
+                    want[(base, op, what)] = want.get((base, op, what), 0) + v
+        rc1, o1, e1, _ = run(trace([f"{carry}/coalescing.bpf.o"], cmd))
+        sites, maps, _ = parse(o1)
+        got = {}
+        for i, s in sites.items():
+            # Explicit global accesses: ncu files generic ones by where they land.
+            if s["op"] not in ("load", "store") or s["space"] != "global":
+                continue
+            kname = s["kernel"]
+            for what, m in (("requests", "requests_by_site"), ("sectors", "sectors_by_site")):
+                key = (kname, s["op"], what)
+                got[key] = got.get(key, 0) + maps.get(m, {}).get(i, 0)
+        # Match kernels by their demangled base name.
+        def base_of(mangled):
+            m = re.match(r"_Z(\d+)", mangled)
+            return mangled[len(m.group(0)):len(m.group(0)) + int(m.group(1))] if m else mangled
+        rows = []
+        ok = True
+        for (k, op, what), v in sorted(got.items()):
+            b = base_of(k)
+            n = want.get((b, op, what))
+            err = None if not n else abs(v - n) / n
+            rows.append({"kernel": b, "op": op, "what": what, "probe": v, "ncu": n, "rel_err": err})
+            if n is None or (n > 0 and err > 0.10) or (n == 0 and v != 0):
+                ok = False
+        record(f"coalescing probe vs ncu on {name} (requests and sectors within 10%)", ok and bool(rows), rows=rows)
+        results[-1]["rows"] = rows
+        for r in rows:
+            print(f"   {r['kernel']:10} {r['op']:5} {r['what']:8} probe {r['probe']:>12} ncu {r['ncu']}", flush=True)
+
+
+def mem_report_check():
+    """`trace --mem-report` on STREAM triad: bytes and sectors per request from the report."""
+    n = 1 << 22
+    cmd = [f"{apps}/stream", str(n), "1"]
+    rc, o, e, _ = run([B, "trace", "--json", "--interval", "0", "--shim", SHIM, "--mem-report", "--", *cmd])
+    rep = [v for v in (json.loads(l) for l in o.splitlines() if l.startswith("{"))
+           if v.get("event") == "mem_report"]
+    tot = rep[0]["kernels"][0]["total"] if rep and rep[0]["kernels"] else {}
+    want = {"loaded": 8 * n, "stored": 4 * n, "load_requests": n // 16, "load_sectors": n // 4,
+            "store_requests": n // 32, "store_sectors": n // 8, "accesses": 3 * n}
+    bad = {k: (tot.get(k), v) for k, v in want.items() if tot.get(k) != v}
+    record("--mem-report on STREAM triad: bytes, requests and sectors", rc == 0 and not bad,
+           mismatches=bad, err=e[-1500:])
+    for name, c in (("stream", cmd), ("memtest", [f"{apps}/memtest", str(1 << 16)])):
+        rc, o, e, _ = run([B, "trace", "--interval", "0", "--quiet", "--shim", SHIM, "--mem-report", "--", *c])
+        open(os.path.join(out, f"mem_report_{name}.txt"), "w").write(o + e)
+        print(o[-3000:], flush=True)
+
+
 def bench():
     REPS = 5
     configs = {
@@ -241,6 +321,10 @@ what = sys.argv[2] if len(sys.argv) > 2 else "all"
 if what in ("all", "tests"):
     memtest()
     identical_and_counted()
+    ncu_compare()
+    mem_report_check()
+if what == "report":
+    mem_report_check()
 rows = bench() if what in ("all", "bench") else []
 json.dump({"tests": results, "failures": failures, "bench": rows}, open(os.path.join(out, "mem.json"), "w"), indent=1)
 print(f"{failures} failures", flush=True)

@@ -1561,11 +1561,19 @@ fn warp_aggregated_add(
         f.push("add.s64", [a.into(), a.into(), o.into()]);
     }
     let agg = aggregated_add_text(red, &at, &vt, w32, uniform_value);
-    if defer {
-        f.body.push(Stmt::Raw(format!("{agg}\n\t// @bt_defer_end")));
+    // A block that reads `a` and `v` and writes nothing of the function's (its result
+    // register is a fresh one nobody reads), so the printer's ctx analysis sees through it.
+    let text = if defer {
+        format!("{agg}\n\t// @bt_defer_end\n")
     } else {
-        f.body.push(Stmt::Raw(agg));
-    }
+        format!("{agg}\n")
+    };
+    let unused = f.reg(RegClass::B64);
+    f.body.push(Stmt::Inline {
+        text,
+        args: vec![a, v],
+        ret: unused,
+    });
 }
 
 /// The text of a warp-aggregated `red` of `val` (a `.b32` register when `w32`, else `.b64`)
@@ -1592,6 +1600,11 @@ pub fn aggregated_add_text(
             "cvt.u64.u32 %wd2, %wr7;\n\tmul.lo.s64 %wd2, %wd2, ",
             "%wd2",
         )
+    };
+    let match_v = if uniform_value {
+        "mov.b32 %wr3, %wr2;".to_string()
+    } else {
+        format!("match.any.sync.{vb} %wr3, {vt}, %wr0;")
     };
     let same_v = if uniform_value {
         "setp.eq.u32 %wp1, %wr0, %wr0;".to_string()
@@ -1626,7 +1639,7 @@ pub fn aggregated_add_text(
 \tbra.uni $Lwend;
 $Lwslow:
 \tmatch.any.sync.b64 %wr2, {at}, %wr0;
-\tmatch.any.sync.{vb} %wr3, {vt}, %wr0;
+\t{match_v}
 \tand.b32 %wr3, %wr3, %wr2;
 \tsetp.eq.b32 %wp0, %wr3, %wr2;
 \tbfind.u32 %wr4, %wr2;
