@@ -533,6 +533,113 @@ impl Sampling {
     }
 }
 
+/// The `--mem-trace` record of one access ([`crate::shim::memtrace::Record`]): the lanes
+/// that make it (the guard's, thinned by sampling: `pred`) reserve their slots with one
+/// atomic from the lowest of them, and write a record each if the ring has room; lanes
+/// without room are counted in the drops. Never waits.
+pub fn trace_block(
+    site: &jit::passes::mem::MemSite,
+    site_id: u32,
+    addr: &str,
+    pred: Option<&(String, bool)>,
+    t: crate::instrument::TraceRing,
+) -> String {
+    let space = site.space.code().unwrap_or(0);
+    let info = site.size.min(63) | site.op.code() << 6 | space << 8;
+    let p = match pred {
+        Some((g, true)) => format!("!{g}"),
+        Some((g, false)) => g.clone(),
+        None => String::new(),
+    };
+    let part = if p.is_empty() {
+        "\tmov.b32 %tt1, %tt0;".to_string()
+    } else {
+        format!("\tvote.sync.ballot.b32 %tt1, {p}, %tt0;")
+    };
+    let (ctl, ring) = (t.ctl as i64, t.ring as i64);
+    // Each SM's sub-ring.
+    let sub = (t.cap / crate::shim::memtrace::STRIPES).max(1) as i64;
+    format!(
+        "\t\t{{ // bpftime-super: --mem-trace record
+\t.reg .pred %tp<4>;
+\t.reg .b32 %tt<16>;
+\t.reg .b64 %td<8>;
+\tactivemask.b32 %tt0;
+{part}
+\tsetp.eq.u32 %tp3, %tt1, 0;
+\t@%tp3 bra $__bt_tdone;
+\tmov.u32 %tt2, %lanemask_lt;
+\tand.b32 %tt2, %tt2, %tt1;
+\tpopc.b32 %tt3, %tt2;
+\tpopc.b32 %tt4, %tt1;
+\tneg.s32 %tt5, %tt1;
+\tand.b32 %tt5, %tt5, %tt1;
+\tbfind.u32 %tt5, %tt5;
+\tmov.u32 %tt6, %laneid;
+\tsetp.eq.u32 %tp0, %tt6, %tt5;
+\tmov.u32 %tt7, %lanemask_eq;
+\tand.b32 %tt7, %tt7, %tt1;
+\tsetp.ne.u32 %tp2, %tt7, 0;
+\tcvt.u64.u32 %td0, %tt4;
+\tmov.u64 %td1, 0;
+\tmov.u64 %td2, 0;
+\tmov.u32 %tt11, %smid;
+\tand.b32 %tt11, %tt11, {smask};
+\tmul.wide.u32 %td6, %tt11, {ctl_stride};
+\tmul.wide.u32 %td7, %tt11, {ring_stride};
+\tadd.s64 %td6, %td6, {ctl};
+\tadd.s64 %td7, %td7, {ring};
+\t@%tp0 atom.relaxed.gpu.global.add.u64 %td1, [%td6], %td0;
+\t@%tp0 ld.relaxed.gpu.global.u64 %td2, [%td6+{tail}];
+\tmov.b64 {{%tt8, %tt9}}, %td1;
+\tshfl.sync.idx.b32 %tt8, %tt8, %tt5, 31, %tt0;
+\tshfl.sync.idx.b32 %tt9, %tt9, %tt5, 31, %tt0;
+\tmov.b64 %td1, {{%tt8, %tt9}};
+\tmov.b64 {{%tt8, %tt9}}, %td2;
+\tshfl.sync.idx.b32 %tt8, %tt8, %tt5, 31, %tt0;
+\tshfl.sync.idx.b32 %tt9, %tt9, %tt5, 31, %tt0;
+\tmov.b64 %td2, {{%tt8, %tt9}};
+\tcvt.u64.u32 %td3, %tt3;
+\tadd.s64 %td3, %td1, %td3;
+\tsub.s64 %td4, %td3, %td2;
+\tsetp.lt.u64 %tp1, %td4, {cap};
+\tand.pred %tp1, %tp1, %tp2;
+\tvote.sync.ballot.b32 %tt10, %tp1, %tt0;
+\txor.b32 %tt10, %tt10, %tt1;
+\tpopc.b32 %tt10, %tt10;
+\tsetp.ne.and.u32 %tp3, %tt10, 0, %tp0;
+\tcvt.u64.u32 %td5, %tt10;
+\t@%tp3 red.relaxed.gpu.global.add.u64 [%td6+{drops}], %td5;
+\t@!%tp1 bra $__bt_tdone;
+\tand.b64 %td5, %td3, {mask};
+\tshl.b64 %td5, %td5, 5;
+\tadd.s64 %td5, %td5, %td7;
+\tst.global.v2.u64 [%td5], {{{addr}, %td3}};
+\tmov.u32 %tt11, %tid.x;
+\tand.b32 %tt11, %tt11, 1023;
+\tshl.b32 %tt11, %tt11, 10;
+\tmov.u32 %tt12, %tid.y;
+\tand.b32 %tt12, %tt12, 1023;
+\tshl.b32 %tt12, %tt12, 20;
+\tor.b32 %tt11, %tt11, %tt12;
+\tor.b32 %tt11, %tt11, {info};
+\tmov.u32 %tt13, %ctaid.x;
+\tcvt.u32.u64 %tt14, %td3;
+\tmov.u32 %tt15, {site_id};
+\tst.global.v4.u32 [%td5+16], {{%tt15, %tt11, %tt13, %tt14}};
+$__bt_tdone:
+\t\t}}
+",
+        tail = crate::shim::memtrace::CTL_TAIL,
+        drops = crate::shim::memtrace::CTL_DROPS,
+        mask = sub - 1,
+        cap = sub,
+        smask = crate::shim::memtrace::STRIPES - 1,
+        ctl_stride = crate::shim::memtrace::CTL_BYTES,
+        ring_stride = sub * crate::shim::memtrace::RECORD as i64,
+    )
+}
+
 /// Most deferred-add slots (two `.b64` registers each, live through the kernel) one
 /// kernel gets; sites past them add at once.
 pub const MAX_DEFER_SLOTS: usize = 16;
@@ -690,7 +797,7 @@ pub fn mem_prologue(sites: usize, sampling: Sampling) -> String {
 /// site's index within its kernel (its sampling counter).
 #[expect(
     clippy::too_many_arguments,
-    reason = "one call site; the site's ids and the kernel's sampling and slots are distinct"
+    reason = "one call site; the site's ids, the kernel's sampling, slots and trace are distinct"
 )]
 pub fn mem_block(
     kernel: &KernelSig,
@@ -701,6 +808,7 @@ pub fn mem_block(
     uid: u32,
     sampling: Sampling,
     deferred: &mut Deferred,
+    trace: Option<crate::instrument::TraceRing>,
 ) -> jit::passes::mem::MemBlock {
     use ebpf::MemCtx;
     use jit::passes::mem::{MemBlock, MemSpace, Regs};
@@ -716,8 +824,10 @@ pub fn mem_block(
         t.push('\n');
     };
     let generic = site.space == MemSpace::Generic;
-    let need_addr =
-        wants(MemCtx::ADDR) || wants(MemCtx::WARP) || (generic && wants(MemCtx::SPACE_SITE));
+    let need_addr = wants(MemCtx::ADDR)
+        || wants(MemCtx::WARP)
+        || (generic && wants(MemCtx::SPACE_SITE))
+        || trace.is_some();
     let a = regs.d();
     if need_addr {
         before.push_str(&site.address_into(&a, &mut regs));
@@ -912,6 +1022,9 @@ pub fn mem_block(
             None => line(&mut after, &format!("mov.pred {p}, {take};")),
         }
         pred = Some((p, false));
+    }
+    if let Some(t) = trace {
+        after.push_str(&trace_block(site, site_id, &a, pred.as_ref(), t));
     }
     fill.sort_by_key(|(o, _)| *o);
     let ctx = format!("__bpftime_mctx{uid}");

@@ -83,6 +83,19 @@ pub struct MemConfig {
     /// ([`codegen::Deferred`]): every access updates memory at once, so a kernel that never
     /// exits (a persistent one) still shows its counts.
     pub eager: bool,
+    /// Every probed access also appends a record to this device ring (`--mem-trace`).
+    pub trace: Option<TraceRing>,
+}
+
+/// Where memory-trace records go on the device ([`crate::shim::memtrace`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TraceRing {
+    /// Device address of the ring of 32-byte records.
+    pub ring: u64,
+    /// Device address of its control block (head, tail, drops).
+    pub ctl: u64,
+    /// Records it holds (a power of two).
+    pub cap: u64,
 }
 
 /// One probe attached to one kernel site.
@@ -293,7 +306,8 @@ impl Instrumenter {
         for k in file.kernels() {
             report.kernels.push(k.name.to_string());
             let ids: Vec<usize> = self.probes.matching(k.name).map(|(i, _)| i).collect();
-            if !ids.is_empty() {
+            // `--mem-trace` records every kernel's accesses, probes or not.
+            if !ids.is_empty() || self.mem.trace.is_some() {
                 wanted.insert(k.name.to_string(), ids);
             }
         }
@@ -317,7 +331,7 @@ impl Instrumenter {
                 )),
             }
         }
-        if compiled.is_empty() {
+        if compiled.is_empty() && self.mem.trace.is_none() {
             return Outcome::Unchanged(report);
         }
         let is_mem = |i: &usize| compiled.get(i).is_some_and(|c| c.site == SiteKind::Memory);
@@ -335,7 +349,7 @@ impl Instrumenter {
         // Memory sites first: the entry/exit splice then runs on the wrapped text (its
         // blocks hold no access, and the memory blocks no `ret`).
         let mut owned: Option<String> = None;
-        if wanted.values().flatten().any(is_mem) {
+        if wanted.values().flatten().any(is_mem) || self.mem.trace.is_some() {
             match self.mem_pass(src, &file, &wanted, &compiled, mem_text, &mut report) {
                 Some(t) => owned = Some(t),
                 None if !wanted.values().flatten().any(|i| !is_mem(i)) => {
@@ -364,7 +378,9 @@ impl Instrumenter {
         };
         if !wanted.values().flatten().any(|i| !is_mem(i)) {
             return match owned {
-                Some(ptx) if !report.attached.is_empty() => Outcome::Instrumented { ptx, report },
+                Some(ptx) if !report.attached.is_empty() || !report.sites.is_empty() => {
+                    Outcome::Instrumented { ptx, report }
+                }
                 _ => Outcome::Unchanged(report),
             };
         }
@@ -407,7 +423,7 @@ impl Instrumenter {
                         Some(k) => format!("{k}: line {}: {}", w.line, w.what),
                         None => format!("line {}: {}", w.line, w.what),
                     }));
-                if report.attached.is_empty() {
+                if report.attached.is_empty() && report.sites.is_empty() {
                     Outcome::Unchanged(report)
                 } else {
                     Outcome::Instrumented {
@@ -615,7 +631,12 @@ impl jit::passes::mem::MemBlocks for MemBlocksFor<'_> {
             slots: Vec::new(),
             enabled: !self.mem.eager,
         };
-        let mut any: Option<jit::passes::mem::MemOptions> = None;
+        let mut any: Option<jit::passes::mem::MemOptions> =
+            self.mem.trace.map(|_| jit::passes::mem::MemOptions {
+                shared: self.mem.shared,
+                local: self.mem.local,
+                ..Default::default()
+            });
         for (i, _) in self.mem_probes(kernel.name) {
             let o = self.options_of(i);
             any = Some(match any {
@@ -656,7 +677,7 @@ impl jit::passes::mem::MemBlocks for MemBlocksFor<'_> {
             })
             .map(|(_, c)| c)
             .collect();
-        if probes.is_empty() {
+        if probes.is_empty() && self.mem.trace.is_none() {
             return None;
         }
         let local = self.local;
@@ -670,6 +691,7 @@ impl jit::passes::mem::MemBlocks for MemBlocksFor<'_> {
             uid,
             self.mem.sampling,
             &mut self.deferred,
+            self.mem.trace,
         ))
     }
 

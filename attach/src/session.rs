@@ -70,6 +70,12 @@ pub struct SessionConfig {
     /// the kernel exits.
     #[serde(default)]
     pub mem_eager: bool,
+    /// Stream every probed access to this file (`trace --mem-trace`).
+    #[serde(default)]
+    pub mem_trace: Option<String>,
+    /// Records the device ring of `mem_trace` holds.
+    #[serde(default)]
+    pub mem_trace_records: u64,
 }
 
 impl SessionConfig {
@@ -83,6 +89,7 @@ impl SessionConfig {
                 budget: self.sample_budget,
             },
             eager: self.mem_eager,
+            trace: None,
         }
     }
 }
@@ -162,6 +169,13 @@ pub enum ReportLine {
     Sites {
         /// The sites, by id.
         sites: Vec<crate::instrument::MemSiteInfo>,
+    },
+    /// The memory trace is complete.
+    MemTrace {
+        /// Records written to the file.
+        records: u64,
+        /// Records dropped because the device ring was full.
+        dropped: u64,
     },
     /// Something the user should know.
     Warning {

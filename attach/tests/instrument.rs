@@ -305,6 +305,7 @@ fn memory_options_pick_spaces_and_sampling_adds_counters() {
             budget: 100,
         },
         eager: false,
+        trace: None,
     });
     let o = shared.ptx(&src);
     let s = o.report().sites.len();
@@ -314,4 +315,43 @@ fn memory_options_pick_spaces_and_sampling_adds_counters() {
     };
     assert!(ptx.contains(".reg .b32 %bt_sc<") && ptx.contains("rem.u32"));
     assemble(ptx, "sgemm_tiled_sm80 sampled");
+}
+
+#[test]
+fn mem_trace_records_every_access_without_probes() {
+    // `--mem-trace` with no probe object: every kernel's global accesses get a record block
+    // (a reservation per warp, a bounded write), and the PTX assembles.
+    let p = ProbeSet::default();
+    let b = attach::session::placeholder_bindings(&p, 0x7f00_0000_0000, 1024);
+    let ring = attach::instrument::TraceRing {
+        ring: 0x7e00_0000_0000,
+        ctl: 0x7d00_0000_0000,
+        cap: 1 << 20,
+    };
+    let inst = Instrumenter::new(Arc::new(p), b, 90, 1).with_mem(attach::instrument::MemConfig {
+        trace: Some(ring),
+        ..Default::default()
+    });
+    for f in [
+        "nvcc/sgemm_sm90.ptx",
+        "nvcc/vecadd_sm90_lineinfo.ptx",
+        "triton/softmax_kernel.ptx",
+    ] {
+        let path = root().join("jit/tests/ptx_corpus").join(f);
+        let Ok(src) = std::fs::read_to_string(&path) else {
+            continue;
+        };
+        let parsed = jit::ptx::parse::parse(&src).unwrap();
+        let want: usize = parsed.kernels().map(expected_sites).sum();
+        let o = inst.ptx(&src);
+        let Outcome::Instrumented { ptx, report } = &o else {
+            panic!("{f}: {:?}", o.report());
+        };
+        assert_eq!(report.sites.len(), want, "{f}");
+        assert_eq!(ptx.matches("--mem-trace record").count(), want, "{f}");
+        // The index is masked to the SM's sub-ring: no record lands outside the ring.
+        let sub = (1u64 << 20) / attach::shim::memtrace::STRIPES;
+        assert!(ptx.contains(&format!("and.b64 %td5, %td3, {};", sub - 1)));
+        assemble(ptx, &format!("trace-{}", f.replace('/', "-")));
+    }
 }

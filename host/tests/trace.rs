@@ -539,3 +539,53 @@ fn mem_report_adds_its_probe_and_prints_a_report_not_its_maps() {
     );
     assert!(f.assemble_loaded() >= 1);
 }
+
+#[test]
+fn mem_trace_writes_a_file_and_reports_drops() {
+    // The fake launch adds 1 at offset 128 of every 256-byte block of every allocation: in
+    // each of the 128 per-SM control blocks that is the drop counter, so two launches read
+    // as 256 dropped records, and no record was reserved (heads stay 0). The ring is
+    // rounded up to 1024 records per SM. The file gets its header,
+    // the site table its sites, and `memtrace` reads both.
+    let Some(_) = shim() else {
+        return;
+    };
+    let f = fake("memtrace");
+    let ptx = root().join("jit/tests/ptx_corpus/nvcc/vecadd_sm90_lineinfo.ptx");
+    let p = ptx.display().to_string();
+    let file = f.dir.join("trace.bin");
+    let fs = file.display().to_string();
+    let (code, out, err) = f.run_with(
+        &["--mem-trace", &fs, "--mem-trace-records", "4096"],
+        &[],
+        &["app_direct", &p, &p, "0", "2"],
+    );
+    assert_eq!(code, 0, "{err}\n{out}");
+    let done = events(&out, "mem_trace");
+    assert_eq!(done.len(), 1, "{out}");
+    assert_eq!(
+        (done[0]["records"].as_u64(), done[0]["dropped"].as_u64()),
+        (Some(0), Some(256)),
+        "{out}"
+    );
+    let bytes = std::fs::read(&file).unwrap();
+    assert_eq!(&bytes[..8], b"BPFTMTR1");
+    let calls = f.calls();
+    assert!(
+        calls
+            .iter()
+            .any(|c| c == &format!("cuMemAlloc {}", 128 * 1024 * 32)),
+        "{calls:#?}"
+    );
+    let sites: Vec<serde_json::Value> =
+        serde_json::from_slice(&std::fs::read(format!("{fs}.sites.json")).unwrap()).unwrap();
+    assert!(sites.len() >= 3, "{sites:?}");
+    let o = Command::new(bin())
+        .args(["memtrace", "--json", &fs])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["records"], 0);
+    assert!(f.assemble_loaded() >= 1);
+}

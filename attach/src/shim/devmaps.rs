@@ -86,6 +86,8 @@ struct DeviceMaps {
     mirrors: Vec<Mirror>,
     /// False once the context is gone (or going): nothing is copied any more.
     live: bool,
+    /// `--mem-trace`'s ring, drained with every copy.
+    trace: Option<super::memtrace::Ring>,
 }
 
 static MAPS: Mutex<Option<DeviceMaps>> = Mutex::new(None);
@@ -125,7 +127,8 @@ pub fn create(
     striped: impl Fn(u64) -> bool,
     dev: c_int,
     period: Duration,
-) -> Result<(usize, usize), String> {
+    trace: Option<(String, u64)>,
+) -> Result<(usize, usize, Option<crate::instrument::TraceRing>), String> {
     // SAFETY: each function pointer is the real driver entry of that name and signature;
     // the pointers passed are live locals or region bytes of `len` (checked by `to_host`).
     unsafe {
@@ -223,9 +226,27 @@ pub fn create(
             undo(&mirrors);
             return Err(e);
         }
+        let ring = match trace {
+            Some((path, cap)) => match super::memtrace::Ring::create(&path, cap, stream) {
+                Ok(r) => Some(r),
+                Err(e) => {
+                    super::hooks::report(&[crate::session::ReportLine::Warning {
+                        what: format!("--mem-trace: {e}; no trace"),
+                    }]);
+                    None
+                }
+            },
+            None => None,
+        };
+        let target = ring.as_ref().map(|r| crate::instrument::TraceRing {
+            ring: r.ring,
+            ctl: r.ctl,
+            cap: r.cap,
+        });
         let n = (
             mirrors.len(),
             mirrors.iter().filter(|m| m.stripes > 1).count(),
+            target,
         );
         if let Ok(mut g) = MAPS.lock() {
             *g = Some(DeviceMaps {
@@ -234,6 +255,7 @@ pub fn create(
                 stream: stream as usize,
                 mirrors,
                 live: true,
+                trace: ring,
             });
         }
         libc::atexit(at_exit);
@@ -292,6 +314,9 @@ fn copy_out(m: &mut DeviceMaps) {
                 dtoh(x.host as *mut c_void, x.dev, x.len, stream);
             }
         }
+        if let Some(t) = m.trace.as_mut() {
+            t.drain(stream);
+        }
         if sync(stream) == CUDA_SUCCESS {
             for x in &m.mirrors {
                 if x.stripes > 1 {
@@ -322,9 +347,20 @@ extern "C" fn at_exit() {
         if let Ok(mut g) = MAPS.lock()
             && let Some(m) = g.as_mut()
         {
+            trace_done(m);
             m.live = false;
         }
     });
+}
+
+/// Reports the trace's totals once, when the last drain has run.
+fn trace_done(m: &mut DeviceMaps) {
+    if let Some(t) = m.trace.take() {
+        super::hooks::report(&[crate::session::ReportLine::MemTrace {
+            records: t.written,
+            dropped: t.drops,
+        }]);
+    }
 }
 
 /// Before the context `ctx` (or the primary context of `dev`) is destroyed: the last copy,
@@ -336,6 +372,7 @@ pub fn before_teardown(ctx: Option<Handle>, dev: Option<c_int>) -> bool {
         m.live && (ctx.is_some_and(|c| c as usize == m.ctx) || dev.is_some_and(|d| d == m.dev));
     if ours {
         copy_out(m);
+        trace_done(m);
         m.live = false;
     }
     ours

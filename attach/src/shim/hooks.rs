@@ -39,7 +39,7 @@ fn state() -> Option<&'static State> {
     STATE.get_or_init(init).as_ref()
 }
 
-fn report(lines: &[ReportLine]) {
+pub(crate) fn report(lines: &[ReportLine]) {
     if let Some(st) = STATE.get().and_then(|s| s.as_ref()) {
         let _ = session::append_report(&st.config.report, lines);
     }
@@ -103,6 +103,11 @@ pub fn error_chain(e: &dyn std::error::Error) -> String {
 }
 
 impl State {
+    /// Whether modules get instrumented: there are probes, or a memory trace.
+    fn active(&self) -> bool {
+        !self.probes.is_empty() || self.config.mem_trace.is_some()
+    }
+
     /// The instrumenter for the current context's device, set up on first use: the region
     /// registered with CUDA, the maps bound at their device addresses.
     fn instrumenter(&self) -> Option<&Instrumenter> {
@@ -151,6 +156,12 @@ impl State {
             check(devptr(&mut d, base, 0), "cuMemHostGetDevicePointer")?;
             let mut bindings =
                 session::bindings(region, &self.probes, d).map_err(|e| e.to_string())?;
+            let mut traced: Option<crate::instrument::TraceRing> = None;
+            if self.config.mem_trace.is_some() && !self.config.device_maps {
+                report(&[ReportLine::Warning {
+                    what: "--mem-trace needs device maps (not --maps host): no trace".into(),
+                }]);
+            }
             if self.config.device_maps {
                 let spans = session::map_spans(region, &self.probes);
                 let host_base = region.base().as_ptr() as usize;
@@ -171,12 +182,20 @@ impl State {
                     .filter_map(|(i, name)| bindings.get(i)?.get(name).map(|b| b.base_addr))
                     .collect();
                 let striped = |addr: u64| counters.contains(&addr);
-                match super::devmaps::create(&mut bindings, to_host, striped, dev, period) {
-                    Ok((maps, striped)) => report(&[ReportLine::DeviceMaps {
-                        maps,
-                        striped,
-                        flush_ms: self.config.flush_ms,
-                    }]),
+                let trace = self
+                    .config
+                    .mem_trace
+                    .clone()
+                    .map(|p| (p, self.config.mem_trace_records.max(1)));
+                match super::devmaps::create(&mut bindings, to_host, striped, dev, period, trace) {
+                    Ok((maps, striped, ring)) => {
+                        report(&[ReportLine::DeviceMaps {
+                            maps,
+                            striped,
+                            flush_ms: self.config.flush_ms,
+                        }]);
+                        traced = ring;
+                    }
                     Err(e) => {
                         // Fall back to the host-mapped region the bindings already name.
                         bindings = session::bindings(region, &self.probes, d)
@@ -195,7 +214,10 @@ impl State {
                 (major * 10 + minor) as u32,
                 std::process::id(),
             )
-            .with_mem(self.config.mem()))
+            .with_mem(crate::instrument::MemConfig {
+                trace: traced,
+                ..self.config.mem()
+            }))
         }
     }
 
@@ -320,7 +342,7 @@ unsafe fn image_of<'a>(image: *const c_void) -> Option<&'a [u8]> {
 /// As [`image_of`].
 unsafe fn replacement(call: &str, image: *const c_void) -> Option<Arc<CString>> {
     let st = state()?;
-    if st.probes.is_empty() {
+    if !st.active() {
         return None;
     }
     guarded(call, || {
@@ -336,7 +358,7 @@ unsafe fn replacement(call: &str, image: *const c_void) -> Option<Arc<CString>> 
 /// `path` is NUL-terminated.
 unsafe fn file_replacement(call: &str, path: *const c_char) -> Option<Arc<CString>> {
     let st = state()?;
-    if st.probes.is_empty() || path.is_null() {
+    if !st.active() || path.is_null() {
         return None;
     }
     guarded(call, || {
@@ -659,7 +681,7 @@ pub unsafe extern "C" fn link_add_data(
         if (kind == driver::CU_JIT_INPUT_PTX || kind == driver::CU_JIT_INPUT_FATBINARY)
             && !data.is_null()
             && let Some(st) = self::state()
-            && !st.probes.is_empty()
+            && st.active()
         {
             let bytes = std::slice::from_raw_parts(data as *const u8, size);
             if let Some(ptx) = guarded("cuLinkAddData", || st.instrument("cuLinkAddData", bytes)) {
@@ -752,7 +774,7 @@ pub unsafe extern "C" fn nvjitlink_add_data(
         if (kind == driver::NVJITLINK_INPUT_PTX || kind == driver::NVJITLINK_INPUT_FATBIN || is_ptx)
             && !data.is_null()
             && let Some(st) = self::state()
-            && !st.probes.is_empty()
+            && st.active()
             && let Some(ptx) = guarded("nvJitLinkAddData", || {
                 st.instrument("nvJitLinkAddData", bytes)
             })
@@ -774,7 +796,7 @@ pub unsafe extern "C" fn nvjitlink_add_data(
             && kind != driver::NVJITLINK_INPUT_FATBIN
             && !is_ptx
             && let Some(st) = self::state()
-            && !st.probes.is_empty()
+            && st.active()
         {
             report(&[ReportLine::Warning {
                 what: format!(

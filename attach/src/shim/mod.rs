@@ -15,3 +15,4 @@
 pub mod devmaps;
 pub mod driver;
 pub mod hooks;
+pub mod memtrace;

@@ -9,6 +9,7 @@
 //! | `jit`     | translate a program to PTX, or a cubin through the CUDA driver |
 //! | `instrument` | splice probes into a GPU image offline; print what went where |
 //! | `trace`   | run a CUDA program with GPU kernel probes; print their maps live |
+//! | `memtrace` | read a memory trace from `trace --mem-trace`: per-site lines, reuse distances |
 //! | `run --persistent` | start the service                                    |
 //! | `load`, `unload`, `replace`, `list` | manage a running service's programs  |
 //! | `submit`  | run an offload job through the shared-memory queue            |
@@ -22,6 +23,7 @@ mod exec;
 mod inspect;
 mod instrument;
 mod jit;
+mod memtrace;
 mod service;
 mod trace;
 mod verify;
@@ -67,6 +69,8 @@ pub enum Command {
     Instrument(instrument::InstrumentArgs),
     /// Run a CUDA program with GPU kernel probes attached; print their maps live.
     Trace(trace::TraceArgs),
+    /// Read a memory trace written by `trace --mem-trace FILE`.
+    Memtrace(memtrace::MemtraceArgs),
     /// Start the service (`run --persistent`).
     Run(service::RunArgs),
     /// Verify and install a program in a running service.
@@ -103,6 +107,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Jit(a) => jit::run(a),
         Command::Instrument(a) => instrument::run(a),
         Command::Trace(a) => trace::run(a),
+        Command::Memtrace(a) => memtrace::run(a),
         Command::Run(a) => service::run(a),
         Command::Load(a) => service::load(a),
         Command::Unload(a) => service::unload(a),

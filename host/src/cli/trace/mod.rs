@@ -65,6 +65,15 @@ pub struct TraceArgs {
     /// memory-bound kernel).
     #[arg(long)]
     mem_report: bool,
+    /// Stream a record of every global access of every kernel with PTX (address, size, op,
+    /// site, block, thread) to FILE, through a ring in GPU memory drained every --interval;
+    /// when the ring is full, records are dropped and counted, never waited for. Read it
+    /// with `bpftime-super memtrace FILE` (the site table goes to FILE.sites.json).
+    #[arg(long, value_name = "FILE")]
+    mem_trace: Option<PathBuf>,
+    /// Records the device ring of --mem-trace holds (32 bytes each; a power of two).
+    #[arg(long, default_value_t = 1 << 22)]
+    mem_trace_records: u64,
 }
 
 /// Options of memory probes (`memprobe/…`), shared by `trace` and `instrument`.
@@ -97,6 +106,7 @@ impl MemArgs {
                 budget: self.sample_budget,
             },
             eager: self.mem_eager,
+            trace: None,
         }
     }
 }
@@ -252,6 +262,9 @@ impl Trace {
                 ReportLine::Sites { sites } if !self.quiet => {
                     eprintln!("{} memory sites instrumented", sites.len())
                 }
+                ReportLine::MemTrace { records, dropped } => eprintln!(
+                    "memory trace: {records} records written, {dropped} dropped (the device ring was full)"
+                ),
                 ReportLine::Warning { what } => eprintln!("warning: {what}"),
                 ReportLine::DeviceMaps {
                     maps,
@@ -300,7 +313,7 @@ impl Trace {
                                 &self.sites,
                             )
                         } else {
-                            print::key_text(k, &self.kernels)
+                            print::key_for(short, k, &self.kernels)
                         };
                         serde_json::json!({
                             "key": key,
@@ -392,6 +405,15 @@ pub fn run(a: TraceArgs) -> Result<ExitCode> {
     let shim = find_shim(a.shim.as_deref())?;
     let report = std::env::temp_dir().join(format!("bpftime-trace-{pid}.jsonl"));
     let _ = std::fs::remove_file(&report);
+    // The shim writes the trace: an absolute path, created (empty) here so a bad path
+    // fails before the app starts.
+    let mem_trace = match &a.mem_trace {
+        Some(p) => {
+            std::fs::File::create(p).with_context(|| format!("--mem-trace {}", p.display()))?;
+            Some(std::fs::canonicalize(p).unwrap_or_else(|_| p.clone()))
+        }
+        None => None,
+    };
     let objects: Vec<String> = progs
         .iter()
         .map(|p| {
@@ -413,6 +435,8 @@ pub fn run(a: TraceArgs) -> Result<ExitCode> {
         sample_every: a.mem.sample,
         sample_budget: a.mem.sample_budget,
         mem_eager: a.mem.mem_eager,
+        mem_trace: mem_trace.as_ref().map(|p| p.display().to_string()),
+        mem_trace_records: a.mem_trace_records,
         // Copies at least as often as the prints; with prints only at exit, every second
         // (a run killed by a signal keeps what the last copy saw).
         flush_ms: match a.interval.as_millis() as u64 {
@@ -489,6 +513,13 @@ pub fn run(a: TraceArgs) -> Result<ExitCode> {
     t.drain_report();
     t.print_maps(true);
     t.mem_report();
+    if let Some(p) = &mem_trace {
+        let table: Vec<&attach::instrument::MemSiteInfo> = t.sites.values().collect();
+        let path = PathBuf::from(format!("{}.sites.json", p.display()));
+        if let Err(e) = std::fs::write(&path, serde_json::to_vec(&table).unwrap_or_default()) {
+            eprintln!("warning: cannot write {}: {e}", path.display());
+        }
+    }
     for (i, p) in probes.probes.iter().enumerate() {
         if !t.matched[i] {
             let what = format!(

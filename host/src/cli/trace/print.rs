@@ -9,7 +9,7 @@
 //! | ring buffer | each record drained since the last print, as hex |
 //! | array or hash whose name contains `site` | one line per memory site, sorted by source location: `@name[file:line kernel opcode]: value` |
 //!
-//! Keys: an 8-byte key (or the first 8 bytes of a larger key) equal to a kernel's
+//! Keys: an 8-byte key of a map whose name contains `page` or `addr` prints in hex; an 8-byte key (or the first 8 bytes of a larger key) equal to a kernel's
 //! `kernel_id` prints as the kernel's demangled name (without its parameter list);
 //! printable NUL-terminated bytes print as a string; other keys as their little-endian
 //! u64 (or u32) words. Values: u64 words.
@@ -102,6 +102,15 @@ pub fn sum_value_sets(
         .collect()
 }
 
+/// A key of map `name`, for humans: an 8-byte key of a map whose name contains `page` or
+/// `addr` is an address, in hex; otherwise [`key_text`].
+pub fn key_for(name: &str, k: &[u8], kernels: &KernelNames) -> String {
+    if k.len() == 8 && (name.contains("page") || name.contains("addr")) {
+        return format!("{:#x}", words(k)[0]);
+    }
+    key_text(k, kernels)
+}
+
 /// A key, for humans.
 pub fn key_text(k: &[u8], kernels: &KernelNames) -> String {
     if k.len() >= 8 {
@@ -182,13 +191,14 @@ fn bar(count: u64, max: u64) -> String {
     format!("|{}{}|", "@".repeat(n), " ".repeat(52 - n))
 }
 
-/// A site id's label: `file:line kernel opcode` (`ptx:<line>` without line info).
+/// A site id's label: `file:line kernel opcode #id` (`ptx:<line>` without line info; the id
+/// tells apart several accesses of one line).
 pub fn site_text(id: u32, sites: &SiteNames) -> String {
     match sites.get(&id) {
         Some(s) => {
             let k = attach::probes::demangle(&s.kernel);
             let k = k.split_once('(').map(|(b, _)| b).unwrap_or(&k).to_string();
-            format!("{} {k} {}", s.location(), s.opcode)
+            format!("{} {k} {} #{id}", s.location(), s.opcode)
         }
         None => format!("site {id}"),
     }
@@ -280,7 +290,7 @@ pub fn map(
             let mut rows: Vec<(String, String, u64)> = entries
                 .iter()
                 .filter(|(_, v)| v.iter().any(|&b| b != 0))
-                .map(|(k, v)| (key_text(k, kernels), value_text(v), value_num(v)))
+                .map(|(k, v)| (key_for(name, k, kernels), value_text(v), value_num(v)))
                 .collect();
             rows.sort_by(|a, b| a.2.cmp(&b.2).then_with(|| a.0.cmp(&b.0)));
             if rows.is_empty() {
@@ -381,14 +391,18 @@ mod tests {
         ];
         assert_eq!(
             sites("n_by_site", &e, &names),
-            "@n_by_site[vecadd.cu:9 vectorAdd st.global.f32]: 7\n@n_by_site[vecadd.cu:17 vectorAdd ld.global.f32]: 5\n@n_by_site[site 3]: 1\n"
+            "@n_by_site[vecadd.cu:9 vectorAdd st.global.f32 #1]: 7\n@n_by_site[vecadd.cu:17 vectorAdd ld.global.f32 #0]: 5\n@n_by_site[site 3]: 1\n"
         );
         assert_eq!(
             style_of("n_by_site", ebpf::MapKind::Array, 4096),
             Style::Sites
         );
         names.insert(4, site(4, None, 60, "ld.global.u8"));
-        assert_eq!(site_text(4, &names), "ptx:60 vectorAdd ld.global.u8");
+        assert_eq!(site_text(4, &names), "ptx:60 vectorAdd ld.global.u8 #4");
+        assert_eq!(
+            key_for("bytes_by_page", &u64v(65536), &KernelNames::new()),
+            "0x10000"
+        );
     }
 
     #[test]

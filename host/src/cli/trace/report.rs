@@ -157,17 +157,23 @@ pub fn text(report: &[KernelReport]) -> String {
         s.push_str("memory report: no access was probed (no kernel with PTX ran)\n");
         return s;
     }
+    let w = report
+        .iter()
+        .flat_map(|k| k.rows.iter().map(|r| r.location.len()))
+        .max()
+        .unwrap_or(0)
+        .max(12);
     for k in report {
         let _ = writeln!(s, "memory report: {}", k.kernel);
         let _ = writeln!(
             s,
-            "  {:<28} {:>11} {:>11} {:>13} {:>13} {:>14}",
+            "  {:<w$} {:>11} {:>11} {:>11} {:>11} {:>12}",
             "location", "loaded", "stored", "ld sect/req", "st sect/req", "accesses"
         );
         for r in k.rows.iter().chain(std::iter::once(&k.total)) {
             let _ = writeln!(
                 s,
-                "  {:<28} {:>11} {:>11} {:>13} {:>13} {:>14}",
+                "  {:<w$} {:>11} {:>11} {:>11} {:>11} {:>12}",
                 r.location,
                 bytes(r.loaded),
                 bytes(r.stored),
