@@ -263,7 +263,12 @@ impl Trace {
                     eprintln!("{} memory sites instrumented", sites.len())
                 }
                 ReportLine::MemTrace { records, dropped } => eprintln!(
-                    "memory trace: {records} records written, {dropped} dropped (the device ring was full)"
+                    "memory trace: {records} records written, {dropped} dropped{}",
+                    if dropped > 0 {
+                        " (the device ring was full: a larger --mem-trace-records, a shorter --interval or --sample keeps more)"
+                    } else {
+                        ""
+                    }
                 ),
                 ReportLine::Warning { what } => eprintln!("warning: {what}"),
                 ReportLine::DeviceMaps {
