@@ -206,9 +206,12 @@ def ncu_compare():
     """examples/coalescing.bpf.o against Nsight Compute: per kernel, global load and store
     requests and sectors (atomics left out: ncu counts them apart). Within 10%."""
     import csv, io
-    for name, cmd in (("memtest", [f"{apps}/memtest", str(1 << 16)]),
-                      ("STREAM triad 2^22, 1 launch", [f"{apps}/stream", str(1 << 22), "1"]),
-                      ("SGEMM 512^2, 1 launch", [f"{apps}/sgemm", "512", "1"])):
+    llm = {"rmsnorm", "matvec", "append_kv", "attention", "silu_gate", "add_inplace", "embed"}
+    for name, cmd, only in (("memtest", [f"{apps}/memtest", str(1 << 16)], None),
+                            ("STREAM triad 2^22, 1 launch", [f"{apps}/stream", str(1 << 22), "1"], None),
+                            ("SGEMM 512^2, 1 launch", [f"{apps}/sgemm", "512", "1"], None),
+                            ("a transformer decoding loop (CuPy RawKernels; 2 layers, 4 tokens)",
+                             ["python3", f"{apps}/llm_cupy.py", "2", "4"], llm)):
         rc, o, e, _ = run(["ncu", "--clock-control", "none", "--csv", "--metrics",
                            ",".join(NCU_METRICS.values()), *cmd], timeout=300)
         if rc != 0:
@@ -244,6 +247,8 @@ def ncu_compare():
         ok = True
         for (k, op, what), v in sorted(got.items()):
             b = base_of(k)
+            if only is not None and b not in only:
+                continue
             n = want.get((b, op, what))
             err = None if not n else abs(v - n) / n
             rows.append({"kernel": b, "op": op, "what": what, "probe": v, "ncu": n, "rel_err": err})
@@ -376,6 +381,8 @@ if what in ("all", "tests"):
     ncu_compare()
     mem_report_check()
     mem_trace_check()
+if what == "ncu":
+    ncu_compare()
 if what == "report":
     mem_report_check()
     mem_trace_check()

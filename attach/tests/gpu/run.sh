@@ -4,7 +4,7 @@
 # each app really made and that its output is unchanged (check.py). Then the attach
 # benchmarks (bench.py). Needs the binaries built on the dev machine (scripts/gpu-carry):
 #   target/gpu-carry/{bpftime-super,libbpftime_attach.so,*.bpf.o}
-#   bash attach/tests/gpu/run.sh OUTDIR [tests|bench|all|mem|mem-tests|mem-bench|mem-report]
+#   bash attach/tests/gpu/run.sh OUTDIR [tests|bench|all|mem|mem-tests|mem-bench|mem-report|mem-ncu]
 set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"; root="$(cd "$here/../../.." && pwd)"
 out="$1"; what="${2:-all}"; mkdir -p "$out"
@@ -19,10 +19,10 @@ for k in vecadd vecadd3 sgemm graph coop memtest stream; do build $k; done
 [ -x "$apps/load_time" ] || nvcc -O2 -arch=sm_90 -o "$apps/load_time" load_time.cu -lcuda
 nvcc -ptx -arch=compute_90 -o "$apps/vecadd.ptx" vecadd.cu
 nvcc -fatbin $G -o "$apps/vecadd.fatbin" vecadd.cu
-cp numba_app.py cupy_app.py torch_app.py "$apps/"
+cp numba_app.py cupy_app.py torch_app.py llm_cupy.py "$apps/"
 { nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; nvcc --version | tail -1; } > "$out/device.txt"
 export B SHIM carry apps
-if [ "$what" = mem ] || [ "$what" = mem-tests ] || [ "$what" = mem-bench ] || [ "$what" = mem-report ]; then
+if [ "$what" = mem ] || [ "$what" = mem-tests ] || [ "$what" = mem-bench ] || [ "$what" = mem-report ] || [ "$what" = mem-ncu ]; then
 	python3 "$here/mem.py" "$out" "$(echo "${what#mem}" | sed 's/^-//; s/^$/all/')" 2>&1 | tee "$out/mem.log"
 	exit 0
 fi

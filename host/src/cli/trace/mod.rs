@@ -74,6 +74,10 @@ pub struct TraceArgs {
     /// Records the device ring of --mem-trace holds (32 bytes each; a power of two).
     #[arg(long, default_value_t = 1 << 22)]
     mem_trace_records: u64,
+    /// With --mem-trace: at exit, write PNG plots of access density over the address range
+    /// and over time into DIR.
+    #[arg(long, value_name = "DIR", requires = "mem_trace")]
+    plot: Option<PathBuf>,
 }
 
 /// Options of memory probes (`memprobe/…`), shared by `trace` and `instrument`.
@@ -523,6 +527,15 @@ pub fn run(a: TraceArgs) -> Result<ExitCode> {
         let path = PathBuf::from(format!("{}.sites.json", p.display()));
         if let Err(e) = std::fs::write(&path, serde_json::to_vec(&table).unwrap_or_default()) {
             eprintln!("warning: cannot write {}: {e}", path.display());
+        }
+        // With --mem-report, the trace adds distinct lines per site and reuse distances;
+        // --plot draws it.
+        if a.mem_report || a.plot.is_some() {
+            match super::memtrace::report(p, 0, a.json, a.plot.as_deref()) {
+                Ok(text) if a.mem_report => print!("{text}"),
+                Ok(_) => {}
+                Err(e) => eprintln!("warning: memory trace {}: {e:#}", p.display()),
+            }
         }
     }
     for (i, p) in probes.probes.iter().enumerate() {

@@ -3,12 +3,15 @@
 //! `FILE.sites.json`) and prints, per site, the accesses, bytes and distinct 128-byte lines,
 //! and over the whole trace the histogram of reuse distances: for each access to a 128-byte
 //! line, how many distinct other lines were touched since the previous access to it (LRU
-//! stack distance; first touches are "cold").
+//! stack distance; first touches are "cold"). `--plot DIR` draws it ([`plot`]).
+
+pub mod plot;
 
 use anyhow::{Context, Result, bail};
 use attach::instrument::MemSiteInfo;
 use attach::shim::memtrace::{FILE_MAGIC, HEADER, RECORD, Record};
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -23,6 +26,10 @@ pub struct MemtraceArgs {
     /// JSON output.
     #[arg(long)]
     json: bool,
+    /// Also write PNG plots of access density over the address range and over time into
+    /// this directory.
+    #[arg(long, value_name = "DIR")]
+    plot: Option<PathBuf>,
 }
 
 /// The records of a trace file.
@@ -95,9 +102,23 @@ pub fn reuse_histogram(records: &[Record]) -> (Vec<u64>, u64) {
 
 /// Runs `memtrace`.
 pub fn run(a: MemtraceArgs) -> Result<ExitCode> {
-    let bytes = std::fs::read(&a.file).with_context(|| format!("read {}", a.file.display()))?;
-    let records = read(&bytes).with_context(|| a.file.display().to_string())?;
-    let sites_path = PathBuf::from(format!("{}.sites.json", a.file.display()));
+    let out = report(&a.file, a.dump, a.json, a.plot.as_deref())?;
+    // Written once: a closed pipe (`| head`) ends it quietly.
+    let _ = std::io::Write::write_all(&mut std::io::stdout(), out.as_bytes());
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The summary of the trace `file` (its first `dump` records too), as text or one JSON
+/// line (`"event": "memtrace"`), after writing the plots into `plot` when given.
+pub fn report(
+    file: &std::path::Path,
+    dump: usize,
+    json: bool,
+    plot: Option<&std::path::Path>,
+) -> Result<String> {
+    let bytes = std::fs::read(file).with_context(|| format!("read {}", file.display()))?;
+    let records = read(&bytes).with_context(|| file.display().to_string())?;
+    let sites_path = PathBuf::from(format!("{}.sites.json", file.display()));
     let sites: BTreeMap<u32, MemSiteInfo> = match std::fs::read(&sites_path) {
         Ok(b) => serde_json::from_slice::<Vec<MemSiteInfo>>(&b)
             .with_context(|| format!("{}: not a site table", sites_path.display()))?
@@ -123,8 +144,15 @@ pub fn run(a: MemtraceArgs) -> Result<ExitCode> {
         e.2.insert(r.addr >> 7);
     }
     let all_lines: HashSet<u64> = records.iter().map(|r| r.addr >> 7).collect();
+    if let Some(dir) = plot {
+        for p in plot::write(&records, dir)? {
+            if !json {
+                eprintln!("wrote {}", p.display());
+            }
+        }
+    }
     let (hist, cold) = reuse_histogram(&records);
-    if a.json {
+    if json {
         let sites_json: Vec<serde_json::Value> = per
             .iter()
             .map(|(id, (n, b, l))| {
@@ -133,42 +161,51 @@ pub fn run(a: MemtraceArgs) -> Result<ExitCode> {
             .collect();
         let dump: Vec<serde_json::Value> = records
             .iter()
-            .take(a.dump)
+            .take(dump)
             .map(|r| {
                 serde_json::json!({"idx": r.idx, "addr": format!("{:#x}", r.addr), "site": r.site,
                     "size": r.size(), "op": r.op(), "space": r.space(), "block": r.block,
                     "tid": [r.tid_x(), r.tid_y()]})
             })
             .collect();
-        println!(
-            "{}",
-            serde_json::json!({"records": records.len(), "lines_128": all_lines.len(),
+        return Ok(format!(
+            "{}\n",
+            serde_json::json!({"event": "memtrace", "records": records.len(), "lines_128": all_lines.len(),
                 "sites": sites_json, "reuse_log2": hist, "cold": cold, "dump": dump})
-        );
-        return Ok(ExitCode::SUCCESS);
+        ));
     }
-    println!(
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
         "{}: {} records, {} distinct 128-byte lines",
-        a.file.display(),
+        file.display(),
         records.len(),
         all_lines.len()
     );
-    println!("  {:>10} {:>12} {:>10}  site", "accesses", "bytes", "lines");
+    let _ = writeln!(
+        out,
+        "  {:>10} {:>12} {:>10}  site",
+        "accesses", "bytes", "lines"
+    );
     for (id, (n, b, l)) in &per {
-        println!("  {n:>10} {b:>12} {:>10}  {}", l.len(), label(*id));
+        let _ = writeln!(out, "  {n:>10} {b:>12} {:>10}  {}", l.len(), label(*id));
     }
-    println!("reuse distance (distinct 128-byte lines between two touches of a line):");
-    println!("  {:<20}{cold:>10}", "cold");
+    let _ = writeln!(
+        out,
+        "reuse distance (distinct 128-byte lines between two touches of a line):"
+    );
+    let _ = writeln!(out, "  {:<20}{cold:>10}", "cold");
     for (k, c) in hist.iter().enumerate() {
         let range = if k == 0 {
             "0".to_string()
         } else {
             format!("[{}, {})", 1u64 << (k - 1), 1u64 << k)
         };
-        println!("  {range:<20}{c:>10}");
+        let _ = writeln!(out, "  {range:<20}{c:>10}");
     }
-    for r in records.iter().take(a.dump) {
-        println!(
+    for r in records.iter().take(dump) {
+        let _ = writeln!(
+            out,
             "#{:<10} {:#018x} {:>2}B op{} space{} block {} tid ({}, {})  {}",
             r.idx,
             r.addr,
@@ -181,7 +218,7 @@ pub fn run(a: MemtraceArgs) -> Result<ExitCode> {
             label(r.site)
         );
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(out)
 }
 
 #[cfg(test)]
