@@ -533,7 +533,7 @@ impl Sampling {
     }
 }
 
-/// The `--mem-trace` record of one access ([`crate::shim::memtrace::Record`]): the lanes
+/// The `--mem-trace` record of one access ([`crate::memtrace::Record`]): the lanes
 /// that make it (the guard's, thinned by sampling: `pred`) reserve their slots with one
 /// atomic from the lowest of them, and write a record each if the ring has room; lanes
 /// without room are counted in the drops. Never waits.
@@ -542,7 +542,7 @@ pub fn trace_block(
     site_id: u32,
     addr: &str,
     pred: Option<&(String, bool)>,
-    t: crate::instrument::TraceRing,
+    t: crate::memtrace::TraceRing,
 ) -> String {
     let space = site.space.code().unwrap_or(0);
     let info = site.size.min(63) | site.op.code() << 6 | space << 8;
@@ -558,7 +558,7 @@ pub fn trace_block(
     };
     let (ctl, ring) = (t.ctl as i64, t.ring as i64);
     // Each SM's sub-ring.
-    let sub = (t.cap / crate::shim::memtrace::STRIPES).max(1) as i64;
+    let sub = (t.cap / crate::memtrace::STRIPES).max(1) as i64;
     format!(
         "\t\t{{ // bpftime-super: --mem-trace record
 \t.reg .pred %tp<4>;
@@ -630,13 +630,13 @@ pub fn trace_block(
 $__bt_tdone:
 \t\t}}
 ",
-        tail = crate::shim::memtrace::CTL_TAIL,
-        drops = crate::shim::memtrace::CTL_DROPS,
+        tail = crate::memtrace::CTL_TAIL,
+        drops = crate::memtrace::CTL_DROPS,
         mask = sub - 1,
         cap = sub,
-        smask = crate::shim::memtrace::STRIPES - 1,
-        ctl_stride = crate::shim::memtrace::CTL_BYTES,
-        ring_stride = sub * crate::shim::memtrace::RECORD as i64,
+        smask = crate::memtrace::STRIPES - 1,
+        ctl_stride = crate::memtrace::CTL_BYTES,
+        ring_stride = sub * crate::memtrace::RECORD as i64,
     )
 }
 
@@ -808,7 +808,7 @@ pub fn mem_block(
     uid: u32,
     sampling: Sampling,
     deferred: &mut Deferred,
-    trace: Option<crate::instrument::TraceRing>,
+    trace: Option<crate::memtrace::TraceRing>,
 ) -> jit::passes::mem::MemBlock {
     use ebpf::MemCtx;
     use jit::passes::mem::{MemBlock, MemSpace, Regs};
@@ -830,7 +830,7 @@ pub fn mem_block(
         || trace.is_some();
     let a = regs.d();
     if need_addr {
-        before.push_str(&site.address_into(&a, &mut regs));
+        before.push_str(&site.address_into(&a));
         if wants(MemCtx::ADDR) {
             fill.push((MemCtx::ADDR, a.clone()));
         }

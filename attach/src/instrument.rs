@@ -87,16 +87,7 @@ pub struct MemConfig {
     pub trace: Option<TraceRing>,
 }
 
-/// Where memory-trace records go on the device ([`crate::shim::memtrace`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct TraceRing {
-    /// Device address of the ring of 32-byte records.
-    pub ring: u64,
-    /// Device address of its control block (head, tail, drops).
-    pub ctl: u64,
-    /// Records it holds (a power of two).
-    pub cap: u64,
-}
+pub use crate::memtrace::TraceRing;
 
 /// One probe attached to one kernel site.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
@@ -318,11 +309,9 @@ impl Instrumenter {
         needed.sort_unstable();
         needed.dedup();
         let mut compiled: HashMap<usize, Arc<CompiledProbe>> = HashMap::new();
-        let mut text = String::new();
         for i in needed {
             match self.compile(i) {
                 Ok(c) => {
-                    text.push_str(&c.text);
                     compiled.insert(i, c);
                 }
                 Err(e) => report.warnings.push(format!(
@@ -345,7 +334,6 @@ impl Instrumenter {
             .filter(|(i, _)| !is_mem(i))
             .map(|(_, c)| c.text.as_str())
             .collect();
-        let _ = text;
         // Memory sites first: the entry/exit splice then runs on the wrapped text (its
         // blocks hold no access, and the memory blocks no `ret`).
         let mut owned: Option<String> = None;

@@ -20,6 +20,7 @@
 //! | [`probes`]   | loading and verifying `kprobe/`/`kretprobe/` programs; kernel name matching |
 //! | [`codegen`]  | the probe `.func`s and the per-site ctx blocks                              |
 //! | [`instrument`] | image → what the driver should load, with a report; the content cache    |
+//! | [`memtrace`] | the `--mem-trace` ring, record and file layout                               |
 //! | [`session`]  | the contract between `trace` and the shim: environment, region, maps, report file |
 //! | [`shim`]     | the interception layer: driver types, real entry points, the hooks          |
 //!
@@ -32,6 +33,7 @@
 pub mod codegen;
 pub mod image;
 pub mod instrument;
+pub mod memtrace;
 pub mod probes;
 pub mod session;
 pub mod shim;

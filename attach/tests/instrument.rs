@@ -350,8 +350,125 @@ fn mem_trace_records_every_access_without_probes() {
         assert_eq!(report.sites.len(), want, "{f}");
         assert_eq!(ptx.matches("--mem-trace record").count(), want, "{f}");
         // The index is masked to the SM's sub-ring: no record lands outside the ring.
-        let sub = (1u64 << 20) / attach::shim::memtrace::STRIPES;
+        let sub = (1u64 << 20) / attach::memtrace::STRIPES;
         assert!(ptx.contains(&format!("and.b64 %td5, %td3, {};", sub - 1)));
         assemble(ptx, &format!("trace-{}", f.replace('/', "-")));
+    }
+}
+
+/// A kernel with every shape the memory pass meets: guarded and negated-guard accesses, a
+/// loop, generic and vector accesses, an atomic, a shared access, and a guarded `ret`.
+const SHAPES: &str = r#".version 8.0
+.target sm_90
+.address_size 64
+
+.visible .entry shapes(
+	.param .u64 shapes_param_0,
+	.param .u32 shapes_param_1
+)
+{
+	.reg .pred %p<4>;
+	.reg .b32 %r<16>;
+	.reg .f32 %f<8>;
+	.reg .b64 %rd<8>;
+	.shared .align 4 .b8 tile[1024];
+	ld.param.u64 %rd1, [shapes_param_0];
+	ld.param.u32 %r1, [shapes_param_1];
+	mov.u32 %r2, %tid.x;
+	setp.ge.u32 %p1, %r2, %r1;
+	@%p1 ret;
+	mul.wide.u32 %rd2, %r2, 4;
+	add.s64 %rd3, %rd1, %rd2;
+	setp.eq.u32 %p2, %r2, 0;
+	@!%p2 ld.global.f32 %f1, [%rd3];
+	@%p2 st.global.f32 [%rd3+4], %f1;
+	mov.u32 %r3, 0;
+$L__loop:
+	ld.global.u32 %r4, [%rd3];
+	ld.u32 %r5, [%rd3+8];
+	add.s32 %r3, %r3, 1;
+	setp.lt.u32 %p3, %r3, 4;
+	@%p3 bra $L__loop;
+	st.global.v4.u32 [%rd1], {%r3, %r4, %r5, %r2};
+	atom.global.add.u32 %r6, [%rd1+16], 1;
+	st.shared.u32 [tile], %r6;
+	ret;
+}
+"#;
+
+#[test]
+fn every_site_shape_with_every_feature_assembles() {
+    let Some(p) = probes(&[
+        "memprobe_all",
+        "mem_exact",
+        "coalescing",
+        "mem_count",
+        "kprobe_all",
+    ]) else {
+        return;
+    };
+    let b = attach::session::placeholder_bindings(&p, 0x7f00_0000_0000, 1024);
+    let ring = attach::instrument::TraceRing {
+        ring: 0x7e00_0000_0000,
+        ctl: 0x7d00_0000_0000,
+        cap: 1 << 20,
+    };
+    for (sampling, trace, eager) in [
+        (attach::codegen::Sampling::default(), None, false),
+        (
+            attach::codegen::Sampling {
+                every: 4,
+                budget: 10,
+            },
+            Some(ring),
+            false,
+        ),
+        (
+            attach::codegen::Sampling {
+                every: 1,
+                budget: 3,
+            },
+            Some(ring),
+            true,
+        ),
+    ] {
+        let inst = Instrumenter::new(Arc::new(p.clone()), b.clone(), 90, 1).with_mem(
+            attach::instrument::MemConfig {
+                shared: true,
+                local: false,
+                sampling,
+                eager,
+                trace,
+            },
+        );
+        let o = inst.ptx(SHAPES);
+        let Outcome::Instrumented { ptx, report } = &o else {
+            panic!("{:?}", o.report());
+        };
+        // 2 guarded + 2 in the loop + vector + atomic + shared.
+        assert_eq!(report.sites.len(), 7, "{:?}", report.sites);
+        let loop_sites = report
+            .sites
+            .iter()
+            .filter(|s| s.opcode == "ld.global.u32" || s.opcode == "ld.u32")
+            .count();
+        assert_eq!(loop_sites, 2);
+        // Sums kept in registers only for the loop's sites, unless eager.
+        assert_eq!(ptx.contains("deferred add, slot"), !eager, "{ptx}");
+        if !sampling.is_all() {
+            // The negated guard thins with `not.pred`; the budget caps each thread.
+            assert!(
+                ptx.contains("not.pred") && ptx.contains("setp.le.u32"),
+                "{ptx}"
+            );
+        }
+        assert_eq!(ptx.contains("--mem-trace record"), trace.is_some());
+        // Entry probes still land at the kernel's entry and before both rets.
+        assert_eq!(
+            ptx.matches("// bpftime-super: kretprobe").count(),
+            2,
+            "{ptx}"
+        );
+        assemble(ptx, &format!("shapes-{}-{}", sampling.every, eager));
     }
 }

@@ -20,6 +20,8 @@
 
 pub mod asm;
 pub mod elf;
+#[doc(hidden)]
+pub mod fuzz;
 pub mod helpers;
 pub mod interp;
 pub mod isa;

@@ -30,6 +30,7 @@ use crate::ptx::parse::{self, Loc, Operand, PtxFile, PtxFunction, PtxStatement, 
 use std::collections::HashMap;
 use std::fmt::Write;
 
+use super::probe::Edit;
 pub use super::probe::{PassError, PassWarning, ProbeModule};
 
 /// What an access does.
@@ -196,7 +197,7 @@ impl MemSite {
 
     /// PTX that puts the access's address (in its state space) into the `.b64` register
     /// `dst`.
-    pub fn address_into(&self, dst: &str, regs: &mut Regs) -> String {
+    pub fn address_into(&self, dst: &str) -> String {
         let mut s = String::new();
         match &self.base {
             None => {
@@ -217,7 +218,6 @@ impl MemSite {
                 let _ = writeln!(s, "\t\tmov.u64 {dst}, {b};");
             }
         }
-        let _ = regs;
         if self.offset != 0 {
             let _ = writeln!(s, "\t\tadd.s64 {dst}, {dst}, {};", self.offset as i64);
         }
@@ -671,7 +671,7 @@ pub fn splice(
             expected: src.len(),
         });
     }
-    let mut edits: Vec<(std::ops::Range<usize>, String)> = Vec::new();
+    let mut edits: Vec<Edit> = Vec::new();
     let mut sites = Vec::new();
     let mut warnings = Vec::new();
     let mut uid = 0u32;
@@ -729,21 +729,33 @@ pub fn splice(
                 },
                 what: e.to_string(),
             })?;
-            edits.push((s.span.clone(), text));
+            edits.push(Edit {
+                range: s.span.clone(),
+                text,
+            });
             sites.push(*site);
         }
         if sites.len() > before {
             let pro = blocks.prologue(k, &sites[before..]);
             if let (false, Some(body)) = (pro.is_empty(), k.body.as_ref()) {
-                edits.push((body.start + 1..body.start + 1, pro));
+                edits.push(Edit {
+                    range: body.start + 1..body.start + 1,
+                    text: pro,
+                });
             }
             let epi = blocks.epilogue(k);
             if !epi.is_empty() {
                 for e in k.exits() {
-                    edits.push((e.span.start..e.span.start, format!("{}\n\t", epi.trim())));
+                    edits.push(Edit {
+                        range: e.span.start..e.span.start,
+                        text: format!("{}\n\t", epi.trim()),
+                    });
                 }
                 if let (true, Some(body)) = (super::probe::falls_off_end(k), k.body.as_ref()) {
-                    edits.push((body.end - 1..body.end - 1, format!("{}\n", epi.trim())));
+                    edits.push(Edit {
+                        range: body.end - 1..body.end - 1,
+                        text: format!("{}\n", epi.trim()),
+                    });
                 }
             }
         } else {
@@ -755,73 +767,21 @@ pub fn splice(
         }
     }
     if !sites.is_empty() {
-        let mut head: Vec<(std::ops::Range<usize>, String)> = Vec::new();
-        header(file, module, &mut head, &mut warnings);
-        edits.extend(head);
+        super::probe::header_edits(file, module, &mut edits, &mut warnings);
         if !module.text.is_empty() {
             parse::lexer::lex(&module.text).map_err(PassError::Module)?;
-            let mut text = String::from("\n");
-            text.push_str(&module.text);
-            text.push('\n');
-            edits.push((file.header_end..file.header_end, text));
+            edits.push(Edit {
+                range: file.header_end..file.header_end,
+                text: format!("\n{}\n", module.text),
+            });
         }
     }
-    edits.sort_by_key(|e| e.0.start);
-    let mut out = String::with_capacity(src.len() + edits.iter().map(|e| e.1.len()).sum::<usize>());
-    let mut at = 0;
-    for (r, t) in edits {
-        out.push_str(&src[at..r.start.max(at)]);
-        out.push_str(&t);
-        at = at.max(r.end);
-    }
-    out.push_str(&src[at..]);
+    let out = super::probe::apply(src, edits);
     Ok(MemSpliced {
         text: out,
         sites,
         warnings,
     })
-}
-
-fn header(
-    file: &PtxFile<'_>,
-    module: &ProbeModule,
-    edits: &mut Vec<(std::ops::Range<usize>, String)>,
-    warnings: &mut Vec<PassWarning>,
-) {
-    let line = |off: usize| 1 + file.src[..off].bytes().filter(|&b| b == b'\n').count() as u32;
-    if file.version < module.min_version {
-        let (a, b) = module.min_version;
-        warnings.push(PassWarning {
-            kernel: None,
-            line: line(file.version_span.start),
-            what: format!(
-                "`.version` raised from {}.{} to {a}.{b} for the probe code",
-                file.version.0, file.version.1
-            ),
-        });
-        edits.push((file.version_span.clone(), format!("{a}.{b}")));
-    }
-    let mut changed = false;
-    let items: Vec<String> = file
-        .target
-        .iter()
-        .map(|t| match parse::split_sm(t) {
-            Some((n, suffix)) if n < module.min_sm => {
-                changed = true;
-                format!("sm_{}{suffix}", module.min_sm)
-            }
-            _ => t.clone(),
-        })
-        .collect();
-    if changed {
-        let text = items.join(", ");
-        warnings.push(PassWarning {
-            kernel: None,
-            line: line(file.target_span.start),
-            what: format!("`.target` raised to `{text}` for the probe code"),
-        });
-        edits.push((file.target_span.clone(), text));
-    }
 }
 
 #[cfg(test)]
@@ -838,7 +798,7 @@ mod tests {
         fn block(&mut self, _: &PtxFunction<'_>, s: &MemSite, uid: u32) -> Option<MemBlock> {
             let mut regs = Regs::default();
             let a = regs.d();
-            let before = s.address_into(&a, &mut regs);
+            let before = s.address_into(&a);
             let v = regs.d();
             let value = s.value_into(&v, 0, &mut regs);
             let (b, after) = if s.value_after() {

@@ -10,6 +10,8 @@
 //! ptxas does the real optimisation (register allocation, constant folding); the IR passes
 //! only keep the text small and readable.
 
+#[doc(hidden)]
+pub mod fuzz;
 pub mod mem;
 pub mod probe;
 

@@ -147,9 +147,9 @@ pub enum PassError {
 }
 
 /// An edit of the original text: replace `range` (empty for an insertion) with `text`.
-struct Edit {
-    range: Range<usize>,
-    text: String,
+pub(crate) struct Edit {
+    pub(crate) range: Range<usize>,
+    pub(crate) text: String,
 }
 
 /// Parses `src` ([`parse::parse_lenient`]) and splices the probes in. A kernel whose body
@@ -367,7 +367,7 @@ pub(crate) fn falls_off_end(k: &PtxFunction<'_>) -> bool {
         .any(|s| s.operands.iter().any(|o| mentions(o, &trailing)))
 }
 
-fn header_edits(
+pub(crate) fn header_edits(
     file: &PtxFile<'_>,
     module: &ProbeModule,
     edits: &mut Vec<Edit>,
@@ -512,7 +512,7 @@ fn indent_before(src: &str, off: usize) -> &str {
     }
 }
 
-fn apply(src: &str, mut edits: Vec<Edit>) -> String {
+pub(crate) fn apply(src: &str, mut edits: Vec<Edit>) -> String {
     // Stable: insertions at one offset keep the order they were made in.
     edits.sort_by_key(|e| e.range.start);
     let extra: usize = edits.iter().map(|e| e.text.len()).sum();

@@ -9,7 +9,7 @@ pub mod plot;
 
 use anyhow::{Context, Result, bail};
 use attach::instrument::MemSiteInfo;
-use attach::shim::memtrace::{FILE_MAGIC, HEADER, RECORD, Record};
+use attach::memtrace::{FILE_MAGIC, HEADER, RECORD, Record};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -247,7 +247,7 @@ mod tests {
     #[test]
     fn files_without_the_header_are_refused() {
         assert!(read(b"nonsense").is_err());
-        let mut f = attach::shim::memtrace::header().to_vec();
+        let mut f = attach::memtrace::header().to_vec();
         f.extend([0u8; 32]);
         assert_eq!(read(&f).unwrap().len(), 1);
     }

@@ -10,7 +10,7 @@
 //! the usual system paths (Debian: `fonts-dejavu-core`).
 
 use anyhow::{Context, Result, anyhow};
-use attach::shim::memtrace::Record;
+use attach::memtrace::Record;
 use plotters::prelude::*;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -59,7 +59,7 @@ pub struct TraceArgs {
     jit_linker: bool,
     /// Memory-probe options.
     #[command(flatten)]
-    mem: MemArgs,
+    mem: super::instrument::MemArgs,
     /// At exit, print per kernel and source line the bytes loaded and stored and the sectors
     /// per request of every global access (a built-in memory probe; about 2.5× on a
     /// memory-bound kernel).
@@ -78,50 +78,6 @@ pub struct TraceArgs {
     /// and over time into DIR.
     #[arg(long, value_name = "DIR", requires = "mem_trace")]
     plot: Option<PathBuf>,
-}
-
-/// Options of memory probes (`memprobe/…`), shared by `trace` and `instrument`.
-#[derive(clap::Args, Debug, Clone)]
-pub struct MemArgs {
-    /// State spaces memory probes see besides global and generic: `shared`, `local`
-    /// (comma-separated).
-    #[arg(long, value_delimiter = ',', value_enum)]
-    pub mem_spaces: Vec<MemSpaceArg>,
-    /// Memory probes run at every Nth execution of a site, per thread.
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
-    pub sample: u32,
-    /// Memory probes run at most this many times per thread and site (0: no limit).
-    #[arg(long, default_value_t = 0)]
-    pub sample_budget: u32,
-    /// Counting memory probes update their maps at every access, instead of summing in
-    /// registers and adding when the thread exits (use it for kernels that never exit).
-    #[arg(long)]
-    pub mem_eager: bool,
-}
-
-impl MemArgs {
-    /// The instrumenter's options.
-    pub fn config(&self) -> attach::instrument::MemConfig {
-        attach::instrument::MemConfig {
-            shared: self.mem_spaces.contains(&MemSpaceArg::Shared),
-            local: self.mem_spaces.contains(&MemSpaceArg::Local),
-            sampling: attach::codegen::Sampling {
-                every: self.sample,
-                budget: self.sample_budget,
-            },
-            eager: self.mem_eager,
-            trace: None,
-        }
-    }
-}
-
-/// `trace --mem-spaces`.
-#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
-pub enum MemSpaceArg {
-    /// `.shared` accesses.
-    Shared,
-    /// `.local` accesses.
-    Local,
 }
 
 /// `trace --maps`.
