@@ -589,3 +589,76 @@ fn mem_trace_writes_a_file_and_reports_drops() {
     assert_eq!(v["records"], 0);
     assert!(f.assemble_loaded() >= 1);
 }
+
+#[test]
+fn prometheus_serves_the_maps_and_counters_while_the_app_runs() {
+    // The fake launches add 5 × 128 to count:entries (see the device-map test); the shim
+    // copies it out every 100 ms, and a scrape during the app's sleep must show it, labelled
+    // by map and key, with trace's own module counter.
+    let (Some(probe), Some(_)) = (bpftime_tests::compile("count"), shim()) else {
+        return;
+    };
+    let f = fake("prometheus");
+    let ptx = root().join("jit/tests/ptx_corpus/nvcc/vecadd_sm90.ptx");
+    let fat = root().join("attach/tests/corpus/vecadd_multi.fatbin");
+    // A free port: bind one, let it go, hand it to trace.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut c = Command::new(bin());
+    c.args(["trace", "--interval", "100ms", "--json", "--prometheus"])
+        .arg(format!("127.0.0.1:{port}"))
+        .arg("--shim")
+        .arg(shim().unwrap())
+        .arg(&probe)
+        .arg("--")
+        .arg(f.dir.join("app_direct"))
+        .args([
+            &ptx.display().to_string(),
+            &fat.display().to_string(),
+            "0",
+            "5",
+        ])
+        .env("LD_LIBRARY_PATH", &f.dir)
+        .env("FAKE_CUDA_DIR", f.dir.join("rec"))
+        .env("FAKE_SLEEP_MS", "3000")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let child = c.spawn().unwrap();
+    let scrape = || -> Option<String> {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+        s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").ok()?;
+        let mut body = String::new();
+        s.read_to_string(&mut body).ok()?;
+        Some(body)
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let mut last = String::new();
+    let mut seen = false;
+    while std::time::Instant::now() < deadline {
+        if let Some(b) = scrape() {
+            if b.contains("bpftime_map_value{map=\"count:entries\",key=\"0\"} 640") {
+                seen = true;
+                last = b;
+                break;
+            }
+            last = b;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(seen, "never saw the map in a scrape; last:\n{last}");
+    assert!(
+        last.contains("bpftime_trace_modules_total{instrumented=\"true\"}"),
+        "{last}"
+    );
+    assert!(last.starts_with("HTTP/1.0 200 OK"), "{last}");
+}

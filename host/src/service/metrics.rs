@@ -13,7 +13,9 @@ use std::sync::{Arc, OnceLock};
 
 static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
 
-fn handle() -> &'static PrometheusHandle {
+/// The process's Prometheus recorder (installed on first use), shared by the service's
+/// `--metrics` and `trace --prometheus`.
+pub fn handle() -> &'static PrometheusHandle {
     HANDLE.get_or_init(|| {
         let recorder = PrometheusBuilder::new().build_recorder();
         let handle = recorder.handle();

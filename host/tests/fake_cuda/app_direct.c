@@ -1,9 +1,11 @@
 /* app_direct: a driver-API program linked with -lcuda (the fake), loading through every
  * image call, then launching LAUNCHES times (default 0).
- * Usage: app_direct PTX FATBIN EXITCODE [LAUNCHES] */
+ * Usage: app_direct PTX FATBIN EXITCODE [LAUNCHES]; $FAKE_SLEEP_MS: sleep that long before
+ * exiting (while a test scrapes trace's exporter). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 typedef int CUresult; typedef void *H;
 CUresult cuInit(unsigned); CUresult cuModuleLoadData(H *, const void *);
 CUresult cuModuleLoadDataEx(H *, const void *, unsigned, int *, void **);
@@ -38,5 +40,7 @@ int main(int argc, char **argv) {
 	CK(cuModuleLoadData(&m, cubin));
 	for (int i = 0, n = argc > 4 ? atoi(argv[4]) : 0; i < n; i++) CK(cuLaunchKernel(0, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0));
 	printf("app_direct ok\n");
+	fflush(stdout);
+	if (getenv("FAKE_SLEEP_MS")) usleep(atoi(getenv("FAKE_SLEEP_MS")) * 1000);
 	return atoi(argv[3]);
 }

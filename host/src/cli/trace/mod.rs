@@ -9,6 +9,7 @@
 //! ```
 
 mod print;
+mod prom;
 mod report;
 
 use anyhow::{Context, Result, bail};
@@ -78,6 +79,10 @@ pub struct TraceArgs {
     /// and over time into DIR.
     #[arg(long, value_name = "DIR", requires = "mem_trace")]
     plot: Option<PathBuf>,
+    /// Serve the maps and trace's own counters as Prometheus metrics on
+    /// `http://ADDR/metrics` while CMD runs (for example 127.0.0.1:9435).
+    #[arg(long, value_name = "ADDR")]
+    prometheus: Option<std::net::SocketAddr>,
 }
 
 /// `trace --maps`.
@@ -156,6 +161,8 @@ struct Trace {
     probes: Arc<ProbeSet>,
     /// Object index of the `--mem-report` probe, if any.
     report_object: Option<usize>,
+    /// What `--prometheus` serves besides the maps.
+    prom: Option<Arc<std::sync::Mutex<prom::Shared>>>,
 }
 
 impl Trace {
@@ -200,6 +207,25 @@ impl Trace {
                 for s in sites {
                     self.sites.insert(s.id, s.clone());
                 }
+            }
+            if let Some(Ok(mut p)) = self.prom.as_ref().map(|p| p.lock()) {
+                match &ev {
+                    ReportLine::Module { instrumented, .. } => {
+                        if *instrumented {
+                            p.modules_instrumented += 1;
+                        } else {
+                            p.modules_unchanged += 1;
+                        }
+                    }
+                    ReportLine::Warning { .. } => p.warnings += 1,
+                    ReportLine::MemTrace { records, dropped } => {
+                        p.trace_records = *records;
+                        p.trace_dropped = *dropped;
+                    }
+                    _ => {}
+                }
+                p.kernels = self.kernels.clone();
+                p.sites = self.sites.clone();
             }
             if self.json {
                 println!("{line}");
@@ -432,6 +458,30 @@ pub fn run(a: TraceArgs) -> Result<ExitCode> {
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register(sig, stop.clone()).context("install signal handler")?;
     }
+    // The exporter binds before CMD starts: a bad address fails here, not with CMD running.
+    let start = Instant::now();
+    let prom = match a.prometheus {
+        Some(addr) => {
+            let shared = Arc::new(std::sync::Mutex::new(prom::Shared::default()));
+            let maps = session
+                .maps
+                .iter()
+                .filter(|m| Some(m.object) != report_object)
+                .map(|m| prom::Map {
+                    name: m.name.clone(),
+                    def: m.def.clone(),
+                    ops: m.ops.clone(),
+                })
+                .collect();
+            let bound = prom::serve(addr, maps, shared.clone(), start)
+                .with_context(|| format!("--prometheus {addr}"))?;
+            if !a.quiet {
+                eprintln!("serving Prometheus metrics on http://{bound}/metrics");
+            }
+            Some(shared)
+        }
+        None => None,
+    };
     let child = cmd
         .spawn()
         .with_context(|| format!("cannot start `{}`", a.cmd[0]))?;
@@ -444,9 +494,10 @@ pub fn run(a: TraceArgs) -> Result<ExitCode> {
         offset: 0,
         json: a.json,
         quiet: a.quiet,
-        start: Instant::now(),
+        start,
         probes: probes.clone(),
         report_object,
+        prom,
     };
     // A thread blocks in wait(2): CMD's exit is seen at once, not at the next poll.
     let child_pid = child.id() as i32;

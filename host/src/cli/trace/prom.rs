@@ -1,0 +1,133 @@
+//! `trace --prometheus ADDR`: the session's maps and trace's own counters on `GET /metrics`,
+//! through the `metrics` facade and its Prometheus recorder (`host::service::metrics`).
+//!
+//! | metric | labels | value |
+//! |--------|--------|-------|
+//! | `bpftime_map_value` | `map` (`<object>:<map>`), `key` (as `trace` prints it: kernel name, `file:line` site, address…), `word` for values of several u64s | the value (per-thread arrays summed) |
+//! | `bpftime_trace_modules_total` | `instrumented` (`true`/`false`) | modules the application loaded |
+//! | `bpftime_trace_memory_sites` | | memory sites instrumented |
+//! | `bpftime_trace_warnings_total` | | warnings the shim reported |
+//! | `bpftime_trace_records_total`, `bpftime_trace_dropped_total` | | `--mem-trace` records written and dropped (at exit) |
+//! | `bpftime_trace_uptime_seconds` | | since trace started |
+//!
+//! Maps are read at scrape time, as of the shim's last copy-out (`--interval`). A scrape
+//! runs on the exporter's own thread with a read and write timeout: a stuck client never
+//! holds up the application or trace's printing.
+
+use super::print::{self, KernelNames, SiteNames};
+use ebpf::MapDef;
+use ebpf::maps::MapOps;
+use std::io::{BufRead, BufReader, Write};
+use std::net::{SocketAddr, TcpListener};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// What the report file told trace so far.
+#[derive(Default)]
+pub struct Shared {
+    /// Kernel ids to names.
+    pub kernels: KernelNames,
+    /// Site ids to sites.
+    pub sites: SiteNames,
+    /// Modules loaded, instrumented.
+    pub modules_instrumented: u64,
+    /// Modules loaded, left unchanged.
+    pub modules_unchanged: u64,
+    /// Warnings.
+    pub warnings: u64,
+    /// `--mem-trace` totals.
+    pub trace_records: u64,
+    /// `--mem-trace` drops.
+    pub trace_dropped: u64,
+}
+
+/// One map the exporter reads.
+pub struct Map {
+    /// `<object>:<map>`.
+    pub name: String,
+    /// Its definition.
+    pub def: MapDef,
+    /// The live map.
+    pub ops: Arc<dyn MapOps>,
+}
+
+/// Renders the metrics text.
+pub fn render(maps: &[Map], shared: &Shared, start: Instant) -> String {
+    for m in maps {
+        let short = m.name.split_once(':').map(|(_, n)| n).unwrap_or(&m.name);
+        let style = print::style_of(short, m.def.kind, m.def.max_entries);
+        if style == print::Style::Records {
+            continue;
+        }
+        let entries = if m.def.kind == ebpf::MapKind::PerThreadArray {
+            print::sum_value_sets(m.ops.entries(), m.def.value_size as usize)
+        } else {
+            m.ops.entries()
+        };
+        for (k, v) in entries {
+            let key = if style == print::Style::Sites && k.len() == 4 {
+                print::site_text(u32::from_le_bytes([k[0], k[1], k[2], k[3]]), &shared.sites)
+            } else {
+                print::key_for(short, &k, &shared.kernels)
+            };
+            let words = print::words(&v);
+            if words.len() == 1 {
+                metrics::gauge!("bpftime_map_value", "map" => m.name.clone(), "key" => key)
+                    .set(words[0] as f64);
+            } else {
+                for (w, x) in words.iter().enumerate() {
+                    metrics::gauge!("bpftime_map_value", "map" => m.name.clone(), "key" => key.clone(), "word" => w.to_string())
+                        .set(*x as f64);
+                }
+            }
+        }
+    }
+    metrics::gauge!("bpftime_trace_modules_total", "instrumented" => "true")
+        .set(shared.modules_instrumented as f64);
+    metrics::gauge!("bpftime_trace_modules_total", "instrumented" => "false")
+        .set(shared.modules_unchanged as f64);
+    metrics::gauge!("bpftime_trace_memory_sites").set(shared.sites.len() as f64);
+    metrics::gauge!("bpftime_trace_warnings_total").set(shared.warnings as f64);
+    metrics::gauge!("bpftime_trace_records_total").set(shared.trace_records as f64);
+    metrics::gauge!("bpftime_trace_dropped_total").set(shared.trace_dropped as f64);
+    metrics::gauge!("bpftime_trace_uptime_seconds").set(start.elapsed().as_secs_f64());
+    host::service::metrics::handle().render()
+}
+
+/// Serves `GET /metrics` on `addr` from a thread of its own.
+pub fn serve(
+    addr: SocketAddr,
+    maps: Vec<Map>,
+    shared: Arc<Mutex<Shared>>,
+    start: Instant,
+) -> std::io::Result<SocketAddr> {
+    let listener = TcpListener::bind(addr)?;
+    let bound = listener.local_addr()?;
+    host::service::metrics::handle();
+    std::thread::Builder::new()
+        .name("bpftime-prometheus".into())
+        .spawn(move || {
+            for conn in listener.incoming() {
+                let Ok(mut stream) = conn else { continue };
+                let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
+                let _ = stream.set_write_timeout(Some(Duration::from_secs(2)));
+                let mut line = String::new();
+                let _ = BufReader::new(&stream).read_line(&mut line);
+                let (code, body) = if line.starts_with("GET /metrics") || line.starts_with("GET / ") {
+                    let text = match shared.lock() {
+                        Ok(s) => render(&maps, &s, start),
+                        Err(p) => render(&maps, &p.into_inner(), start),
+                    };
+                    ("200 OK", text)
+                } else {
+                    ("404 Not Found", "try GET /metrics\n".to_string())
+                };
+                let _ = write!(
+                    stream,
+                    "HTTP/1.0 {code}\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\n\r\n{body}",
+                    body.len()
+                );
+            }
+        })?;
+    Ok(bound)
+}
