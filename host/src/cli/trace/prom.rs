@@ -53,6 +53,8 @@ pub struct Map {
 
 /// Renders the metrics text.
 pub fn render(maps: &[Map], shared: &Shared, start: Instant) -> String {
+    // The recorder first: gauges set before it is installed go nowhere.
+    let h = host::service::metrics::handle();
     for m in maps {
         let short = m.name.split_once(':').map(|(_, n)| n).unwrap_or(&m.name);
         let style = print::style_of(short, m.def.kind, m.def.max_entries);
@@ -91,7 +93,7 @@ pub fn render(maps: &[Map], shared: &Shared, start: Instant) -> String {
     metrics::gauge!("bpftime_trace_records_total").set(shared.trace_records as f64);
     metrics::gauge!("bpftime_trace_dropped_total").set(shared.trace_dropped as f64);
     metrics::gauge!("bpftime_trace_uptime_seconds").set(start.elapsed().as_secs_f64());
-    host::service::metrics::handle().render()
+    h.render()
 }
 
 /// Serves `GET /metrics` on `addr` from a thread of its own.
@@ -130,4 +132,70 @@ pub fn serve(
             }
         })?;
     Ok(bound)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn maps_render_with_their_keys_named() {
+        let def = MapDef {
+            name: "launches".into(),
+            kind: ebpf::MapKind::Hash,
+            key_size: 8,
+            value_size: 8,
+            max_entries: 16,
+            flags: 0,
+            origin: ebpf::MapOrigin::Btf,
+            init: None,
+        };
+        let ops = ebpf::maps::create_local(&def, 1).unwrap();
+        ops.update(&7u64.to_le_bytes(), &3u64.to_le_bytes(), 0, 0)
+            .unwrap();
+        let mut shared = Shared::default();
+        shared.kernels.insert(7, "vectorAdd".into());
+        shared.modules_instrumented = 2;
+        let maps = vec![Map {
+            name: "kernel_count:launches".into(),
+            def,
+            ops,
+        }];
+        let text = render(&maps, &shared, Instant::now());
+        assert!(
+            text.contains(r#"bpftime_map_value{map="kernel_count:launches",key="vectorAdd"} 3"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"bpftime_trace_modules_total{instrumented="true"} 2"#),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn the_grafana_dashboard_names_only_metrics_we_export() {
+        let dash = include_str!("../../../../examples/grafana/bpftime-super.json");
+        let ours = [
+            include_str!("prom.rs"),
+            include_str!("../../service/metrics.rs"),
+        ]
+        .concat();
+        let mut names = Vec::new();
+        let mut rest = dash;
+        while let Some(at) = rest.find("bpftime_") {
+            let tail = &rest[at..];
+            let end = tail
+                .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .unwrap_or(tail.len());
+            names.push(&tail[..end]);
+            rest = &tail[end..];
+        }
+        assert!(names.len() >= 10, "{names:?}");
+        for n in names {
+            assert!(
+                ours.contains(&format!("\"{n}\"")),
+                "the dashboard uses {n}, which nothing exports"
+            );
+        }
+    }
 }
