@@ -176,6 +176,9 @@ pub enum ReportLine {
         records: u64,
         /// Records dropped because the device ring was full.
         dropped: u64,
+        /// The file (`FILE`, or `FILE.<pid>` for a second process of the app).
+        #[serde(default)]
+        path: String,
     },
     /// Something the user should know.
     Warning {

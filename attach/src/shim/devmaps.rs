@@ -359,6 +359,7 @@ fn trace_done(m: &mut DeviceMaps) {
         super::hooks::report(&[crate::session::ReportLine::MemTrace {
             records: t.written,
             dropped: t.drops,
+            path: t.path.clone(),
         }]);
     }
 }

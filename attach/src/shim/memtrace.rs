@@ -40,6 +40,8 @@ pub struct Ring {
     pub written: u64,
     /// Records dropped, as of the last drain.
     pub drops: u64,
+    /// The file written.
+    pub path: String,
 }
 
 impl Ring {
@@ -50,7 +52,17 @@ impl Ring {
     /// A CUDA context must be current; `stream` is a live stream of it.
     pub unsafe fn create(path: &str, cap: u64, stream: Handle) -> Result<Ring, String> {
         let cap = cap.max(STRIPES * 1024).next_power_of_two();
-        let mut file = std::fs::File::create(path).map_err(|e| format!("create {path}: {e}"))?;
+        // trace creates the file empty; the first process of the app to trace takes it, any
+        // other one (a second process using CUDA) writes `FILE.<pid>` instead of clobbering it.
+        let taken = std::fs::metadata(path)
+            .map(|m| m.len() > 0)
+            .unwrap_or(false);
+        let path = if taken {
+            format!("{path}.{}", std::process::id())
+        } else {
+            path.to_string()
+        };
+        let mut file = std::fs::File::create(&path).map_err(|e| format!("create {path}: {e}"))?;
         file.write_all(&header())
             .map_err(|e| format!("write {path}: {e}"))?;
         // SAFETY: real driver entries (caller: a context is current); the zero source
@@ -95,6 +107,7 @@ impl Ring {
                 stage: Vec::new(),
                 written: 0,
                 drops: 0,
+                path,
             })
         }
     }

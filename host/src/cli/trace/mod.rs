@@ -218,9 +218,11 @@ impl Trace {
                         }
                     }
                     ReportLine::Warning { .. } => p.warnings += 1,
-                    ReportLine::MemTrace { records, dropped } => {
-                        p.trace_records = *records;
-                        p.trace_dropped = *dropped;
+                    ReportLine::MemTrace {
+                        records, dropped, ..
+                    } => {
+                        p.trace_records += *records;
+                        p.trace_dropped += *dropped;
                     }
                     _ => {}
                 }
@@ -248,8 +250,12 @@ impl Trace {
                 ReportLine::Sites { sites } if !self.quiet => {
                     eprintln!("{} memory sites instrumented", sites.len())
                 }
-                ReportLine::MemTrace { records, dropped } => eprintln!(
-                    "memory trace: {records} records written, {dropped} dropped{}",
+                ReportLine::MemTrace {
+                    records,
+                    dropped,
+                    path,
+                } => eprintln!(
+                    "memory trace: {records} records written to {path}, {dropped} dropped{}",
                     if dropped > 0 {
                         " (the device ring was full: a larger --mem-trace-records, a shorter --interval or --sample keeps more)"
                     } else {
