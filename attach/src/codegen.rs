@@ -1026,7 +1026,6 @@ pub fn mem_block(
     if let Some(t) = trace {
         after.push_str(&trace_block(site, site_id, &a, pred.as_ref(), t));
     }
-    fill.sort_by_key(|(o, _)| *o);
     let ctx = format!("__bpftime_mctx{uid}");
     let lo = fill.first().map_or(0, |(o, _)| *o);
     let hi = fill.last().map_or(8, |(o, _)| *o + 8);

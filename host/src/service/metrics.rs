@@ -10,6 +10,7 @@ use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpListener};
 use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
 static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
 
@@ -56,17 +57,34 @@ pub fn render(s: &StatusInfo) -> String {
 
 /// Serves `GET /metrics` on `addr` from a background thread.
 pub fn serve(svc: Arc<Service>, addr: SocketAddr) -> std::io::Result<()> {
+    serve_text(addr, "bpftime-metrics", move || render(&svc.status()))?;
+    tracing::info!(%addr, "serving Prometheus metrics");
+    Ok(())
+}
+
+/// Answers `GET /metrics` (and `GET /`) on `addr` with `render()`, from a thread named
+/// `thread` of its own; each connection gets 2 s read and write timeouts, so a stuck client
+/// holds up nothing but the next scrape. Returns the bound address (`addr` may ask for port
+/// 0). Shared by the service's `--metrics` and `trace --prometheus`.
+pub fn serve_text(
+    addr: SocketAddr,
+    thread: &str,
+    render: impl Fn() -> String + Send + 'static,
+) -> std::io::Result<SocketAddr> {
     let listener = TcpListener::bind(addr)?;
+    let bound = listener.local_addr()?;
     handle();
     std::thread::Builder::new()
-        .name("bpftime-metrics".into())
+        .name(thread.into())
         .spawn(move || {
             for conn in listener.incoming() {
                 let Ok(mut stream) = conn else { continue };
+                let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
+                let _ = stream.set_write_timeout(Some(Duration::from_secs(2)));
                 let mut line = String::new();
                 let _ = BufReader::new(&stream).read_line(&mut line);
                 let (code, body) = if line.starts_with("GET /metrics") || line.starts_with("GET / ") {
-                    ("200 OK", render(&svc.status()))
+                    ("200 OK", render())
                 } else {
                     ("404 Not Found", "try GET /metrics\n".to_string())
                 };
@@ -77,6 +95,5 @@ pub fn serve(svc: Arc<Service>, addr: SocketAddr) -> std::io::Result<()> {
                 );
             }
         })?;
-    tracing::info!(%addr, "serving Prometheus metrics");
-    Ok(())
+    Ok(bound)
 }

@@ -648,11 +648,7 @@ pub fn instrument(
         Err(e) => Ok(MemSpliced {
             text: src.to_string(),
             sites: Vec::new(),
-            warnings: vec![PassWarning {
-                kernel: None,
-                line: e.line,
-                what: format!("module left unmodified: {e}"),
-            }],
+            warnings: vec![super::probe::unparsed(&e)],
         }),
     }
 }

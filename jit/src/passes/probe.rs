@@ -162,18 +162,21 @@ pub fn instrument(
 ) -> Result<Spliced, PassError> {
     match parse::parse_lenient(src) {
         Ok(file) => splice(src, &file, module, blocks),
-        Err(e) => {
-            tracing::warn!(line = e.line, error = %e, "PTX not instrumented: it does not parse");
-            Ok(Spliced {
-                text: src.to_string(),
-                attached: Vec::new(),
-                warnings: vec![PassWarning {
-                    kernel: None,
-                    line: e.line,
-                    what: format!("module left unmodified: {e}"),
-                }],
-            })
-        }
+        Err(e) => Ok(Spliced {
+            text: src.to_string(),
+            attached: Vec::new(),
+            warnings: vec![unparsed(&e)],
+        }),
+    }
+}
+
+/// The warning for a module that does not parse (and so stays as it was), logged too.
+pub(crate) fn unparsed(e: &parse::ParseError) -> PassWarning {
+    tracing::warn!(line = e.line, error = %e, "PTX not instrumented: it does not parse");
+    PassWarning {
+        kernel: None,
+        line: e.line,
+        what: format!("module left unmodified: {e}"),
     }
 }
 

@@ -226,8 +226,6 @@ impl Trace {
                     }
                     _ => {}
                 }
-                p.kernels = self.kernels.clone();
-                p.sites = self.sites.clone();
             }
             if self.json {
                 println!("{line}");
@@ -272,6 +270,11 @@ impl Trace {
                 ),
                 _ => {}
             }
+        }
+        // The exporter's names, once per drain rather than once per line.
+        if let Some(Ok(mut p)) = self.prom.as_ref().map(|p| p.lock()) {
+            p.kernels.clone_from(&self.kernels);
+            p.sites.clone_from(&self.sites);
         }
     }
 

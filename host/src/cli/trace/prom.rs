@@ -17,10 +17,9 @@
 use super::print::{self, KernelNames, SiteNames};
 use ebpf::MapDef;
 use ebpf::maps::MapOps;
-use std::io::{BufRead, BufReader, Write};
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// What the report file told trace so far.
 #[derive(Default)]
@@ -96,42 +95,18 @@ pub fn render(maps: &[Map], shared: &Shared, start: Instant) -> String {
     h.render()
 }
 
-/// Serves `GET /metrics` on `addr` from a thread of its own.
+/// Serves `GET /metrics` on `addr` from a thread of its own
+/// ([`host::service::metrics::serve_text`]); returns the bound address.
 pub fn serve(
     addr: SocketAddr,
     maps: Vec<Map>,
     shared: Arc<Mutex<Shared>>,
     start: Instant,
 ) -> std::io::Result<SocketAddr> {
-    let listener = TcpListener::bind(addr)?;
-    let bound = listener.local_addr()?;
-    host::service::metrics::handle();
-    std::thread::Builder::new()
-        .name("bpftime-prometheus".into())
-        .spawn(move || {
-            for conn in listener.incoming() {
-                let Ok(mut stream) = conn else { continue };
-                let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
-                let _ = stream.set_write_timeout(Some(Duration::from_secs(2)));
-                let mut line = String::new();
-                let _ = BufReader::new(&stream).read_line(&mut line);
-                let (code, body) = if line.starts_with("GET /metrics") || line.starts_with("GET / ") {
-                    let text = match shared.lock() {
-                        Ok(s) => render(&maps, &s, start),
-                        Err(p) => render(&maps, &p.into_inner(), start),
-                    };
-                    ("200 OK", text)
-                } else {
-                    ("404 Not Found", "try GET /metrics\n".to_string())
-                };
-                let _ = write!(
-                    stream,
-                    "HTTP/1.0 {code}\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\n\r\n{body}",
-                    body.len()
-                );
-            }
-        })?;
-    Ok(bound)
+    host::service::metrics::serve_text(addr, "bpftime-prometheus", move || match shared.lock() {
+        Ok(s) => render(&maps, &s, start),
+        Err(p) => render(&maps, &p.into_inner(), start),
+    })
 }
 
 #[cfg(test)]
