@@ -535,8 +535,11 @@ impl Sampling {
 
 /// The `--mem-trace` record of one access ([`crate::memtrace::Record`]): the lanes
 /// that make it (the guard's, thinned by sampling: `pred`) reserve their slots with one
-/// atomic from the lowest of them, and write a record each if the ring has room; lanes
-/// without room are counted in the drops. Never waits.
+/// atomic add on their SM's head from the lowest of them, and only when the head, as that
+/// lane reads it, leaves room behind the host's tail: a full ring costs two loads and the
+/// drop count, and never moves the head. Lanes whose reservation raced past the room
+/// mark their index as a hole instead ([`crate::memtrace`] says why that is safe) and are
+/// counted in the drops. Never waits on the host.
 pub fn trace_block(
     site: &jit::passes::mem::MemSite,
     site_id: u32,
@@ -546,26 +549,27 @@ pub fn trace_block(
 ) -> String {
     let space = site.space.code().unwrap_or(0);
     let info = site.size.min(63) | site.op.code() << 6 | space << 8;
-    let p = match pred {
-        Some((g, true)) => format!("!{g}"),
-        Some((g, false)) => g.clone(),
-        None => String::new(),
+    // %tp1: the lane makes a record (its guard); %tp3: it is backing off instead.
+    let guard = match pred {
+        Some((g, true)) => format!("\tnot.pred %tp1, {g};"),
+        Some((g, false)) => format!("\tmov.pred %tp1, {g};"),
+        None => "\tsetp.eq.u32 %tp1, %tt0, %tt0;".to_string(),
     };
-    let part = if p.is_empty() {
-        "\tmov.b32 %tt1, %tt0;".to_string()
-    } else {
-        format!("\tvote.sync.ballot.b32 %tt1, {p}, %tt0;")
-    };
-    let (ctl, ring) = (t.ctl as i64, t.ring as i64);
-    // Each SM's sub-ring.
-    let sub = (t.cap / crate::memtrace::STRIPES).max(1) as i64;
+    let (ctl, ring, marks) = (t.ctl as i64, t.ring as i64, t.marks_of(0) as i64);
+    let sub = t.sub() as i64;
     format!(
         "\t\t{{ // bpftime-super: --mem-trace record
 \t.reg .pred %tp<4>;
 \t.reg .b32 %tt<16>;
-\t.reg .b64 %td<8>;
+\t.reg .b64 %td<10>;
 \tactivemask.b32 %tt0;
-{part}
+{guard}
+\tsetp.ne.u32 %tp3, %bt_tskip, 0;
+\tand.pred %tp3, %tp3, %tp1;
+\t@%tp3 sub.u32 %bt_tskip, %bt_tskip, 1;
+\t@%tp3 add.u64 %bt_tdrop, %bt_tdrop, 1;
+\txor.pred %tp1, %tp1, %tp3;
+\tvote.sync.ballot.b32 %tt1, %tp1, %tt0;
 \tsetp.eq.u32 %tp3, %tt1, 0;
 \t@%tp3 bra $__bt_tdone;
 \tmov.u32 %tt2, %lanemask_lt;
@@ -580,41 +584,54 @@ pub fn trace_block(
 \tmov.u32 %tt7, %lanemask_eq;
 \tand.b32 %tt7, %tt7, %tt1;
 \tsetp.ne.u32 %tp2, %tt7, 0;
-\tcvt.u64.u32 %td0, %tt4;
-\tmov.u64 %td1, 0;
-\tmov.u64 %td2, 0;
 \tmov.u32 %tt11, %smid;
 \tand.b32 %tt11, %tt11, {smask};
 \tmul.wide.u32 %td6, %tt11, {ctl_stride};
 \tmul.wide.u32 %td7, %tt11, {ring_stride};
+\tmul.wide.u32 %td8, %tt11, {marks_stride};
 \tadd.s64 %td6, %td6, {ctl};
 \tadd.s64 %td7, %td7, {ring};
-\t@%tp0 atom.relaxed.gpu.global.add.u64 %td1, [%td6], %td0;
-\t@%tp0 ld.relaxed.gpu.global.u64 %td2, [%td6+{tail}];
+\tadd.s64 %td8, %td8, {marks};
+\tmov.b64 %td1, -1;
+\tmov.b64 %td3, 0;
+\t@!%tp0 bra $__bt_tres;
+\tcvt.u64.u32 %td0, %tt4;
+\tld.relaxed.gpu.global.u64 %td2, [%td6];
+\tld.relaxed.gpu.global.u64 %td3, [%td6+{tail}];
+\tadd.s64 %td4, %td2, %td0;
+\tsub.s64 %td5, %td4, %td3;
+\tsetp.le.u64 %tp1, %td5, {cap};
+\t@%tp1 atom.relaxed.gpu.global.add.u64 %td1, [%td6], %td0;
+$__bt_tres:
 \tmov.b64 {{%tt8, %tt9}}, %td1;
 \tshfl.sync.idx.b32 %tt8, %tt8, %tt5, 31, %tt0;
 \tshfl.sync.idx.b32 %tt9, %tt9, %tt5, 31, %tt0;
 \tmov.b64 %td1, {{%tt8, %tt9}};
-\tmov.b64 {{%tt8, %tt9}}, %td2;
+\tmov.b64 {{%tt8, %tt9}}, %td3;
 \tshfl.sync.idx.b32 %tt8, %tt8, %tt5, 31, %tt0;
 \tshfl.sync.idx.b32 %tt9, %tt9, %tt5, 31, %tt0;
-\tmov.b64 %td2, {{%tt8, %tt9}};
-\tcvt.u64.u32 %td3, %tt3;
-\tadd.s64 %td3, %td1, %td3;
-\tsub.s64 %td4, %td3, %td2;
-\tsetp.lt.u64 %tp1, %td4, {cap};
-\tand.pred %tp1, %tp1, %tp2;
-\tvote.sync.ballot.b32 %tt10, %tp1, %tt0;
-\txor.b32 %tt10, %tt10, %tt1;
-\tpopc.b32 %tt10, %tt10;
-\tsetp.ne.and.u32 %tp3, %tt10, 0, %tp0;
-\tcvt.u64.u32 %td5, %tt10;
-\t@%tp3 red.relaxed.gpu.global.add.u64 [%td6+{drops}], %td5;
-\t@!%tp1 bra $__bt_tdone;
-\tand.b64 %td5, %td3, {mask};
+\tmov.b64 %td3, {{%tt8, %tt9}};
+\t@!%tp2 bra $__bt_tdone;
+\tsetp.eq.s64 %tp3, %td1, -1;
+\t@%tp3 mov.u32 %bt_tskip, {backoff};
+\t@%tp3 add.u64 %bt_tdrop, %bt_tdrop, 1;
+\t@%tp3 bra $__bt_tdone;
+\tcvt.u64.u32 %td4, %tt3;
+\tadd.s64 %td4, %td1, %td4;
+\tand.b64 %td5, %td4, {mask};
+\tsub.s64 %td9, %td4, %td3;
+\tsetp.lt.u64 %tp1, %td9, {cap};
+\t@%tp1 bra $__bt_twrite;
+\tand.b64 %td5, %td4, {mmask};
+\tshl.b64 %td5, %td5, 3;
+\tadd.s64 %td5, %td5, %td8;
+\tst.relaxed.gpu.global.u64 [%td5], %td4;
+\tadd.u64 %bt_tdrop, %bt_tdrop, 1;
+\tbra $__bt_tdone;
+$__bt_twrite:
 \tshl.b64 %td5, %td5, 5;
 \tadd.s64 %td5, %td5, %td7;
-\tst.global.v2.u64 [%td5], {{{addr}, %td3}};
+\tst.global.v2.u64 [%td5], {{{addr}, %td4}};
 \tmov.u32 %tt11, %tid.x;
 \tand.b32 %tt11, %tt11, 1023;
 \tshl.b32 %tt11, %tt11, 10;
@@ -624,19 +641,67 @@ pub fn trace_block(
 \tor.b32 %tt11, %tt11, %tt12;
 \tor.b32 %tt11, %tt11, {info};
 \tmov.u32 %tt13, %ctaid.x;
-\tcvt.u32.u64 %tt14, %td3;
+\tcvt.u32.u64 %tt14, %td4;
 \tmov.u32 %tt15, {site_id};
 \tst.global.v4.u32 [%td5+16], {{%tt15, %tt11, %tt13, %tt14}};
 $__bt_tdone:
 \t\t}}
 ",
         tail = crate::memtrace::CTL_TAIL,
-        drops = crate::memtrace::CTL_DROPS,
+        backoff = TRACE_BACKOFF,
         mask = sub - 1,
         cap = sub,
         smask = crate::memtrace::STRIPES - 1,
         ctl_stride = crate::memtrace::CTL_BYTES,
         ring_stride = sub * crate::memtrace::RECORD as i64,
+        marks_stride = t.mark_slots() * 8,
+        mmask = t.mark_slots() - 1,
+    )
+}
+
+/// Records a lane drops without looking at the ring after it found it full: the full
+/// ring's cost is then a compare and two adds per access, and a drain (every
+/// `--interval`, milliseconds) loses at most this many records per thread.
+pub const TRACE_BACKOFF: u32 = 64;
+
+/// Kernel-scope registers of `--mem-trace`: the lane's back-off countdown and its
+/// uncounted drops, zeroed at entry.
+pub fn trace_prologue() -> String {
+    "\n\t.reg .b32 %bt_tskip;\n\t.reg .b64 %bt_tdrop;\n\tmov.u32 %bt_tskip, 0;\n\tmov.u64 %bt_tdrop, 0;\n"
+        .to_string()
+}
+
+/// Before each exit: the lane's drops, added to its SM's sub-ring's drop count
+/// (warp-aggregated).
+pub fn trace_epilogue(t: crate::memtrace::TraceRing) -> String {
+    format!(
+        "\t{{ // bpftime-super: --mem-trace drops
+\t.reg .pred %bt_tq;
+\t.reg .b32 %bt_tsm;
+\t.reg .b64 %bt_ta;
+\tsetp.ne.u64 %bt_tq, %bt_tdrop, 0;
+\t@!%bt_tq bra $__bt_tflushed;
+\tmov.u32 %bt_tsm, %smid;
+\tand.b32 %bt_tsm, %bt_tsm, {smask};
+\tmul.wide.u32 %bt_ta, %bt_tsm, {stride};
+\tadd.s64 %bt_ta, %bt_ta, {at};
+{add}
+\tmov.u64 %bt_tdrop, 0;
+$__bt_tflushed:
+\t}}
+",
+        smask = crate::memtrace::STRIPES - 1,
+        stride = crate::memtrace::CTL_BYTES,
+        at = t.ctl as i64 + crate::memtrace::CTL_DROPS as i64,
+        // Lanes that dropped as many (a warp of a grid-stride loop, or threads that each
+        // made their few accesses) add once per warp.
+        add = jit::lower::aggregated_add_text(
+            "red.relaxed.gpu.global.add.u64",
+            "%bt_ta",
+            "%bt_tdrop",
+            false,
+            false
+        ),
     )
 }
 

@@ -684,12 +684,15 @@ impl jit::passes::mem::MemBlocks for MemBlocksFor<'_> {
     }
 
     fn prologue(&mut self, _: &PtxFunction<'_>, sites: &[jit::passes::mem::MemSite]) -> String {
+        let trace = self.mem.trace.map(|_| codegen::trace_prologue());
         codegen::mem_prologue(sites.len().max(self.local), self.mem.sampling)
             + &self.deferred.prologue()
+            + trace.as_deref().unwrap_or("")
     }
 
     fn epilogue(&mut self, _: &PtxFunction<'_>) -> String {
-        self.deferred.epilogue()
+        let trace = self.mem.trace.map(codegen::trace_epilogue);
+        self.deferred.epilogue() + trace.as_deref().unwrap_or("")
     }
 }
 

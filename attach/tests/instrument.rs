@@ -351,7 +351,12 @@ fn mem_trace_records_every_access_without_probes() {
         assert_eq!(ptx.matches("--mem-trace record").count(), want, "{f}");
         // The index is masked to the SM's sub-ring: no record lands outside the ring.
         let sub = (1u64 << 20) / attach::memtrace::STRIPES;
-        assert!(ptx.contains(&format!("and.b64 %td5, %td3, {};", sub - 1)));
+        assert!(ptx.contains(&format!("and.b64 %td5, %td4, {};", sub - 1)));
+        // Every exit adds the lanes' counted drops to the ring's.
+        assert!(
+            ptx.matches("--mem-trace drops").count() >= parsed.kernels().count(),
+            "{f}"
+        );
         assemble(ptx, &format!("trace-{}", f.replace('/', "-")));
     }
 }

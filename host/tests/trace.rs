@@ -545,7 +545,8 @@ fn mem_trace_writes_a_file_and_reports_drops() {
     // The fake launch adds 1 at offset 128 of every 256-byte block of every allocation: in
     // each of the 128 per-SM control blocks that is the drop counter, so two launches read
     // as 256 dropped records, and no record was reserved (heads stay 0). The ring is
-    // rounded up to 1024 records per SM. The file gets its header,
+    // rounded up to MIN_SUB records per SM, each with a 32-byte slot and two 8-byte hole
+    // marks. The file gets its header,
     // the site table its sites, and `memtrace` reads both.
     let Some(_) = shim() else {
         return;
@@ -574,7 +575,7 @@ fn mem_trace_writes_a_file_and_reports_drops() {
     assert!(
         calls
             .iter()
-            .any(|c| c == &format!("cuMemAlloc {}", 128 * 1024 * 32)),
+            .any(|c| c == &format!("cuMemAlloc {}", 128 * 8192 * (32 + 16))),
         "{calls:#?}"
     );
     let sites: Vec<serde_json::Value> =

@@ -133,6 +133,8 @@ pub const STREAM_NON_BLOCKING: c_uint = 1;
 pub type StreamSynchronize = unsafe extern "C" fn(Handle) -> CuResult;
 /// `cuMemcpyHtoDAsync_v2`.
 pub type MemcpyHtoDAsync = unsafe extern "C" fn(u64, *const c_void, usize, Handle) -> CuResult;
+/// `cuMemsetD8Async`.
+pub type MemsetD8Async = unsafe extern "C" fn(u64, u8, usize, Handle) -> CuResult;
 /// `cuMemcpyDtoHAsync_v2`.
 pub type MemcpyDtoHAsync = unsafe extern "C" fn(*mut c_void, u64, usize, Handle) -> CuResult;
 /// `CU_STREAM_CAPTURE_MODE_RELAXED`: the calling thread may make calls a capture forbids.
@@ -209,6 +211,8 @@ pub enum Hook {
     MemcpyHtoDAsync,
     /// `cuMemcpyDtoHAsync_v2` (not hooked).
     MemcpyDtoHAsync,
+    /// `cuMemsetD8Async` (not hooked).
+    MemsetD8Async,
     /// `cuLinkCreate_v2` (not hooked).
     LinkCreate,
     /// `cuLinkComplete` (not hooked).
@@ -219,7 +223,7 @@ pub enum Hook {
 
 impl Hook {
     /// Every slot, in order.
-    pub const ALL: [Hook; 32] = [
+    pub const ALL: [Hook; 33] = [
         Hook::ModuleLoadData,
         Hook::ModuleLoadDataEx,
         Hook::ModuleLoadFatBinary,
@@ -249,6 +253,7 @@ impl Hook {
         Hook::StreamSynchronize,
         Hook::MemcpyHtoDAsync,
         Hook::MemcpyDtoHAsync,
+        Hook::MemsetD8Async,
         Hook::LinkCreate,
         Hook::LinkComplete,
         Hook::LinkDestroy,
@@ -286,6 +291,7 @@ impl Hook {
             Hook::StreamSynchronize => c"cuStreamSynchronize",
             Hook::MemcpyHtoDAsync => c"cuMemcpyHtoDAsync_v2",
             Hook::MemcpyDtoHAsync => c"cuMemcpyDtoHAsync_v2",
+            Hook::MemsetD8Async => c"cuMemsetD8Async",
             Hook::LinkCreate => c"cuLinkCreate_v2",
             Hook::LinkComplete => c"cuLinkComplete",
             Hook::LinkDestroy => c"cuLinkDestroy",

@@ -3,21 +3,26 @@
 //!
 //! ```text
 //! device:  STRIPES sub-rings of cap/STRIPES 32-byte records, one per SM (%smid % STRIPES),
-//!          each with a 256-byte control block: head @0 (reserved), tail @64 (drained),
-//!          drops @128                          (one cuMemAlloc each, in the app's context)
-//!   a warp's leader reserves its lanes' slots with one atomic on its SM's head; a lane
-//!   writes its record if idx - tail < cap/STRIPES, else the warp counts it in drops (the
-//!   kernel never waits; SMs never contend on one counter)
+//!          then two u64 hole marks per slot; a 256-byte control block per sub-ring:
+//!          head @0 (reserved), tail @64 (drained), drops @128
+//!                                      (one cuMemAlloc each, in the app's context)
+//!   a warp's leader reserves its lanes' slots with one atomic on its SM's head when the
+//!   ring has room, else its lanes count themselves dropped; a lane that raced past the
+//!   room marks its index a hole (the kernel never waits; SMs never contend on one counter)
 //! host:    every flush (--interval), at exit and before the context dies: copy head,
-//!          copy [tail, head) out, keep the records whose two sequence fields are their
-//!          index (a record still being written stops the drain until the next flush),
-//!          append them to FILE, write tail back
+//!          copy the slots [tail, head) out (at most a sub-ring), keep the complete
+//!          records, skip the marked holes (their marks copied only when needed), stop at
+//!          a record still being written until the next flush; append the records to
+//!          FILE, write tail back
 //! ```
+//!
+//! The protocol and why no index is lost are in [`crate::memtrace`].
 //!
 //! The record, the file header and the control-block offsets are in [`crate::memtrace`].
 
 use crate::memtrace::{
-    CTL_BYTES, CTL_DROPS, CTL_HEAD, CTL_TAIL, RECORD, STRIPES, complete_prefix, header,
+    CTL_BYTES, CTL_DROPS, CTL_HEAD, CTL_TAIL, MIN_SUB, RECORD, STRIPES, Slots, TraceRing,
+    drain_one, header,
 };
 
 use super::driver::{self, CUDA_SUCCESS, Handle, Hook};
@@ -31,11 +36,13 @@ pub struct Ring {
     pub ring: u64,
     /// Device address of the control blocks, [`CTL_BYTES`] apart.
     pub ctl: u64,
-    /// Records the ring holds (a power of two, at least [`STRIPES`] × 1024).
+    /// Records the ring holds (a power of two, at least [`STRIPES`] × [`MIN_SUB`]).
     pub cap: u64,
     tails: Vec<u64>,
     file: std::fs::File,
     stage: Vec<u8>,
+    marks: Vec<u8>,
+    out: Vec<u8>,
     /// Records written to the file.
     pub written: u64,
     /// Records dropped, as of the last drain.
@@ -51,7 +58,7 @@ impl Ring {
     /// # Safety
     /// A CUDA context must be current; `stream` is a live stream of it.
     pub unsafe fn create(path: &str, cap: u64, stream: Handle) -> Result<Ring, String> {
-        let cap = cap.max(STRIPES * 1024).next_power_of_two();
+        let cap = cap.max(STRIPES * MIN_SUB).next_power_of_two();
         // trace creates the file empty; the first process of the app to trace takes it, any
         // other one (a second process using CUDA) writes `FILE.<pid>` instead of clobbering it.
         let taken = std::fs::metadata(path)
@@ -65,33 +72,32 @@ impl Ring {
         let mut file = std::fs::File::create(&path).map_err(|e| format!("create {path}: {e}"))?;
         file.write_all(&header())
             .map_err(|e| format!("write {path}: {e}"))?;
-        // SAFETY: real driver entries (caller: a context is current); the zero source
-        // outlives the synchronised stream.
+        // SAFETY: real driver entries (caller: a context is current), on device memory
+        // just allocated.
         unsafe {
             let alloc: driver::MemAlloc = call(Hook::MemAlloc)?;
             let free: driver::MemFree = call(Hook::MemFree)?;
-            let htod: driver::MemcpyHtoDAsync = call(Hook::MemcpyHtoDAsync)?;
+            let memset: driver::MemsetD8Async = call(Hook::MemsetD8Async)?;
             let sync: driver::StreamSynchronize = call(Hook::StreamSynchronize)?;
             let (mut ring, mut ctl) = (0u64, 0u64);
-            super::hooks::check(
-                alloc(&mut ring, cap as usize * RECORD),
-                "cuMemAlloc of the trace ring",
-            )?;
+            // The records, then the hole marks.
+            let total = TraceRing {
+                ring: 0,
+                ctl: 0,
+                cap,
+            }
+            .bytes() as usize;
+            super::hooks::check(alloc(&mut ring, total), "cuMemAlloc of the trace ring")?;
             let ctl_bytes = CTL_BYTES * STRIPES as usize;
             if let Err(e) = super::hooks::check(alloc(&mut ctl, ctl_bytes), "cuMemAlloc") {
                 free(ring);
                 return Err(e);
             }
-            // The ring's sequence fields start as all-ones: no slot looks complete.
-            let ones = vec![0xffu8; (cap as usize * RECORD).min(1 << 24)];
-            let mut off = 0usize;
-            let total = cap as usize * RECORD;
-            let zeros = vec![0u8; ctl_bytes];
-            let mut r = htod(ctl, zeros.as_ptr() as *const c_void, ctl_bytes, stream);
-            while r == CUDA_SUCCESS && off < total {
-                let n = ones.len().min(total - off);
-                r = htod(ring + off as u64, ones.as_ptr() as *const c_void, n, stream);
-                off += n;
+            // The sequence fields and marks start as all-ones: no slot looks complete or
+            // skipped. Set on the device: a ring of gigabytes is ready in milliseconds.
+            let mut r = memset(ctl, 0, ctl_bytes, stream);
+            if r == CUDA_SUCCESS {
+                r = memset(ring, 0xff, total, stream);
             }
             if r != CUDA_SUCCESS || sync(stream) != CUDA_SUCCESS {
                 free(ring);
@@ -105,6 +111,8 @@ impl Ring {
                 tails: vec![0; STRIPES as usize],
                 file,
                 stage: Vec::new(),
+                marks: Vec::new(),
+                out: Vec::new(),
                 written: 0,
                 drops: 0,
                 path,
@@ -139,44 +147,46 @@ impl Ring {
             self.drops = (0..STRIPES as usize)
                 .map(|k| word(k * CTL_BYTES + CTL_DROPS as usize))
                 .sum();
+            let layout = TraceRing {
+                ring: self.ring,
+                ctl: self.ctl,
+                cap: self.cap,
+            };
             for k in 0..STRIPES as usize {
                 let head = word(k * CTL_BYTES + CTL_HEAD as usize);
                 let tail = self.tails[k];
-                // Reservations past the sub-ring's room were dropped, not written.
-                let end = head.min(tail + sub);
-                if end <= tail {
-                    continue;
-                }
-                let n = (end - tail) as usize;
-                self.stage.resize(n * RECORD, 0);
-                let base = self.ring + k as u64 * sub * RECORD as u64;
-                let first = (tail % sub) as usize;
-                let run1 = n.min(sub as usize - first);
-                dtoh(
-                    self.stage.as_mut_ptr() as *mut c_void,
-                    base + (first * RECORD) as u64,
-                    run1 * RECORD,
-                    stream,
+                let (records, marks) = (
+                    self.ring + k as u64 * sub * RECORD as u64,
+                    layout.marks_of(k as u64),
                 );
-                if run1 < n {
-                    dtoh(
-                        self.stage.as_mut_ptr().add(run1 * RECORD) as *mut c_void,
-                        base,
-                        (n - run1) * RECORD,
-                        stream,
-                    );
-                }
-                if sync(stream) != CUDA_SUCCESS {
+                let mut copy = |which: Slots, first: usize, n: usize, dst: &mut [u8]| {
+                    let (src, slots, size) = match which {
+                        Slots::Records => (records, sub as usize, RECORD),
+                        Slots::Marks => (marks, layout.mark_slots() as usize, 8),
+                    };
+                    // (Inside the block's SAFETY: the runs lie in the ring and in `dst`,
+                    // which outlives the synchronisation right after.)
+                    copy_slots(dtoh, dst, src, first, n, slots, size, stream);
+                    sync(stream) == CUDA_SUCCESS
+                };
+                let Some(done) = drain_one(
+                    &layout,
+                    tail,
+                    head,
+                    &mut copy,
+                    &mut self.stage,
+                    &mut self.marks,
+                    &mut self.out,
+                ) else {
                     return;
-                }
-                let done = complete_prefix(&self.stage, tail);
+                };
                 if done == 0 {
                     continue;
                 }
-                if self.file.write_all(&self.stage[..done * RECORD]).is_err() {
+                if self.file.write_all(&self.out).is_err() {
                     return;
                 }
-                self.written += done as u64;
+                self.written += (self.out.len() / RECORD) as u64;
                 self.tails[k] = tail + done as u64;
                 let t = self.tails[k].to_le_bytes();
                 htod(
@@ -187,6 +197,43 @@ impl Ring {
                 );
                 sync(stream);
             }
+        }
+    }
+}
+
+/// Copies `n` slots of `size` bytes of a ring of `slots`, from slot `first` on (wrapping),
+/// into `dst`, on `stream`.
+///
+/// # Safety
+/// `dtoh` is the driver's; `src` is a device ring of `slots` slots in the current context;
+/// `dst` holds `n * size` bytes and outlives the stream's next synchronisation.
+#[allow(clippy::too_many_arguments)]
+unsafe fn copy_slots(
+    dtoh: driver::MemcpyDtoHAsync,
+    dst: &mut [u8],
+    src: u64,
+    first: usize,
+    n: usize,
+    slots: usize,
+    size: usize,
+    stream: Handle,
+) {
+    let run1 = n.min(slots - first);
+    // SAFETY: the caller's contract; both runs lie inside `dst` and the ring.
+    unsafe {
+        dtoh(
+            dst.as_mut_ptr() as *mut c_void,
+            src + (first * size) as u64,
+            run1 * size,
+            stream,
+        );
+        if run1 < n {
+            dtoh(
+                dst.as_mut_ptr().add(run1 * size) as *mut c_void,
+                src,
+                (n - run1) * size,
+                stream,
+            );
         }
     }
 }

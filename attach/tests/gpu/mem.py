@@ -18,9 +18,15 @@ M64 = (1 << 64) - 1
 results, failures = [], 0
 
 
+# CuPy compiles RawKernels to cubins unless told otherwise; trace tells it to keep PTX, and
+# the plain and ncu runs do the same so that every run executes the same kernels.
+ENV = dict(os.environ, CUPY_COMPILE_WITH_PTX="1")
+
+
 def run(cmd, timeout=300):
     t = time.perf_counter()
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                         env=ENV)
     try:
         o, e = p.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -229,6 +235,13 @@ def ncu_compare():
                     v = float(d["Metric Value"].replace(",", "") or 0)
                     want[(base, op, what)] = want.get((base, op, what), 0) + v
         rc1, o1, e1, _ = run(trace([f"{carry}/coalescing.bpf.o"], cmd))
+        open(os.path.join(out, "ncu_" + re.sub(r"\W+", "_", name)[:40] + ".csv"), "w").write(o)
+        if only is not None:
+            rc0, o0, _, _ = run(cmd)
+            res = lambda t: (re.search(r"tokens=\[[^\]]*\] checksum=\S+", t) or [None])[0]
+            record(f"{name}: same tokens and checksum under the coalescing probe",
+                   rc0 == 0 and rc1 == 0 and res(o0) is not None and res(o0) == res(o1),
+                   plain=o0[-400:], traced=o1[-400:], err=e1[-1500:])
         sites, maps, _ = parse(o1)
         got = {}
         for i, s in sites.items():
@@ -254,7 +267,16 @@ def ncu_compare():
             rows.append({"kernel": b, "op": op, "what": what, "probe": v, "ncu": n, "rel_err": err})
             if n is None or (n > 0 and err > 0.10) or (n == 0 and v != 0):
                 ok = False
-        record(f"coalescing probe vs ncu on {name} (requests and sectors within 10%)", ok and bool(rows), rows=rows)
+        tot = {}
+        for r in rows:
+            t = tot.setdefault((r["op"], r["what"]), [0, 0])
+            t[0] += r["probe"]
+            t[1] += r["ncu"] or 0
+        totals = {f"{op} {what}": {"probe": v[0], "ncu": v[1], "rel_err": abs(v[0] - v[1]) / v[1] if v[1] else None}
+                  for (op, what), v in sorted(tot.items())}
+        record(f"coalescing probe vs ncu on {name} (requests and sectors within 10%)", ok and bool(rows), rows=rows,
+               totals=totals)
+        print(f"   totals: {json.dumps(totals)}", flush=True)
         results[-1]["rows"] = rows
         for r in rows:
             print(f"   {r['kernel']:10} {r['op']:5} {r['what']:8} probe {r['probe']:>12} ncu {r['ncu']}", flush=True)
@@ -292,7 +314,7 @@ def mem_trace_check():
     n = 1 << 16
     cmd = [f"{apps}/memtest", str(n)]
     rc0, o0, _, _ = run(cmd)
-    f = os.path.join(out, "memtest.trace")
+    f = "/tmp/memtest.trace"
     rc, o, e, _ = run([B, "trace", "--json", "--interval", "0", "--shim", SHIM, "--mem-trace", f, "--", *cmd])
     done = [v for v in (json.loads(l) for l in o.splitlines() if l.startswith("{")) if v.get("event") == "mem_trace"]
     sites, _, _ = parse(o)
@@ -314,19 +336,63 @@ def mem_trace_check():
         want = sorted(k["in"] + 4 * i * k["stride"] for i in range(k["n"]))
         record("--mem-trace: the strided load's addresses are exactly the kernel's", got == want,
                got_n=len(got), want_n=len(want), first=[hex(x) for x in got[:4]])
-    # Overflow: a 1024-record ring; the kernels never wait, every record is written or counted.
-    f2 = os.path.join(out, "small.trace")
+    # Overflow: the smallest ring (2^20 records) and memtest at 2^19 (13 * 2^19 accesses,
+    # drained only at exit); the kernels never wait, every access is written or counted.
+    n2 = 1 << 19
+    cmd2 = [f"{apps}/memtest", str(n2)]
+    _, o02, _, _ = run(cmd2)
+    f2 = "/tmp/small.trace"
     rc, o, e, _ = run([B, "trace", "--json", "--interval", "0", "--shim", SHIM, "--mem-trace", f2,
-                       "--mem-trace-records", "1024", "--", *cmd])
+                       "--mem-trace-records", "1024", "--", *cmd2])
     done = [v for v in (json.loads(l) for l in o.splitlines() if l.startswith("{")) if v.get("event") == "mem_trace"]
     recs2 = read_trace(f2) if os.path.exists(f2) else []
-    ok = rc == 0 and done and done[0]["dropped"] > 0 and len(recs2) + done[0]["dropped"] == 13 * n \
-        and cs(o) == cs(o0) and done[0]["records"] == len(recs2)
-    record("--mem-trace, ring of 1024: drops counted, records + drops = accesses, output unchanged", bool(ok),
-           records=len(recs2), done=done, err=e[-1500:])
+    ok = rc == 0 and done and done[0]["dropped"] > 0 and len(recs2) + done[0]["dropped"] == 13 * n2 \
+        and cs(o) == cs(o02) and done[0]["records"] == len(recs2)
+    record("--mem-trace, smallest ring, full: drops counted, records + drops = accesses, output unchanged", bool(ok),
+           records=len(recs2), done=done, accesses=13 * n2, err=e[-1500:])
     rc, o, e, _ = run([B, "memtrace", f])
     open(os.path.join(out, "memtrace_memtest.txt"), "w").write(o + e)
     print(o[-2500:], flush=True)
+    # A ring that was full keeps streaming: 2^20 records drained every 5 ms while the
+    # triad makes 3 * 2^22 * 3000 accesses; the file gets more records than the ring holds, and
+    # every access is in the file or in the drops.
+    n, reps, cap = 1 << 22, 3000, 1 << 20
+    cmd = [f"{apps}/stream", str(n), str(reps)]
+    rc0, o0, _, _ = run(cmd)
+    f3 = "/tmp/stream.trace"
+    rc, o, e, _ = run([B, "trace", "--json", "--interval", "5ms", "--shim", SHIM, "--mem-trace", f3,
+                       "--mem-trace-records", str(cap), "--", *cmd])
+    done = [v for v in (json.loads(l) for l in o.splitlines() if l.startswith("{")) if v.get("event") == "mem_trace"]
+    recs3 = read_trace(f3) if os.path.exists(f3) else []
+    written = done[0]["records"] if done else -1
+    dropped = done[0]["dropped"] if done else -1
+    ok = rc == 0 and written == len(recs3) and written > cap and written + dropped == 3 * n * reps \
+        and cs(o) == cs(o0)
+    record("--mem-trace keeps streaming after the ring filled (2^20 records, drained every 5 ms)", bool(ok),
+           records=len(recs3), reported=done, accesses=3 * n * reps, ring=cap, err=e[-1500:])
+    if recs3:
+        os.remove(f3)
+
+
+def llm_reports():
+    """The real program under `--mem-report` and under `--mem-trace --plot`."""
+    cmd = ["python3", f"{apps}/llm_cupy.py", "2", "8"]
+    rc, o, e, _ = run([B, "trace", "--interval", "0", "--quiet", "--shim", SHIM, "--mem-report", "--", *cmd])
+    open(os.path.join(out, "mem_report_llm.txt"), "w").write(o + e)
+    record("--mem-report on the transformer decoding loop completes", rc == 0 and "matvec" in o, err=e[-1500:])
+    print(o[-4000:], flush=True)
+    for name, c in (("llm", cmd), ("sgemm", [f"{apps}/sgemm", "1024", "1"])):
+        f = os.path.join(out, f"{name}.trace")
+        pd = os.path.join(out, f"plots_{name}")
+        rc, o, e, _ = run([B, "trace", "--interval", "100ms", "--quiet", "--shim", SHIM, "--mem-trace", f,
+                           "--plot", pd, "--", *c])
+        pngs = sorted(os.listdir(pd)) if os.path.isdir(pd) else []
+        open(os.path.join(out, f"memtrace_{name}.txt"), "w").write(o + e)
+        record(f"--mem-trace --plot on {name}: a trace and its PNG plots", rc == 0 and len(pngs) >= 2, pngs=pngs,
+               err=e[-1500:])
+        print(o[-3000:], flush=True)
+        if os.path.exists(f):
+            os.remove(f)
 
 
 def bench():
@@ -344,7 +410,9 @@ def bench():
         "coalescing probe (warp-wide sectors, leader adds)":
             lambda c: [B, "trace", "--interval", "0", "--quiet", "--shim", SHIM, f"{carry}/coalescing.bpf.o", "--", *c],
         "--mem-trace (a record per access to a 2^22-record device ring; drops counted)":
-            lambda c: [B, "trace", "--interval", "0", "--quiet", "--shim", SHIM, "--mem-trace", os.path.join(out, "bench.trace"), "--", *c],
+            lambda c: [B, "trace", "--interval", "0", "--quiet", "--shim", SHIM, "--mem-trace", "/tmp/bench.trace", "--", *c],
+        "--mem-trace drained every 100 ms":
+            lambda c: [B, "trace", "--interval", "100ms", "--quiet", "--shim", SHIM, "--mem-trace", "/tmp/bench.trace", "--", *c],
         "counting probe, sampled 1 in 16":
             lambda c: [B, "trace", "--interval", "0", "--quiet", "--shim", SHIM, "--sample", "16",
                        f"{carry}/mem_sites.bpf.o", "--", *c],
@@ -374,6 +442,43 @@ def bench():
     return rows
 
 
+def bench_full():
+    """A full trace, nothing dropped: a ring of 2^30 records (43 GB) holds every access of
+    two triad launches of 2^25 floats (the app times the second) and three SGEMM 1024^2
+    (the median launch); the kernels write every record while they run, and the shim copies
+    them out at exit (to /dev/shm)."""
+    REPS = 3
+    rows = []
+    for wname, cmd, acc in (("STREAM triad 2^25 floats", [f"{apps}/stream", str(1 << 25), "2"], 2 * 3 << 25),
+                            ("SGEMM 1024^2", [f"{apps}/sgemm", "1024", "3"], 3 * ((1 << 27) + (1 << 20)))):
+        plain, traced, bad = [], [], []
+        for _ in range(REPS):
+            rc, o, e, _ = run(cmd)
+            m = re.search(r"kernel_us=([0-9.]+)", o)
+            if rc == 0 and m:
+                plain.append(float(m.group(1)))
+            f = "/dev/shm/full.trace"
+            rc, o, e, _ = run([B, "trace", "--json", "--interval", "0", "--shim", SHIM, "--mem-trace", f,
+                               "--mem-trace-records", str(1 << 30), "--", *cmd], timeout=200)
+            done = [v for v in (json.loads(l) for l in o.splitlines() if l.startswith("{"))
+                    if v.get("event") == "mem_trace"]
+            m = re.search(r"kernel_us=([0-9.]+)", o)
+            if rc == 0 and m and done and done[0]["dropped"] == 0 and done[0]["records"] == acc:
+                traced.append(float(m.group(1)))
+            else:
+                bad.append({"rc": rc, "done": done, "err": e[-800:]})
+            if os.path.exists(f):
+                os.remove(f)
+        record(f"full trace of {wname}: every access recorded, none dropped", not bad and bool(traced), bad=bad)
+        if plain and traced:
+            b, k = statistics.median(plain), statistics.median(traced)
+            rows.append({"workload": wname, "config": "--mem-trace, every record kept (2^30-record ring)",
+                         "plain_us_samples": plain, "kernel_us_samples": traced, "kernel_ratio": k / b,
+                         "records": acc, "reps": REPS})
+            print(f"{wname:36} full trace {k:10.1f} us vs plain {b:10.1f} us  x{k / b:6.3f}", flush=True)
+    return rows
+
+
 what = sys.argv[2] if len(sys.argv) > 2 else "all"
 if what in ("all", "tests"):
     memtest()
@@ -381,12 +486,14 @@ if what in ("all", "tests"):
     ncu_compare()
     mem_report_check()
     mem_trace_check()
+    llm_reports()
 if what == "ncu":
     ncu_compare()
 if what == "report":
     mem_report_check()
     mem_trace_check()
-rows = bench() if what in ("all", "bench") else []
+    llm_reports()
+rows = bench() + bench_full() if what in ("all", "bench") else []
 json.dump({"tests": results, "failures": failures, "bench": rows}, open(os.path.join(out, "mem.json"), "w"), indent=1)
 print(f"{failures} failures", flush=True)
 sys.exit(1 if failures else 0)

@@ -22,6 +22,7 @@ nvcc -fatbin $G -o "$apps/vecadd.fatbin" vecadd.cu
 cp numba_app.py cupy_app.py torch_app.py llm_cupy.py "$apps/"
 { nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; nvcc --version | tail -1; } > "$out/device.txt"
 export B SHIM carry apps
+[ -f "$carry/DejaVuSans.ttf" ] && export BPFTIME_FONT="$carry/DejaVuSans.ttf"
 if [ "$what" = mem ] || [ "$what" = mem-tests ] || [ "$what" = mem-bench ] || [ "$what" = mem-report ] || [ "$what" = mem-ncu ]; then
 	python3 "$here/mem.py" "$out" "$(echo "${what#mem}" | sed 's/^-//; s/^$/all/')" 2>&1 | tee "$out/mem.log"
 	exit 0

@@ -107,6 +107,7 @@ static int stream_obj;
 CUresult cuStreamCreate(H *s, unsigned flags) { *s = &stream_obj; logz("cuStreamCreate", flags); return 0; }
 CUresult cuStreamSynchronize(H s) { (void)s; return 0; }
 CUresult cuMemcpyHtoDAsync_v2(uint64_t d, const void *h, size_t n, H s) { (void)s; memcpy((void *)(uintptr_t)d, h, n); logz("cuMemcpyHtoDAsync", n); return 0; }
+CUresult cuMemsetD8Async(uint64_t d, unsigned char v, size_t n, H s) { (void)s; memset((void *)(uintptr_t)d, v, n); logz("cuMemsetD8Async", n); return 0; }
 CUresult cuMemcpyDtoHAsync_v2(void *h, uint64_t d, size_t n, H s) { (void)s; memcpy(h, (void *)(uintptr_t)d, n); logz("cuMemcpyDtoHAsync", n); return 0; }
 static int primary_active = 1;
 CUresult cuDevicePrimaryCtxGetState(int d, unsigned *flags, int *active) { (void)d; *flags = 0; *active = primary_active; return 0; }
@@ -132,7 +133,7 @@ static const struct entry table[] = {
 	{"cuMemHostRegister", cuMemHostRegister_v2}, {"cuMemHostGetDevicePointer", cuMemHostGetDevicePointer_v2},
 	{"cuMemAlloc", cuMemAlloc_v2}, {"cuMemFree", cuMemFree_v2}, {"cuStreamCreate", cuStreamCreate},
 	{"cuStreamSynchronize", cuStreamSynchronize}, {"cuMemcpyHtoDAsync", cuMemcpyHtoDAsync_v2},
-	{"cuMemcpyDtoHAsync", cuMemcpyDtoHAsync_v2}, {"cuDevicePrimaryCtxGetState", cuDevicePrimaryCtxGetState},
+	{"cuMemcpyDtoHAsync", cuMemcpyDtoHAsync_v2}, {"cuMemsetD8Async", cuMemsetD8Async}, {"cuDevicePrimaryCtxGetState", cuDevicePrimaryCtxGetState},
 	{"cuDevicePrimaryCtxRelease", cuDevicePrimaryCtxRelease_v2}, {"cuDevicePrimaryCtxReset", cuDevicePrimaryCtxReset_v2},
 	{"cuCtxDestroy", cuCtxDestroy_v2}, {"cuLaunchKernel", cuLaunchKernel},
 	{0, 0}};

@@ -72,7 +72,8 @@ pub struct TraceArgs {
     /// with `bpftime-super memtrace FILE` (the site table goes to FILE.sites.json).
     #[arg(long, value_name = "FILE")]
     mem_trace: Option<PathBuf>,
-    /// Records the device ring of --mem-trace holds (32 bytes each; a power of two).
+    /// Records the device ring of --mem-trace holds (48 bytes of GPU memory each; rounded
+    /// up to a power of two, at least 2^20).
     #[arg(long, default_value_t = 1 << 22)]
     mem_trace_records: u64,
     /// With --mem-trace: at exit, write PNG plots of access density over the address range
