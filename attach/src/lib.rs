@@ -16,6 +16,7 @@
 //!
 //! | module       | owns                                                                       |
 //! |--------------|----------------------------------------------------------------------------|
+//! | [`apilog`]   | the `--api-log` file: copies, allocations, launches and syncs the app made |
 //! | [`image`]    | recognising and unpacking PTX, fat binaries (compressed too), cubins, host ELF |
 //! | [`probes`]   | loading and verifying `kprobe/`/`kretprobe/` programs; kernel name matching |
 //! | [`codegen`]  | the probe `.func`s and the per-site ctx blocks                              |
@@ -30,6 +31,7 @@
 
 #![deny(missing_docs)]
 
+pub mod apilog;
 pub mod codegen;
 pub mod image;
 pub mod instrument;

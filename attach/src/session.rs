@@ -76,6 +76,10 @@ pub struct SessionConfig {
     /// Records the device ring of `mem_trace` holds.
     #[serde(default)]
     pub mem_trace_records: u64,
+    /// Log the application's copies, allocations, launches and syncs to this file
+    /// (`trace --api-log`, [`crate::apilog`]).
+    #[serde(default)]
+    pub api_log: Option<String>,
 }
 
 impl SessionConfig {
@@ -178,6 +182,13 @@ pub enum ReportLine {
         dropped: u64,
         /// The file (`FILE`, or `FILE.<pid>` for a second process of the app).
         #[serde(default)]
+        path: String,
+    },
+    /// The API log is complete.
+    ApiLog {
+        /// Calls logged.
+        events: u64,
+        /// The file (`FILE`, or `FILE.<pid>` for a second process of the app).
         path: String,
     },
     /// Something the user should know.

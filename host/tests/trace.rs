@@ -76,6 +76,14 @@ fn fake(name: &str) -> Fake {
     cc(&[
         "-O1",
         "-o",
+        &format!("{d}/app_copies"),
+        &s("app_copies.c"),
+        &format!("-L{d}"),
+        "-lcuda",
+    ]);
+    cc(&[
+        "-O1",
+        "-o",
         &format!("{d}/app_cudart"),
         &s("app_cudart.c"),
         "-ldl",
@@ -662,4 +670,77 @@ fn prometheus_serves_the_maps_and_counters_while_the_app_runs() {
         "{last}"
     );
     assert!(last.starts_with("HTTP/1.0 200 OK"), "{last}");
+}
+
+#[test]
+fn api_log_records_every_call_on_every_path() {
+    // app_copies makes its calls linked with -lcuda, then two through cuGetProcAddress
+    // (one the per-thread-stream twin); the log must hold each, in order, with its
+    // direction, bytes, stream, flags and result, and no call of the shim's own.
+    use attach::apilog::{FLAG_ASYNC, FLAG_PTDS, Kind, call_name};
+    if shim().is_none() {
+        return;
+    }
+    let f = fake("api_log");
+    let log = f.dir.join("api.log");
+    let (code, out, err) = f.run_with(
+        &["--api-log", &log.display().to_string()],
+        &[],
+        &["app_copies"],
+    );
+    assert_eq!(code, 0, "{err}\n{out}");
+    let ev = attach::apilog::read(&log).unwrap();
+    let got: Vec<(&str, Kind, u64, i32, u8)> = ev
+        .iter()
+        .map(|e| (call_name(e.call), e.kind, e.bytes, e.result, e.flags))
+        .collect();
+    let want = [
+        ("cuMemAlloc_v2", Kind::Alloc, 1 << 20, 0, 0),
+        ("cuMemAllocHost_v2", Kind::HostAlloc, 1 << 20, 0, 0),
+        ("cuMemcpyHtoD_v2", Kind::HtoD, 4096, 0, 0),
+        ("cuMemcpyDtoH_v2", Kind::DtoH, 2048, 0, 0),
+        ("cuMemcpy", Kind::HtoD, 1000, 0, 0),
+        ("cuMemcpyHtoDAsync_v2", Kind::HtoD, 512, 0, FLAG_ASYNC),
+        ("cuMemcpyHtoD_v2", Kind::HtoD, 16, 1, 0),
+        ("cuLaunchKernel", Kind::Launch, 256, 0, FLAG_ASYNC),
+        ("cuStreamSynchronize", Kind::Sync, 0, 0, 0),
+        ("cuCtxSynchronize", Kind::Sync, 0, 0, 0),
+        (
+            "cuMemcpyHtoDAsync_v2_ptsz",
+            Kind::HtoD,
+            256,
+            0,
+            FLAG_ASYNC | FLAG_PTDS,
+        ),
+        ("cuMemcpyDtoH_v2", Kind::DtoH, 128, 0, 0),
+        ("cuMemFree_v2", Kind::Free, 0, 0, 0),
+        ("cuMemFreeHost", Kind::HostFree, 0, 0, 0),
+    ];
+    assert_eq!(got, want, "{ev:#?}");
+    // Addresses: every copy's device side is the allocation; the host side the pinned buffer.
+    let (d, h) = (ev[0].dst, ev[1].src);
+    assert!(d != 0 && h != 0);
+    assert_eq!((ev[2].dst, ev[2].src), (d, h));
+    assert_eq!((ev[3].device_addr(), ev[3].host_addr()), (Some(d), Some(h)));
+    assert_eq!(ev[4].dst, d + 64);
+    assert_eq!((ev[5].stream, ev[7].stream, ev[7].aux), (5, 5, 0x77));
+    assert_eq!((ev[12].dst, ev[13].src), (d, h));
+    // Times are ordered and the thread is the app's.
+    assert!(ev.windows(2).all(|w| w[0].start_ns <= w[1].start_ns));
+    assert!(ev.iter().all(|e| e.tid == ev[0].tid && e.tid != 0));
+    let done = events(&out, "api_log");
+    assert_eq!(done.len(), 1, "{out}");
+    assert_eq!(done[0]["events"].as_u64(), Some(want.len() as u64));
+    // Without --api-log the exported wrappers only forward: no file, same exit code.
+    let (code, out, err) = f.run(&[], &["app_copies"]);
+    assert_eq!(code, 0, "{err}\n{out}");
+    assert!(events(&out, "api_log").is_empty(), "{out}");
+    // A damaged log is refused with the offset.
+    let bytes = std::fs::read(&log).unwrap();
+    std::fs::write(&log, &bytes[..bytes.len() - 5]).unwrap();
+    let e = attach::apilog::read(&log).unwrap_err().to_string();
+    assert!(
+        e.contains("truncated record") && e.contains("offset"),
+        "{e}"
+    );
 }

@@ -222,3 +222,31 @@ pub unsafe extern "C" fn cuDevicePrimaryCtxReset_v2(dev: c_int) -> CuResult {
     // SAFETY: forwarded contract.
     unsafe { hooks::primary_ctx_reset(dev) }
 }
+
+/// The C exports of the API log's entry points ([`attach::shim::api`]), made from the same
+/// table as the wrappers they forward to.
+mod api_exports {
+    use attach::shim::api::LaunchConfig;
+    use attach::shim::driver::Handle;
+    use std::ffi::{c_int, c_uint, c_void};
+
+    macro_rules! api_table {
+        ($(
+            $(#[$doc:meta])*
+            $variant:ident = $sym:ident, $base:literal, $ptds:literal, $kind:ident,
+            fn $wrapper:ident($($a:ident: $t:ty),*) |$ev:ident| $fill:block
+        )*) => {$(
+            $(#[$doc])*
+            ///
+            /// # Safety
+            /// The driver's contract.
+            #[unsafe(no_mangle)]
+            pub unsafe extern "C" fn $sym($($a: $t),*) -> attach::shim::driver::CuResult {
+                // SAFETY: forwarded contract.
+                unsafe { attach::shim::api::$wrapper($($a),*) }
+            }
+        )*};
+    }
+
+    include!("../../src/shim/api_table.rs");
+}

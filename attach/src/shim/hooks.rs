@@ -39,6 +39,11 @@ fn state() -> Option<&'static State> {
     STATE.get_or_init(init).as_ref()
 }
 
+/// The API log this session writes, if any.
+pub(crate) fn api_log_path() -> Option<String> {
+    state()?.config.api_log.clone()
+}
+
 pub(crate) fn report(lines: &[ReportLine]) {
     if let Some(st) = STATE.get().and_then(|s| s.as_ref()) {
         let _ = session::append_report(&st.config.report, lines);
@@ -909,10 +914,18 @@ pub fn wrapper(h: Hook) -> Option<*mut c_void> {
 ///
 /// # Safety
 /// `symbol` NUL-terminated, `pfn` valid.
-unsafe fn swap(symbol: *const c_char, pfn: *mut *mut c_void, version: c_int) {
+unsafe fn swap(symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, flags: u64) {
     // SAFETY: caller's contract.
     let (name, f) = unsafe { (CStr::from_ptr(symbol).to_bytes(), *pfn) };
     if f.is_null() {
+        return;
+    }
+    if let Some(a) = super::api::Api::lookup(name, version, flags)
+        && super::api::logging()
+    {
+        super::api::set_real(a, f);
+        // SAFETY: caller's contract.
+        unsafe { *pfn = a.wrapper() };
         return;
     }
     if name == b"cuGetProcAddress" {
@@ -957,7 +970,7 @@ pub unsafe extern "C" fn get_proc_address_v2(
     unsafe {
         let r = real(symbol, pfn, version, flags, status);
         if r == CUDA_SUCCESS && !symbol.is_null() && !pfn.is_null() {
-            swap(symbol, pfn, version);
+            swap(symbol, pfn, version, flags);
         }
         r
     }
@@ -978,7 +991,7 @@ pub unsafe extern "C" fn get_proc_address_v1(
     unsafe {
         let r = real(symbol, pfn, version, flags);
         if r == CUDA_SUCCESS && !symbol.is_null() && !pfn.is_null() {
-            swap(symbol, pfn, version);
+            swap(symbol, pfn, version, flags);
         }
         r
     }
@@ -999,7 +1012,7 @@ pub unsafe fn dlsym(handle: *mut c_void, symbol: *const c_char) -> *mut c_void {
             let p: *mut *mut c_void = &mut f;
             // dlsym names are exact exports: `cuGetProcAddress` is the pre-12 ABI.
             // SAFETY: `symbol` is NUL-terminated, `p` points to a local.
-            unsafe { swap(symbol, p, 0) };
+            unsafe { swap(symbol, p, 0, 0) };
         }
     }
     f

@@ -12,6 +12,7 @@
 //! the driver through `cuLibraryLoadData` (or `cuModuleLoadData`) at first use, which the
 //! shim sees on every path above.
 
+pub mod api;
 pub mod devmaps;
 pub mod driver;
 pub mod hooks;

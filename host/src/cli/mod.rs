@@ -15,11 +15,13 @@
 //! | `submit`  | run an offload job through the shared-memory queue            |
 //! | `map dump`, `map update` | read and write maps while jobs run             |
 //! | `status`, `stop` | service figures; drain and stop                        |
+//! | any other `NAME` | runs the extension `bpftime-super-NAME` (e.g. `llm-cache`), see [`external`] |
 //!
 //! Every command takes `--json` for scripts. Errors leave through `anyhow` with context and
 //! give a non-zero exit status.
 
 mod exec;
+mod external;
 mod inspect;
 mod instrument;
 mod jit;
@@ -33,7 +35,12 @@ use std::process::ExitCode;
 
 /// bpftime-super: run eBPF programs as offload jobs on GPUs and CPUs.
 #[derive(Parser, Debug)]
-#[command(name = "bpftime-super", version, about)]
+#[command(
+    name = "bpftime-super",
+    version,
+    about,
+    after_help = "Any other COMMAND runs the extension `bpftime-super-COMMAND` found beside this binary or on PATH, e.g. `bpftime-super llm-cache simulate TRACE --capacity 2GB`."
+)]
 pub struct Cli {
     /// Log debug information to stderr (or set BPFTIME_LOG=<filter>).
     #[arg(short, long, global = true)]
@@ -95,6 +102,9 @@ pub enum Command {
         /// Arguments as JSON (`device::cuda::wire::WorkerArgs`).
         args: String,
     },
+    /// An extension: `bpftime-super NAME ARGS` runs `bpftime-super-NAME ARGS`.
+    #[command(external_subcommand)]
+    External(Vec<String>),
 }
 
 /// Runs a parsed command line.
@@ -121,6 +131,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let code = device::cuda::worker::main(&args);
             Ok(ExitCode::from(code.clamp(0, 255) as u8))
         }
+        Command::External(args) => external::run(&args),
     }
 }
 

@@ -109,6 +109,20 @@ CUresult cuStreamSynchronize(H s) { (void)s; return 0; }
 CUresult cuMemcpyHtoDAsync_v2(uint64_t d, const void *h, size_t n, H s) { (void)s; memcpy((void *)(uintptr_t)d, h, n); logz("cuMemcpyHtoDAsync", n); return 0; }
 CUresult cuMemsetD8Async(uint64_t d, unsigned char v, size_t n, H s) { (void)s; memset((void *)(uintptr_t)d, v, n); logz("cuMemsetD8Async", n); return 0; }
 CUresult cuMemcpyDtoHAsync_v2(void *h, uint64_t d, size_t n, H s) { (void)s; memcpy(h, (void *)(uintptr_t)d, n); logz("cuMemcpyDtoHAsync", n); return 0; }
+/* Copies for the API log test: 1 (CUDA_ERROR_INVALID_VALUE) for a null device pointer. */
+CUresult cuMemcpyHtoD_v2(uint64_t d, const void *h, size_t n) { if (!d) return 1; memcpy((void *)(uintptr_t)d, h, n); return 0; }
+CUresult cuMemcpyDtoH_v2(void *h, uint64_t d, size_t n) { if (!d) return 1; memcpy(h, (void *)(uintptr_t)d, n); return 0; }
+CUresult cuMemcpy(uint64_t d, uint64_t s, size_t n) { memcpy((void *)(uintptr_t)d, (void *)(uintptr_t)s, n); return 0; }
+CUresult cuMemcpyHtoDAsync_v2_ptsz(uint64_t d, const void *h, size_t n, H s) { (void)s; memcpy((void *)(uintptr_t)d, h, n); return 0; }
+CUresult cuMemAllocHost_v2(void **p, size_t n) { *p = malloc(n); return *p ? 0 : 2; }
+CUresult cuMemFreeHost(void *p) { free(p); return 0; }
+CUresult cuCtxSynchronize(void) { return 0; }
+/* CU_POINTER_ATTRIBUTE_MEMORY_TYPE: device (2) inside a cuMemAlloc, else not the driver's (1). */
+CUresult cuPointerGetAttribute(void *v, int attr, uint64_t p) {
+	if (attr != 2) return 1;
+	for (int i = 0; i < nallocs; i++)
+		if (p >= (uint64_t)(uintptr_t)allocs[i].p && p < (uint64_t)(uintptr_t)allocs[i].p + allocs[i].n) { *(unsigned *)v = 2; return 0; }
+	return 1; }
 static int primary_active = 1;
 CUresult cuDevicePrimaryCtxGetState(int d, unsigned *flags, int *active) { (void)d; *flags = 0; *active = primary_active; return 0; }
 CUresult cuDevicePrimaryCtxRelease_v2(int d) { (void)d; primary_active = 0; logz("cuDevicePrimaryCtxRelease", d); return 0; }
@@ -136,9 +150,13 @@ static const struct entry table[] = {
 	{"cuMemcpyDtoHAsync", cuMemcpyDtoHAsync_v2}, {"cuMemsetD8Async", cuMemsetD8Async}, {"cuDevicePrimaryCtxGetState", cuDevicePrimaryCtxGetState},
 	{"cuDevicePrimaryCtxRelease", cuDevicePrimaryCtxRelease_v2}, {"cuDevicePrimaryCtxReset", cuDevicePrimaryCtxReset_v2},
 	{"cuCtxDestroy", cuCtxDestroy_v2}, {"cuLaunchKernel", cuLaunchKernel},
+	{"cuMemcpyHtoD", cuMemcpyHtoD_v2}, {"cuMemcpyDtoH", cuMemcpyDtoH_v2}, {"cuMemcpy", cuMemcpy},
+	{"cuMemAllocHost", cuMemAllocHost_v2}, {"cuMemFreeHost", cuMemFreeHost}, {"cuCtxSynchronize", cuCtxSynchronize},
+	{"cuPointerGetAttribute", cuPointerGetAttribute},
 	{0, 0}};
 CUresult cuGetProcAddress_v2(const char *sym, void **pfn, int ver, uint64_t flags, int *status) {
-	(void)flags;
+	/* CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM picks the _ptsz twin. */
+	if ((flags & 2) && !strcmp(sym, "cuMemcpyHtoDAsync")) { *pfn = cuMemcpyHtoDAsync_v2_ptsz; if (status) *status = 1; return 0; }
 	if (!strcmp(sym, "cuGetProcAddress")) { *pfn = ver >= 12000 ? (void *)cuGetProcAddress_v2 : (void *)cuGetProcAddress; if (status) *status = 1; return 0; }
 	for (const struct entry *e = table; e->name; e++) if (!strcmp(e->name, sym)) { *pfn = e->fn; if (status) *status = 1; return 0; }
 	*pfn = 0; if (status) *status = 0; return 500;

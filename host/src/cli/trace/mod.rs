@@ -80,6 +80,12 @@ pub struct TraceArgs {
     /// and over time into DIR.
     #[arg(long, value_name = "DIR", requires = "mem_trace")]
     plot: Option<PathBuf>,
+    /// Log every copy, allocation, free, prefetch, launch and synchronisation CMD makes
+    /// through the CUDA driver (when it returned, how long it took, addresses, bytes,
+    /// stream, result) to FILE, in the `attach::apilog` format that `llm-cache observe`
+    /// reads. A second CUDA process of CMD writes FILE.<pid>.
+    #[arg(long, value_name = "FILE")]
+    api_log: Option<PathBuf>,
     /// Serve the maps and trace's own counters as Prometheus metrics on
     /// `http://ADDR/metrics` while CMD runs (for example 127.0.0.1:9435).
     #[arg(long, value_name = "ADDR")]
@@ -261,6 +267,9 @@ impl Trace {
                         ""
                     }
                 ),
+                ReportLine::ApiLog { events, path } => {
+                    eprintln!("api log: {events} calls written to {path}")
+                }
                 ReportLine::Warning { what } => eprintln!("warning: {what}"),
                 ReportLine::DeviceMaps {
                     maps,
@@ -415,6 +424,16 @@ pub fn run(a: TraceArgs) -> Result<ExitCode> {
         }
         None => None,
     };
+    // The shim creates the API log (the first process takes FILE): a bad path fails here.
+    let api_log = match &a.api_log {
+        Some(p) => {
+            std::fs::File::create(p).with_context(|| format!("--api-log {}", p.display()))?;
+            let abs = std::fs::canonicalize(p).unwrap_or_else(|_| p.clone());
+            std::fs::remove_file(&abs).with_context(|| format!("--api-log {}", p.display()))?;
+            Some(abs)
+        }
+        None => None,
+    };
     let objects: Vec<String> = progs
         .iter()
         .map(|p| {
@@ -438,6 +457,7 @@ pub fn run(a: TraceArgs) -> Result<ExitCode> {
         mem_eager: a.mem.mem_eager,
         mem_trace: mem_trace.as_ref().map(|p| p.display().to_string()),
         mem_trace_records: a.mem_trace_records,
+        api_log: api_log.as_ref().map(|p| p.display().to_string()),
         // Copies at least as often as the prints; with prints only at exit, every second
         // (a run killed by a signal keeps what the last copy saw).
         flush_ms: match a.interval.as_millis() as u64 {

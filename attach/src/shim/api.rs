@@ -1,0 +1,393 @@
+//! The driver calls `trace --api-log FILE` records ([`crate::apilog`]): copies,
+//! allocations and frees (device, managed, pinned host), prefetches, launches and
+//! synchronisations, each with its per-thread-default-stream twin (`_ptds`/`_ptsz`).
+//!
+//! The application reaches them three ways, and each gets the wrapper:
+//! - linked against `libcuda.so` directly: `attach/shim` exports every [`Api::symbol`],
+//!   made from the same table (`api_table.rs`);
+//! - `dlsym` of an exact export name;
+//! - `cuGetProcAddress` of a base name (how cudart, static or shared, gets them): the
+//!   wrapper is swapped in only while a log is being written, and the flags pick the
+//!   per-thread-stream twin.
+//!
+//! A wrapper calls the real entry and, when the session logs, appends one event after the
+//! call returns; with no log it is a plain forward. Events are buffered and written at
+//! exit (and whenever 1 MiB is pending).
+
+use super::driver::{self, CuResult, Handle};
+use crate::apilog::{ApiEvent, FLAG_ASYNC, FLAG_PTDS, Kind};
+use std::ffi::{CStr, c_int, c_uint, c_void};
+use std::io::Write;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, OnceLock};
+
+/// `CUDA_ERROR_NOT_FOUND`: what a wrapper returns when the driver lacks the entry.
+const CUDA_ERROR_NOT_FOUND: CuResult = 500;
+/// `CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM`.
+const PROC_PTDS: u64 = 2;
+/// `CU_POINTER_ATTRIBUTE_MEMORY_TYPE` and its `CU_MEMORYTYPE_DEVICE`/`_UNIFIED` values.
+const ATTR_MEMORY_TYPE: c_int = 2;
+const MEMORYTYPE_DEVICE: c_uint = 2;
+const MEMORYTYPE_UNIFIED: c_uint = 4;
+
+/// The head of `CUlaunchConfig` (`cuLaunchKernelEx`): grid, block, shared bytes, stream.
+#[repr(C)]
+pub struct LaunchConfig {
+    /// gridDimX..Z, blockDimX..Z, sharedMemBytes.
+    pub dims: [c_uint; 7],
+    /// hStream.
+    pub stream: Handle,
+}
+
+macro_rules! api_table {
+    ($(
+        $(#[$doc:meta])*
+        $variant:ident = $sym:ident, $base:literal, $ptds:literal, $kind:ident,
+        fn $wrapper:ident($($a:ident: $t:ty),*) |$ev:ident| $fill:block
+    )*) => {
+        /// The entry points the API log wraps; an event's `call` is the position in
+        /// [`Api::ALL`].
+        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        #[repr(usize)]
+        pub enum Api { $($(#[$doc])* $variant,)* }
+
+        impl Api {
+            /// Every entry point, in `call` order.
+            pub const ALL: &'static [Api] = &[$(Api::$variant,)*];
+
+            /// The exported symbol.
+            pub fn symbol(self) -> &'static CStr {
+                match self {$(
+                    Api::$variant => const {
+                        match CStr::from_bytes_with_nul(concat!(stringify!($sym), "\0").as_bytes()) {
+                            Ok(c) => c,
+                            Err(_) => panic!("a symbol without NUL"),
+                        }
+                    },
+                )*}
+            }
+
+            /// The name `cuGetProcAddress` takes, and whether this is the per-thread-stream
+            /// variant of it.
+            fn proc(self) -> (&'static [u8], bool) {
+                match self { $(Api::$variant => ($base, $ptds),)* }
+            }
+
+            /// Our wrapper of it.
+            pub fn wrapper(self) -> *mut c_void {
+                match self { $(Api::$variant => $wrapper as *mut c_void,)* }
+            }
+        }
+
+        $(
+            #[doc = concat!("The wrapper of `", stringify!($variant), "` (see [`Api::symbol`]).")]
+            ///
+            /// # Safety
+            /// The driver's contract for the entry point.
+            pub unsafe extern "C" fn $wrapper($($a: $t),*) -> CuResult {
+                type F = unsafe extern "C" fn($($t),*) -> CuResult;
+                let p = real(Api::$variant);
+                if p.is_null() {
+                    return CUDA_ERROR_NOT_FOUND;
+                }
+                // SAFETY: `p` is the driver's entry of this name, which has this signature.
+                let f = unsafe { std::mem::transmute::<*mut c_void, F>(p) };
+                if !logging() {
+                    // SAFETY: the application's arguments, forwarded.
+                    return unsafe { f($($a),*) };
+                }
+                let t0 = now_ns();
+                // SAFETY: as above.
+                let r = unsafe { f($($a),*) };
+                let mut $ev = ApiEvent::new(Api::$variant as u16, Kind::$kind);
+                $ev.start_ns = t0;
+                $ev.dur_ns = now_ns().saturating_sub(t0);
+                $ev.result = r;
+                if $ptds {
+                    $ev.flags |= FLAG_PTDS;
+                }
+                $fill
+                log($ev);
+                r
+            }
+        )*
+    };
+}
+
+include!("api_table.rs");
+
+impl Api {
+    /// The symbol as text.
+    pub fn name(self) -> &'static str {
+        self.symbol().to_str().unwrap_or("?")
+    }
+
+    /// The `cuGetProcAddress` versions whose entry has this wrapper's signature: the `_v2`
+    /// entries from CUDA 3.2 (before it, 32-bit sizes and device pointers), and
+    /// `cuMemPrefetchAsync` before 12.2 (from it, a `CUmemLocation` in place of the device).
+    fn versions(self) -> std::ops::Range<c_int> {
+        match self {
+            Api::MemPrefetchAsync | Api::MemPrefetchAsyncPtsz => 8000..12020,
+            _ if self.name().contains("_v2") => 3020..c_int::MAX,
+            _ => 0..c_int::MAX,
+        }
+    }
+
+    /// The entry a lookup names: an exact export (`dlsym`, `version` 0), or a base name of
+    /// `cuGetProcAddress` at a version where the entry has our signature, with `flags`
+    /// picking the per-thread-stream variant.
+    pub fn lookup(name: &[u8], version: c_int, flags: u64) -> Option<Api> {
+        if version == 0 {
+            return Api::ALL
+                .iter()
+                .copied()
+                .find(|a| a.symbol().to_bytes() == name);
+        }
+        let ptds = flags & PROC_PTDS != 0;
+        Api::ALL
+            .iter()
+            .copied()
+            .find(|a| a.proc() == (name, ptds) && a.versions().contains(&version))
+    }
+}
+
+static SLOTS: [AtomicUsize; 64] = [const { AtomicUsize::new(0) }; 64];
+const _: () = assert!(SLOTS.len() >= Api::ALL.len(), "a slot per Api entry");
+
+/// Records `f` as the real entry of `a` (what `cuGetProcAddress` or `dlsym` returned).
+pub fn set_real(a: Api, f: *mut c_void) {
+    if !f.is_null() && !driver::same_object(f, a.wrapper()) {
+        SLOTS[a as usize].store(f as usize, Ordering::Release);
+    }
+}
+
+/// The real entry of `a`: its slot, else `libcuda.so.1`'s export.
+fn real(a: Api) -> *mut c_void {
+    let v = SLOTS[a as usize].load(Ordering::Acquire);
+    if v != 0 {
+        return v as *mut c_void;
+    }
+    let lib = driver::libcuda();
+    if lib.is_null() {
+        return std::ptr::null_mut();
+    }
+    // SAFETY: `lib` is a live handle from dlopen; the name is NUL-terminated.
+    let f = unsafe { driver::real_dlsym(lib, a.symbol().as_ptr()) };
+    set_real(a, f);
+    f
+}
+
+/// The open log, if this session writes one.
+struct Log {
+    file: std::io::BufWriter<std::fs::File>,
+    path: String,
+    events: u64,
+}
+
+static LOG: OnceLock<Option<Mutex<Log>>> = OnceLock::new();
+
+fn open_log() -> Option<Mutex<Log>> {
+    let path = super::hooks::api_log_path()?;
+    // `trace` checks the path and leaves no file; the first process of the app to log
+    // takes FILE, any other one (a second process using CUDA) writes FILE.<pid>.
+    let (file, path) = match std::fs::File::create_new(&path) {
+        Ok(f) => (f, path),
+        Err(_) => {
+            let p = format!("{path}.{}", std::process::id());
+            (std::fs::File::create(&p).ok()?, p)
+        }
+    };
+    let mut file = std::io::BufWriter::with_capacity(1 << 20, file);
+    file.write_all(&crate::apilog::header()).ok()?;
+    // SAFETY: registers a plain `extern "C" fn()` with the C library.
+    unsafe { libc::atexit(at_exit) };
+    Some(Mutex::new(Log {
+        file,
+        path,
+        events: 0,
+    }))
+}
+
+/// Whether calls are being logged.
+pub fn logging() -> bool {
+    LOG.get_or_init(open_log).is_some()
+}
+
+fn log(e: ApiEvent) {
+    let Some(Some(m)) = LOG.get() else {
+        return;
+    };
+    let mut e = e;
+    // SAFETY: gettid has no preconditions.
+    e.tid = unsafe { libc::gettid() } as u32;
+    if let Ok(mut l) = m.lock()
+        && l.file.write_all(&e.to_bytes()).is_ok()
+    {
+        l.events += 1;
+    }
+}
+
+/// Flushes the log and reports it (at exit).
+pub fn finish() {
+    let Some(Some(m)) = LOG.get() else {
+        return;
+    };
+    if let Ok(mut l) = m.lock() {
+        let _ = l.file.flush();
+        super::hooks::report(&[crate::session::ReportLine::ApiLog {
+            events: l.events,
+            path: l.path.clone(),
+        }]);
+    }
+}
+
+extern "C" fn at_exit() {
+    let _ = std::panic::catch_unwind(finish);
+}
+
+fn now_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid out-pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+fn copy(e: &mut ApiEvent, dst: u64, src: u64, n: usize) {
+    e.dst = dst;
+    e.src = src;
+    e.bytes = n as u64;
+}
+
+fn copy_async(e: &mut ApiEvent, dst: u64, src: u64, n: usize, s: Handle) {
+    copy(e, dst, src, n);
+    e.stream = s as u64;
+    e.flags |= FLAG_ASYNC;
+}
+
+/// The device address an allocation wrote, when it succeeded.
+fn out_u64(r: CuResult, d: *mut u64) -> u64 {
+    if r != 0 || d.is_null() {
+        return 0;
+    }
+    // SAFETY: the driver wrote it (the call succeeded with this out-pointer).
+    unsafe { *d }
+}
+
+/// The host address an allocation wrote, when it succeeded.
+fn out_ptr(r: CuResult, p: *mut *mut c_void) -> u64 {
+    if r != 0 || p.is_null() {
+        return 0;
+    }
+    // SAFETY: as in `out_u64`.
+    unsafe { *p as u64 }
+}
+
+fn launch(e: &mut ApiEvent, f: Handle, dims: [c_uint; 7], s: Handle) {
+    e.aux = f as u64;
+    e.stream = s as u64;
+    e.bytes = dims[..6].iter().map(|&d| d as u64).product();
+    e.flags |= FLAG_ASYNC;
+}
+
+fn launch_ex(e: &mut ApiEvent, config: *const LaunchConfig, f: Handle) {
+    if config.is_null() {
+        return;
+    }
+    // SAFETY: the driver read the same config for the launch that just returned.
+    let c = unsafe { &*config };
+    launch(e, f, c.dims, c.stream);
+}
+
+/// The direction of a unified-addressing copy: memory the driver calls device (or
+/// managed) memory is the device side; anything else, pageable or pinned, is the host.
+fn classify(dst: u64, src: u64) -> Kind {
+    match (on_device(src), on_device(dst)) {
+        (false, true) => Kind::HtoD,
+        (true, false) => Kind::DtoH,
+        (true, true) => Kind::DtoD,
+        (false, false) => Kind::HtoH,
+    }
+}
+
+type PointerGetAttribute = unsafe extern "C" fn(*mut c_void, c_int, u64) -> CuResult;
+
+fn on_device(p: u64) -> bool {
+    static F: OnceLock<usize> = OnceLock::new();
+    let f = *F.get_or_init(|| {
+        let lib = driver::libcuda();
+        if lib.is_null() {
+            return 0;
+        }
+        // SAFETY: a live handle and a NUL-terminated name.
+        unsafe { driver::real_dlsym(lib, c"cuPointerGetAttribute".as_ptr()) as usize }
+    });
+    if f == 0 {
+        return false;
+    }
+    // SAFETY: the driver's cuPointerGetAttribute has this signature.
+    let get = unsafe { std::mem::transmute::<usize, PointerGetAttribute>(f) };
+    let mut t: c_uint = 0;
+    // SAFETY: `t` is a valid out-pointer for this attribute (an unsigned int).
+    let r = unsafe { get((&mut t as *mut c_uint).cast(), ATTR_MEMORY_TYPE, p) };
+    r == 0 && (t == MEMORYTYPE_DEVICE || t == MEMORYTYPE_UNIFIED)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lookups_pick_the_right_variant() {
+        assert_eq!(Api::ALL.len(), 38);
+        assert_eq!(
+            Api::lookup(b"cuMemcpyHtoDAsync", 12000, 0),
+            Some(Api::MemcpyHtoDAsync)
+        );
+        assert_eq!(
+            Api::lookup(b"cuMemcpyHtoDAsync", 12000, PROC_PTDS),
+            Some(Api::MemcpyHtoDAsyncPtsz)
+        );
+        assert_eq!(
+            Api::lookup(b"cuMemcpyHtoDAsync_v2_ptsz", 0, 0),
+            Some(Api::MemcpyHtoDAsyncPtsz)
+        );
+        assert_eq!(Api::lookup(b"cuMemcpyHtoD", 3000, 0), None, "the v1 ABI");
+        // What CUDA 13's cudart asks for (seen on the device).
+        assert_eq!(Api::lookup(b"cuMemcpyHtoD", 3020, 0), Some(Api::MemcpyHtoD));
+        assert_eq!(
+            Api::lookup(b"cuMemcpyHtoD", 7000, 2),
+            Some(Api::MemcpyHtoDPtds)
+        );
+        assert_eq!(
+            Api::lookup(b"cuMemHostAlloc", 2020, 0),
+            Some(Api::MemHostAlloc)
+        );
+        assert_eq!(
+            Api::lookup(b"cuMemPrefetchAsync", 8000, 0),
+            Some(Api::MemPrefetchAsync)
+        );
+        assert_eq!(
+            Api::lookup(b"cuMemPrefetchAsync", 12020, 0),
+            None,
+            "the CUmemLocation signature"
+        );
+        assert_eq!(Api::lookup(b"cuMemcpyHtoD", 0, 0), None, "not an export");
+        assert_eq!(Api::lookup(b"cuCtxSynchronize", 12000, PROC_PTDS), None);
+        for (i, a) in Api::ALL.iter().enumerate() {
+            assert_eq!(*a as usize, i);
+            assert_eq!(Api::lookup(a.symbol().to_bytes(), 0, 0), Some(*a));
+            assert_eq!(crate::apilog::call_name(i as u16), a.name());
+        }
+    }
+
+    #[test]
+    fn launches_count_threads() {
+        let mut e = ApiEvent::new(0, Kind::Launch);
+        launch(&mut e, 7 as Handle, [2, 3, 1, 128, 2, 1, 0], 9 as Handle);
+        assert_eq!((e.bytes, e.aux, e.stream), (2 * 3 * 128 * 2, 7, 9));
+        assert!(e.flags & FLAG_ASYNC != 0);
+    }
+}

@@ -1,0 +1,86 @@
+"""A decoder-only model of about 1.1 B parameters (Llama architecture, random weights: the
+GPU machine has no downloads) generating tokens with accelerate's CPU offload: the GPU
+budget (--gpu-budget, default 1 GiB) is smaller than the model, so the layers that do not
+fit stay in CPU memory and accelerate copies their weights to the GPU at every forward.
+
+Writes NAMES (CSV host_addr,bytes,name of every offloaded tensor, for `llm-cache observe
+--names`) and prints one line, in which expected_h2d = resident_bytes (the GPU-resident
+parameters, copied once by dispatch_model) + offloaded_bytes x forwards (all fp16):
+  offload params=N ... offloaded_bytes=B resident_bytes=R forwards=F expected_h2d=R+B*F tok_per_s=T
+
+Run:  bpftime-super llm-cache observe --names names.csv -o llama.trace -- \
+          python3 llm-cache/examples/offload_llama.py names.csv
+"""
+import argparse
+import time
+
+import torch
+from accelerate import dispatch_model, infer_auto_device_map
+from transformers import LlamaConfig, LlamaForCausalLM
+
+ap = argparse.ArgumentParser()
+ap.add_argument("names")
+ap.add_argument("--gpu-budget", default="1GiB")
+ap.add_argument("--tokens", type=int, default=8)
+ap.add_argument("--layers", type=int, default=22)
+a = ap.parse_args()
+
+torch.manual_seed(0)
+cfg = LlamaConfig(hidden_size=2048, intermediate_size=5632, num_hidden_layers=a.layers,
+                  num_attention_heads=32, num_key_value_heads=4, vocab_size=32000,
+                  max_position_embeddings=2048, torch_dtype="float16")
+torch.set_default_dtype(torch.float16)
+with torch.device("cpu"):
+    model = LlamaForCausalLM(cfg).eval()
+params = sum(p.numel() for p in model.parameters())
+dmap = infer_auto_device_map(model, max_memory={0: a.gpu_budget, "cpu": "64GiB"},
+                             no_split_module_classes=["LlamaDecoderLayer"])
+model = dispatch_model(model, device_map=dmap, main_device=0)
+
+# What accelerate keeps on the CPU and moves in at each forward: the parameters of the
+# modules the device map puts on the CPU (`expected`, from the model's sizes), and, for
+# names, the CPU tensors its hooks hold in their weights maps.
+offloaded = {n for n, d in dmap.items() if d == "cpu"}
+expected = sum(p.numel() * p.element_size() for n, p in model.named_parameters()
+               if any(n == m or n.startswith(m + ".") for m in offloaded))
+rows, total = [], 0
+seen = set()
+for mod_name, module in model.named_modules():
+    hook = getattr(module, "_hf_hook", None)
+    wm = getattr(hook, "weights_map", None) if hook is not None else None
+    if not getattr(hook, "offload", False) or wm is None:
+        continue
+    for pname, _ in module.named_parameters(recurse=False):
+        try:
+            t = wm[pname]
+        except KeyError:
+            continue
+        key = (t.data_ptr(), t.numel() * t.element_size())
+        if key in seen:
+            continue
+        seen.add(key)
+        rows.append((key[0], key[1], f"{mod_name}.{pname}"))
+        total += key[1]
+with open(a.names, "w") as f:
+    f.write("host_addr,bytes,name\n")
+    for addr, nbytes, n in rows:
+        f.write(f"{addr:#x},{nbytes},{n}\n")
+
+forwards = 0
+def count(_m, _i):
+    global forwards
+    forwards += 1
+model.model.embed_tokens.register_forward_pre_hook(count)
+ids = torch.randint(0, cfg.vocab_size, (1, 16), device="cuda:0")
+torch.cuda.synchronize()
+t0 = time.time()
+out = model.generate(ids, max_new_tokens=a.tokens, min_new_tokens=a.tokens, do_sample=False)
+torch.cuda.synchronize()
+dt = time.time() - t0
+new = out.shape[1] - ids.shape[1]
+# Parameters that live on the GPU were copied there once, by dispatch_model.
+resident = params * 2 - expected
+print(f"offload params={params} offloaded_tensors={len(rows)} named_bytes={total} offloaded_bytes={expected} "
+      f"resident_bytes={resident} forwards={forwards} expected_h2d={resident + expected * forwards} "
+      f"tokens={new} tok_per_s={new / dt:.3f} "
+      f"gpu_layers={sum(1 for d in dmap.values() if d == 0)} cpu_modules={len(offloaded)}", flush=True)

@@ -1,0 +1,148 @@
+//! `observe` end to end without a GPU: the fake `libcuda.so.1` of the host's trace tests
+//! (host/tests/fake_cuda) and its `app_copies`, run under `bpftime-super trace --api-log`
+//! with the real shim; the trace must hold exactly the app's successful host↔device copies,
+//! grouped by host range and size.
+
+use llm_cache::trace::{Direction, Trace};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// `bpftime-super` and the shim, built by `cargo test --workspace` next to this binary.
+fn tools() -> Option<(PathBuf, PathBuf)> {
+    let dir = PathBuf::from(env!("CARGO_BIN_EXE_bpftime-super-llm-cache"))
+        .parent()?
+        .to_path_buf();
+    let (bin, shim) = (dir.join("bpftime-super"), dir.join("libbpftime_attach.so"));
+    if bin.is_file() && shim.is_file() {
+        return Some((bin, shim));
+    }
+    assert!(
+        std::env::var_os("BPFTIME_REQUIRE_CLANG").is_none(),
+        "{} or {} missing: `cargo build -p host -p attach-shim`",
+        bin.display(),
+        shim.display()
+    );
+    eprintln!("SKIPPING: bpftime-super or the shim not built");
+    None
+}
+
+fn cc(args: &[&str]) {
+    let out = Command::new("cc").args(args).output().expect("run cc");
+    assert!(
+        out.status.success(),
+        "cc {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn build_fake(dir: &Path) {
+    let src = root().join("host/tests/fake_cuda");
+    let d = dir.display().to_string();
+    let s = |f: &str| src.join(f).display().to_string();
+    cc(&[
+        "-shared",
+        "-fPIC",
+        "-O1",
+        "-Wl,-soname,libcuda.so.1",
+        "-o",
+        &format!("{d}/libcuda.so.1"),
+        &s("fake_cuda.c"),
+    ]);
+    std::os::unix::fs::symlink(dir.join("libcuda.so.1"), dir.join("libcuda.so")).unwrap();
+    cc(&[
+        "-O1",
+        "-o",
+        &format!("{d}/app_copies"),
+        &s("app_copies.c"),
+        &format!("-L{d}"),
+        "-lcuda",
+    ]);
+}
+
+#[test]
+fn observe_turns_the_apps_copies_into_a_trace() {
+    let Some((bin, shim)) = tools() else {
+        return;
+    };
+    let dir = std::env::temp_dir().join(format!("llm-cache-observe-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    build_fake(&dir);
+    let out = dir.join("app.trace");
+    let o = Command::new(env!("CARGO_BIN_EXE_bpftime-super-llm-cache"))
+        .args(["observe", "--json", "-o"])
+        .arg(&out)
+        .arg("--bpftime")
+        .arg(&bin)
+        .arg("--trace-arg=--shim")
+        .arg(format!("--trace-arg={}", shim.display()))
+        .arg("--")
+        .arg(dir.join("app_copies"))
+        .env("LD_LIBRARY_PATH", &dir)
+        .output()
+        .unwrap();
+    let (so, se) = (
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr),
+    );
+    assert!(o.status.success(), "{so}\n{se}");
+    // The app's own output comes first (it shares stdout); the summary is the JSON after it.
+    assert!(so.starts_with("app_copies ok\n"), "{so}");
+    let s: serde_json::Value = serde_json::from_str(&so["app_copies ok\n".len()..]).unwrap();
+    // app_copies: HtoD 4096, cuMemcpy 1000 (unified, host to device), HtoDAsync 512, the
+    // per-thread-stream HtoDAsync 256; DtoH 2048 and 128; one failed HtoD of 16 bytes.
+    assert_eq!(s["h2d_copies"], 4, "{so}");
+    assert_eq!(s["h2d_bytes"], 4096 + 1000 + 512 + 256);
+    assert_eq!(
+        (s["d2h_copies"].clone(), s["d2h_bytes"].clone()),
+        (2.into(), 2176.into())
+    );
+    assert_eq!(
+        (s["failed"].clone(), s["launches"].clone()),
+        (1.into(), 1.into())
+    );
+    assert_eq!(
+        (s["allocs"].clone(), s["alloc_bytes"].clone()),
+        (1.into(), (1 << 20).into())
+    );
+    let t = Trace::read(&out).unwrap();
+    let got: Vec<(u64, Direction)> = t.accesses.iter().map(|a| (a.bytes, a.dir)).collect();
+    use Direction::*;
+    assert_eq!(
+        got,
+        [
+            (4096, HostToDevice),
+            (2048, DeviceToHost),
+            (1000, HostToDevice),
+            (512, HostToDevice),
+            (256, HostToDevice),
+            (128, DeviceToHost),
+        ]
+    );
+    assert_eq!(t.objects.len(), 6, "one object per host range and size");
+    assert!(
+        t.objects[0].name.starts_with("h2d@0x"),
+        "{:?}",
+        t.objects[0]
+    );
+    // A program that never touches CUDA leaves no log: a clear error, not an empty trace.
+    let o = Command::new(env!("CARGO_BIN_EXE_bpftime-super-llm-cache"))
+        .args(["observe", "-o"])
+        .arg(dir.join("none.trace"))
+        .arg("--bpftime")
+        .arg(&bin)
+        .arg("--trace-arg=--shim")
+        .arg(format!("--trace-arg={}", shim.display()))
+        .args(["--", "true"])
+        .output()
+        .unwrap();
+    let se = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success() && se.contains("did it use CUDA"),
+        "{se}"
+    );
+}
