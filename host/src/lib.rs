@@ -17,6 +17,7 @@
 
 pub mod client;
 pub mod hex;
+pub mod plot;
 pub mod protocol;
 pub mod service;
 pub mod source;

@@ -38,63 +38,20 @@ struct Fake {
     dir: PathBuf,
 }
 
-fn cc(args: &[&str]) {
-    let out = Command::new("cc").args(args).output().expect("run cc");
-    assert!(
-        out.status.success(),
-        "cc {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
 fn fake(name: &str) -> Fake {
     let dir =
         std::env::temp_dir().join(format!("bpftime-trace-test-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(dir.join("rec")).unwrap();
-    let src = root().join("host/tests/fake_cuda");
-    let d = dir.display().to_string();
-    let s = |f: &str| src.join(f).display().to_string();
-    cc(&[
-        "-shared",
-        "-fPIC",
-        "-O1",
-        "-Wl,-soname,libcuda.so.1",
-        "-o",
-        &format!("{d}/libcuda.so.1"),
-        &s("fake_cuda.c"),
-    ]);
-    std::os::unix::fs::symlink(dir.join("libcuda.so.1"), dir.join("libcuda.so")).unwrap();
-    cc(&[
-        "-O1",
-        "-o",
-        &format!("{d}/app_direct"),
-        &s("app_direct.c"),
-        &format!("-L{d}"),
-        "-lcuda",
-    ]);
-    cc(&[
-        "-O1",
-        "-o",
-        &format!("{d}/app_copies"),
-        &s("app_copies.c"),
-        &format!("-L{d}"),
-        "-lcuda",
-    ]);
-    cc(&[
-        "-O1",
-        "-o",
-        &format!("{d}/app_cudart"),
-        &s("app_cudart.c"),
-        "-ldl",
-    ]);
-    cc(&[
-        "-O1",
-        "-o",
-        &format!("{d}/app_dlsym"),
-        &s("app_dlsym.c"),
-        "-ldl",
-    ]);
+    bpftime_tests::fake_cuda::build(
+        &dir,
+        &[
+            ("app_direct", true),
+            ("app_copies", true),
+            ("app_cudart", false),
+            ("app_dlsym", false),
+        ],
+    );
     Fake { dir }
 }
 

@@ -23,7 +23,7 @@
 //!
 //! The `bpftime-super-llm-cache` binary (`src/main.rs`, `src/cli.rs`) is the command line;
 //! `bpftime-super llm-cache …` reaches it through the host CLI's external-command dispatch.
-//! It depends on `attach` for the API log's format only.
+//! It depends on `attach` (the API log's format) and `host` (the plot font).
 
 #![deny(missing_docs)]
 

@@ -47,38 +47,9 @@ pub enum PlotError {
     },
 }
 
-const FONTS: [&str; 5] = [
-    "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
-    "/usr/share/fonts/TTF/DejaVuSans.ttf",
-    "/usr/share/fonts/dejavu/DejaVuSans.ttf",
-    "/usr/share/fonts/truetype/liberation/LiberationSans-Regular.ttf",
-    "/usr/share/fonts/liberation/LiberationSans-Regular.ttf",
-];
-
-/// Registers a TrueType font as `sans-serif`, once.
+/// Registers a TrueType font as `sans-serif`, once ([`host::plot::register_font`]).
 pub fn font() -> Result<(), PlotError> {
-    static DONE: std::sync::OnceLock<Result<(), String>> = std::sync::OnceLock::new();
-    DONE.get_or_init(|| {
-        let candidates: Vec<PathBuf> = std::env::var_os("BPFTIME_FONT")
-            .map(PathBuf::from)
-            .into_iter()
-            .chain(FONTS.iter().map(PathBuf::from))
-            .collect();
-        for p in &candidates {
-            if let Ok(bytes) = std::fs::read(p) {
-                let bytes: &'static [u8] = Box::leak(bytes.into_boxed_slice());
-                if plotters::style::register_font("sans-serif", FontStyle::Normal, bytes).is_ok() {
-                    return Ok(());
-                }
-            }
-        }
-        Err(format!(
-            "no TrueType font for the plot labels: set BPFTIME_FONT, or install one of {}",
-            FONTS.join(", ")
-        ))
-    })
-    .clone()
-    .map_err(PlotError::NoFont)
+    host::plot::register_font().map_err(PlotError::NoFont)
 }
 
 fn color(k: PolicyKind) -> RGBColor {

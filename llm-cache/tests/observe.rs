@@ -4,12 +4,8 @@
 //! grouped by host range and size.
 
 use llm_cache::trace::{Direction, Trace};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
-
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
-}
 
 /// `bpftime-super` and the shim, built by `cargo test --workspace` next to this binary.
 fn tools() -> Option<(PathBuf, PathBuf)> {
@@ -30,39 +26,6 @@ fn tools() -> Option<(PathBuf, PathBuf)> {
     None
 }
 
-fn cc(args: &[&str]) {
-    let out = Command::new("cc").args(args).output().expect("run cc");
-    assert!(
-        out.status.success(),
-        "cc {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-fn build_fake(dir: &Path) {
-    let src = root().join("host/tests/fake_cuda");
-    let d = dir.display().to_string();
-    let s = |f: &str| src.join(f).display().to_string();
-    cc(&[
-        "-shared",
-        "-fPIC",
-        "-O1",
-        "-Wl,-soname,libcuda.so.1",
-        "-o",
-        &format!("{d}/libcuda.so.1"),
-        &s("fake_cuda.c"),
-    ]);
-    std::os::unix::fs::symlink(dir.join("libcuda.so.1"), dir.join("libcuda.so")).unwrap();
-    cc(&[
-        "-O1",
-        "-o",
-        &format!("{d}/app_copies"),
-        &s("app_copies.c"),
-        &format!("-L{d}"),
-        "-lcuda",
-    ]);
-}
-
 #[test]
 fn observe_turns_the_apps_copies_into_a_trace() {
     let Some((bin, shim)) = tools() else {
@@ -71,7 +34,7 @@ fn observe_turns_the_apps_copies_into_a_trace() {
     let dir = std::env::temp_dir().join(format!("llm-cache-observe-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    build_fake(&dir);
+    bpftime_tests::fake_cuda::build(&dir, &[("app_copies", true)]);
     let out = dir.join("app.trace");
     let o = Command::new(env!("CARGO_BIN_EXE_bpftime-super-llm-cache"))
         .args(["observe", "--json", "-o"])

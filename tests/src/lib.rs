@@ -1,4 +1,5 @@
-//! Test support shared by the workspace's integration tests: building the eBPF C programs.
+//! Test support shared by the workspace's integration tests: building the eBPF C programs,
+//! and the fake CUDA driver ([`fake_cuda`]).
 //!
 //! The C sources live in `tests/programs/*.bpf.c` and the shipped examples in
 //! `examples/*.bpf.c`. [`compile`] builds one with `clang -O2 -g -target bpf` into
@@ -8,6 +9,7 @@
 #![deny(missing_docs)]
 
 pub mod corpus;
+pub mod fake_cuda;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

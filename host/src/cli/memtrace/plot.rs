@@ -18,38 +18,9 @@ use std::path::{Path, PathBuf};
 /// log2 of the page size the plots group addresses by.
 const PAGE_SHIFT: u32 = 16;
 
-const FONTS: [&str; 5] = [
-    "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
-    "/usr/share/fonts/TTF/DejaVuSans.ttf",
-    "/usr/share/fonts/dejavu/DejaVuSans.ttf",
-    "/usr/share/fonts/truetype/liberation/LiberationSans-Regular.ttf",
-    "/usr/share/fonts/liberation/LiberationSans-Regular.ttf",
-];
-
-/// Registers a TrueType font as `sans-serif`, once.
+/// Registers a TrueType font as `sans-serif`, once ([`host::plot::register_font`]).
 fn font() -> Result<()> {
-    static DONE: std::sync::OnceLock<Result<(), String>> = std::sync::OnceLock::new();
-    DONE.get_or_init(|| {
-        let candidates: Vec<PathBuf> = std::env::var_os("BPFTIME_FONT")
-            .map(PathBuf::from)
-            .into_iter()
-            .chain(FONTS.iter().map(PathBuf::from))
-            .collect();
-        for p in &candidates {
-            if let Ok(bytes) = std::fs::read(p) {
-                let bytes: &'static [u8] = Box::leak(bytes.into_boxed_slice());
-                if plotters::style::register_font("sans-serif", FontStyle::Normal, bytes).is_ok() {
-                    return Ok(());
-                }
-            }
-        }
-        Err(format!(
-            "no TrueType font for the plot labels: set BPFTIME_FONT, or install one of {}",
-            FONTS.join(", ")
-        ))
-    })
-    .clone()
-    .map_err(|e| anyhow!(e))
+    host::plot::register_font().map_err(|e| anyhow!(e))
 }
 
 /// The touched pages in address order, each with its accesses.
