@@ -490,7 +490,8 @@ pub fn site_block(
     let names: Vec<&str> = probes.iter().map(|p| p.name.as_str()).collect();
     let kind = match site {
         SiteKind::Entry => "kprobe",
-        SiteKind::Exit | SiteKind::Memory => "kretprobe",
+        // Host probes never reach the kernel code generator.
+        SiteKind::Exit | SiteKind::Memory | SiteKind::HostEntry | SiteKind::HostExit => "kretprobe",
     };
     let mut out = String::new();
     let _ = writeln!(out, "\t{{ // bpftime-super: {kind} {}", names.join(", "));

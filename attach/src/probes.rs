@@ -8,6 +8,8 @@
 //! | `memprobe/<pattern>`     | at every global or generic load, store, atomic and `cp.async` ([`ebpf::MemCtx`]) |
 //! | `memprobe.load/<pattern>` | loads and `cp.async` copies only |
 //! | `memprobe.store/<pattern>` | stores only |
+//! | `uprobe/libcuda.so:<function>` | on the host, when the application calls a driver function the shim wraps ([`crate::shim::uprobes`]); the ctx is x86-64 `struct pt_regs` |
+//! | `uretprobe/libcuda.so:<function>` | on the host, when it returns (`PT_REGS_RC` = its `CUresult`) |
 //!
 //! A pattern is a mangled name (`_Z9vectorAddPKfS0_Pfi`), a demangled name with or without
 //! its parameter list (`vectorAdd`, `vectorAdd(float const*, float const*, float*, int)`),
@@ -32,6 +34,10 @@ pub enum SiteKind {
     Exit,
     /// At memory accesses ([`Probe::mem`] says which).
     Memory,
+    /// On the host, at a driver function's entry ([`Probe::host_fn`]).
+    HostEntry,
+    /// On the host, at its return.
+    HostExit,
 }
 
 impl SiteKind {
@@ -41,7 +47,14 @@ impl SiteKind {
             SiteKind::Entry => 0,
             SiteKind::Exit => 1,
             SiteKind::Memory => 2,
+            SiteKind::HostEntry => 3,
+            SiteKind::HostExit => 4,
         }
+    }
+
+    /// Whether probes of this kind run in GPU kernels.
+    pub fn on_gpu(self) -> bool {
+        matches!(self, SiteKind::Entry | SiteKind::Exit | SiteKind::Memory)
     }
 }
 
@@ -69,6 +82,8 @@ pub struct Probe {
     /// What each load of the program reads through the ctx
     /// ([`ebpf::verifier::Verified::ctx_loads`]).
     pub ctx_loads: std::collections::BTreeMap<usize, Option<i64>>,
+    /// For host probes: the driver function.
+    pub host_fn: Option<crate::shim::api::Api>,
 }
 
 /// One object file's maps.
@@ -123,7 +138,20 @@ impl ProbeSet {
                     ProgKind::Kprobe(t) => (SiteKind::Entry, t.clone()),
                     ProgKind::Kretprobe(t) => (SiteKind::Exit, t.clone()),
                     ProgKind::Memprobe(t) => (SiteKind::Memory, t.clone()),
+                    ProgKind::Uprobe(t) => (SiteKind::HostEntry, t.clone()),
+                    ProgKind::Uretprobe(t) => (SiteKind::HostExit, t.clone()),
                     _ => continue,
+                };
+                let host_fn = if site.on_gpu() {
+                    None
+                } else {
+                    Some(crate::shim::uprobes::resolve(&pattern).map_err(|what| {
+                        AttachError::Section {
+                            path: path.clone(),
+                            section: info.section.clone(),
+                            what,
+                        }
+                    })?)
                 };
                 found += 1;
                 if pattern.is_empty() {
@@ -139,14 +167,17 @@ impl ProbeSet {
                         path: path.clone(),
                         source: Box::new(source),
                     })?;
-                let opts = VerifyOptions {
-                    ctx: CtxKind::Probe {
-                        size: if site == SiteKind::Memory {
-                            MemCtx::SIZE
-                        } else {
-                            ProbeCtx::SIZE
-                        },
+                let ctx = match site {
+                    SiteKind::Memory => CtxKind::Probe { size: MemCtx::SIZE },
+                    SiteKind::Entry | SiteKind::Exit => CtxKind::Probe {
+                        size: ProbeCtx::SIZE,
                     },
+                    SiteKind::HostEntry | SiteKind::HostExit => CtxKind::Mem {
+                        len: crate::shim::uprobes::PT_REGS_SIZE,
+                    },
+                };
+                let opts = VerifyOptions {
+                    ctx,
                     ..VerifyOptions::default()
                 };
                 let v = verify(&program, &opts).map_err(|source| AttachError::Rejected {
@@ -165,6 +196,7 @@ impl ProbeSet {
                     maps_add_only: v.maps_add_only,
                     mem: (site == SiteKind::Memory).then(|| mem_options(&info.section)),
                     ctx_loads: v.ctx_loads.clone(),
+                    host_fn,
                     program,
                 });
             }
@@ -191,7 +223,7 @@ impl ProbeSet {
         self.probes
             .iter()
             .enumerate()
-            .filter(move |(_, p)| names.matches(&p.pattern))
+            .filter(move |(_, p)| p.site.on_gpu() && names.matches(&p.pattern))
     }
 
     /// The region name of map `map` of object `object`.

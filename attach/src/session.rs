@@ -217,6 +217,8 @@ impl ReportLine {
                 crate::SiteKind::Entry => "entry".into(),
                 crate::SiteKind::Exit => "exit".into(),
                 crate::SiteKind::Memory => "memory".into(),
+                crate::SiteKind::HostEntry => "uprobe".into(),
+                crate::SiteKind::HostExit => "uretprobe".into(),
             },
             line: a.line,
         }));

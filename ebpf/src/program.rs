@@ -107,8 +107,10 @@ pub enum ProgKind {
     /// memory-access probe (the [`MemCtx`] contract); the section's prefix says which
     /// accesses.
     Memprobe(String),
-    /// `uprobe/...`: host probe.
+    /// `uprobe/<library>:<function>`: host probe at a function's entry.
     Uprobe(String),
+    /// `uretprobe/<library>:<function>`: host probe at a function's return.
+    Uretprobe(String),
     /// Any other section (`xdp`, `socket`, ...); runnable when chosen by name, with the job
     /// ctx contract.
     Other(String),
@@ -134,6 +136,8 @@ impl ProgKind {
             ProgKind::Memprobe(t.to_string())
         } else if section.starts_with("uprobe/") || section == "uprobe" {
             ProgKind::Uprobe(rest("uprobe/"))
+        } else if section.starts_with("uretprobe/") || section == "uretprobe" {
+            ProgKind::Uretprobe(rest("uretprobe/"))
         } else {
             ProgKind::Other(section.to_string())
         }

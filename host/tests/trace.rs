@@ -701,3 +701,85 @@ fn api_log_records_every_call_on_every_path() {
         "{e}"
     );
 }
+
+#[test]
+fn host_probes_on_driver_calls_read_their_arguments_and_results() {
+    // cuda_uprobe.bpf.c is written with libbpf's BPF_KPROBE/BPF_KRETPROBE: on app_copies,
+    // cuMemcpyHtoD_v2 runs twice (4096 bytes, then 16 bytes that fail with 1), and one
+    // launch has grid x 2 and block x 128. The ctx is pt_regs: the arguments must land in
+    // PARM1..5, the result in RC, and the maps must reach `trace` from the app's thread.
+    let (Some(probe), Some(_)) = (bpftime_tests::compile("cuda_uprobe"), shim()) else {
+        return;
+    };
+    let f = fake("uprobe");
+    let (code, out, err) = f.run(&[&probe], &["app_copies"]);
+    assert_eq!(code, 0, "{err}\n{out}");
+    let m = events(&out, "map");
+    let last = |name: &str| {
+        m.iter()
+            .rfind(|v| v["map"] == name && v["final"] == true)
+            .unwrap_or_else(|| panic!("no {name}: {out}"))["printed"]
+            .clone()
+    };
+    let by_size: Vec<(String, u64)> = last("cuda_uprobe:htod_by_size")
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            (
+                e["key"].as_str().unwrap().to_string(),
+                e["value"][0].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    let mut by_size = by_size;
+    by_size.sort();
+    assert_eq!(
+        by_size,
+        [("16".to_string(), 1), ("4096".to_string(), 1)],
+        "{out}"
+    );
+    let totals: Vec<(String, u64)> = last("cuda_uprobe:totals")
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            (
+                e["key"].as_str().unwrap().to_string(),
+                e["value"][0].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        totals,
+        [
+            ("0".to_string(), 4112),
+            ("1".to_string(), 2),
+            ("2".to_string(), 1),
+            ("3".to_string(), 256)
+        ],
+        "{out}"
+    );
+    assert!(
+        !err.contains("matched no kernel"),
+        "host probes match no kernel by design: {err}"
+    );
+}
+
+#[test]
+fn a_host_probe_on_a_function_the_shim_does_not_wrap_is_refused_before_the_app_starts() {
+    let Some(probe) = bpftime_tests::compile_with(
+        "cuda_uprobe",
+        &["HTOD_FN=\"cuModuleGetFunction\""],
+        "cuda_uprobe_bad",
+    ) else {
+        return;
+    };
+    let f = fake("uprobe_bad");
+    let (code, out, err) = f.run(&[&probe], &["app_copies"]);
+    assert_ne!(code, 0, "{out}");
+    assert!(
+        err.contains("libcuda.so:cuModuleGetFunction") && !out.contains("app_copies ok"),
+        "{err}\n{out}"
+    );
+}

@@ -10,8 +10,9 @@
 //!   wrapper is swapped in only while a log is being written, and the flags pick the
 //!   per-thread-stream twin.
 //!
-//! A wrapper calls the real entry and, when the session logs, appends one event after the
-//! call returns; with no log it is a plain forward. Events are buffered and written at
+//! A wrapper runs the function's host probes ([`super::uprobes`]) around the real call and,
+//! when the session logs, appends one event after the call returns; with neither it is a
+//! plain forward. Events are buffered and written at
 //! exit (and whenever 1 MiB is pending).
 
 use super::driver::{self, CuResult, Handle};
@@ -92,13 +93,24 @@ macro_rules! api_table {
                 }
                 // SAFETY: `p` is the driver's entry of this name, which has this signature.
                 let f = unsafe { std::mem::transmute::<*mut c_void, F>(p) };
-                if !logging() {
+                let probed = super::uprobes::active(Api::$variant);
+                if !probed && !logging() {
                     // SAFETY: the application's arguments, forwarded.
                     return unsafe { f($($a),*) };
+                }
+                let args = [$($a as u64),*];
+                if probed {
+                    super::uprobes::run(Api::$variant, &args, p as u64, None);
                 }
                 let t0 = now_ns();
                 // SAFETY: as above.
                 let r = unsafe { f($($a),*) };
+                if probed {
+                    super::uprobes::run(Api::$variant, &args, p as u64, Some(r));
+                }
+                if !logging() {
+                    return r;
+                }
                 let mut $ev = ApiEvent::new(Api::$variant as u16, Kind::$kind);
                 $ev.start_ns = t0;
                 $ev.dur_ns = now_ns().saturating_sub(t0);

@@ -119,12 +119,14 @@ pub fn usable_here() -> Option<Result<(), String>> {
 /// (`dev`), copying the region's bytes there, and rebinds them (device address, `.gpu`
 /// atomics). `to_host(device_address)` gives a binding's host address in the region and
 /// its length; `striped(device_address)` whether it is a counter map to stripe per SM
-/// ([`crate::ProbeSet::add_only`]).
+/// ([`crate::ProbeSet::add_only`]); `keep_host(device_address)` whether the map stays in the
+/// region (host probes update it there).
 /// Starts the flusher (every `period`; none when zero) and the exit hook.
 pub fn create(
     bindings: &mut Bindings,
     to_host: impl Fn(u64) -> Option<(usize, usize)>,
     striped: impl Fn(u64) -> bool,
+    keep_host: impl Fn(u64) -> bool,
     dev: c_int,
     period: Duration,
     trace: Option<(String, u64)>,
@@ -159,7 +161,7 @@ pub fn create(
         };
         for object in bindings.iter_mut() {
             for b in object.values_mut() {
-                if b.kind == MapKind::RingBuf {
+                if b.kind == MapKind::RingBuf || keep_host(b.base_addr) {
                     continue;
                 }
                 // Maps shared by name between objects are one region entry: one copy.

@@ -39,6 +39,12 @@ fn state() -> Option<&'static State> {
     STATE.get_or_init(init).as_ref()
 }
 
+/// The session's probes and its region's name, for the host probes.
+pub(crate) fn host_probe_inputs() -> Option<(Arc<ProbeSet>, String)> {
+    let st = state()?;
+    Some((st.probes.clone(), st.config.region.clone()))
+}
+
 /// The API log this session writes, if any.
 pub(crate) fn api_log_path() -> Option<String> {
     state()?.config.api_log.clone()
@@ -187,12 +193,33 @@ impl State {
                     .filter_map(|(i, name)| bindings.get(i)?.get(name).map(|b| b.base_addr))
                     .collect();
                 let striped = |addr: u64| counters.contains(&addr);
+                // Maps of host probes stay in the region, where the CPU updates them.
+                let host_maps: Vec<u64> =
+                    self.probes
+                        .probes
+                        .iter()
+                        .filter(|p| !p.site.on_gpu())
+                        .flat_map(|p| {
+                            p.program.maps.iter().filter_map(|m| {
+                                Some(bindings.get(p.object)?.get(&m.name)?.base_addr)
+                            })
+                        })
+                        .collect();
+                let keep_host = |addr: u64| host_maps.contains(&addr);
                 let trace = self
                     .config
                     .mem_trace
                     .clone()
                     .map(|p| (p, self.config.mem_trace_records.max(1)));
-                match super::devmaps::create(&mut bindings, to_host, striped, dev, period, trace) {
+                match super::devmaps::create(
+                    &mut bindings,
+                    to_host,
+                    striped,
+                    keep_host,
+                    dev,
+                    period,
+                    trace,
+                ) {
                     Ok((maps, striped, ring)) => {
                         report(&[ReportLine::DeviceMaps {
                             maps,
@@ -921,7 +948,7 @@ unsafe fn swap(symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, fla
         return;
     }
     if let Some(a) = super::api::Api::lookup(name, version, flags)
-        && super::api::logging()
+        && (super::api::logging() || super::uprobes::active(a))
     {
         super::api::set_real(a, f);
         // SAFETY: caller's contract.

@@ -17,3 +17,4 @@ pub mod devmaps;
 pub mod driver;
 pub mod hooks;
 pub mod memtrace;
+pub mod uprobes;

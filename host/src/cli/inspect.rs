@@ -140,6 +140,7 @@ fn kind_name(k: &ebpf::ProgKind) -> String {
         ebpf::ProgKind::Kretprobe(t) => format!("kretprobe({t})"),
         ebpf::ProgKind::Memprobe(t) => format!("memprobe({t})"),
         ebpf::ProgKind::Uprobe(t) => format!("uprobe({t})"),
+        ebpf::ProgKind::Uretprobe(t) => format!("uretprobe({t})"),
         ebpf::ProgKind::Other(s) => format!("other({s})"),
     }
 }

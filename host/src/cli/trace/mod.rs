@@ -576,7 +576,7 @@ pub fn run(a: TraceArgs) -> Result<ExitCode> {
         }
     }
     for (i, p) in probes.probes.iter().enumerate() {
-        if !t.matched[i] {
+        if p.site.on_gpu() && !t.matched[i] {
             let what = format!(
                 "probe `{}` ({}) matched no kernel with PTX",
                 p.program.name, p.program.section

@@ -1,0 +1,190 @@
+//! Host probes: `uprobe/libcuda.so:FUNCTION` and `uretprobe/libcuda.so:FUNCTION` programs
+//! run when the application calls, and when it returns from, one of the driver functions
+//! the shim wraps ([`super::api::Api`]: copies, allocations, frees, prefetches, launches,
+//! synchronisations). They run in the calling thread, compiled once by the CPU JIT
+//! ([`jit::cpu::HostProbe`]), on the session's maps in the shared region, so `trace`
+//! prints them with the GPU probes' maps.
+//!
+//! The ctx is x86-64 `struct pt_regs` (168 bytes, UAPI layout): libbpf's `BPF_KPROBE`,
+//! `BPF_KRETPROBE` and `PT_REGS_PARM1`..`PARM6`/`PT_REGS_RC` read the arguments from
+//! `di, si, dx, cx, r8, r9`, the result from `ax`; `ip` holds the driver function's
+//! address. Arguments past the sixth (`cuLaunchKernel` has eleven) are not in the ctx.
+//!
+//! Only the wrapped functions can be probed: a section naming another function, or another
+//! library, is refused when `trace` loads the probes, before the application starts.
+
+use super::api::Api;
+use ebpf::interp::Env;
+use jit::cpu::{Engine, HostProbe};
+use std::cell::RefCell;
+use std::sync::{Arc, OnceLock};
+
+/// Bytes of the ctx: x86-64 `struct pt_regs`.
+pub const PT_REGS_SIZE: usize = 168;
+/// Offsets in `struct pt_regs` of the argument registers, in argument order.
+pub const ARG_OFFSETS: [usize; 6] = [112, 104, 96, 88, 72, 64];
+/// Offset of `ax` (the return value).
+pub const AX: usize = 80;
+/// Offset of `ip`.
+pub const IP: usize = 128;
+
+/// The wrapped function a probe's `library:function` names. `libcuda.so` (or `.so.1`) is
+/// the library, and may be left out; the function is an export (`cuMemAlloc_v2`) or the
+/// name `cuda.h` gives it (`cuMemAlloc`).
+pub fn resolve(pattern: &str) -> Result<Api, String> {
+    let (lib, func) = pattern.rsplit_once(':').unwrap_or(("libcuda.so", pattern));
+    if !matches!(lib, "libcuda.so" | "libcuda.so.1" | "libcuda") {
+        return Err(format!(
+            "`{lib}:{func}`: host probes reach the functions of libcuda.so that the shim wraps, not library `{lib}`"
+        ));
+    }
+    let v2 = format!("{func}_v2");
+    Api::ALL
+        .iter()
+        .copied()
+        .find(|a| a.name() == func || a.name() == v2)
+        .ok_or_else(|| {
+            let names: Vec<&str> = Api::ALL.iter().map(|a| a.name()).collect();
+            format!(
+                "`{lib}:{func}`: no such function among those the shim can probe in libcuda.so ({})",
+                names.join(", ")
+            )
+        })
+}
+
+/// The probes of each wrapped function.
+struct Loaded {
+    entry: Vec<Vec<HostProbe>>,
+    exit: Vec<Vec<HostProbe>>,
+    /// Keeps the maps' mapping alive.
+    _region: Arc<shm_maps::ShmRegion>,
+}
+
+static LOADED: OnceLock<Option<Loaded>> = OnceLock::new();
+
+fn load() -> Option<Loaded> {
+    let (probes, region_name) = super::hooks::host_probe_inputs()?;
+    if probes.probes.iter().all(|p| p.site.on_gpu()) {
+        return None;
+    }
+    let warn = |what: String| super::hooks::report(&[crate::session::ReportLine::Warning { what }]);
+    let region = match shm_maps::ShmRegion::open(&region_name) {
+        Ok(r) => Arc::new(r),
+        Err(e) => {
+            warn(format!("host probes disabled: region `{region_name}`: {e}"));
+            return None;
+        }
+    };
+    let n = Api::ALL.len();
+    let mut l = Loaded {
+        entry: (0..n).map(|_| Vec::new()).collect(),
+        exit: (0..n).map(|_| Vec::new()).collect(),
+        _region: region.clone(),
+    };
+    for p in &probes.probes {
+        let Some(api) = p.host_fn else {
+            continue;
+        };
+        let maps: Result<Vec<_>, String> = p
+            .program
+            .maps
+            .iter()
+            .map(|m| {
+                let name = probes.map_name(p.object, &m.name);
+                let e = region
+                    .find_map(&name)
+                    .ok_or_else(|| format!("map `{name}` is not in the region"))?;
+                shm_maps::maps::open_in(&region, e.data_off, m, e.threads.max(1))
+                    .map_err(|err| format!("map `{name}`: {err}"))
+            })
+            .collect();
+        let probe = maps.and_then(|maps| {
+            HostProbe::new(&p.program, maps, PT_REGS_SIZE, Engine::Jit)
+                .map_err(|e| super::hooks::error_chain(&e))
+        });
+        match probe {
+            Ok(hp) if p.site == crate::probes::SiteKind::HostExit => l.exit[api as usize].push(hp),
+            Ok(hp) => l.entry[api as usize].push(hp),
+            Err(what) => warn(format!("host probe `{}` disabled: {what}", p.program.name)),
+        }
+    }
+    Some(l)
+}
+
+fn loaded() -> Option<&'static Loaded> {
+    LOADED.get_or_init(load).as_ref()
+}
+
+/// Whether any host probe sits on `a`.
+pub fn active(a: Api) -> bool {
+    loaded().is_some_and(|l| !l.entry[a as usize].is_empty() || !l.exit[a as usize].is_empty())
+}
+
+thread_local! {
+    static ENV: RefCell<Env> = RefCell::new(Env::default());
+}
+
+/// Runs `a`'s entry probes (`rc` `None`) or exit probes (`rc` the result) on a `pt_regs`
+/// holding `args` and the function's address `ip`.
+pub fn run(a: Api, args: &[u64], ip: u64, rc: Option<i32>) {
+    let Some(l) = loaded() else {
+        return;
+    };
+    let list = match rc {
+        None => &l.entry[a as usize],
+        Some(_) => &l.exit[a as usize],
+    };
+    if list.is_empty() {
+        return;
+    }
+    let mut regs = [0u8; PT_REGS_SIZE];
+    for (v, off) in args.iter().zip(ARG_OFFSETS) {
+        regs[off..off + 8].copy_from_slice(&v.to_le_bytes());
+    }
+    regs[IP..IP + 8].copy_from_slice(&ip.to_le_bytes());
+    if let Some(r) = rc {
+        regs[AX..AX + 8].copy_from_slice(&(r as i64 as u64).to_le_bytes());
+    }
+    let _ = ENV.try_with(|env| {
+        let Ok(mut env) = env.try_borrow_mut() else {
+            return; // a probe's helper re-entered the driver: no nested probes
+        };
+        for p in list {
+            // The verifier proved the program safe on this ctx; a runtime error (the
+            // instruction budget) only ends this run.
+            let _ = p.call(&mut regs, &mut env);
+        }
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sections_name_wrapped_functions_or_fail_naming_them() {
+        assert_eq!(resolve("libcuda.so:cuMemAlloc"), Ok(Api::MemAlloc));
+        assert_eq!(resolve("libcuda.so.1:cuMemAlloc_v2"), Ok(Api::MemAlloc));
+        assert_eq!(resolve("cuLaunchKernel"), Ok(Api::LaunchKernel));
+        assert_eq!(
+            resolve("libcuda.so:cuMemcpyHtoDAsync_v2_ptsz"),
+            Ok(Api::MemcpyHtoDAsyncPtsz)
+        );
+        let e = resolve("libcuda.so:cuModuleGetFunction").unwrap_err();
+        assert!(
+            e.contains("libcuda.so:cuModuleGetFunction") && e.contains("cuMemAlloc_v2"),
+            "{e}"
+        );
+        let e = resolve("libcudart.so:cudaMalloc").unwrap_err();
+        assert!(e.contains("not library `libcudart.so`"), "{e}");
+    }
+
+    #[test]
+    fn the_ctx_is_pt_regs() {
+        // The UAPI x86-64 layout: r15 r14 r13 r12 bp bx r11 r10 r9 r8 ax cx dx si di
+        // orig_ax ip cs flags sp ss, 8 bytes each.
+        let at = |i: usize| i * 8;
+        assert_eq!(ARG_OFFSETS, [at(14), at(13), at(12), at(11), at(9), at(8)]);
+        assert_eq!((AX, IP, PT_REGS_SIZE), (at(10), at(16), at(21)));
+    }
+}
