@@ -227,6 +227,12 @@ fn observe(a: ObserveArgs) -> Result<()> {
             summary.alloc_bytes,
             summary.failed
         );
+        let calls: Vec<String> = summary
+            .calls
+            .iter()
+            .map(|(name, n)| format!("{name} {n}"))
+            .collect();
+        println!("calls: {}", calls.join(", "));
     }
     if !status.success() {
         bail!("`{}` exited with {status}", a.cmd.join(" "));

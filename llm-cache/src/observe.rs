@@ -51,6 +51,8 @@ pub struct Summary {
     pub failed: u64,
     /// Objects in the trace.
     pub objects: u64,
+    /// Calls by driver entry point (which ones the program really used).
+    pub calls: std::collections::BTreeMap<String, u64>,
 }
 
 /// Host address, bytes → a name.
@@ -96,6 +98,9 @@ pub fn trace_of(events: &[ApiEvent], names: &Names) -> Result<(Trace, Summary), 
     // Log order is return order: sort by start time (stable for equal times).
     events.sort_by_key(|e| e.start_ns);
     for e in events {
+        *s.calls
+            .entry(attach::apilog::call_name(e.call).to_string())
+            .or_default() += 1;
         if e.result != 0 {
             s.failed += 1;
             continue;
@@ -211,6 +216,7 @@ mod tests {
             ),
             (4, 4096 * 2 + 8192 + 2048, 1, 1, 1, 3)
         );
+        assert_eq!(s.calls.values().sum::<u64>(), 7);
     }
 
     #[test]

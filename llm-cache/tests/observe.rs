@@ -109,3 +109,84 @@ fn observe_turns_the_apps_copies_into_a_trace() {
         "{se}"
     );
 }
+
+/// The live mode against the simulator: `examples/live_lru.bpf.c` keeps an LRU of 12 KiB in
+/// eBPF maps, driven by host probes on the copies of `app_offload` while it runs under
+/// `observe`; its lookups, hits and bytes moved must equal `simulate --policy lru` on the
+/// trace of the same run.
+#[test]
+fn live_lru_in_ebpf_equals_the_simulator() {
+    let Some((bin, shim)) = tools() else {
+        return;
+    };
+    let Some(probe) = bpftime_tests::compile_with(
+        "../llm-cache/examples/live_lru",
+        &["CAPACITY=(12ULL<<10)"],
+        "live_lru_12k",
+    ) else {
+        return;
+    };
+    let dir = std::env::temp_dir().join(format!("llm-cache-live-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    bpftime_tests::fake_cuda::build(&dir, &[("app_offload", true)]);
+    let trace = dir.join("offload.trace");
+    let o = Command::new(env!("CARGO_BIN_EXE_bpftime-super-llm-cache"))
+        .args(["observe", "--json", "-o"])
+        .arg(&trace)
+        .arg("--bpftime")
+        .arg(&bin)
+        .arg("--trace-arg=--json")
+        .arg("--trace-arg=--shim")
+        .arg(format!("--trace-arg={}", shim.display()))
+        .arg(format!("--trace-arg={}", probe.display()))
+        .arg("--")
+        .arg(dir.join("app_offload"))
+        .env("LD_LIBRARY_PATH", &dir)
+        .output()
+        .unwrap();
+    let so = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{so}\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    // trace's last print of the `lru` map: [lookups, hits, bytes moved, evictions, skipped].
+    let live: Vec<u64> = so
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|v| v["event"] == "map" && v["map"] == "live_lru_12k:lru" && v["final"] == true)
+        .flat_map(|v| {
+            let mut by_key = [0u64; 5];
+            for e in v["printed"].as_array().cloned().unwrap_or_default() {
+                let k: usize = e["key"].as_str().unwrap().parse().unwrap();
+                by_key[k] = e["value"][0].as_u64().unwrap();
+            }
+            by_key
+        })
+        .collect();
+    assert_eq!(live.len(), 5, "{so}");
+    let sim = Command::new(env!("CARGO_BIN_EXE_bpftime-super-llm-cache"))
+        .arg("simulate")
+        .arg(&trace)
+        .args(["--capacity", "12KB", "--policy", "lru", "--json"])
+        .output()
+        .unwrap();
+    let rows: serde_json::Value = serde_json::from_slice(&sim.stdout).unwrap();
+    let r = &rows[0];
+    assert_eq!(live[0], 600, "every copy was a lookup");
+    assert_eq!(live[4], 0, "nothing skipped");
+    assert_eq!(
+        (live[0], live[1], live[2]),
+        (
+            r["accesses"].as_u64().unwrap(),
+            r["hits"].as_u64().unwrap(),
+            r["bytes_moved"].as_u64().unwrap()
+        ),
+        "live {live:?} against simulated {r}"
+    );
+    assert!(
+        live[1] > 0 && live[1] < 600 && live[3] > 0,
+        "hits and evictions both happen: {live:?}"
+    );
+}

@@ -229,9 +229,12 @@ fn log(e: ApiEvent) {
     let Some(Some(m)) = LOG.get() else {
         return;
     };
+    thread_local! {
+        // SAFETY: gettid has no preconditions (once per thread: it is a system call).
+        static TID: u32 = unsafe { libc::gettid() } as u32;
+    }
     let mut e = e;
-    // SAFETY: gettid has no preconditions.
-    e.tid = unsafe { libc::gettid() } as u32;
+    e.tid = TID.try_with(|t| *t).unwrap_or(0);
     if let Ok(mut l) = m.lock()
         && l.file.write_all(&e.to_bytes()).is_ok()
     {

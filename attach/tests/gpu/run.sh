@@ -4,7 +4,7 @@
 # each app really made and that its output is unchanged (check.py). Then the attach
 # benchmarks (bench.py). Needs the binaries built on the dev machine (scripts/gpu-carry):
 #   target/gpu-carry/{bpftime-super,libbpftime_attach.so,*.bpf.o}
-#   bash attach/tests/gpu/run.sh OUTDIR [tests|bench|all|mem|mem-tests|mem-bench|mem-report|mem-ncu]
+#   bash attach/tests/gpu/run.sh OUTDIR [tests|bench|all|mem|mem-tests|mem-bench|mem-report|mem-ncu|host]
 set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"; root="$(cd "$here/../../.." && pwd)"
 out="$1"; what="${2:-all}"; mkdir -p "$out"
@@ -13,7 +13,7 @@ apps=/tmp/bpftime-apps; mkdir -p "$apps"
 cd "$root/attach/tests/apps"
 G="-gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90"
 build() { [ -x "$apps/$1" ] || nvcc -O2 $G "${@:2}" -o "$apps/$1" "$1.cu" 2>&1 | grep -v warning; }
-for k in vecadd vecadd3 sgemm graph coop memtest stream; do build $k; done
+for k in vecadd vecadd3 sgemm graph coop memtest stream launch_loop; do build $k; done
 [ -x "$apps/vecadd_shared" ] || nvcc -O2 $G -cudart shared -o "$apps/vecadd_shared" vecadd.cu
 [ -x "$apps/driver_api" ] || nvcc -O2 -arch=sm_90 -o "$apps/driver_api" driver_api.cu -lcuda
 [ -x "$apps/load_time" ] || nvcc -O2 -arch=sm_90 -o "$apps/load_time" load_time.cu -lcuda
@@ -23,6 +23,10 @@ cp numba_app.py cupy_app.py torch_app.py llm_cupy.py "$apps/"
 { nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; nvcc --version | tail -1; } > "$out/device.txt"
 export B SHIM carry apps
 [ -f "$carry/DejaVuSans.ttf" ] && export BPFTIME_FONT="$carry/DejaVuSans.ttf"
+if [ "$what" = host ]; then
+	python3 "$here/host.py" "$out" 2>&1 | tee "$out/host.log"
+	exit 0
+fi
 if [ "$what" = mem ] || [ "$what" = mem-tests ] || [ "$what" = mem-bench ] || [ "$what" = mem-report ] || [ "$what" = mem-ncu ]; then
 	python3 "$here/mem.py" "$out" "$(echo "${what#mem}" | sed 's/^-//; s/^$/all/')" 2>&1 | tee "$out/mem.log"
 	exit 0
