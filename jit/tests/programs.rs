@@ -9,6 +9,7 @@ const PROGRAMS: &[(&str, &[&str])] = &[
     ("add", &["add"]),
     ("calls", &["calls", "calls2"]),
     ("counter", &["counter"]),
+    ("cuda_uprobe", &["on_htod", "on_htod_ret", "on_launch"]),
     ("filter", &["filter"]),
     ("globals", &["globals"]),
     ("gpu_helpers", &["gpu_probe"]),
