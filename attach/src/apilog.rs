@@ -100,7 +100,8 @@ pub struct ApiEvent {
     pub start_ns: u64,
     /// ns until it returned.
     pub dur_ns: u64,
-    /// Which entry point ([`crate::shim::api::Api`] as u16; [`call_name`] names it).
+    /// Which entry point ([`crate::shim::api::Api`] as u16; [`crate::shim::api::call_name`]
+    /// names it).
     pub call: u16,
     /// What it did.
     pub kind: Kind,
@@ -287,14 +288,6 @@ pub fn parse(bytes: &[u8]) -> Result<Vec<ApiEvent>, (u64, String)> {
         );
     }
     Ok(out)
-}
-
-/// The driver entry point of call number `call` (as the shim numbers them).
-pub fn call_name(call: u16) -> &'static str {
-    crate::shim::api::Api::ALL
-        .get(call as usize)
-        .map(|a| a.name())
-        .unwrap_or("?")
 }
 
 #[cfg(test)]

@@ -634,7 +634,8 @@ fn api_log_records_every_call_on_every_path() {
     // app_copies makes its calls linked with -lcuda, then two through cuGetProcAddress
     // (one the per-thread-stream twin); the log must hold each, in order, with its
     // direction, bytes, stream, flags and result, and no call of the shim's own.
-    use attach::apilog::{FLAG_ASYNC, FLAG_PTDS, Kind, call_name};
+    use attach::apilog::{FLAG_ASYNC, FLAG_PTDS, Kind};
+    use attach::shim::api::call_name;
     if shim().is_none() {
         return;
     }
