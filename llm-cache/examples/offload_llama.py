@@ -18,6 +18,8 @@ import torch
 from accelerate import dispatch_model, infer_auto_device_map
 from transformers import LlamaConfig, LlamaForCausalLM
 
+from offload_names import offloaded_bytes, write_names
+
 ap = argparse.ArgumentParser()
 ap.add_argument("names")
 ap.add_argument("--gpu-budget", default="1GiB")
@@ -37,34 +39,10 @@ dmap = infer_auto_device_map(model, max_memory={0: a.gpu_budget, "cpu": "64GiB"}
                              no_split_module_classes=["LlamaDecoderLayer"])
 model = dispatch_model(model, device_map=dmap, main_device=0)
 
-# What accelerate keeps on the CPU and moves in at each forward: the parameters of the
-# modules the device map puts on the CPU (`expected`, from the model's sizes), and, for
-# names, the CPU tensors its hooks hold in their weights maps.
+# What accelerate keeps on the CPU and copies in at each forward.
 offloaded = {n for n, d in dmap.items() if d == "cpu"}
-expected = sum(p.numel() * p.element_size() for n, p in model.named_parameters()
-               if any(n == m or n.startswith(m + ".") for m in offloaded))
-rows, total = [], 0
-seen = set()
-for mod_name, module in model.named_modules():
-    hook = getattr(module, "_hf_hook", None)
-    wm = getattr(hook, "weights_map", None) if hook is not None else None
-    if not getattr(hook, "offload", False) or wm is None:
-        continue
-    for pname, _ in module.named_parameters(recurse=False):
-        try:
-            t = wm[pname]
-        except KeyError:
-            continue
-        key = (t.data_ptr(), t.numel() * t.element_size())
-        if key in seen:
-            continue
-        seen.add(key)
-        rows.append((key[0], key[1], f"{mod_name}.{pname}"))
-        total += key[1]
-with open(a.names, "w") as f:
-    f.write("host_addr,bytes,name\n")
-    for addr, nbytes, n in rows:
-        f.write(f"{addr:#x},{nbytes},{n}\n")
+expected = offloaded_bytes(model, dmap)
+ntensors, total = write_names(model, a.names)
 
 forwards = 0
 def count(_m, _i):
@@ -80,7 +58,7 @@ dt = time.time() - t0
 new = out.shape[1] - ids.shape[1]
 # Parameters that live on the GPU were copied there once, by dispatch_model.
 resident = params * 2 - expected
-print(f"offload params={params} offloaded_tensors={len(rows)} named_bytes={total} offloaded_bytes={expected} "
+print(f"offload params={params} offloaded_tensors={ntensors} named_bytes={total} offloaded_bytes={expected} "
       f"resident_bytes={resident} forwards={forwards} expected_h2d={resident + expected * forwards} "
       f"tokens={new} tok_per_s={new / dt:.3f} "
       f"gpu_layers={sum(1 for d in dmap.values() if d == 0)} cpu_modules={len(offloaded)}", flush=True)

@@ -11,6 +11,8 @@ import torch
 from accelerate import dispatch_model, infer_auto_device_map
 from transformers import MixtralConfig, MixtralForCausalLM
 
+from offload_names import offloaded_bytes, write_names
+
 ap = argparse.ArgumentParser()
 ap.add_argument("names")
 ap.add_argument("--gpu-budget", default="512MiB")
@@ -40,28 +42,8 @@ for g in gates:
 dmap = infer_auto_device_map(model, max_memory={0: a.gpu_budget, "cpu": "64GiB"},
                              no_split_module_classes=["MixtralDecoderLayer"])
 model = dispatch_model(model, device_map=dmap, main_device=0)
-offloaded = {n for n, d in dmap.items() if d == "cpu"}
-expected = sum(p.numel() * p.element_size() for n, p in model.named_parameters()
-               if any(n == m or n.startswith(m + ".") for m in offloaded))
-rows, seen = [], set()
-for mod_name, module in model.named_modules():
-    hook = getattr(module, "_hf_hook", None)
-    wm = getattr(hook, "weights_map", None) if hook is not None else None
-    if not getattr(hook, "offload", False) or wm is None:
-        continue
-    for pname, _ in module.named_parameters(recurse=False):
-        try:
-            t = wm[pname]
-        except KeyError:
-            continue
-        key = (t.data_ptr(), t.numel() * t.element_size())
-        if key not in seen:
-            seen.add(key)
-            rows.append((key[0], key[1], f"{mod_name}.{pname}"))
-with open(a.names, "w") as f:
-    f.write("host_addr,bytes,name\n")
-    for addr, nbytes, n in rows:
-        f.write(f"{addr:#x},{nbytes},{n}\n")
+expected = offloaded_bytes(model, dmap)
+ntensors, _ = write_names(model, a.names)
 ids = torch.randint(0, cfg.vocab_size, (1, 16), device="cuda:0")
 torch.cuda.synchronize()
 t0 = time.time()
@@ -70,5 +52,5 @@ torch.cuda.synchronize()
 dt = time.time() - t0
 new = out.shape[1] - ids.shape[1]
 print(f"moe experts={E} top_k={K} layers={cfg.num_hidden_layers} params={params} "
-      f"offloaded_tensors={len(rows)} offloaded_bytes={expected} gates={len(gates)} tokens={new} "
+      f"offloaded_tensors={ntensors} offloaded_bytes={expected} gates={len(gates)} tokens={new} "
       f"tok_per_s={new / dt:.3f} routed={routed.tolist()}", flush=True)
