@@ -784,3 +784,61 @@ fn a_host_probe_on_a_function_the_shim_does_not_wrap_is_refused_before_the_app_s
         "{err}\n{out}"
     );
 }
+
+#[test]
+fn memcpy_bw_and_sync_stalls_examples_count_what_the_app_did() {
+    // examples/memcpy_bw.bpf.c and sync_stalls.bpf.c on app_copies: synchronous copies of
+    // 4096 bytes host to device (one more of 16 bytes fails and is left out), 2048 and 128
+    // bytes device to host (the second through cuGetProcAddress); one stream and one
+    // context synchronisation.
+    let (Some(bw), Some(stalls), Some(_)) = (
+        bpftime_tests::compile("memcpy_bw"),
+        bpftime_tests::compile("sync_stalls"),
+        shim(),
+    ) else {
+        return;
+    };
+    let f = fake("host_examples");
+    let (code, out, err) = f.run(&[&bw, &stalls], &["app_copies"]);
+    assert_eq!(code, 0, "{err}\n{out}");
+    let m = events(&out, "map");
+    let slots = |name: &str| -> Vec<(u64, u64)> {
+        let v = m
+            .iter()
+            .rfind(|v| v["map"] == name && v["final"] == true)
+            .unwrap_or_else(|| panic!("no {name}: {out}"));
+        let mut s: Vec<(u64, u64)> = v["entries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| {
+                let word = |h: &str| {
+                    let b: Vec<u8> = (0..h.len())
+                        .step_by(2)
+                        .map(|i| u8::from_str_radix(&h[i..i + 2], 16).unwrap())
+                        .collect();
+                    b.iter().rev().fold(0u64, |a, &x| a << 8 | x as u64)
+                };
+                (word(e[0].as_str().unwrap()), word(e[1].as_str().unwrap()))
+            })
+            .filter(|&(_, v)| v != 0)
+            .collect();
+        s.sort();
+        s
+    };
+    assert_eq!(slots("memcpy_bw:htod_bytes_hist"), [(12, 1)], "{out}");
+    assert_eq!(slots("memcpy_bw:dtoh_bytes_hist"), [(7, 1), (11, 1)]);
+    let total = |name: &str| slots(name).iter().map(|s| s.1).sum::<u64>();
+    assert_eq!(total("memcpy_bw:htod_mbps_small_hist"), 1);
+    assert_eq!(total("memcpy_bw:dtoh_mbps_small_hist"), 2);
+    assert_eq!(
+        total("memcpy_bw:htod_mbps_large_hist") + total("memcpy_bw:dtoh_mbps_large_hist"),
+        0
+    );
+    assert_eq!(
+        slots("sync_stalls:calls"),
+        [(0, 1), (1, 1)],
+        "stream, then context"
+    );
+    assert_eq!(total("sync_stalls:stall_us_hist"), 2);
+}
