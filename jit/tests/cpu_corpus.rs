@@ -128,6 +128,10 @@ fn c_test_programs_run_the_same_on_both_engines() {
                 ebpf::ProgKind::Kprobe(_) | ebpf::ProgKind::Kretprobe(_) => CtxKind::Probe {
                     size: ebpf::ProbeCtx::SIZE,
                 },
+                // Host probes: x86-64 `struct pt_regs` (attach::shim::uprobes::PT_REGS_SIZE).
+                ebpf::ProgKind::Uprobe(_) | ebpf::ProgKind::Uretprobe(_) => {
+                    CtxKind::Mem { len: 168 }
+                }
                 _ => CtxKind::Job,
             };
             let opts = VerifyOptions {
