@@ -10,6 +10,7 @@
 #include <linux/ptrace.h>
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
+#include "bpftime_super.h"
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -33,21 +34,9 @@ HIST(dtoh_mbps_large_hist);
 HIST(htod_bytes_hist);      // sizes
 HIST(dtoh_bytes_hist);
 
-static __always_inline __u32 log2u(__u64 v)
-{
-	__u32 r = 0;
-	if (v >> 32) { v >>= 32; r += 32; }
-	if (v >> 16) { v >>= 16; r += 16; }
-	if (v >> 8) { v >>= 8; r += 8; }
-	if (v >> 4) { v >>= 4; r += 4; }
-	if (v >> 2) { v >>= 2; r += 2; }
-	if (v >> 1) { r += 1; }
-	return r;
-}
-
 static __always_inline void bump(void *hist, __u64 v)
 {
-	__u32 k = log2u(v);
+	__u32 k = bpftime_hist_slot(v);
 	__u64 *c = bpf_map_lookup_elem(hist, &k);
 	if (c)
 		__sync_fetch_and_add(c, 1);

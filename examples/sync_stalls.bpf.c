@@ -9,6 +9,7 @@
 #include <linux/ptrace.h>
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
+#include "bpftime_super.h"
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -38,18 +39,6 @@ struct {
 	__type(value, __u64);
 } stall_us_hist SEC(".maps");
 
-static __always_inline __u32 log2u(__u64 v)
-{
-	__u32 r = 0;
-	if (v >> 32) { v >>= 32; r += 32; }
-	if (v >> 16) { v >>= 16; r += 16; }
-	if (v >> 8) { v >>= 8; r += 8; }
-	if (v >> 4) { v >>= 4; r += 4; }
-	if (v >> 2) { v >>= 2; r += 2; }
-	if (v >> 1) { r += 1; }
-	return r;
-}
-
 static __always_inline int enter(__u64 key)
 {
 	__u64 now = bpf_ktime_get_ns();
@@ -70,7 +59,7 @@ static __always_inline int leave(__u64 key, __u32 fn)
 	__u64 *c = bpf_map_lookup_elem(&calls, &fn);
 	if (c)
 		__sync_fetch_and_add(c, 1);
-	__u32 k = log2u(ns / 1000);
+	__u32 k = bpftime_hist_slot(ns / 1000);
 	__u64 *h = bpf_map_lookup_elem(&stall_us_hist, &k);
 	if (h)
 		__sync_fetch_and_add(h, 1);

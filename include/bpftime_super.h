@@ -110,6 +110,19 @@ struct bpftime_mem_ctx {
  * memory site they name (source file:line, or the PTX line, and the kernel).
  */
 
+/* The slot of v in a "_hist" map: floor(log2(v)), 0 for 0 and 1. */
+static __attribute__((always_inline)) inline __u32 bpftime_hist_slot(__u64 v)
+{
+	__u32 r = 0;
+	if (v >> 32) { v >>= 32; r += 32; }
+	if (v >> 16) { v >>= 16; r += 16; }
+	if (v >> 8) { v >>= 8; r += 8; }
+	if (v >> 4) { v >>= 4; r += 4; }
+	if (v >> 2) { v >>= 2; r += 2; }
+	if (v >> 1) { r += 1; }
+	return r;
+}
+
 /* Map types (the Linux BPF_MAP_TYPE_* ids). */
 #define BPFTIME_MAP_TYPE_HASH 1
 #define BPFTIME_MAP_TYPE_ARRAY 2

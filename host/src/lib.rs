@@ -21,3 +21,15 @@ pub mod plot;
 pub mod protocol;
 pub mod service;
 pub mod source;
+
+/// Logs `tracing` events to stderr for a command line: `BPFTIME_LOG` (an `EnvFilter`), else
+/// `debug` with `verbose`, else `warn`. Shared by `bpftime-super` and its extensions.
+pub fn init_cli_logging(verbose: bool) {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("BPFTIME_LOG").unwrap_or_else(|_| {
+        tracing_subscriber::EnvFilter::new(if verbose { "debug" } else { "warn" })
+    });
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+}
