@@ -301,9 +301,17 @@ impl Session {
             max_maps: (sizes.len() as u32).max(16),
             max_records: 1,
             arena_size,
+            // Trace sessions are not recovered.
+            checkpoint_size: 0,
         };
         let region = Arc::new(
-            ShmRegion::create(&config.region, &cfg, 0o600, true).map_err(|e| err(e.to_string()))?,
+            ShmRegion::create(
+                &config.region,
+                &cfg,
+                0o600,
+                shm_maps::region::OnStale::Replace,
+            )
+            .map_err(|e| err(e.to_string()))?,
         );
         let mut arena = Arena::new(region.header().arena_size, 64);
         let mut maps = Vec::new();

@@ -14,10 +14,159 @@
 use crate::programs::ProgramTable;
 use crate::stats::WorkerStats;
 use ebpf::interp::Env;
-use shm_maps::layout::{client_state, job_flags, status};
+use shm_maps::layout::{client_state, completion_state, job_flags, status};
 use shm_maps::region::monotonic_ns;
 use shm_maps::{CompletionData, JobDesc, ShmRegion};
 use std::sync::atomic::{AtomicBool, Ordering};
+
+/// Ends every job that a worker took and will never finish, because the worker (a GPU
+/// worker process, or the whole service) died, with status `code` and the error `text`;
+/// repairs the queue so that it does not wedge one lap later. Returns the jobs ended.
+///
+/// Taken jobs are found in the queue and the completion table as the dead consumer left
+/// them:
+/// 1. slots it took and never handed back (a CPU worker between its head CAS and the
+///    release, the GPU dispatcher until a one-record job completes): their jobs end here
+///    unless DONE, and the slots are released;
+/// 2. published slots at the head whose completions are already RUNNING (the GPU marks a
+///    job RUNNING before its head store lands): taken here, never run twice;
+/// 3. every completion still RUNNING, and every SUBMITTED one of the two cases above.
+///
+/// Jobs still in the queue are not touched: the next consumer runs them. When the whole
+/// service restarted, [`requeue_unstarted`] first puts back the jobs a CPU worker held
+/// and never started, and [`fail_orphaned`] afterwards ends any SUBMITTED job found
+/// nowhere.
+pub fn fail_taken(region: &ShmRegion, code: i32, text: &str) -> u64 {
+    let q = region.queue();
+    let mut taken: Vec<u32> = Vec::new();
+    for (pos, d) in q.unreleased() {
+        taken.push(d.completion);
+        q.release(pos);
+    }
+    let mut head = q.head();
+    while let Some(d) = q.peek(head) {
+        let marked = region
+            .completion(d.completion)
+            .is_some_and(|c| c.state.load(Ordering::Acquire) == completion_state::RUNNING);
+        if !marked {
+            break;
+        }
+        taken.push(d.completion);
+        q.release(head);
+        head += 1;
+        q.set_head(head);
+    }
+    end_where(region, code, text, |i, st| {
+        st == completion_state::RUNNING || (st == completion_state::SUBMITTED && taken.contains(&i))
+    })
+}
+
+/// After the whole service restarted: queues again every job a dead CPU worker had taken
+/// with [`shm_maps::JobQueue::pop_batch_held`] and not started (its slot still held, its
+/// completion still SUBMITTED), at the tail. Call it before [`fail_taken`], which would
+/// end them. Returns how many went back.
+pub fn requeue_unstarted(region: &ShmRegion) -> u64 {
+    let q = region.queue();
+    let mut again = Vec::new();
+    for (pos, d) in q.unreleased() {
+        let unstarted = region
+            .completion(d.completion)
+            .is_some_and(|c| c.state.load(Ordering::Acquire) == completion_state::SUBMITTED);
+        if unstarted {
+            again.push(d);
+            q.release(pos);
+        }
+    }
+    // Releasing made room for each of them; what still does not fit (a producer took the
+    // room meanwhile) stays SUBMITTED outside the queue and `fail_orphaned` ends it.
+    let mut done = 0;
+    for _ in 0..1000 {
+        done += q.push_batch(&again[done..]);
+        if done == again.len() {
+            break;
+        }
+        std::thread::yield_now();
+    }
+    done as u64
+}
+
+/// After the whole service restarted: ends every SUBMITTED job that is no longer in the
+/// queue (a dead worker had popped it and never started it), with `code` and `text`.
+/// Call it after [`fail_taken`], before any worker runs.
+pub fn fail_orphaned(region: &ShmRegion, code: i32, text: &str) -> u64 {
+    let q = region.queue();
+    let queued: std::collections::HashSet<u32> = (q.head()..q.tail())
+        .filter_map(|pos| q.peek(pos))
+        .map(|d| d.completion)
+        .collect();
+    end_where(region, code, text, |i, st| {
+        st == completion_state::SUBMITTED && !queued.contains(&i)
+    })
+}
+
+/// Publishes an error completion for every slot `pick(index, state)` selects.
+fn end_where(region: &ShmRegion, code: i32, text: &str, pick: impl Fn(u32, u32) -> bool) -> u64 {
+    let h = region.header();
+    let total = h.max_clients * h.completions_per_client;
+    let mut msg = None;
+    let mut n = 0;
+    for i in 0..total {
+        let Some(comp) = region.completion(i) else {
+            continue;
+        };
+        if !pick(i, comp.state.load(Ordering::Acquire)) {
+            continue;
+        }
+        let message = *msg.get_or_insert_with(|| region.post_message(text));
+        let now = monotonic_ns();
+        // SAFETY: no live worker owns the slot (its worker is dead, or it was never
+        // started); the client stamped tag and submit time before queueing and reads the
+        // slot only after DONE.
+        let (tag, prog_id) = unsafe {
+            let p = comp as *const shm_maps::layout::Completion;
+            (
+                std::ptr::addr_of!((*p).tag).read(),
+                std::ptr::addr_of!((*p).prog_id).read(),
+            )
+        };
+        region.finish_completion(
+            i,
+            &CompletionData {
+                status: code,
+                message,
+                tag,
+                prog_id,
+                started_ns: now,
+                finished_ns: now,
+                ..Default::default()
+            },
+        );
+        if let Some(cl) = region.client(i / h.completions_per_client) {
+            cl.in_flight.fetch_sub(1, Ordering::AcqRel);
+        }
+        h.jobs_done.fetch_add(1, Ordering::Relaxed);
+        h.jobs_failed.fetch_add(1, Ordering::Relaxed);
+        n += 1;
+    }
+    n
+}
+
+/// Calls its function once: on [`Once::fire`], or when dropped.
+struct Once<F: FnOnce()>(Option<F>);
+
+impl<F: FnOnce()> Once<F> {
+    fn fire(&mut self) {
+        if let Some(f) = self.0.take() {
+            f()
+        }
+    }
+}
+
+impl<F: FnOnce()> Drop for Once<F> {
+    fn drop(&mut self) {
+        self.fire();
+    }
+}
 
 /// Executes jobs for one worker.
 pub struct JobRunner<'a> {
@@ -84,7 +233,15 @@ fn span(
 impl JobRunner<'_> {
     /// Runs one job to completion (or to an error completion).
     pub fn run(&mut self, d: &JobDesc) {
+        self.run_then(d, || {});
+    }
+
+    /// [`JobRunner::run`], calling `started` once the job is marked RUNNING (or dropped
+    /// before that): the CPU worker hands the job's queue slot back there.
+    pub fn run_then(&mut self, d: &JobDesc, started: impl FnOnce()) {
         let region = self.region;
+        // Fires at the latest when this returns or unwinds (early drops included).
+        let mut started = Once(Some(started));
         let Some(client) = region.client(d.client) else {
             tracing::warn!(client = d.client, "job names no client slot; dropped");
             self.stats.jobs_failed.fetch_add(1, Ordering::Relaxed);
@@ -101,6 +258,7 @@ impl JobRunner<'_> {
             return;
         }
         let submitted = region.start_completion(d.completion).unwrap_or(0);
+        started.fire();
         let mut out = CompletionData {
             prog_id: d.prog_id,
             tag: d.tag,

@@ -87,7 +87,7 @@ pub enum ClientError {
     NotRunning(u32),
     /// The service process died while this client waited on it.
     #[error(
-        "service `{name}` (pid {pid}) died: jobs it had not completed are lost; restart it with `bpftime-super run --persistent --name {name} --recover`"
+        "service `{name}` (pid {pid}) died; restart it with `bpftime-super run --persistent --name {name} --recover`, which keeps its programs, maps and queued jobs and ends the jobs it was running with SERVICE_RESTARTED (Client::orphans returns their tickets)"
     )]
     ServiceDied {
         /// Service name.
@@ -273,6 +273,9 @@ pub struct Client {
     sock: Option<(BufReader<UnixStream>, UnixStream)>,
     free: Vec<u32>,
     next_tag: u64,
+    /// Jobs whose wait ended with `ServiceDied`: their completion slots stay reserved,
+    /// because a service started with `--recover` still ends them.
+    orphans: Vec<Ticket>,
 }
 
 impl Client {
@@ -292,6 +295,7 @@ impl Client {
             sock: None,
             free,
             next_tag: 1,
+            orphans: Vec::new(),
         })
     }
 
@@ -318,13 +322,22 @@ impl Client {
             let r = BufReader::new(s.try_clone().map_err(sock_err("clone"))?);
             self.sock = Some((r, s));
         }
-        let (reader, writer) = self.sock.as_mut().expect("connected above");
         let mut line =
             serde_json::to_string(req).map_err(|e| ClientError::Protocol(e.to_string()))?;
         line.push('\n');
-        writer
-            .write_all(line.as_bytes())
-            .map_err(sock_err("write"))?;
+        let (_, writer) = self.sock.as_mut().expect("connected above");
+        if writer.write_all(line.as_bytes()).is_err() {
+            // The connection is from before a restart (`run --recover` binds a new
+            // socket): the request never left, so send it once on a new connection.
+            let s = UnixStream::connect(&path).map_err(sock_err("connect"))?;
+            let r = BufReader::new(s.try_clone().map_err(sock_err("clone"))?);
+            self.sock = Some((r, s));
+            let (_, writer) = self.sock.as_mut().expect("connected above");
+            writer
+                .write_all(line.as_bytes())
+                .map_err(sock_err("write"))?;
+        }
+        let (reader, _) = self.sock.as_mut().expect("connected above");
         let mut answer = String::new();
         let n = reader.read_line(&mut answer).map_err(sock_err("read"))?;
         if n == 0 {
@@ -695,10 +708,14 @@ impl Client {
                 break;
             }
             shm_maps::wake::wake(self.region.header(), true);
-            // A full queue that never drains: is anyone draining it?
+            // A full queue that never drains: is anyone draining it? (A service that
+            // is recovering the region is not READY: stop pushing until it is.)
             let dead = if checked.elapsed() >= Self::LIVENESS_PERIOD {
                 checked = Instant::now();
-                self.check_alive().err()
+                self.check_alive().err().or_else(|| {
+                    let st = self.region.header().state.load(Ordering::Acquire);
+                    (st != state::READY).then_some(ClientError::NotRunning(st))
+                })
             } else {
                 None
             };
@@ -802,12 +819,27 @@ impl Client {
                         if let Some(r) = self.poll(&t) {
                             return Ok(r);
                         }
+                        self.orphans.push(t);
                         return Err(e);
                     }
                 }
                 std::thread::yield_now();
             }
         }
+    }
+
+    /// The jobs whose waits ended with [`ClientError::ServiceDied`]. Their completion
+    /// slots stay reserved: once a service started with `--recover` runs again, waiting
+    /// on these tickets gives each job's end (its result if it was still queued,
+    /// `SERVICE_RESTARTED` if it was running).
+    pub fn orphans(&mut self) -> Vec<Ticket> {
+        std::mem::take(&mut self.orphans)
+    }
+
+    /// Whether the service is serving again (after a restart with `--recover`).
+    pub fn service_ready(&self) -> bool {
+        self.region.service_alive()
+            && self.region.header().state.load(Ordering::Acquire) == state::READY
     }
 
     /// Submits `job` and waits for it.

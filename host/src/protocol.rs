@@ -255,4 +255,32 @@ pub struct StatusInfo {
     /// The GPU side (CUDA backend only): device, generation, swaps, faults.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpu: Option<serde_json::Value>,
+    /// What `run --recover` got back from a dead service's region (absent when the
+    /// service started on a new region).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recovered: Option<RecoveryInfo>,
+}
+
+/// What a service started with `--recover` found in the region it adopted.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RecoveryInfo {
+    /// Pid of the service that died.
+    pub from_pid: u32,
+    /// Programs installed again, at their ids and versions.
+    pub programs: u64,
+    /// Their maps, contents kept.
+    pub maps: u64,
+    /// Client buffers kept in the arena.
+    pub buffers: u64,
+    /// Jobs in the queue after recovery (run by the new workers), `requeued_jobs`
+    /// included.
+    pub queued_jobs: u64,
+    /// Jobs a dead worker had taken and not started, queued again.
+    #[serde(default)]
+    pub requeued_jobs: u64,
+    /// Jobs that were running or taken, ended with `SERVICE_RESTARTED`.
+    pub ended_jobs: u64,
+    /// Programs that could not be installed again, with the reason.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub errors: Vec<String>,
 }

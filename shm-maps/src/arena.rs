@@ -34,6 +34,17 @@ pub enum ArenaError {
     /// Zero bytes, or more than the arena holds.
     #[error("bad allocation size {0}")]
     BadSize(u64),
+    /// [`Arena::restore`] of an allocation that overlaps another, is misaligned or lies
+    /// outside the arena.
+    #[error(
+        "cannot restore allocation [{off}, +{len}): it overlaps another, is misaligned or lies outside the arena"
+    )]
+    BadRestore {
+        /// Offset.
+        off: u64,
+        /// Length.
+        len: u64,
+    },
     /// `free` of an offset that is not an allocation of this owner.
     #[error("offset {off} is not an allocation owned by {owner:?}")]
     NotAllocated {
@@ -123,6 +134,52 @@ impl Arena {
         (off.checked_add(len)? <= start + alen).then_some((owner, start, alen))
     }
 
+    /// Every allocation as `(offset, length, owner)`, by offset: what a checkpoint keeps.
+    pub fn allocations(&self) -> impl Iterator<Item = (u64, u64, Owner)> + '_ {
+        self.used
+            .iter()
+            .map(|(&off, &(len, owner))| (off, len, owner))
+    }
+
+    /// An allocator over `[0, size)` holding exactly `allocations` (as listed by
+    /// [`Arena::allocations`] before a crash). Refuses allocations that overlap, fall
+    /// outside the arena or are misaligned, so a corrupt checkpoint cannot hand out
+    /// memory twice.
+    pub fn restore(
+        size: u64,
+        align: u64,
+        allocations: impl IntoIterator<Item = (u64, u64, Owner)>,
+    ) -> Result<Arena, ArenaError> {
+        let mut a = Arena::new(size, align);
+        let mut sorted: Vec<_> = allocations.into_iter().collect();
+        sorted.sort_by_key(|&(off, _, _)| off);
+        let mut end = 0u64;
+        for (off, len, owner) in sorted {
+            let bad = off < end
+                || len == 0
+                || off % a.align != 0
+                || len % a.align != 0
+                || off.checked_add(len).is_none_or(|e| e > size);
+            if bad {
+                return Err(ArenaError::BadRestore { off, len });
+            }
+            end = off + len;
+            a.used.insert(off, (len, owner));
+        }
+        a.free.clear();
+        let mut at = 0;
+        for (&off, &(len, _)) in &a.used {
+            if off > at {
+                a.free.insert(at, off - at);
+            }
+            at = off + len;
+        }
+        if at < size {
+            a.free.insert(at, size - at);
+        }
+        Ok(a)
+    }
+
     /// Bytes in use.
     pub fn used_bytes(&self) -> u64 {
         self.used.values().map(|(l, _)| l).sum()
@@ -173,6 +230,30 @@ mod tests {
         assert_eq!(a.alloc(1024, C).unwrap(), 0);
         assert!(matches!(a.alloc(1, C), Err(ArenaError::Exhausted { .. })));
         assert!(matches!(a.alloc(0, C), Err(ArenaError::BadSize(0))));
+    }
+
+    #[test]
+    fn restore_keeps_allocations_and_refuses_overlap() {
+        let mut a = Arena::new(4096, 64);
+        let x = a.alloc(100, C).unwrap();
+        let y = a.alloc(64, Owner::Service).unwrap();
+        let z = a.alloc(500, C).unwrap();
+        a.free(y, Owner::Service).unwrap();
+        let saved: Vec<_> = a.allocations().collect();
+        let mut b = Arena::restore(4096, 64, saved.clone()).unwrap();
+        assert_eq!(b.allocations().collect::<Vec<_>>(), saved);
+        assert_eq!(b.used_bytes(), a.used_bytes());
+        // The hole at `y` and the tail are free again, in the same order as before.
+        assert_eq!(b.alloc(64, C).unwrap(), a.alloc(64, C).unwrap());
+        assert_eq!(b.free(x, C).unwrap(), 128);
+        assert_eq!(b.free(z, C).unwrap(), 512);
+        let overlap = vec![(0, 128, C), (64, 64, C)];
+        assert!(matches!(
+            Arena::restore(4096, 64, overlap),
+            Err(ArenaError::BadRestore { off: 64, .. })
+        ));
+        assert!(Arena::restore(4096, 64, vec![(4032, 128, C)]).is_err());
+        assert!(Arena::restore(4096, 64, vec![(32, 64, C)]).is_err());
     }
 
     proptest! {

@@ -12,6 +12,8 @@
 //! completions_off   Completion[max_clients * per_client]  128 bytes each
 //! messages_off      Message[message_slots]                256 bytes each (error texts)
 //! maps_off          MapEntry[max_maps]                    128 bytes each (directory)
+//! checkpoint_off    2 x checkpoint_size: the service's control-plane checkpoint, double
+//!                   buffered (CheckpointHeader + bytes), read back by `run --recover`
 //! arena_off         data arena: job buffers and map storage, 4 KiB aligned
 //! ```
 
@@ -19,8 +21,10 @@ use crate::sync::{AtomicU32, AtomicU64};
 
 /// `"BPFTSHM\x01"` read as a little-endian u64.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"BPFTSHM\x01");
-/// Bumped on every incompatible layout change.
-pub const LAYOUT_VERSION: u32 = 1;
+/// Bumped on every incompatible layout change (2: the checkpoint area).
+pub const LAYOUT_VERSION: u32 = 2;
+/// `"BPFTCKP\x01"`: the magic of a written [`CheckpointHeader`].
+pub const CHECKPOINT_MAGIC: u64 = u64::from_le_bytes(*b"BPFTCKP\x01");
 /// Size of the header page.
 pub const HEADER_SIZE: usize = 4096;
 /// Arena allocations and map storage are aligned to this.
@@ -93,6 +97,35 @@ pub struct RegionHeader {
     pub jobs_failed: AtomicU64,
     /// Next message slot to write (modulo `message_slots`).
     pub next_message: AtomicU64,
+    /// Offset of the checkpoint area: two halves of `checkpoint_size` bytes each.
+    pub checkpoint_off: u64,
+    /// Bytes per checkpoint half, its [`CheckpointHeader`] included.
+    pub checkpoint_size: u64,
+    /// Sequence number of the last complete checkpoint; it lives in half `seq % 2`
+    /// (0: none written yet).
+    pub checkpoint_seq: AtomicU64,
+    /// Times a service adopted this region with `--recover`.
+    pub recoveries: AtomicU32,
+    /// Process id of the service's helper (the GPU worker process), 0 if none: a service
+    /// that adopts the region waits for a dead service's helper to exit first.
+    pub helper_pid: AtomicU32,
+    /// Start time of the helper process (clock ticks since boot).
+    pub helper_start: AtomicU64,
+}
+
+/// The head of one checkpoint half. The service writes the inactive half, then publishes
+/// it by storing its `seq` in [`RegionHeader::checkpoint_seq`], so a crash in the middle of
+/// a write leaves the previous checkpoint intact.
+#[repr(C)]
+pub struct CheckpointHeader {
+    /// [`CHECKPOINT_MAGIC`].
+    pub magic: u64,
+    /// Sequence number of this checkpoint.
+    pub seq: u64,
+    /// Payload bytes after the header.
+    pub len: u64,
+    /// FNV-1a 64 of the payload.
+    pub hash: u64,
 }
 
 /// The queue's control block. Head and tail sit on their own 128-byte lines.
@@ -241,6 +274,10 @@ pub mod status {
     /// The GPU faulted (or lost its context) while the job was running; the service
     /// recreated the context and carried on with the queue.
     pub const DEVICE_FAULT: i32 = -9;
+    /// The service died while the job ran, or after a worker had taken it from the queue;
+    /// the service that adopted the region (`run --recover`) ended it with this status.
+    /// Records of a job that was running may have run (and changed maps) before the crash.
+    pub const SERVICE_RESTARTED: i32 = -10;
 }
 
 /// Where the result of one job goes. Written by the client at submit (state, tag,
@@ -391,4 +428,5 @@ const _: () = {
     assert!(size_of::<Message>() == 256);
     assert!(size_of::<MapEntry>() == 128);
     assert!(offset_of!(MapEntry, name) == 48);
+    assert!(size_of::<CheckpointHeader>() == 32);
 };

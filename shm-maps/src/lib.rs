@@ -25,4 +25,4 @@ pub mod wake;
 
 pub use layout::{Completion, JobDesc, job_flags, status};
 pub use queue::{JobQueue, QueueFull};
-pub use region::{CompletionData, DirEntry, RegionConfig, RegionError, ShmRegion};
+pub use region::{CompletionData, DirEntry, OnStale, RegionConfig, RegionError, ShmRegion};

@@ -101,13 +101,18 @@ impl<'a> JobQueue<'a> {
         (s.seq.load(Ordering::Acquire) == pos + 1).then_some(s.desc)
     }
 
-    /// Frees the slot of `pos` for the producer one lap later, as its consumer would
-    /// have. Recovery only (the consumer died after taking it).
+    /// Frees the slot of `pos` for the producer one lap later: by the consumer that took
+    /// it with [`JobQueue::pop_batch_held`], or by recovery when that consumer died.
     pub fn release(&self, pos: u64) {
         // ORDERING: release pairs with the producer's acquire load of `seq`.
         self.slot(pos)
             .seq
             .store(pos + self.capacity(), Ordering::Release);
+    }
+
+    /// The producers' position.
+    pub fn tail(&self) -> u64 {
+        self.hdr.tail.load(Ordering::Acquire)
     }
 
     /// The consumers' position.
@@ -200,6 +205,19 @@ impl<'a> JobQueue<'a> {
 
     /// Takes up to `out.len()` consecutive ready jobs with one CAS. Returns how many.
     pub fn pop_batch(&self, out: &mut [JobDesc]) -> usize {
+        self.take_batch(out, true).1
+    }
+
+    /// Like [`JobQueue::pop_batch`], but the slots stay held: the consumer hands each one
+    /// back with [`JobQueue::release`] once it has started that job. Returns the first
+    /// position and the count. A consumer that dies holding slots leaves its unstarted
+    /// jobs where [`JobQueue::unreleased`] finds them, descriptors intact, so a recovering
+    /// service can queue them again instead of losing them.
+    pub fn pop_batch_held(&self, out: &mut [JobDesc]) -> (u64, usize) {
+        self.take_batch(out, false)
+    }
+
+    fn take_batch(&self, out: &mut [JobDesc], release: bool) -> (u64, usize) {
         loop {
             let pos = self.hdr.head.load(Ordering::Relaxed);
             let mut ready = 0;
@@ -214,7 +232,7 @@ impl<'a> JobQueue<'a> {
             if ready == 0 {
                 let seq = self.slot(pos).seq.load(Ordering::Acquire);
                 if seq <= pos {
-                    return 0; // empty, or the producer of `pos` has not published yet
+                    return (pos, 0); // empty, or the producer of `pos` has not published yet
                 }
                 crate::sync::spin(); // another consumer took `pos`; retry
                 continue;
@@ -233,11 +251,13 @@ impl<'a> JobQueue<'a> {
                 // SAFETY: the CAS on `head` gave this consumer exclusive ownership of the
                 // published slot until it stores `pos + i + capacity`.
                 out[i as usize] = unsafe { std::ptr::read_volatile(std::ptr::addr_of!(slot.desc)) };
-                // ORDERING: release hands the slot back; pairs with the producer's acquire
-                // load in `push_batch` one lap later.
-                slot.seq.store(pos + i + self.capacity(), Ordering::Release);
+                if release {
+                    // ORDERING: release hands the slot back; pairs with the producer's
+                    // acquire load in `push_batch` one lap later.
+                    slot.seq.store(pos + i + self.capacity(), Ordering::Release);
+                }
             }
-            return ready as usize;
+            return (pos, ready as usize);
         }
     }
 }

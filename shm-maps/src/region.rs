@@ -10,8 +10,8 @@
 //! alive with [`RegionError::AlreadyRunning`].
 
 use crate::layout::{
-    self, ClientSlot, Completion, HEADER_SIZE, JobDesc, LAYOUT_VERSION, MAGIC, MapEntry, Message,
-    QueueHeader, QueueSlot, RegionHeader,
+    self, CHECKPOINT_MAGIC, CheckpointHeader, ClientSlot, Completion, HEADER_SIZE, JobDesc,
+    LAYOUT_VERSION, MAGIC, MapEntry, Message, QueueHeader, QueueSlot, RegionHeader,
 };
 use crate::queue::JobQueue;
 use crate::sync::Ordering;
@@ -20,6 +20,18 @@ use rustix::fs::Mode;
 use rustix::shm;
 use std::fs::File;
 use std::ptr::NonNull;
+
+/// What [`ShmRegion::create`] does with a region left by an owner that is gone.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OnStale {
+    /// Refuse with [`RegionError::Stale`] (the service without `--recover`).
+    Refuse,
+    /// Unlink it and lay out a new one (trace sessions, tests).
+    Replace,
+    /// Adopt it as it is, for a service started with `--recover`; a region of another
+    /// layout is replaced.
+    Adopt,
+}
 
 /// Sizes of the parts of a region.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -38,6 +50,9 @@ pub struct RegionConfig {
     pub max_records: u32,
     /// Data arena bytes.
     pub arena_size: u64,
+    /// Bytes of each of the two checkpoint halves (the service's control-plane state for
+    /// `run --recover`: programs, map placement, buffer allocations).
+    pub checkpoint_size: u64,
 }
 
 impl Default for RegionConfig {
@@ -50,6 +65,7 @@ impl Default for RegionConfig {
             max_maps: 256,
             max_records: 1 << 30,
             arena_size: 1 << 30,
+            checkpoint_size: 1 << 20,
         }
     }
 }
@@ -81,6 +97,14 @@ pub enum RegionError {
         name: String,
         /// The running service's pid.
         pid: u32,
+    },
+    /// The checkpoint area holds no usable checkpoint.
+    #[error("/dev/shm/{name}: no usable checkpoint: {why}")]
+    Checkpoint {
+        /// Region name.
+        name: String,
+        /// What is wrong with it.
+        why: String,
     },
     /// The region was left behind by a service that is gone.
     #[error(
@@ -119,6 +143,7 @@ struct Offsets {
     completions: u64,
     messages: u64,
     maps: u64,
+    checkpoint: u64,
     arena: u64,
     total: u64,
 }
@@ -150,10 +175,11 @@ impl RegionConfig {
             messages + self.message_slots as u64 * size_of::<Message>() as u64,
             128,
         );
-        let arena = align_up(
+        let checkpoint = align_up(
             maps + self.max_maps as u64 * size_of::<MapEntry>() as u64,
             4096,
         );
+        let arena = align_up(checkpoint + 2 * self.checkpoint_half(), 4096);
         let total = align_up(arena + self.arena_size, 4096);
         Offsets {
             queue,
@@ -161,9 +187,19 @@ impl RegionConfig {
             completions,
             messages,
             maps,
+            checkpoint,
             arena,
             total,
         }
+    }
+
+    /// One checkpoint half, rounded to pages and at least a header and a page of payload.
+    fn checkpoint_half(&self) -> u64 {
+        align_up(
+            self.checkpoint_size
+                .max(size_of::<CheckpointHeader>() as u64 + 4096),
+            4096,
+        )
     }
 }
 
@@ -172,6 +208,7 @@ pub struct ShmRegion {
     name: String,
     map: MmapMut,
     owner: bool,
+    adopted_from: Option<u32>,
 }
 
 // SAFETY: the region is plain memory whose shared words are atomics; every accessor hands
@@ -205,13 +242,15 @@ fn sys(call: &'static str, name: &str) -> impl FnOnce(rustix::io::Errno) -> Regi
 }
 
 impl ShmRegion {
-    /// Creates and lays out a new region. `recover` replaces a stale region.
+    /// Creates and lays out a new region; `stale` says what to do with a region whose
+    /// owner is gone (see [`OnStale`]).
     pub fn create(
         name: &str,
         cfg: &RegionConfig,
         mode: u32,
-        recover: bool,
+        stale: OnStale,
     ) -> Result<ShmRegion, RegionError> {
+        let recover = stale != OnStale::Refuse;
         check_name(name)?;
         let path = format!("/{name}");
         let fd = match shm::open(
@@ -222,7 +261,7 @@ impl ShmRegion {
             Ok(fd) => fd,
             Err(rustix::io::Errno::EXIST) => {
                 match ShmRegion::open(name) {
-                    Ok(existing) => {
+                    Ok(mut existing) => {
                         let pid = existing.header().service_pid.load(Ordering::Relaxed);
                         if existing.service_alive() {
                             return Err(RegionError::AlreadyRunning {
@@ -236,11 +275,26 @@ impl ShmRegion {
                                 pid,
                             });
                         }
-                        tracing::warn!(
-                            name,
-                            pid,
-                            "replacing a stale region left by a dead service"
-                        );
+                        if stale == OnStale::Replace {
+                            tracing::warn!(name, pid, "replacing a stale region");
+                        } else {
+                            match existing.adopt(mode) {
+                                Ok(()) => {
+                                    tracing::warn!(
+                                        name,
+                                        pid,
+                                        "adopting the region left by a dead service"
+                                    );
+                                    return Ok(existing);
+                                }
+                                Err(why) => tracing::warn!(
+                                    name,
+                                    pid,
+                                    "the stale region cannot be adopted ({why}): replacing it, \
+                                 its programs and maps are lost"
+                                ),
+                            }
+                        }
                     }
                     Err(RegionError::NotReady { .. } | RegionError::Incompatible { .. })
                         if recover =>
@@ -279,6 +333,7 @@ impl ShmRegion {
             name: name.into(),
             map,
             owner: true,
+            adopted_from: None,
         };
         region.lay_out(cfg, &off);
         Ok(region)
@@ -304,6 +359,8 @@ impl ShmRegion {
         h.completions_off = off.completions;
         h.messages_off = off.messages;
         h.maps_off = off.maps;
+        h.checkpoint_off = off.checkpoint;
+        h.checkpoint_size = cfg.checkpoint_half();
         h.arena_off = off.arena;
         h.arena_size = off.total - off.arena;
         h.service_pid.store(std::process::id(), Ordering::Relaxed);
@@ -313,6 +370,133 @@ impl ShmRegion {
         );
         self.queue().init();
         self.heartbeat();
+    }
+
+    /// Takes over a stale region (its service is dead) for `run --recover`: checks that the
+    /// checkpoint area and the arena lie inside the object, then makes this process its
+    /// service (pid, start time, heartbeat) with the state `INITIALIZING`, so clients do
+    /// not submit until the new service has repaired the queue and calls
+    /// [`ShmRegion::set_ready`]. Queue, completions, clients, map directory and arena are
+    /// kept as they are.
+    fn adopt(&mut self, mode: u32) -> Result<(), String> {
+        let h = self.header();
+        let len = self.map.len() as u64;
+        let cp_end = h
+            .checkpoint_size
+            .checked_mul(2)
+            .and_then(|b| b.checked_add(h.checkpoint_off));
+        if h.checkpoint_size < size_of::<CheckpointHeader>() as u64
+            || cp_end.is_none_or(|e| e > h.arena_off)
+            || h.maps_off > h.checkpoint_off
+        {
+            return Err("its checkpoint area is not inside the region".into());
+        }
+        if h.arena_off.checked_add(h.arena_size) != Some(len) {
+            return Err("its arena does not end at the end of the object".into());
+        }
+        let path = format!("/{}", self.name);
+        // Permissions as asked for the new service (the object is reused, not recreated).
+        if let Ok(fd) = shm::open(path.as_str(), shm::OFlags::RDWR, Mode::empty()) {
+            let _ = rustix::fs::fchmod(&fd, Mode::from_raw_mode(mode));
+        }
+        let h = self.header();
+        let dead = h.service_pid.load(Ordering::Relaxed);
+        h.state
+            .store(layout::state::INITIALIZING, Ordering::Release);
+        h.service_pid.store(std::process::id(), Ordering::Relaxed);
+        h.service_start.store(
+            process_start_time(std::process::id()).unwrap_or(0),
+            Ordering::Relaxed,
+        );
+        h.recoveries.fetch_add(1, Ordering::Relaxed);
+        self.heartbeat();
+        self.owner = true;
+        self.adopted_from = Some(dead);
+        Ok(())
+    }
+
+    /// The pid of the dead service whose region [`ShmRegion::create`] adopted, if it
+    /// adopted one instead of laying out a new region.
+    pub fn adopted_from(&self) -> Option<u32> {
+        self.adopted_from
+    }
+
+    fn checkpoint_half_ptr(&self, seq: u64) -> *mut CheckpointHeader {
+        let h = self.header();
+        self.at::<CheckpointHeader>(h.checkpoint_off + (seq % 2) * h.checkpoint_size)
+            as *mut CheckpointHeader
+    }
+
+    /// Service side: stores `payload` as the newest checkpoint. Only the service writes
+    /// checkpoints, one at a time (the caller serialises them).
+    pub fn write_checkpoint(&self, payload: &[u8]) -> Result<u64, RegionError> {
+        let h = self.header();
+        let room = h.checkpoint_size - size_of::<CheckpointHeader>() as u64;
+        if payload.len() as u64 > room {
+            return Err(RegionError::Checkpoint {
+                name: self.name.clone(),
+                why: format!(
+                    "{} bytes do not fit the {room} bytes of a half (raise checkpoint_size)",
+                    payload.len()
+                ),
+            });
+        }
+        let seq = h.checkpoint_seq.load(Ordering::Relaxed) + 1;
+        let p = self.checkpoint_half_ptr(seq);
+        // SAFETY: the half lies inside the mapping (laid out, or checked by `adopt`); it is
+        // the inactive one, which no reader trusts until `checkpoint_seq` names it.
+        unsafe {
+            let data = (p as *mut u8).add(size_of::<CheckpointHeader>());
+            std::ptr::copy_nonoverlapping(payload.as_ptr(), data, payload.len());
+            p.write(CheckpointHeader {
+                magic: CHECKPOINT_MAGIC,
+                seq,
+                len: payload.len() as u64,
+                hash: fnv1a(payload),
+            });
+        }
+        // ORDERING: release publishes the half written above; pairs with the acquire in
+        // `read_checkpoint` (of a later service, after this one died).
+        h.checkpoint_seq.store(seq, Ordering::Release);
+        Ok(seq)
+    }
+
+    /// The newest checkpoint's payload: `None` when none was ever written, an error when
+    /// the area is corrupt (wrong magic, sequence, length or hash).
+    pub fn read_checkpoint(&self) -> Result<Option<Vec<u8>>, RegionError> {
+        let h = self.header();
+        let seq = h.checkpoint_seq.load(Ordering::Acquire);
+        if seq == 0 {
+            return Ok(None);
+        }
+        let bad = |why: String| RegionError::Checkpoint {
+            name: self.name.clone(),
+            why,
+        };
+        // SAFETY: the half lies inside the mapping; it is only read.
+        let head = unsafe { self.checkpoint_half_ptr(seq).read() };
+        if head.magic != CHECKPOINT_MAGIC || head.seq != seq {
+            return Err(bad(format!(
+                "half {} holds magic {:#x} and sequence {}, expected {seq}",
+                seq % 2,
+                head.magic,
+                head.seq
+            )));
+        }
+        if head.len > h.checkpoint_size - size_of::<CheckpointHeader>() as u64 {
+            return Err(bad(format!("length {} exceeds the half", head.len)));
+        }
+        let mut v = vec![0u8; head.len as usize];
+        // SAFETY: `len` bytes after the header lie inside the half (checked above).
+        unsafe {
+            let data =
+                (self.checkpoint_half_ptr(seq) as *const u8).add(size_of::<CheckpointHeader>());
+            std::ptr::copy_nonoverlapping(data, v.as_mut_ptr(), v.len());
+        }
+        if fnv1a(&v) != head.hash {
+            return Err(bad("the payload does not match its hash".into()));
+        }
+        Ok(Some(v))
     }
 
     /// Marks the region ready for clients.
@@ -331,7 +515,45 @@ impl ShmRegion {
     /// Opens the region of the service this process works for (the service's GPU worker
     /// process): like [`ShmRegion::open`], but also while the service is still starting.
     pub fn open_as_helper(name: &str) -> Result<ShmRegion, RegionError> {
-        Self::open_inner(name, true)
+        let r = Self::open_inner(name, true)?;
+        let h = r.header();
+        let pid = std::process::id();
+        h.helper_start
+            .store(process_start_time(pid).unwrap_or(0), Ordering::Relaxed);
+        h.helper_pid.store(pid, Ordering::Release);
+        Ok(r)
+    }
+
+    /// Recovery: waits up to `grace` for the dead service's helper (if one still runs) to
+    /// exit, then kills it, so that nothing consumes the queue behind the new service's
+    /// back. Returns the helper's pid if there was one.
+    pub fn retire_helper(&self, grace: std::time::Duration) -> Option<u32> {
+        let pid = self.live_helper()?;
+        let t = std::time::Instant::now();
+        while self.live_helper().is_some() && t.elapsed() < grace {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        if self.live_helper().is_some() {
+            tracing::warn!(
+                pid,
+                "the dead service's helper is still running: killing it"
+            );
+            if let Some(p) = rustix::process::Pid::from_raw(pid as i32) {
+                let _ = rustix::process::kill_process(p, rustix::process::Signal::KILL);
+            }
+            let t = std::time::Instant::now();
+            while self.live_helper().is_some() && t.elapsed() < grace {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+        }
+        Some(pid)
+    }
+
+    /// The helper process recorded by [`ShmRegion::open_as_helper`], if it still runs.
+    pub fn live_helper(&self) -> Option<u32> {
+        let h = self.header();
+        let pid = h.helper_pid.load(Ordering::Acquire);
+        process_alive(pid, h.helper_start.load(Ordering::Relaxed)).then_some(pid)
     }
 
     fn open_inner(name: &str, starting: bool) -> Result<ShmRegion, RegionError> {
@@ -366,6 +588,7 @@ impl ShmRegion {
             name: name.into(),
             map,
             owner: false,
+            adopted_from: None,
         };
         let h = region.header();
         // ORDERING: acquire pairs with `set_ready`, making the layout fields visible.
@@ -821,6 +1044,14 @@ pub struct CompletionData {
     pub started_ns: u64,
     /// Finish time.
     pub finished_ns: u64,
+}
+
+/// FNV-1a, 64 bits: the checkpoint's integrity check (a torn or scribbled half is
+/// refused, not trusted).
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
+        (h ^ b as u64).wrapping_mul(0x0000_0100_0000_01b3)
+    })
 }
 
 /// Monotonic clock in ns (CLOCK_MONOTONIC, comparable across processes).

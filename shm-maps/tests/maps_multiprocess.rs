@@ -65,7 +65,7 @@ fn region(tag: &str) -> TestRegion {
         max_maps: 1,
         ..Default::default()
     };
-    let r = ShmRegion::create(&name, &cfg, 0o600, true).unwrap();
+    let r = ShmRegion::create(&name, &cfg, 0o600, shm_maps::region::OnStale::Replace).unwrap();
     r.set_ready();
     TestRegion(Arc::new(r))
 }

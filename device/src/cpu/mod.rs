@@ -107,12 +107,16 @@ fn worker(
     let mut buf = [JobDesc::default(); BATCH];
     let mut idle = 0u32;
     loop {
-        let n = queue.pop_batch(&mut buf);
+        // Slots stay held until their job has started, so that a service killed with
+        // jobs in this batch leaves them in the queue for `run --recover` to run.
+        let (first, n) = queue.pop_batch_held(&mut buf);
         if n > 0 {
             idle = 0;
-            for d in &buf[..n] {
+            for (i, d) in buf[..n].iter().enumerate() {
                 // A panic in one job must not take the worker (and the queue) down.
-                let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| runner.run(d)));
+                let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    runner.run_then(d, || queue.release(first + i as u64))
+                }));
                 if r.is_err() {
                     tracing::error!(worker = id, "job panicked: {}", region.describe(d));
                 }

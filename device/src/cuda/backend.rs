@@ -24,8 +24,7 @@ use crate::programs::ProgramTable;
 use crate::stats::WorkerStats;
 use ebpf::interp::{Env, TraceSink};
 use shm_maps::layout::{completion_state, status};
-use shm_maps::region::monotonic_ns;
-use shm_maps::{CompletionData, JobDesc, ShmRegion};
+use shm_maps::{JobDesc, ShmRegion};
 use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
@@ -673,79 +672,16 @@ impl Shared {
         // What the GPU finished and published stays valid in shared memory.
         self.drain_done(usize::MAX);
         self.drain_fwd(usize::MAX);
-        let h = self.region.header();
-        let total = h.max_clients * h.completions_per_client;
-        let msg = self.region.post_message(&format!(
-            "the GPU failed while running this job ({why}); the service restarted the GPU \
-             worker and carried on with the queue"
-        ));
-        // The queue as the dead dispatcher left it. (1) Slots it took but never freed (it
-        // frees a one-record job's slot after the job's completion): their jobs are failed
-        // unless DONE, and the slots freed, or the queue would wedge one lap later. (2)
-        // Full slots at the head whose completions it had marked RUNNING: it took them but
-        // its head store never landed; they are failed and taken here, never run twice.
-        let q = self.region.queue();
-        let mut taken: Vec<u32> = Vec::new();
-        for (pos, d) in q.unreleased() {
-            taken.push(d.completion);
-            q.release(pos);
-        }
-        let mut head = q.head();
-        while let Some(d) = q.peek(head) {
-            let marked = self
-                .region
-                .completion(d.completion)
-                .is_some_and(|c| c.state.load(Ordering::Acquire) == completion_state::RUNNING);
-            if !marked {
-                break;
-            }
-            taken.push(d.completion);
-            q.release(head);
-            head += 1;
-            q.set_head(head);
-        }
-        let mut n = 0;
-        for i in 0..total {
-            let Some(comp) = self.region.completion(i) else {
-                continue;
-            };
-            let st = comp.state.load(Ordering::Acquire);
-            let failed = st == completion_state::RUNNING
-                || (st == completion_state::SUBMITTED && taken.contains(&i));
-            if !failed {
-                continue;
-            }
-            let now = monotonic_ns();
-            // SAFETY: the slot is RUNNING: only the (dead) worker wrote it since the client
-            // stamped its tag and program; the client reads it only after DONE.
-            let (tag, prog_id) = unsafe {
-                let p = comp as *const shm_maps::layout::Completion;
-                (
-                    std::ptr::addr_of!((*p).tag).read(),
-                    std::ptr::addr_of!((*p).prog_id).read(),
-                )
-            };
-            self.region.finish_completion(
-                i,
-                &CompletionData {
-                    status: status::DEVICE_FAULT,
-                    message: msg,
-                    tag,
-                    prog_id,
-                    started_ns: now,
-                    finished_ns: now,
-                    ..Default::default()
-                },
-            );
-            if let Some(cl) = self.region.client(i / h.completions_per_client) {
-                cl.in_flight.fetch_sub(1, Ordering::AcqRel);
-            }
-            self.stats.jobs_done.fetch_add(1, Ordering::Relaxed);
-            self.stats.jobs_failed.fetch_add(1, Ordering::Relaxed);
-            h.jobs_done.fetch_add(1, Ordering::Relaxed);
-            h.jobs_failed.fetch_add(1, Ordering::Relaxed);
-            n += 1;
-        }
+        let n = crate::job::fail_taken(
+            &self.region,
+            status::DEVICE_FAULT,
+            &format!(
+                "the GPU failed while running this job ({why}); the service restarted the GPU \
+                 worker and carried on with the queue"
+            ),
+        );
+        self.stats.jobs_done.fetch_add(n, Ordering::Relaxed);
+        self.stats.jobs_failed.fetch_add(n, Ordering::Relaxed);
         self.fault_jobs.fetch_add(n, Ordering::Relaxed);
         n
     }
@@ -798,8 +734,9 @@ mod tests {
     //! the done log, forward ring and queue exactly as the kernel does, and checks what the
     //! host makes of it.
     use super::*;
-    use shm_maps::RegionConfig;
     use shm_maps::layout::job_flags;
+    use shm_maps::region::monotonic_ns;
+    use shm_maps::{CompletionData, RegionConfig};
 
     fn shared(name: &str) -> Arc<Shared> {
         let region = Arc::new(
@@ -813,7 +750,7 @@ mod tests {
                     ..RegionConfig::default()
                 },
                 0o600,
-                true,
+                shm_maps::region::OnStale::Replace,
             )
             .expect("region"),
         );

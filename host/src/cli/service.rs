@@ -45,7 +45,9 @@ pub struct RunArgs {
     /// Serve Prometheus metrics at http://ADDR/metrics.
     #[arg(long, value_name = "ADDR")]
     metrics: Option<std::net::SocketAddr>,
-    /// Replace a region left behind by a crashed service.
+    /// Adopt the region a crashed service left: its programs (same ids and versions),
+    /// maps, client buffers and queued jobs come back; jobs it was running end with
+    /// SERVICE_RESTARTED.
     #[arg(long)]
     recover: bool,
     /// Data arena size in MiB.
@@ -536,6 +538,21 @@ pub fn status(a: CommonArgs) -> Result<ExitCode> {
                 n("recoveries"),
                 n("fault_jobs")
             );
+        }
+        if let Some(r) = &s.recovered {
+            println!(
+                "recovered from pid {}: {} programs, {} maps, {} client buffers kept; {} queued jobs run ({} taken by a dead worker and queued again), {} running jobs ended as restarted",
+                r.from_pid,
+                r.programs,
+                r.maps,
+                r.buffers,
+                r.queued_jobs,
+                r.requeued_jobs,
+                r.ended_jobs
+            );
+            for e in &r.errors {
+                println!("  not recovered: {e}");
+            }
         }
         for p in &s.programs {
             print_program(p);

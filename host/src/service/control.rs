@@ -118,7 +118,14 @@ fn handle(svc: &Arc<Service>, req: Request) -> (Reply, After) {
         ),
         Request::Unload { prog } => match find(svc, &prog) {
             Some(p) => {
-                svc.table.remove(p.id);
+                {
+                    let mut st = svc.state.lock().unwrap_or_else(|p| p.into_inner());
+                    svc.table.remove(p.id);
+                    if let Some((off, _)) = st.objects.remove(&p.id) {
+                        let _ = st.arena.free(off, Owner::Service);
+                    }
+                    svc.save(&st);
+                }
                 svc.program_changed(p.id);
                 tracing::info!(id = p.id, name = %p.name, "unloaded");
                 ok(info(&p))
@@ -261,11 +268,16 @@ fn buffer_op(
         Pool::Device => (&mut st.device_arena, "device arena"),
     };
     match op(arena, owner) {
-        Ok(v) => Reply {
-            ok: true,
-            data: v,
-            error: None,
-        },
+        Ok(v) => {
+            if pool == Pool::Shared {
+                svc.save(&st);
+            }
+            Reply {
+                ok: true,
+                data: v,
+                error: None,
+            }
+        }
         Err(e) if pool == Pool::Device => err(format!("{what}: {e}")),
         Err(e) => err(e.to_string()),
     }
@@ -454,6 +466,12 @@ fn load(
     // Verified above (job ctx, which is how jobs run it), so the native code needs no
     // bounds checks; a failed JIT compile runs on the interpreter (Executor logs a warning).
     let exec = jit::cpu::Executor::verified(vm, svc.cfg.engine);
+    // The object bytes stay in the arena, so `run --recover` can load the program again.
+    let object_off = match st.arena.alloc(bytes.len() as u64, Owner::Service) {
+        Ok(off) => off,
+        Err(e) => return err(format!("no arena room for the program's object: {e}")),
+    };
+    svc.region.write_arena(object_off, &bytes);
     let (id, version) = match &old {
         Some(o) => (o.id, o.version + 1),
         None => {
@@ -462,6 +480,7 @@ fn load(
             (id, 1)
         }
     };
+    let bytes_len = bytes.len() as u64;
     let installed = Installed {
         id,
         name: install_name,
@@ -475,7 +494,12 @@ fn load(
         device_maps,
     };
     let reply = info(&installed);
+    if let Some((off, _)) = st.objects.insert(id, (object_off, bytes_len)) {
+        let _ = st.arena.free(off, Owner::Service);
+    }
     svc.table.install(installed);
+    svc.save(&st);
+    drop(st);
     svc.program_changed(id);
     tracing::info!(id, name = %reply.name, version, "installed");
     ok(reply)

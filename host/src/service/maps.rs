@@ -9,14 +9,15 @@ use super::{ControlState, Service};
 use device::programs::Installed;
 use ebpf::maps::MapOps;
 use ebpf::{MapDef, MapOrigin, Program};
-use shm_maps::DirEntry;
 use shm_maps::arena::Owner;
+use shm_maps::{DirEntry, ShmRegion};
 use std::sync::{Arc, Weak};
 
 /// A map the service placed in the arena: freed once no program version uses it.
 pub(crate) struct Placed {
     map: Weak<dyn MapOps>,
-    off: u64,
+    /// Arena offset of the storage.
+    pub off: u64,
     dir: Option<u32>,
     /// `program:map`.
     pub name: String,
@@ -24,6 +25,13 @@ pub(crate) struct Placed {
     pub len: u64,
     /// In GPU memory (the arena storage is the host mirror).
     pub device: bool,
+}
+
+impl Placed {
+    /// Whether this is the storage of `m`.
+    pub fn is(&self, m: &Arc<dyn MapOps>) -> bool {
+        std::ptr::addr_eq(self.map.as_ptr(), Arc::as_ptr(m))
+    }
 }
 
 /// The placement a load asks for: `MAP=device` or `MAP=shm` for maps of `program`.
@@ -162,7 +170,71 @@ fn create(
             return Err(what(&e));
         }
     };
-    let dir = svc.region.register_map(&DirEntry {
+    publish(
+        &svc.region,
+        threads,
+        st,
+        install_name,
+        def,
+        &map,
+        (off, len),
+        device,
+    );
+    Ok(map)
+}
+
+/// `run --recover`: opens a map's storage where the dead service left it (contents kept)
+/// and publishes it again.
+pub(super) fn reopen(
+    region: &Arc<ShmRegion>,
+    value_sets: u32,
+    st: &mut ControlState,
+    install_name: &str,
+    def: &MapDef,
+    (off, len): (u64, u64),
+    device: bool,
+) -> Result<Arc<dyn MapOps>, String> {
+    let threads = value_sets.max(1);
+    let what = |e: &dyn std::fmt::Display| format!("cannot reopen map `{}`: {e}", def.name);
+    let want = shm_maps::maps::layout_size(def, threads).map_err(|e| what(&e))?;
+    if want != len {
+        return Err(what(&format!(
+            "its storage is {len} bytes, this service would lay it out in {want} \
+             (per-thread maps need the same worker count: {threads} now)"
+        )));
+    }
+    if !matches!(st.arena.owner_of(off, len), Some((Owner::Service, start, _)) if start == off) {
+        return Err(what(
+            &"its storage is not a service allocation of the arena",
+        ));
+    }
+    let map = shm_maps::maps::open_in(region, off, def, threads).map_err(|e| what(&e))?;
+    publish(
+        region,
+        threads,
+        st,
+        install_name,
+        def,
+        &map,
+        (off, len),
+        device,
+    );
+    Ok(map)
+}
+
+/// Publishes a placed map in the directory and remembers it for collection.
+#[allow(clippy::too_many_arguments)]
+fn publish(
+    region: &ShmRegion,
+    threads: u32,
+    st: &mut ControlState,
+    install_name: &str,
+    def: &MapDef,
+    map: &Arc<dyn MapOps>,
+    (off, len): (u64, u64),
+    device: bool,
+) {
+    let dir = region.register_map(&DirEntry {
         name: format!("{install_name}:{}", def.name),
         kind: def.kind.id(),
         key_size: def.key_size,
@@ -182,18 +254,18 @@ fn create(
         tracing::warn!(map = %def.name, "map directory full or name too long: not published");
     }
     st.placed.push(Placed {
-        map: Arc::downgrade(&map),
+        map: Arc::downgrade(map),
         off,
         dir,
         name: format!("{install_name}:{}", def.name),
         len,
         device,
     });
-    Ok(map)
 }
 
-/// Frees the storage of maps no installed version uses any more.
-pub(super) fn collect(svc: &Service, st: &mut ControlState) {
+/// Frees the storage of maps no installed version uses any more; returns how many.
+pub(super) fn collect(svc: &Service, st: &mut ControlState) -> usize {
+    let mut freed = 0;
     let mut i = 0;
     while i < st.placed.len() {
         if st.placed[i].map.strong_count() == 0 {
@@ -202,10 +274,12 @@ pub(super) fn collect(svc: &Service, st: &mut ControlState) {
                 svc.region.unregister_map(d);
             }
             let _ = st.arena.free(p.off, Owner::Service);
+            freed += 1;
         } else {
             i += 1;
         }
     }
+    freed
 }
 
 /// The storage size of `qualified` (`program:map`) if it is a device map.

@@ -11,6 +11,7 @@
 //! reaper thread keeps the heartbeat, and reclaims the slots and buffers of clients that
 //! died once their queued jobs have completed.
 
+mod checkpoint;
 mod control;
 mod maps;
 pub mod metrics;
@@ -56,7 +57,9 @@ pub struct ServiceConfig {
     pub workers: usize,
     /// Permission bits of the region and socket.
     pub mode: u32,
-    /// Replace a stale region left by a crashed service.
+    /// Adopt a stale region left by a crashed service: its programs, maps, buffers and
+    /// queued jobs come back (see `checkpoint`). A region that cannot be adopted (another
+    /// layout version) is replaced.
     pub recover: bool,
     /// Region sizes.
     pub region: RegionConfig,
@@ -79,6 +82,9 @@ pub enum ServiceError {
     /// `--backend cuda` and the GPU could not be used.
     #[error("cannot start the CUDA backend: {0}")]
     Cuda(#[from] device::cuda::DeviceError),
+    /// `--recover` found a region it cannot adopt.
+    #[error("{0}")]
+    Recover(String),
     /// A socket, thread or file operation failed.
     #[error("{what}")]
     Io {
@@ -107,6 +113,8 @@ pub(crate) struct ControlState {
     pub placed: Vec<maps::Placed>,
     /// Device-resident buffers (CUDA backend).
     pub device_arena: Arena,
+    /// Program id → arena range of its object bytes (kept for `--recover`).
+    pub objects: std::collections::HashMap<u32, (u64, u64)>,
 }
 
 /// A running service.
@@ -120,21 +128,44 @@ pub struct Service {
     /// Value sets of per-thread arrays: CPU workers, or GPU threads.
     pub(crate) value_sets: u32,
     backend_name: &'static str,
+    recovered: Option<crate::protocol::RecoveryInfo>,
     started: Instant,
     stopping: AtomicBool,
     stopped: (Mutex<bool>, Condvar),
 }
 
 impl Service {
-    /// Creates the region, starts the backend, the control socket and the reaper.
+    /// Creates the region (or, with `recover`, adopts the one a dead service left),
+    /// starts the backend, the control socket and the reaper.
     pub fn start(cfg: ServiceConfig) -> Result<Arc<Service>, ServiceError> {
+        let mut cfg = cfg;
         let region = Arc::new(ShmRegion::create(
             &cfg.name,
             &cfg.region,
             cfg.mode,
-            cfg.recover,
+            if cfg.recover {
+                shm_maps::region::OnStale::Adopt
+            } else {
+                shm_maps::region::OnStale::Refuse
+            },
         )?);
         let table = Arc::new(ProgramTable::default());
+        let adopted = match region.adopted_from() {
+            Some(pid) => {
+                let cp = checkpoint::read(&region)?;
+                // Per-thread maps are laid out for the dead service's worker count.
+                if cp.backend == "cpu" && cp.value_sets > 0 && cp.value_sets as usize != cfg.workers
+                {
+                    tracing::warn!(
+                        workers = cp.value_sets,
+                        "--recover: running as many CPU workers as the dead service did"
+                    );
+                    cfg.workers = cp.value_sets as usize;
+                }
+                Some((pid, cp))
+            }
+            None => None,
+        };
         let want_cuda = match cfg.backend {
             BackendChoice::Cpu => {
                 tracing::info!("backend: cpu (as asked)");
@@ -147,10 +178,36 @@ impl Service {
                 kind == device::BackendKind::Cuda
             }
         };
-        let mut arena = Arena::new(region.header().arena_size, ARENA_ALIGN);
+        let mut st = ControlState {
+            next_id: 1,
+            arena: Arena::new(region.header().arena_size, ARENA_ALIGN),
+            placed: Vec::new(),
+            device_arena: Arena::new(cfg.cuda.device_arena, 256),
+            objects: Default::default(),
+        };
+        // Programs and the queue are put back before any worker can take a job. The CUDA
+        // backend's thread count is known only once it runs: until then, the dead
+        // service's count stands in (checked below).
+        let mut recovered = None;
+        if let Some((pid, cp)) = &adopted {
+            st.arena = checkpoint::arena(&region, cp)?;
+            let sets = if want_cuda {
+                cp.value_sets.max(1)
+            } else {
+                cfg.workers.max(1) as u32
+            };
+            let ctx = checkpoint::Ctx {
+                region: &region,
+                table: &table,
+                value_sets: sets,
+                engine: cfg.engine,
+            };
+            recovered = Some(checkpoint::restore(&ctx, &mut st, cp, *pid));
+        }
         let mut cuda = None;
         if want_cuda {
-            let mailbox = arena
+            let mailbox = st
+                .arena
                 .alloc(device::cuda::MAILBOX_BYTES, Owner::Service)
                 .map_err(|e| {
                     ServiceError::Cuda(device::cuda::DeviceError::Call {
@@ -162,6 +219,7 @@ impl Service {
             match CudaBackend::start(region.clone(), table.clone(), cfg.cuda.clone(), mailbox) {
                 Ok(b) => cuda = Some(b),
                 Err(e) if cfg.backend == BackendChoice::Auto => {
+                    let _ = st.arena.free(mailbox, Owner::Service);
                     tracing::warn!("the CUDA backend did not start ({e}): using the CPU backend");
                 }
                 Err(e) => return Err(ServiceError::Cuda(e)),
@@ -171,6 +229,23 @@ impl Service {
             Some(b) => {
                 let stats = b.stats.clone();
                 let sets = b.value_sets();
+                // A recovered program reaches the GPU worker now; per-thread maps laid out
+                // for another thread count cannot be reused.
+                if let Some(info) = recovered.as_mut() {
+                    if adopted
+                        .as_ref()
+                        .is_some_and(|(_, cp)| cp.value_sets != sets)
+                    {
+                        info.errors.push(format!(
+                            "the GPU runs {sets} threads, the dead service ran {}: per-thread \
+                             maps of recovered programs are laid out for the old count",
+                            adopted.as_ref().map_or(0, |(_, cp)| cp.value_sets)
+                        ));
+                    }
+                    for p in table.list() {
+                        b.sync_program(p.id);
+                    }
+                }
                 (Backend::Cuda(b), stats, sets, "cuda")
             }
             None => {
@@ -181,25 +256,21 @@ impl Service {
                 (Backend::Cpu(b), stats, cfg.workers.max(1) as u32, "cpu")
             }
         };
-        let device_arena = Arena::new(cfg.cuda.device_arena, 256);
         let svc = Arc::new(Service {
             stats,
             value_sets,
             backend_name,
+            recovered,
             cfg,
             region,
             table,
-            state: Mutex::new(ControlState {
-                next_id: 1,
-                arena,
-                placed: Vec::new(),
-                device_arena,
-            }),
+            state: Mutex::new(st),
             backend: Mutex::new(Some(backend)),
             started: Instant::now(),
             stopping: AtomicBool::new(false),
             stopped: (Mutex::new(false), Condvar::new()),
         });
+        svc.save(&svc.state.lock().unwrap_or_else(|p| p.into_inner()));
         let path = socket_path(&svc.cfg.name);
         // The region was just created (or recovered), so any socket file is stale.
         let _ = std::fs::remove_file(&path);
@@ -279,10 +350,11 @@ impl Service {
         while !self.stopping.load(Ordering::Acquire) {
             self.region.heartbeat();
             self.reap_clients();
-            maps::collect(
-                self,
-                &mut self.state.lock().unwrap_or_else(|p| p.into_inner()),
-            );
+            let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+            if maps::collect(self, &mut st) > 0 {
+                self.save(&st);
+            }
+            drop(st);
             std::thread::sleep(Duration::from_millis(20));
         }
     }
@@ -304,12 +376,16 @@ impl Service {
             if c.state.load(Ordering::Acquire) == client_state::DEAD
                 && c.in_flight.load(Ordering::Acquire) == 0
             {
-                let freed = self
-                    .state
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .arena
-                    .free_where(|o| matches!(o, Owner::Client { slot: s, .. } if s == slot));
+                let freed = {
+                    let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+                    let n = st
+                        .arena
+                        .free_where(|o| matches!(o, Owner::Client { slot: s, .. } if s == slot));
+                    if n > 0 {
+                        self.save(&st);
+                    }
+                    n
+                };
                 self.state
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
@@ -376,6 +452,7 @@ impl Service {
             gpu: self
                 .with_cuda(|b| serde_json::to_value(b.status()).ok())
                 .flatten(),
+            recovered: self.recovered.clone(),
         }
     }
 

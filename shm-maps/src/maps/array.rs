@@ -189,6 +189,13 @@ impl ShmArray {
     fn index(&self, key: &[u8], thread: usize) -> Option<(u32, u32)> {
         let k: [u8; 4] = key.get(..4)?.try_into().ok()?;
         let idx = u32::from_ne_bytes(k);
+        // A plain array has one slot set that every thread shares: the worker index a
+        // program runs under must not select (or miss) anything.
+        let thread = if self.def.kind == MapKind::PerThreadArray {
+            thread
+        } else {
+            0
+        };
         (idx < self.def.max_entries && thread < self.g.threads as usize)
             .then_some((idx, thread as u32))
     }
@@ -287,6 +294,22 @@ mod tests {
 
     fn k(i: u32) -> [u8; 4] {
         i.to_ne_bytes()
+    }
+
+    #[test]
+    fn a_plain_array_is_one_slot_set_for_every_thread() {
+        // Found by the crash test of issue 18: worker 1's lookups of a shared array
+        // missed, so half of a 2-worker service's jobs saw no map value.
+        let m = make(&def(MapKind::Array, 4, 8, 2), 1);
+        let p0 = m.lookup(&k(1), 0).unwrap();
+        for t in [1, 3, 63] {
+            assert_eq!(m.lookup(&k(1), t), Some(p0), "thread {t}");
+            m.update(&k(0), &[t as u8; 8], BPF_ANY, t).unwrap();
+            assert_eq!(read(m.lookup(&k(0), 0).unwrap(), 8), vec![t as u8; 8]);
+        }
+        let per = make(&def(MapKind::PerThreadArray, 4, 8, 2), 2);
+        assert_ne!(per.lookup(&k(1), 1), per.lookup(&k(1), 0));
+        assert!(per.lookup(&k(1), 2).is_none());
     }
 
     #[test]

@@ -620,7 +620,9 @@ mod tests {
             max_maps: 4,
             ..Default::default()
         };
-        let region = Arc::new(ShmRegion::create(&name, &cfg, 0o600, true).unwrap());
+        let region = Arc::new(
+            ShmRegion::create(&name, &cfg, 0o600, crate::region::OnStale::Replace).unwrap(),
+        );
         let hd = def(MapKind::Hash, 8, 8, 16);
         let ad = def(MapKind::Array, 4, 8, 4);
         let h = create_in(&region, 0, &hd, 1).unwrap();
