@@ -30,3 +30,74 @@ pub fn load_and_verify(data: &[u8]) {
         check(&prog);
     }
 }
+
+/// `verify_exec`: the verifier with the interpreter as its oracle. Every program that
+/// loads and that the verifier accepts (job ctx) runs two records in the interpreter over
+/// fresh maps, with an input and an output buffer made from the fuzz bytes. A verified
+/// program must never fault (an access outside its regions, a bad helper argument, a
+/// division the verifier let through...) nor run past the budget: any `ExecError` is a
+/// verifier bug and panics here.
+pub fn verify_exec(data: &[u8]) {
+    let mut progs = Vec::new();
+    if crate::elf::is_elf(data) {
+        if let Ok(obj) = crate::elf::Object::parse(data, "fuzz.o") {
+            for info in &obj.programs {
+                if let Ok(p) = obj.program(Some(&info.name)) {
+                    progs.push(p);
+                }
+            }
+        }
+    } else if let Ok(p) = crate::elf::load_raw(data, "fuzz.bin") {
+        progs.push(p);
+    }
+    for prog in progs {
+        run_verified(&prog, data);
+    }
+}
+
+/// Runs `prog` if the verifier accepts it; panics on any run-time fault.
+fn run_verified(prog: &Program, data: &[u8]) {
+    let opts = VerifyOptions {
+        max_insns: 100_000,
+        ..VerifyOptions::default()
+    };
+    if verify(prog, &opts).is_err() {
+        return;
+    }
+    // Maps the fuzzer declares may be huge: storage over 64 MiB is not worth the memory.
+    let bytes: u64 = prog
+        .maps
+        .iter()
+        .map(|d| d.max_entries as u64 * (d.key_size as u64 + d.value_size as u64))
+        .sum();
+    if bytes > 64 << 20 {
+        return;
+    }
+    let Ok(maps) = prog
+        .maps
+        .iter()
+        .map(|d| crate::maps::create_local(d, 1))
+        .collect::<Result<Vec<_>, _>>()
+    else {
+        return;
+    };
+    let Ok(vm) = crate::interp::Vm::new(prog, maps) else {
+        return;
+    };
+    let mut input = [0u8; 64];
+    for (d, s) in input.iter_mut().zip(data.iter().rev()) {
+        *d = *s;
+    }
+    let mut output = [0u8; 64];
+    let mut env = crate::interp::Env::new(0);
+    env.sink = crate::interp::TraceSink::Discard;
+    env.max_insns = 10_000_000;
+    for index in 0..2 {
+        if let Err(e) = vm.run_job(&input, &mut output, index, 2, [1, 2, 3, 4], &mut env) {
+            panic!(
+                "the verifier accepted `{}`, which faults at run time: {e}",
+                prog.name
+            );
+        }
+    }
+}

@@ -38,3 +38,17 @@ fn the_load_and_verify_corpus_replays_without_a_panic() {
         );
     }
 }
+
+#[test]
+fn verified_programs_of_the_corpora_never_fault_in_the_interpreter() {
+    let mut all = inputs("load_and_verify");
+    all.extend(inputs("verify_exec"));
+    for (p, data) in &all {
+        let r = std::panic::catch_unwind(|| ebpf::fuzz::verify_exec(data));
+        assert!(
+            r.is_ok(),
+            "{}: a verified program faults in the interpreter",
+            p.display()
+        );
+    }
+}

@@ -322,6 +322,9 @@ fn full_queue_gives_queue_full_or_times_out() {
     while !c.region().queue().is_empty() && t0.elapsed() < T {
         std::thread::yield_now();
     }
+    // The worker hands the big job's queue slot back once the job has started (a few
+    // µs after taking it); only then are all 4 slots free.
+    std::thread::sleep(Duration::from_millis(50));
     let small = Job::new(slow.id, 1).input(&b, 8);
     let mut queued = Vec::new();
     for _ in 0..4 {

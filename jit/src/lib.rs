@@ -52,6 +52,7 @@
 
 pub mod cpu;
 pub mod emit;
+pub mod fuzz;
 pub mod lower;
 pub mod passes;
 pub mod prelude;

@@ -13,6 +13,7 @@ const PROGRAMS: &[(&str, &[&str])] = &[
     ("filter", &["filter"]),
     ("globals", &["globals"]),
     ("gpu_helpers", &["gpu_probe"]),
+    ("job_counter", &["job_counter"]),
     ("kprobe_all", &["all_entry", "all_exit"]),
     ("kprobe_reject", &["read_past_ctx"]),
     ("legacy_map", &["legacy"]),

@@ -15,6 +15,8 @@
 
 pub mod arena;
 pub mod client;
+#[cfg(not(loom))]
+pub mod fuzz;
 pub mod layout;
 pub mod maps;
 pub mod queue;

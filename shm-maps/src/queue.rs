@@ -212,7 +212,10 @@ impl<'a> JobQueue<'a> {
     /// back with [`JobQueue::release`] once it has started that job. Returns the first
     /// position and the count. A consumer that dies holding slots leaves its unstarted
     /// jobs where [`JobQueue::unreleased`] finds them, descriptors intact, so a recovering
-    /// service can queue them again instead of losing them.
+    /// service can queue them again instead of losing them. The price: while a consumer
+    /// runs a long job, the slots of the jobs behind it in its batch stay occupied, so
+    /// producers see up to `batch - 1` fewer free slots per consumer (they were out of
+    /// everyone else's reach in the consumer's batch either way).
     pub fn pop_batch_held(&self, out: &mut [JobDesc]) -> (u64, usize) {
         self.take_batch(out, false)
     }

@@ -515,13 +515,17 @@ impl ShmRegion {
     /// Opens the region of the service this process works for (the service's GPU worker
     /// process): like [`ShmRegion::open`], but also while the service is still starting.
     pub fn open_as_helper(name: &str) -> Result<ShmRegion, RegionError> {
-        let r = Self::open_inner(name, true)?;
-        let h = r.header();
+        Self::open_inner(name, true)
+    }
+
+    /// Helper side: records this process as the service's live helper (the one consuming
+    /// the queue), so that a service recovering the region waits for it to exit.
+    pub fn claim_helper(&self) {
+        let h = self.header();
         let pid = std::process::id();
         h.helper_start
             .store(process_start_time(pid).unwrap_or(0), Ordering::Relaxed);
         h.helper_pid.store(pid, Ordering::Release);
-        Ok(r)
     }
 
     /// Recovery: waits up to `grace` for the dead service's helper (if one still runs) to
@@ -549,7 +553,7 @@ impl ShmRegion {
         Some(pid)
     }
 
-    /// The helper process recorded by [`ShmRegion::open_as_helper`], if it still runs.
+    /// The helper process recorded by [`ShmRegion::claim_helper`], if it still runs.
     pub fn live_helper(&self) -> Option<u32> {
         let h = self.header();
         let pid = h.helper_pid.load(Ordering::Acquire);
@@ -615,12 +619,13 @@ impl ShmRegion {
                 state,
             });
         }
-        if h.total_size != len || h.arena_off + h.arena_size != len {
+        if h.total_size != len || h.arena_off.checked_add(h.arena_size) != Some(len) {
             return Err(bad(format!(
                 "header says {} bytes, the object has {len}",
                 h.total_size
             )));
         }
+        check_layout(h, len).map_err(bad)?;
         Ok(region)
     }
 
@@ -1044,6 +1049,92 @@ pub struct CompletionData {
     pub started_ns: u64,
     /// Finish time.
     pub finished_ns: u64,
+}
+
+/// Checks that every table the header describes lies inside the object, in order, aligned
+/// for its structures, so that no accessor can reach past the mapping whatever a corrupt
+/// or hostile header says.
+fn check_layout(h: &RegionHeader, len: u64) -> Result<(), String> {
+    let cap = h.queue_capacity as u64;
+    if !cap.is_power_of_two() || !(2..=1 << 24).contains(&cap) {
+        return Err(format!(
+            "queue capacity {cap} is not a power of two in 2..2^24"
+        ));
+    }
+    if h.message_slots == 0 {
+        return Err("no message slots".into());
+    }
+    let completions = (h.max_clients as u64)
+        .checked_mul(h.completions_per_client as u64)
+        .ok_or("completion count overflows")?;
+    // (what, offset, alignment, bytes, where the next part starts)
+    let parts: [(&str, u64, u64, Option<u64>, u64); 6] = [
+        (
+            "queue",
+            h.queue_off,
+            128,
+            cap.checked_mul(size_of::<QueueSlot>() as u64)
+                .and_then(|b| b.checked_add(size_of::<QueueHeader>() as u64)),
+            h.clients_off,
+        ),
+        (
+            "client table",
+            h.clients_off,
+            64,
+            (h.max_clients as u64).checked_mul(size_of::<ClientSlot>() as u64),
+            h.completions_off,
+        ),
+        (
+            "completion table",
+            h.completions_off,
+            128,
+            completions.checked_mul(size_of::<Completion>() as u64),
+            h.messages_off,
+        ),
+        (
+            "message table",
+            h.messages_off,
+            8,
+            (h.message_slots as u64).checked_mul(size_of::<Message>() as u64),
+            h.maps_off,
+        ),
+        (
+            "map directory",
+            h.maps_off,
+            128,
+            (h.max_maps as u64).checked_mul(size_of::<MapEntry>() as u64),
+            h.checkpoint_off,
+        ),
+        (
+            "checkpoint area",
+            h.checkpoint_off,
+            8,
+            h.checkpoint_size.checked_mul(2),
+            h.arena_off,
+        ),
+    ];
+    if h.queue_off < HEADER_SIZE as u64 {
+        return Err(format!("queue at {} overlaps the header", h.queue_off));
+    }
+    for (what, off, align, bytes, next) in parts {
+        let end = bytes.and_then(|b| b.checked_add(off));
+        if !off.is_multiple_of(align) || end.is_none_or(|e| e > next) {
+            return Err(format!(
+                "{what} at {off} ({} bytes) is misaligned or runs into the next part at {next}",
+                bytes.map_or("too many".to_string(), |b| b.to_string())
+            ));
+        }
+    }
+    if h.checkpoint_size < size_of::<CheckpointHeader>() as u64 {
+        return Err(format!("checkpoint halves of {} bytes", h.checkpoint_size));
+    }
+    if !h.arena_off.is_multiple_of(4096) || h.arena_off > len {
+        return Err(format!(
+            "arena at {} is not page aligned inside the object",
+            h.arena_off
+        ));
+    }
+    Ok(())
 }
 
 /// FNV-1a, 64 bits: the checkpoint's integrity check (a torn or scribbled half is

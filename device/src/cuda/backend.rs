@@ -73,6 +73,12 @@ struct Shared {
     mailbox_off: u64,
     exe: PathBuf,
     link: Mutex<Option<Link>>,
+    /// A prepared worker whose kernel is not launched (`CudaConfig::warm_standby`).
+    standby: Mutex<Option<Link>>,
+    /// A standby is being started.
+    standby_starting: AtomicBool,
+    /// `(ms, warm)` of the last restart after a fault.
+    last_restart: Mutex<(f64, bool)>,
     control: Arc<Control>,
     stats: Arc<WorkerStats>,
     host_stats: Arc<WorkerStats>,
@@ -146,6 +152,7 @@ impl CudaBackend {
             log: String::new(),
         })?;
         *lock(&shared.link) = Some(link);
+        shared.warm_up();
         let s = shared.clone();
         let mailbox = std::thread::Builder::new()
             .name("bpftime-gpu-mailbox".into())
@@ -248,6 +255,8 @@ impl CudaBackend {
         }
         st.recoveries = s.recoveries.load(Ordering::Relaxed);
         st.fault_jobs = s.fault_jobs.load(Ordering::Relaxed);
+        (st.last_restart_ms, st.last_restart_warm) = *lock(&s.last_restart);
+        st.standby_ready = lock(&s.standby).is_some();
         st.trace_records = s.ctl().trace_consumed.load(Ordering::Relaxed);
         st.clone()
     }
@@ -268,6 +277,11 @@ impl CudaBackend {
         if let Some(mut link) = lock(&s.link).take() {
             let _ = link.request(&Cmd::Stop);
             let _ = link.child.wait();
+        }
+        if let Some(mut sb) = lock(&s.standby).take() {
+            // A standby answers nothing: it exits on `stop`.
+            let _ = sb.request(&Cmd::Stop);
+            let _ = sb.child.wait();
         }
         if let Some(h) = self.mailbox.take() {
             let _ = h.join();
@@ -296,6 +310,9 @@ impl Shared {
             mailbox_off,
             exe,
             link: Mutex::new(None),
+            standby: Mutex::new(None),
+            standby_starting: AtomicBool::new(false),
+            last_restart: Mutex::new((0.0, false)),
             control,
             stats: Arc::new(WorkerStats::default()),
             host_stats: Arc::new(WorkerStats::default()),
@@ -353,13 +370,72 @@ impl Shared {
 
     /// Starts a worker and waits for its first generation.
     fn spawn(&self) -> Result<Link, String> {
+        let mut link = self.start_process(false)?;
+        self.await_ready(&mut link, None)?;
+        Ok(link)
+    }
+
+    /// Starts a standby worker and waits until it is prepared (not launched).
+    fn spawn_standby(&self) -> Result<Link, String> {
+        let mut link = self.start_process(true)?;
+        match link.read() {
+            Ok(Msg::Standby { ms }) => {
+                tracing::info!(pid = link.child.id(), ms, "warm standby GPU worker ready");
+                Ok(link)
+            }
+            Ok(Msg::Failed { error }) => {
+                let _ = link.child.wait();
+                Err(error)
+            }
+            other => {
+                let _ = link.child.kill();
+                let _ = link.child.wait();
+                Err(format!(
+                    "unexpected first message from the standby: {other:?}"
+                ))
+            }
+        }
+    }
+
+    /// Keeps a standby worker warm: starts one in the background unless one is ready or
+    /// starting (or the backend is stopping).
+    fn warm_up(self: &Arc<Self>) {
+        if !self.cfg.warm_standby
+            || self.quit.load(Ordering::Acquire)
+            || lock(&self.standby).is_some()
+            || self.standby_starting.swap(true, Ordering::AcqRel)
+        {
+            return;
+        }
+        let s = self.clone();
+        let spawned = std::thread::Builder::new()
+            .name("bpftime-gpu-standby".into())
+            .spawn(move || {
+                match s.spawn_standby() {
+                    Ok(mut link) if s.quit.load(Ordering::Acquire) => {
+                        let _ = link.request(&Cmd::Stop);
+                        let _ = link.child.wait();
+                    }
+                    Ok(link) => *lock(&s.standby) = Some(link),
+                    Err(e) => tracing::warn!("no warm standby GPU worker: {e}"),
+                }
+                s.standby_starting.store(false, Ordering::Release);
+            });
+        if spawned.is_err() {
+            self.standby_starting.store(false, Ordering::Release);
+        }
+    }
+
+    /// The worker process, its pipes connected, before its first line.
+    fn start_process(&self, standby: bool) -> Result<Link, String> {
         let args = WorkerArgs {
             region: self.region.name().to_string(),
             mailbox_off: self.mailbox_off,
             cfg: self.cfg.clone(),
             service_pid: std::process::id(),
+            standby,
         };
-        let t = Instant::now();
+
         let mut child = Command::new(&self.exe)
             .arg("gpu-worker")
             .arg(serde_json::to_string(&args).map_err(|e| e.to_string())?)
@@ -370,12 +446,22 @@ impl Shared {
             .map_err(|e| format!("cannot start {} gpu-worker: {e}", self.exe.display()))?;
         let stdin = child.stdin.take().ok_or("no stdin")?;
         let stdout = BufReader::new(child.stdout.take().ok_or("no stdout")?);
-        let mut link = Link {
+        Ok(Link {
             child,
             stdin,
             stdout,
+        })
+    }
+
+    /// Reads a worker's `ready` (after its start, or the reply to `activate`, already
+    /// read when `first` is given) and takes its device address and thread count.
+    fn await_ready(&self, link: &mut Link, first: Option<Msg>) -> Result<(), String> {
+        let t = Instant::now();
+        let msg = match first {
+            Some(m) => Ok(m),
+            None => link.read(),
         };
-        match link.read() {
+        match msg {
             Ok(Msg::Ready {
                 region_dev,
                 value_sets,
@@ -391,7 +477,7 @@ impl Shared {
                     "GPU worker ready: persistent kernel running"
                 );
                 *lock(&self.last_status) = status;
-                Ok(link)
+                Ok(())
             }
             Ok(Msg::Failed { error }) => {
                 let _ = link.child.wait();
@@ -603,7 +689,7 @@ impl Shared {
 
     /// The host mailbox thread: busy-polls the done log, the forward ring and the trace
     /// ring (then every 50 µs after a quiet spell), and restarts a worker that died.
-    fn mailbox_loop(&self) {
+    fn mailbox_loop(self: &Arc<Self>) {
         let mut idle = 0u32;
         let mut trace_next = 0u64;
         let mut since_check = 0u32;
@@ -642,11 +728,31 @@ impl Shared {
     }
 
     fn worker_died(&self) -> Option<String> {
-        let mut l = match self.link.try_lock() {
-            Ok(l) => l,
-            Err(_) => return None, // a request is in flight; check next time
+        let faulted = self.ctl().worker_faulted.load(Ordering::Acquire) != 0;
+        let mut l = if faulted {
+            // The worker said so in the mailbox: its context is gone and a request in
+            // flight will fail; do not wait for its exit (context teardown) either.
+            self.link.lock().unwrap_or_else(|p| p.into_inner())
+        } else {
+            match self.link.try_lock() {
+                Ok(l) => l,
+                Err(_) => return None, // a request is in flight; check next time
+            }
         };
         let link = l.as_mut()?;
+        if faulted {
+            let pid = link.child.id();
+            let _ = link.child.kill();
+            // Reap it in the background: the driver may take a while to let it go.
+            if let Some(mut link) = l.take() {
+                std::thread::spawn(move || {
+                    let _ = link.child.wait();
+                });
+            }
+            return Some(format!(
+                "the GPU worker (pid {pid}) reported that its CUDA context failed"
+            ));
+        }
         match link.child.try_wait() {
             Ok(Some(st)) => {
                 l.take();
@@ -657,7 +763,7 @@ impl Shared {
     }
 
     /// After the worker died: finish what it had taken, restart it, resend programs.
-    fn recover(&self, why: &str) {
+    fn recover(self: &Arc<Self>, why: &str) {
         tracing::error!("{why}: recovering");
         let n = self.fail_taken(why);
         self.region_dev.store(0, Ordering::Release);
@@ -686,10 +792,31 @@ impl Shared {
         n
     }
 
-    /// Starts a new worker (retrying with backoff) and sends it every program.
-    fn restart(&self, failed: u64) {
+    /// Starts a new worker (the warm standby if one is ready, else a new process,
+    /// retrying with backoff) and sends it every program.
+    fn restart(self: &Arc<Self>, failed: u64) {
+        let t = Instant::now();
+        let mut warm = false;
+        if let Some(mut sb) = lock(&self.standby).take() {
+            match sb
+                .request(&Cmd::Activate)
+                .and_then(|m| self.await_ready(&mut sb, Some(m)))
+            {
+                Ok(()) => {
+                    *lock(&self.link) = Some(sb);
+                    warm = true;
+                }
+                Err(e) => {
+                    tracing::warn!(
+                        "the warm standby did not take over ({e}): starting a new worker"
+                    );
+                    let _ = sb.child.kill();
+                    let _ = sb.child.wait();
+                }
+            }
+        }
         let mut delay = Duration::from_millis(10);
-        while !self.quit.load(Ordering::Acquire) {
+        while !warm && !self.quit.load(Ordering::Acquire) {
             match self.spawn() {
                 Ok(link) => {
                     *lock(&self.link) = Some(link);
@@ -708,7 +835,15 @@ impl Shared {
             }
         }
         self.recoveries.fetch_add(1, Ordering::Relaxed);
-        tracing::warn!(failed_jobs = failed, "recovered from the GPU fault");
+        let ms = t.elapsed().as_secs_f64() * 1e3;
+        *lock(&self.last_restart) = (ms, warm);
+        tracing::warn!(
+            failed_jobs = failed,
+            ms,
+            warm,
+            "recovered from the GPU fault"
+        );
+        self.warm_up();
     }
 
     /// After the kernel stopped: jobs still queued run (or are cancelled) on the host.

@@ -60,7 +60,11 @@ pub struct Ctl {
     pub fwd_consumed: AtomicU64,
     /// Service: trace records consumed (the answer a mailbox ping waits for).
     pub trace_consumed: AtomicU64,
-    _pad1: [u64; 12],
+    /// Worker process (host side): 1 once it found its context failed, just before it
+    /// exits; the service starts the warm standby without waiting for the exit.
+    pub worker_faulted: AtomicU32,
+    _pad1a: u32,
+    _pad1: [u64; 11],
     /// GPU: queue head at exit.
     pub head: AtomicU64,
     /// GPU: jobs taken in this generation.
@@ -114,6 +118,7 @@ const _: () = {
     use std::mem::{offset_of, size_of};
     assert!(size_of::<Ctl>() == 256);
     assert!(offset_of!(Ctl, head) == 128);
+    assert!(offset_of!(Ctl, worker_faulted) == 32);
     assert!(offset_of!(Ctl, running) == 152);
     assert!(size_of::<DoneEntry>() == 64);
     assert!(size_of::<FwdEntry>() == 128);
@@ -138,6 +143,16 @@ pub struct CudaConfig {
     /// The `bpftime-super` binary that runs `gpu-worker`; `None`: found next to this one
     /// (or `$BPFTIME_SUPER_BIN`).
     pub worker_exe: Option<std::path::PathBuf>,
+    /// Keep a second worker process warm (context created, runtime compiled and loaded,
+    /// region registered, kernel not launched), so that after a GPU fault the next job is
+    /// served without paying a process and context start. Costs a second context's device
+    /// memory.
+    #[serde(default = "yes")]
+    pub warm_standby: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 impl Default for CudaConfig {
@@ -150,6 +165,7 @@ impl Default for CudaConfig {
             debounce_us: 2_000,
             native: true,
             worker_exe: None,
+            warm_standby: true,
         }
     }
 }
@@ -185,6 +201,16 @@ pub struct CudaStatus {
     pub last_swap_pause_ns: u64,
     /// GPU workers restarted after a fault.
     pub recoveries: u64,
+    /// Milliseconds from the last fault's detection to the new worker's kernel running
+    /// with every program sent (0 before any fault).
+    #[serde(default)]
+    pub last_restart_ms: f64,
+    /// Whether that restart used the warm standby.
+    #[serde(default)]
+    pub last_restart_warm: bool,
+    /// Whether a warm standby worker is ready now.
+    #[serde(default)]
+    pub standby_ready: bool,
     /// Jobs completed with `DEVICE_FAULT`.
     pub fault_jobs: u64,
     /// Pid of the GPU worker process.
@@ -277,6 +303,8 @@ pub enum Cmd {
     Status,
     /// Drain the kernel and exit.
     Stop,
+    /// To a standby worker: launch the persistent kernel now and answer `ready`.
+    Activate,
 }
 
 /// Worker → service.
@@ -291,6 +319,11 @@ pub enum Msg {
         value_sets: u32,
         /// Status at start.
         status: CudaStatus,
+    },
+    /// A standby worker's first line: prepared, waiting for `activate`.
+    Standby {
+        /// Milliseconds it took to prepare.
+        ms: f64,
     },
     /// The worker could not start.
     Failed {
@@ -324,4 +357,8 @@ pub struct WorkerArgs {
     pub cfg: CudaConfig,
     /// The service's pid (written into map lock words).
     pub service_pid: u32,
+    /// Start as the warm standby: prepare everything, answer `standby`, and launch the
+    /// persistent kernel only on `activate`.
+    #[serde(default)]
+    pub standby: bool,
 }

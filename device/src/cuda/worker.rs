@@ -182,7 +182,9 @@ pub fn main(args_json: &str) -> i32 {
             return 2;
         }
     };
-    let mut w = match Worker::start(args) {
+    let standby = args.standby;
+    let t = Instant::now();
+    let (mut w, first) = match Worker::prepare(args) {
         Ok(w) => w,
         Err(e) => {
             reply(&Msg::Failed {
@@ -191,6 +193,34 @@ pub fn main(args_json: &str) -> i32 {
             return 1;
         }
     };
+    if standby {
+        // Everything but the launch is done; wait for the service to need us. Only
+        // `activate` and `stop` (or the end of stdin) mean anything here.
+        reply(&Msg::Standby {
+            ms: t.elapsed().as_secs_f64() * 1e3,
+        });
+        let mut line = String::new();
+        loop {
+            line.clear();
+            match std::io::stdin().read_line(&mut line) {
+                Ok(0) | Err(_) => return 0,
+                Ok(_) => match serde_json::from_str::<Cmd>(&line) {
+                    Ok(Cmd::Activate) => break,
+                    Ok(Cmd::Stop) => return 0,
+                    _ => reply(&Msg::Ack {
+                        error: Some("a standby worker takes only activate and stop".into()),
+                    }),
+                },
+            }
+        }
+    }
+    if let Err(e) = w.swap(first) {
+        reply(&Msg::Failed {
+            error: e.to_string(),
+        });
+        return 1;
+    }
+    w.region.claim_helper();
     reply(&Msg::Ready {
         region_dev: w.region_dev,
         value_sets: w.grid * THREADS,
@@ -215,7 +245,17 @@ fn fault(why: &str) -> ! {
 }
 
 impl Worker {
-    fn start(args: WorkerArgs) -> Result<Worker, DeviceError> {
+    /// Says in the mailbox that this worker's context failed (the service need not wait
+    /// for the exit, which tears the context down), then exits.
+    fn fail(&self, why: &str) -> ! {
+        self.ctl().worker_faulted.store(1, Ordering::Release);
+        fault(why)
+    }
+
+    /// Everything before the first launch: the context, the runtime compiled and the first
+    /// generation loaded, the region registered, device memory allocated, the clock
+    /// calibrated. Returns the worker and the generation to launch with [`Worker::swap`].
+    fn prepare(args: WorkerArgs) -> Result<(Worker, Built), DeviceError> {
         let region =
             Arc::new(
                 ShmRegion::open_as_helper(&args.region).map_err(|e| DeviceError::Call {
@@ -322,8 +362,7 @@ impl Worker {
         if let Ok(lib) = &mut built.lib {
             w.gpu.prepare(lib)?;
         }
-        w.swap(built)?;
-        Ok(w)
+        Ok((w, built))
     }
 
     /// CLOCK_MONOTONIC minus `%globaltimer`, from the fastest of 20 launches of a kernel
@@ -698,9 +737,9 @@ impl Worker {
 
     fn check_fault(&self) {
         match self.gpu.query(self.kstream) {
-            StreamState::Failed(e) => fault(&e),
+            StreamState::Failed(e) => self.fail(&e),
             StreamState::Idle if self.lib.is_some() => {
-                fault("the persistent kernel exited unexpectedly")
+                self.fail("the persistent kernel exited unexpectedly")
             }
             _ => {}
         }
@@ -757,6 +796,9 @@ impl Worker {
             } => Some(ack(self.transfer(to_device, shm_off, dev_off, len))),
             Cmd::Status => Some(Msg::Status(self.status())),
             Cmd::Stop => None,
+            Cmd::Activate => Some(Msg::Ack {
+                error: Some("this worker is already active".into()),
+            }),
         }
     }
 
@@ -850,7 +892,7 @@ impl Worker {
                 let r = self.swap(built);
                 if let Err(e) = &r {
                     if self.gpu.query(self.kstream) != StreamState::Busy {
-                        fault(&format!("generation swap failed: {e}"));
+                        self.fail(&format!("generation swap failed: {e}"));
                     }
                     tracing::error!("generation build failed: {e}");
                 }
@@ -938,8 +980,10 @@ fn bindings(
                 Some(&(dev, _)) => (dev, jit::AtomicScope::Gpu),
                 None => (region_dev + h.arena_off + e.data_off, jit::AtomicScope::Sys),
             };
+            // `for_def` gives a per-thread array the directory's slot sets and every other
+            // map one: a plain array laid out for one set must not be addressed as if it
+            // had one per GPU thread (its values would land past its storage).
             let mut b = jit::MapBinding::for_def(def, base, e.threads);
-            b.threads = e.threads.max(1);
             b.scope = scope;
             Ok(b)
         })
@@ -1021,5 +1065,84 @@ fn build(
         lib,
         natives,
         times,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ebpf::{MapDef, MapKind, MapOrigin};
+    use shm_maps::{DirEntry, OnStale, RegionConfig};
+
+    /// Found on the H200 (issue 18's recovery check): the worker bound a plain array with
+    /// the directory's slot-set count (one per GPU thread), so the GPU addressed its
+    /// values 8 × 67,584 bytes past their place: the counter lived outside the map's
+    /// storage and `map dump` read zeros. Every value address must lie inside the storage.
+    #[test]
+    fn array_bindings_address_inside_their_storage() {
+        let name = format!("bpftime-bind-{}", std::process::id());
+        let r = ShmRegion::create(&name, &RegionConfig::default(), 0o600, OnStale::Replace)
+            .expect("region");
+        let _ = r.unlink();
+        let def = |n: &str, kind| MapDef {
+            name: n.into(),
+            kind,
+            key_size: 4,
+            value_size: 8,
+            max_entries: 4,
+            flags: 0,
+            origin: MapOrigin::Manual,
+            init: None,
+        };
+        let defs = [
+            def("plain", MapKind::Array),
+            def("per", MapKind::PerThreadArray),
+        ];
+        let threads = 1024;
+        let mut off = 0;
+        for d in &defs {
+            let len = shm_maps::maps::layout_size(d, threads).unwrap();
+            r.register_map(&DirEntry {
+                name: format!("p:{}", d.name),
+                kind: d.kind.id(),
+                key_size: 4,
+                value_size: 8,
+                max_entries: 4,
+                flags: 0,
+                data_off: off,
+                data_len: len,
+                // What older services wrote for every map: the worker count.
+                threads,
+            });
+            off += len.div_ceil(4096) * 4096;
+        }
+        let prog = ebpf::Program {
+            maps: defs.to_vec(),
+            ..ebpf::Program::from_insns("p", vec![])
+        };
+        let region_dev = 1 << 40;
+        let b = bindings(&r, region_dev, &DeviceMaps::default(), "p", &prog).unwrap();
+        let arena = region_dev + r.header().arena_off;
+        for (bind, d) in b.iter().zip(&defs) {
+            let e = r.find_map(&format!("p:{}", d.name)).unwrap();
+            let (lo, hi) = (arena + e.data_off, arena + e.data_off + e.data_len);
+            let sets = if d.kind == MapKind::PerThreadArray {
+                threads as u64
+            } else {
+                1
+            };
+            for t in 0..sets {
+                for i in 0..4 {
+                    let a = jit::prelude::array_value_addr(bind, t, i);
+                    assert!(
+                        lo <= a && a + 8 <= hi,
+                        "{}: value {t}/{i} at {a:#x} outside [{lo:#x}, {hi:#x})",
+                        d.name
+                    );
+                }
+            }
+        }
+        assert_eq!(b[0].threads, 1);
+        assert_eq!(b[1].threads, threads);
     }
 }

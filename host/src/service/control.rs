@@ -35,15 +35,21 @@ fn connection(svc: Arc<Service>, stream: UnixStream) {
     let Ok(write_half) = stream.try_clone() else {
         return;
     };
-    let mut out = std::io::BufWriter::new(write_half);
-    let reader = BufReader::new(stream);
+    serve_lines(&svc, BufReader::new(stream), write_half);
+}
+
+/// The protocol over any byte stream: one JSON request per line in, one reply per line
+/// out, until the input ends or is not UTF-8, or the output fails. The control socket's
+/// connections run it, and so does the `control` fuzz target.
+pub(crate) fn serve_lines(svc: &Arc<Service>, reader: impl BufRead, out: impl Write) {
+    let mut out = std::io::BufWriter::new(out);
     for line in reader.lines() {
         let Ok(line) = line else { break };
         if line.trim().is_empty() {
             continue;
         }
         let (reply, after) = match serde_json::from_str::<Request>(&line) {
-            Ok(req) => handle(&svc, req),
+            Ok(req) => handle(svc, req),
             Err(e) => (err(format!("bad request: {e}")), None),
         };
         let mut text = serde_json::to_string(&reply)

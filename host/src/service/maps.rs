@@ -234,6 +234,12 @@ fn publish(
     (off, len): (u64, u64),
     device: bool,
 ) {
+    // Only a per-thread array has one slot set per worker; the directory says so.
+    let threads = if def.kind == ebpf::MapKind::PerThreadArray {
+        threads
+    } else {
+        1
+    };
     let dir = region.register_map(&DirEntry {
         name: format!("{install_name}:{}", def.name),
         kind: def.kind.id(),

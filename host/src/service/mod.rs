@@ -13,6 +13,7 @@
 
 mod checkpoint;
 mod control;
+pub mod fuzz;
 mod maps;
 pub mod metrics;
 
