@@ -406,6 +406,7 @@ fn a_client_waiting_on_a_killed_service_learns_it_at_once() {
         "{text}"
     );
     assert!(waited < Duration::from_millis(100), "waited {waited:?}");
+    eprintln!("row b: the client learnt of the death after {waited:?}");
     let _ = std::fs::remove_file(format!("/dev/shm/{name}"));
     let _ = std::fs::remove_file(format!("/dev/shm/{name}.sock"));
 }
@@ -443,6 +444,7 @@ fn a_dead_clients_running_job_stops_and_frees_the_worker() {
         waited < Duration::from_secs(2),
         "the job behind the dead client's waited {waited:?}"
     );
+    eprintln!("row c: the one-record job behind the dead client's waited {waited:?}");
 }
 
 #[test]
