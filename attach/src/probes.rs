@@ -82,8 +82,8 @@ pub struct Probe {
     /// What each load of the program reads through the ctx
     /// ([`ebpf::verifier::Verified::ctx_loads`]).
     pub ctx_loads: std::collections::BTreeMap<usize, Option<i64>>,
-    /// For host probes: the driver function.
-    pub host_fn: Option<crate::shim::api::Api>,
+    /// For host probes: the driver functions (one, or every wrapped one for `*`).
+    pub host_fns: Vec<crate::shim::api::Api>,
 }
 
 /// One object file's maps.
@@ -142,16 +142,16 @@ impl ProbeSet {
                     ProgKind::Uretprobe(t) => (SiteKind::HostExit, t.clone()),
                     _ => continue,
                 };
-                let host_fn = if site.on_gpu() {
-                    None
+                let host_fns = if site.on_gpu() {
+                    Vec::new()
                 } else {
-                    Some(crate::shim::uprobes::resolve(&pattern).map_err(|what| {
+                    crate::shim::uprobes::resolve(&pattern).map_err(|what| {
                         AttachError::Section {
                             path: path.clone(),
                             section: info.section.clone(),
                             what,
                         }
-                    })?)
+                    })?
                 };
                 found += 1;
                 if pattern.is_empty() {
@@ -196,7 +196,7 @@ impl ProbeSet {
                     maps_add_only: v.maps_add_only,
                     mem: (site == SiteKind::Memory).then(|| mem_options(&info.section)),
                     ctx_loads: v.ctx_loads.clone(),
-                    host_fn,
+                    host_fns,
                     program,
                 });
             }

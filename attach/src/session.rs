@@ -191,6 +191,14 @@ pub enum ReportLine {
         /// The file (`FILE`, or `FILE.<pid>` for a second process of the app).
         path: String,
     },
+    /// A host probe ran on a driver function at this address (its ctx's `ip`), so map
+    /// keys equal to it can be printed as the function's name.
+    HostFunction {
+        /// The function's export name.
+        name: String,
+        /// Its address in the application.
+        ip: u64,
+    },
     /// Something the user should know.
     Warning {
         /// The text.

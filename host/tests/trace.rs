@@ -842,3 +842,39 @@ fn memcpy_bw_and_sync_stalls_examples_count_what_the_app_did() {
     );
     assert_eq!(total("sync_stalls:stall_us_hist"), 2);
 }
+
+#[test]
+fn api_errors_names_every_failing_driver_call_and_its_result() {
+    // examples/api_errors.bpf.c probes the return of every wrapped driver function
+    // (`uretprobe/libcuda.so:*`). app_copies makes one failing call: cuMemcpyHtoD_v2 on a
+    // null device pointer, which the fake driver answers with 1 (CUDA_ERROR_INVALID_VALUE);
+    // its other calls (allocations, copies, a launch, syncs, frees) succeed and must not
+    // be counted. The key's address prints as the function's name.
+    let (Some(probe), Some(_)) = (bpftime_tests::compile("api_errors"), shim()) else {
+        return;
+    };
+    let f = fake("api_errors");
+    let (code, out, err) = f.run(&[&probe], &["app_copies"]);
+    assert_eq!(code, 0, "{err}\n{out}");
+    let m = events(&out, "map");
+    let printed = m
+        .iter()
+        .rfind(|v| v["map"] == "api_errors:errors" && v["final"] == true)
+        .unwrap_or_else(|| panic!("no errors map: {out}"))["printed"]
+        .clone();
+    let rows: Vec<(String, u64)> = printed
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            (
+                e["key"].as_str().unwrap().to_string(),
+                e["value"][0].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(rows, [("cuMemcpyHtoD_v2, 1".to_string(), 1)], "{out}");
+    // The probe really ran on the successful calls too: the shim named each function.
+    let named = events(&out, "host_function").len();
+    assert!(named >= 8, "only {named} functions named: {out}");
+}

@@ -28,21 +28,25 @@ pub const AX: usize = 80;
 /// Offset of `ip`.
 pub const IP: usize = 128;
 
-/// The wrapped function a probe's `library:function` names. `libcuda.so` (or `.so.1`) is
-/// the library, and may be left out; the function is an export (`cuMemAlloc_v2`) or the
-/// name `cuda.h` gives it (`cuMemAlloc`).
-pub fn resolve(pattern: &str) -> Result<Api, String> {
+/// The wrapped functions a probe's `library:function` names. `libcuda.so` (or `.so.1`) is
+/// the library, and may be left out; the function is an export (`cuMemAlloc_v2`), the
+/// name `cuda.h` gives it (`cuMemAlloc`), or `*`: every function the shim wraps.
+pub fn resolve(pattern: &str) -> Result<Vec<Api>, String> {
     let (lib, func) = pattern.rsplit_once(':').unwrap_or(("libcuda.so", pattern));
     if !matches!(lib, "libcuda.so" | "libcuda.so.1" | "libcuda") {
         return Err(format!(
             "`{lib}:{func}`: host probes reach the functions of libcuda.so that the shim wraps, not library `{lib}`"
         ));
     }
+    if func == "*" {
+        return Ok(Api::ALL.to_vec());
+    }
     let v2 = format!("{func}_v2");
     Api::ALL
         .iter()
         .copied()
         .find(|a| a.name() == func || a.name() == v2)
+        .map(|a| vec![a])
         .ok_or_else(|| {
             let names: Vec<&str> = Api::ALL.iter().map(|a| a.name()).collect();
             format!(
@@ -54,8 +58,8 @@ pub fn resolve(pattern: &str) -> Result<Api, String> {
 
 /// The probes of each wrapped function.
 struct Loaded {
-    entry: Vec<Vec<HostProbe>>,
-    exit: Vec<Vec<HostProbe>>,
+    entry: Vec<Vec<Arc<HostProbe>>>,
+    exit: Vec<Vec<Arc<HostProbe>>>,
     /// Keeps the maps' mapping alive.
     _region: Arc<shm_maps::ShmRegion>,
 }
@@ -82,9 +86,9 @@ fn load() -> Option<Loaded> {
         _region: region.clone(),
     };
     for p in &probes.probes {
-        let Some(api) = p.host_fn else {
+        if p.host_fns.is_empty() {
             continue;
-        };
+        }
         let maps: Result<Vec<_>, String> = p
             .program
             .maps
@@ -103,8 +107,17 @@ fn load() -> Option<Loaded> {
                 .map_err(|e| super::hooks::error_chain(&e))
         });
         match probe {
-            Ok(hp) if p.site == crate::probes::SiteKind::HostExit => l.exit[api as usize].push(hp),
-            Ok(hp) => l.entry[api as usize].push(hp),
+            Ok(hp) => {
+                let hp = Arc::new(hp);
+                for &api in &p.host_fns {
+                    let list = if p.site == crate::probes::SiteKind::HostExit {
+                        &mut l.exit
+                    } else {
+                        &mut l.entry
+                    };
+                    list[api as usize].push(hp.clone());
+                }
+            }
             Err(what) => warn(format!("host probe `{}` disabled: {what}", p.program.name)),
         }
     }
@@ -118,6 +131,20 @@ fn loaded() -> Option<&'static Loaded> {
 /// Whether any host probe sits on `a`.
 pub fn active(a: Api) -> bool {
     loaded().is_some_and(|l| !l.entry[a as usize].is_empty() || !l.exit[a as usize].is_empty())
+}
+
+/// Tells `trace` (once per function and address) which driver function sits at `ip`, so
+/// that it prints map keys holding a probe's `PT_REGS_IP(ctx)` as the function's name.
+fn name_address(a: Api, ip: u64) {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static SEEN: OnceLock<Vec<AtomicU64>> = OnceLock::new();
+    let seen = SEEN.get_or_init(|| (0..Api::ALL.len()).map(|_| AtomicU64::new(0)).collect());
+    if seen[a as usize].swap(ip, Ordering::Relaxed) != ip {
+        super::hooks::report(&[crate::session::ReportLine::HostFunction {
+            name: a.name().to_string(),
+            ip,
+        }]);
+    }
 }
 
 thread_local! {
@@ -137,6 +164,7 @@ pub fn run(a: Api, args: &[u64], ip: u64, rc: Option<i32>) {
     if list.is_empty() {
         return;
     }
+    name_address(a, ip);
     let mut regs = [0u8; PT_REGS_SIZE];
     for (v, off) in args.iter().zip(ARG_OFFSETS) {
         regs[off..off + 8].copy_from_slice(&v.to_le_bytes());
@@ -163,13 +191,18 @@ mod tests {
 
     #[test]
     fn sections_name_wrapped_functions_or_fail_naming_them() {
-        assert_eq!(resolve("libcuda.so:cuMemAlloc"), Ok(Api::MemAlloc));
-        assert_eq!(resolve("libcuda.so.1:cuMemAlloc_v2"), Ok(Api::MemAlloc));
-        assert_eq!(resolve("cuLaunchKernel"), Ok(Api::LaunchKernel));
+        assert_eq!(resolve("libcuda.so:cuMemAlloc"), Ok(vec![Api::MemAlloc]));
+        assert_eq!(
+            resolve("libcuda.so.1:cuMemAlloc_v2"),
+            Ok(vec![Api::MemAlloc])
+        );
+        assert_eq!(resolve("cuLaunchKernel"), Ok(vec![Api::LaunchKernel]));
         assert_eq!(
             resolve("libcuda.so:cuMemcpyHtoDAsync_v2_ptsz"),
-            Ok(Api::MemcpyHtoDAsyncPtsz)
+            Ok(vec![Api::MemcpyHtoDAsyncPtsz])
         );
+        assert_eq!(resolve("libcuda.so:*"), Ok(Api::ALL.to_vec()));
+        assert!(resolve("libcudart.so:*").is_err());
         let e = resolve("libcuda.so:cuModuleGetFunction").unwrap_err();
         assert!(
             e.contains("libcuda.so:cuModuleGetFunction") && e.contains("cuMemAlloc_v2"),

@@ -210,6 +210,9 @@ impl Trace {
                     }
                 }
             }
+            if let ReportLine::HostFunction { name, ip } = &ev {
+                self.kernels.insert(*ip, name.clone());
+            }
             if let ReportLine::Sites { sites } = &ev {
                 for s in sites {
                     self.sites.insert(s.id, s.clone());

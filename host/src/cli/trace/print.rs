@@ -10,7 +10,9 @@
 //! | array or hash whose name contains `site` | one line per memory site, sorted by source location: `@name[file:line kernel opcode]: value` |
 //!
 //! Keys: an 8-byte key of a map whose name contains `page` or `addr` prints in hex; an 8-byte key (or the first 8 bytes of a larger key) equal to a kernel's
-//! `kernel_id` prints as the kernel's demangled name (without its parameter list);
+//! `kernel_id` prints as the kernel's demangled name (without its parameter list), and one
+//! equal to the address of a driver function a host probe ran on (`PT_REGS_IP(ctx)`) as
+//! that function's name;
 //! printable NUL-terminated bytes print as a string; other keys as their little-endian
 //! u64 (or u32) words. Values: u64 words.
 
