@@ -5,6 +5,12 @@
 //! disassembler prints names. Ids 1–133 are the Linux ones; 501–511 are the GPU helpers that
 //! bpftime defined (see `include/bpftime_super.h`).
 //!
+//! `get_stack` (user stacks only) and `probe_read_user` need the application's process:
+//! they work in host probes (`uprobe/`), where `trace`'s shim gives the interpreter an
+//! [`crate::interp::HostAccess`]; elsewhere `get_stack` returns `-EOPNOTSUPP` and
+//! `probe_read_user` `-EFAULT` (with the destination zeroed), as a kernel without the
+//! feature would.
+//!
 //! As in Linux, `trace_printk` declares only its format arguments: r3–r5 carry the values
 //! to print and are not checked (a program may leave them unset when the format has none).
 
@@ -34,6 +40,11 @@ pub enum ArgType {
     RingbufMem,
     /// A known constant size for an allocation (ring buffer reserve).
     ConstAllocSize,
+    /// The program's ctx pointer, unmodified (`bpf_get_stack`'s first argument).
+    Ctx,
+    /// A pointer to writable memory whose size is the next argument; the helper fills it
+    /// (it need not be initialized before).
+    WriteMem,
 }
 
 /// What a helper returns in r0.
@@ -116,6 +127,8 @@ helpers! {
     5 KTIME_GET_NS "ktime_get_ns" () -> Scalar;
     6 TRACE_PRINTK "trace_printk" (ReadMem, ConstSize) -> Scalar;
     7 GET_PRANDOM_U32 "get_prandom_u32" () -> Scalar;
+    67 GET_STACK "get_stack" (Ctx, WriteMem, ConstSize, Scalar) -> Scalar;
+    112 PROBE_READ_USER "probe_read_user" (WriteMem, ConstSize, Scalar) -> Scalar;
     130 RINGBUF_OUTPUT "ringbuf_output" (ConstMapPtr, ReadMem, ConstSize, Scalar) -> Scalar;
     131 RINGBUF_RESERVE "ringbuf_reserve" (ConstMapPtr, ConstAllocSize, Scalar) -> RingbufMemOrNull;
     132 RINGBUF_SUBMIT "ringbuf_submit" (RingbufMem, Scalar) -> Void, releases;
@@ -132,6 +145,9 @@ helpers! {
     510 GET_WARP_ID "get_warp_id" () -> Scalar;
     511 GET_LANE_ID "get_lane_id" () -> Scalar;
 }
+
+/// Helpers that need the application's process (host probes); the GPU has none of them.
+pub const HOST_ONLY: &[i32] = &[GET_STACK, PROBE_READ_USER];
 
 /// The prototype of helper `id`, if this runtime has it.
 pub fn proto(id: i32) -> Option<&'static HelperProto> {

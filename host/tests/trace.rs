@@ -50,6 +50,7 @@ fn fake(name: &str) -> Fake {
             ("app_copies", true),
             ("app_cudart", false),
             ("app_dlsym", false),
+            ("app_leak", true),
         ],
     );
     Fake { dir }
@@ -877,4 +878,54 @@ fn api_errors_names_every_failing_driver_call_and_its_result() {
     // The probe really ran on the successful calls too: the shim named each function.
     let named = events(&out, "host_function").len();
     assert!(named >= 8, "only {named} functions named: {out}");
+}
+
+#[test]
+fn cumem_leak_reports_outstanding_device_memory_by_call_stack() {
+    // examples/cumem_leak.bpf.c on app_leak: alloc_buffers() keeps 2 of its 3 allocations
+    // of 4096 bytes, alloc_table() keeps 1000 bytes, main()'s freed scratch leaves nothing.
+    // The stacks come from bpf_get_stack (unwind tables) in the shim; the new pointer from
+    // bpf_probe_read_user on cuMemAlloc's out-parameter. Keys print frame by frame, by name.
+    let (Some(probe), Some(_)) = (bpftime_tests::compile("cumem_leak"), shim()) else {
+        return;
+    };
+    let f = fake("cumem_leak");
+    let (code, out, err) = f.run(&[&probe], &["app_leak"]);
+    assert_eq!(code, 0, "{err}\n{out}");
+    let m = events(&out, "map");
+    let rows = |name: &str| -> Vec<(String, u64)> {
+        let mut v: Vec<(String, u64)> = m
+            .iter()
+            .rfind(|v| v["map"] == name && v["final"] == true)
+            .unwrap_or_else(|| panic!("no {name}: {out}"))["printed"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| {
+                (
+                    e["key"].as_str().unwrap().to_string(),
+                    e["value"][0].as_u64().unwrap(),
+                )
+            })
+            .collect();
+        v.sort();
+        v
+    };
+    let bytes = rows("cumem_leak:outstanding_bytes");
+    let allocs = rows("cumem_leak:outstanding_allocs");
+    assert_eq!(bytes.len(), 2, "two leaking stacks: {bytes:?}\n{out}");
+    assert!(
+        bytes[0].0.starts_with("alloc_buffers+0x") && bytes[0].0.contains(", main+0x"),
+        "{bytes:?}"
+    );
+    assert!(
+        bytes[1].0.starts_with("alloc_table+0x") && bytes[1].0.contains(", main+0x"),
+        "{bytes:?}"
+    );
+    assert_eq!((bytes[0].1, bytes[1].1), (8192, 1000), "{bytes:?}");
+    assert_eq!(
+        allocs.iter().map(|r| r.1).collect::<Vec<_>>(),
+        [2, 1],
+        "{allocs:?}"
+    );
 }

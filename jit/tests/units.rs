@@ -23,6 +23,19 @@ fn stack_depth_scan() {
 #[test]
 fn every_helper_has_a_gpu_implementation() {
     for h in ebpf::helpers::HELPERS {
+        if ebpf::helpers::HOST_ONLY.contains(&h.id) {
+            // Refused with a clear error instead.
+            assert!(jit::prelude::def(h.id).is_none(), "{}", h.name);
+            let p = Program::from_insns(
+                "host_only",
+                assemble(&format!("call {}\nr0 = 0\nexit", h.id)).unwrap(),
+            );
+            let e = jit::compile(&p, &JitOptions::default())
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("not available on the GPU"), "{e}");
+            continue;
+        }
         let d = jit::prelude::def(h.id).unwrap_or_else(|| panic!("helper {} missing", h.name));
         assert_eq!(d.name, h.name);
     }

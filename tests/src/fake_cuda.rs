@@ -36,10 +36,11 @@ pub fn build(dir: &Path, apps: &[(&str, bool)]) {
     for &(app, link_cuda) in apps {
         let (out, c) = (format!("{d}/{app}"), s(&format!("{app}.c")));
         let lib = format!("-L{d}");
+        // -rdynamic: the apps' functions get names in stacks that host probes take.
         if link_cuda {
-            cc(&["-O1", "-o", &out, &c, &lib, "-lcuda"]);
+            cc(&["-O1", "-rdynamic", "-o", &out, &c, &lib, "-lcuda"]);
         } else {
-            cc(&["-O1", "-o", &out, &c, "-ldl"]);
+            cc(&["-O1", "-rdynamic", "-o", &out, &c, "-ldl"]);
         }
     }
 }

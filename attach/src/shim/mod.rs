@@ -18,3 +18,4 @@ pub mod driver;
 pub mod hooks;
 pub mod memtrace;
 pub mod uprobes;
+pub mod userstack;

@@ -60,6 +60,8 @@ pub fn resolve(pattern: &str) -> Result<Vec<Api>, String> {
 struct Loaded {
     entry: Vec<Vec<Arc<HostProbe>>>,
     exit: Vec<Vec<Arc<HostProbe>>>,
+    /// Per function: some probe on it calls `get_stack`, so the stack is walked first.
+    stacks: Vec<bool>,
     /// Keeps the maps' mapping alive.
     _region: Arc<shm_maps::ShmRegion>,
 }
@@ -83,6 +85,7 @@ fn load() -> Option<Loaded> {
     let mut l = Loaded {
         entry: (0..n).map(|_| Vec::new()).collect(),
         exit: (0..n).map(|_| Vec::new()).collect(),
+        stacks: vec![false; n],
         _region: region.clone(),
     };
     for p in &probes.probes {
@@ -109,7 +112,13 @@ fn load() -> Option<Loaded> {
         match probe {
             Ok(hp) => {
                 let hp = Arc::new(hp);
+                let walks = p.program.insns.iter().any(|i| {
+                    // `call imm` of a helper (src 0), or `callx`: walk to be safe.
+                    (i.code == 0x85 && i.src == 0 && i.imm == ebpf::helpers::GET_STACK)
+                        || i.code == 0x8d
+                });
                 for &api in &p.host_fns {
+                    l.stacks[api as usize] |= walks;
                     let list = if p.site == crate::probes::SiteKind::HostExit {
                         &mut l.exit
                     } else {
@@ -148,7 +157,11 @@ fn name_address(a: Api, ip: u64) {
 }
 
 thread_local! {
-    static ENV: RefCell<Env> = RefCell::new(Env::default());
+    static ENV: RefCell<Env> = RefCell::new({
+        let mut env = Env::default();
+        env.host = Some(super::userstack::HOST);
+        env
+    });
 }
 
 /// Runs `a`'s entry probes (`rc` `None`) or exit probes (`rc` the result) on a `pt_regs`
@@ -165,6 +178,9 @@ pub fn run(a: Api, args: &[u64], ip: u64, rc: Option<i32>) {
         return;
     }
     name_address(a, ip);
+    if l.stacks[a as usize] {
+        super::userstack::capture();
+    }
     let mut regs = [0u8; PT_REGS_SIZE];
     for (v, off) in args.iter().zip(ARG_OFFSETS) {
         regs[off..off + 8].copy_from_slice(&v.to_le_bytes());

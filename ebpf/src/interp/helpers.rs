@@ -27,6 +27,8 @@ static KTIME_BASE: LazyLock<Instant> = LazyLock::new(Instant::now);
 
 /// `-EINVAL` as a register value.
 const EINVAL: u64 = -22i64 as u64;
+const EFAULT: u64 = -14i64 as u64;
+const EOPNOTSUPP: u64 = -95i64 as u64;
 
 impl Vm {
     fn map_arg(
@@ -78,6 +80,24 @@ impl Vm {
         what: &str,
     ) -> ExecError {
         self.error(pc, format!("{what}: {}", mem.describe(a, n, false, resv)))
+    }
+
+    /// Checks that `[a, a + n)` is memory the program may write (stack, map value,
+    /// output, ring buffer reservation).
+    fn writable(
+        &self,
+        mem: &Mem,
+        env: &Env,
+        a: u64,
+        n: u64,
+        pc: usize,
+        what: &str,
+    ) -> Result<(), ExecError> {
+        if n == 0 || mem.stack_range(a, n) {
+            return Ok(());
+        }
+        mem.check(a, n, true, &env.resv)
+            .map_err(|m| self.error(pc, format!("{what}: {m}")))
     }
 
     fn write3(
@@ -253,6 +273,48 @@ impl Vm {
             h::GET_SM_ID => env.thread as u64,
             h::GET_WARP_ID => (geo.index % bd) / 32,
             h::GET_LANE_ID => geo.index % 32,
+            h::GET_STACK => {
+                let (buf, size, flags) = (regs[2], regs[3], regs[4]);
+                self.writable(mem, env, buf, size, pc, "get_stack buffer")?;
+                // SAFETY: `buf..buf+size` is writable program memory (checked above).
+                let out = unsafe { std::slice::from_raw_parts_mut(buf as *mut u8, size as usize) };
+                out.fill(0);
+                const USER_STACK: u64 = 1 << 8;
+                match env.host {
+                    None => EOPNOTSUPP,
+                    Some(_)
+                        if flags & USER_STACK == 0
+                            || flags >> 9 != 0
+                            || !size.is_multiple_of(8) =>
+                    {
+                        EINVAL
+                    }
+                    Some(host) => {
+                        let skip = (flags & 0xff) as usize;
+                        let mut frames = [0u64; 128];
+                        let n = (host.user_stack)(&mut frames).min(frames.len());
+                        let kept = &frames[skip.min(n)..n];
+                        let k = kept.len().min(out.len() / 8);
+                        for (i, a) in kept[..k].iter().enumerate() {
+                            out[8 * i..8 * i + 8].copy_from_slice(&a.to_le_bytes());
+                        }
+                        8 * k as u64
+                    }
+                }
+            }
+            h::PROBE_READ_USER => {
+                let (dst, size, src) = (regs[1], regs[2], regs[3]);
+                self.writable(mem, env, dst, size, pc, "probe_read_user destination")?;
+                // SAFETY: `dst..dst+size` is writable program memory (checked above).
+                let out = unsafe { std::slice::from_raw_parts_mut(dst as *mut u8, size as usize) };
+                match env.host {
+                    Some(host) if (host.read_user)(src, out) => 0,
+                    _ => {
+                        out.fill(0);
+                        EFAULT
+                    }
+                }
+            }
             other => return Err(self.error(pc, h::unknown_helper_message(other as i64))),
         };
         regs[0] = r0;

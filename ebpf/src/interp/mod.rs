@@ -91,9 +91,23 @@ pub struct Env {
     pub prandom: u64,
     /// Instructions executed by the last run.
     pub last_insns: u64,
+    /// The application's process, for `get_stack` and `probe_read_user` (host probes).
+    pub host: Option<HostAccess>,
     pub(crate) stack: Vec<u64>,
     pub(crate) resv: Vec<exec::Resv>,
     pub(crate) frames: [exec::Frame; MAX_FRAMES],
+}
+
+/// What the host-only helpers reach: the process a host probe runs in (see
+/// `crate::helpers`). Plain function pointers, so an [`Env`] stays cheap and `Send`.
+#[derive(Clone, Copy, Debug)]
+pub struct HostAccess {
+    /// Writes the calling thread's user stack, return addresses innermost first (the
+    /// probed call's caller first), into `out`; returns how many it wrote.
+    pub user_stack: fn(&mut [u64]) -> usize,
+    /// Reads `out.len()` bytes of the process's memory at `addr`, without faulting;
+    /// false when some byte is not readable.
+    pub read_user: fn(u64, &mut [u8]) -> bool,
 }
 
 impl Default for Env {
@@ -126,6 +140,7 @@ impl Env {
             trace: Vec::new(),
             prandom: 0x853c_49e6_748f_ea9b ^ thread as u64,
             last_insns: 0,
+            host: None,
             stack: vec![0u64; MAX_FRAMES * FRAME_SIZE / 8],
             resv: Vec::with_capacity(8),
             frames: [exec::Frame::default(); MAX_FRAMES],

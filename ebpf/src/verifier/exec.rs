@@ -72,7 +72,7 @@ enum Visit {
 /// The explorer for one program.
 pub struct Explorer<'a> {
     pub(super) prog: &'a Program,
-    opts: &'a VerifyOptions,
+    pub(super) opts: &'a VerifyOptions,
     pub(super) cfg: Cfg,
     trail: &'a mut Trail,
     cps: Vec<Checkpoint>,

@@ -13,11 +13,11 @@
 //! | `RingbufMem`     | the unmodified, null-checked, unreleased `ringbuf_reserve` result   |
 //! | `ConstAllocSize` | a known constant > 0                                                |
 
-use super::ErrorKind;
 use super::Fail;
 use super::exec::{Explorer, MAX_VAR_OFF, Step, fail};
 use super::scalar::Scalar;
 use super::state::{ByteKind, Ptr, PtrKind, Reg, Slot, State, slot_of};
+use super::{CtxKind, ErrorKind};
 use crate::helpers::{self, ArgType, RetType};
 use crate::isa::STACK_SIZE;
 use crate::program::{MapKind, MapOrigin};
@@ -165,6 +165,33 @@ impl Explorer<'_> {
                     self.demand(st, sr);
                     self.check_size(pc, sr, &s)?;
                     self.helper_mem(st, pc, r, reg, s.umax, false, "pointer to readable memory")?;
+                }
+                ArgType::WriteMem => {
+                    let sr = r + 1;
+                    let size = self.read_reg(st, pc, sr)?;
+                    let Reg::Scalar(s) = size else {
+                        return Err(fail(
+                            pc,
+                            ErrorKind::Helper,
+                            format!("R{sr} type={}, expected a scalar size", size.type_name()),
+                        ));
+                    };
+                    self.demand(st, sr);
+                    self.check_size(pc, sr, &s)?;
+                    self.helper_mem(st, pc, r, reg, s.umax, true, "pointer to writable memory")?;
+                }
+                ArgType::Ctx => {
+                    // A probe's (or a memory block's) ctx is plain memory, the only
+                    // memory pointer without a reference id there.
+                    let probe =
+                        matches!(self.opts.ctx, CtxKind::Probe { .. } | CtxKind::Mem { .. });
+                    let is_ctx = matches!(reg, Reg::Ptr(p)
+                        if p.off == 0 && p.const_var() == Some(0)
+                            && (p.kind == PtrKind::Ctx
+                                || (probe && matches!(p.kind, PtrKind::Mem { .. }) && p.ref_id == 0)));
+                    if !is_ctx {
+                        return Err(wrong("the ctx pointer (unmodified r1 of the program)"));
+                    }
                 }
                 ArgType::ConstSize => {
                     let Reg::Scalar(s) = reg else {

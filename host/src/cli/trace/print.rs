@@ -115,6 +115,19 @@ pub fn key_for(name: &str, k: &[u8], kernels: &KernelNames) -> String {
 
 /// A key, for humans.
 pub fn key_text(k: &[u8], kernels: &KernelNames) -> String {
+    // A key of several named addresses (a stack from `bpf_get_stack`): every word by name
+    // where one is known, trailing zero words (the unused depth) left out.
+    if k.len() >= 16 && k.len().is_multiple_of(8) {
+        let ws = words(k);
+        if ws.iter().filter(|w| kernels.contains_key(w)).count() >= 2 {
+            let end = ws.iter().rposition(|&w| w != 0).map_or(0, |i| i + 1);
+            return ws[..end]
+                .iter()
+                .map(|w| kernels.get(w).cloned().unwrap_or_else(|| format!("{w:#x}")))
+                .collect::<Vec<_>>()
+                .join(", ");
+        }
+    }
     if k.len() >= 8 {
         let first = words(&k[..8])[0];
         if let Some(name) = kernels.get(&first) {
