@@ -10,7 +10,8 @@
 //!
 //! Addresses print as `symbol+0xoff` when the dynamic symbol table has a symbol for them
 //! (`dladdr`; an executable's own functions are there only when it was linked with
-//! `-rdynamic`), else as `module+0xoff`. [`name`] makes that text; the shim reports it to
+//! `-rdynamic`; C++ names demangled, without parameters), else as `module+0xoff` (for
+//! example the CUDA runtime's frames when nvcc linked it statically). [`name`] makes that text; the shim reports it to
 //! `trace` once per address.
 //!
 //! `probe_read_user` reads with `process_vm_readv` on the process itself, so an address
@@ -126,7 +127,11 @@ pub fn name(addr: u64) -> String {
         }
         if !info.dli_sname.is_null() {
             let s = CStr::from_ptr(info.dli_sname).to_string_lossy();
-            return format!("{s}+{:#x}", addr.wrapping_sub(info.dli_saddr as u64));
+            return format!(
+                "{}+{:#x}",
+                demangled(&s),
+                addr.wrapping_sub(info.dli_saddr as u64)
+            );
         }
         let module = if info.dli_fname.is_null() {
             "?".into()
@@ -138,6 +143,13 @@ pub fn name(addr: u64) -> String {
         let base = module.rsplit('/').next().unwrap_or(&module).to_string();
         format!("{base}+{:#x}", addr.wrapping_sub(info.dli_fbase as u64))
     }
+}
+
+/// A C++ name demangled, without its parameter list (as `trace` prints kernels); other
+/// names as they are.
+fn demangled(s: &str) -> String {
+    let d = crate::probes::demangle(s);
+    d.split_once('(').map_or(d.as_str(), |(b, _)| b).to_string()
 }
 
 #[cfg(test)]
@@ -166,5 +178,7 @@ mod tests {
         assert!(!read_user(8, &mut b), "address 8 is not mapped");
         assert!(!read_user(u64::MAX - 3, &mut b));
         assert!(name(s[0]).contains("+0x"), "{}", name(s[0]));
+        assert_eq!(demangled("_Z12keep_buffersPPv"), "keep_buffers");
+        assert_eq!(demangled("main"), "main");
     }
 }
