@@ -23,8 +23,17 @@ serve
 "$B" submit --name "$name" --prog job_counter --input "$out/in.bin" --record-size 8 --json > "$out/before.json"
 "$B" map dump --name "$name" job_counter:counts --json > "$out/counts_before.json"
 "$B" map dump --name "$name" job_counter:per_worker --json > "$out/per_worker_before.json"
+# A long job running on the GPU when the service is killed: 2^27 records, each an LCG
+# loop of 200,000-200,255 iterations that depends on the record's index (a loop of a
+# constant trip count is folded away by ptxas). It must end SERVICE_RESTARTED.
+python3 -c 'import sys; sys.stdout.buffer.write(bytes(1 << 27))' > "$out/spin_in.bin"
+python3 -c 'import sys; sys.stdout.buffer.write(bytes.fromhex("7912200000000000" "bf23000000000000" "57030000ff000000" "07030000400d0300" "bf20000000000000" "270000006d4ec641" "0700000039300000" "07030000ffffffff" "5503fcff00000000" "9500000000000000"))' > "$out/spin.bin"
+"$B" load --name "$name" "$out/spin.bin" --as spin >>"$log" 2>&1
+"$B" submit --name "$name" --prog spin --input "$out/spin_in.bin" --record-size 1 --timeout 60 --json > "$out/long.json" 2>&1 &
+long=$!
+sleep 1
 # Clients submitting while the service is killed.
-subs=()
+subs=($long)
 for i in 1 2 3 4 5 6 7 8; do
 	"$B" submit --name "$name" --prog job_counter --input "$out/in.bin" --record-size 8 --timeout 30 --json > "$out/inflight_$i.json" 2>&1 &
 	subs+=($!)
@@ -64,10 +73,13 @@ st = json.load(open(out + "/status_after.json"))
 rec = st.get("recovered") or {}
 lo, hi = 1000 * (2 + ok), 1000 * (2 + ok + restarted + died)
 print(f"in flight at the kill: {ok} completed, {restarted} ended SERVICE_RESTARTED, {died} told the service died")
+print("long job:", open(out + "/long.json").read().strip()[:300])
+print(f"recovered status says {rec.get('ended_jobs')} job(s) ended as restarted")
 print(f"recovered: {rec}")
 print(f"counts: {before} before the kill, {after} at the end (expected {lo}..{hi})")
-good = before == 1000 and lo <= after <= hi and rec.get("programs") == 1
+good = before == 1000 and lo <= after <= hi and rec.get("programs") == 2 and rec.get("ended_jobs", 0) >= 1
 print("PASS" if good else "FAIL")
 PY
-for f in "$out"/*.json; do echo "== $(basename "$f")"; cat "$f"; echo; done >> "$log"
+for f in "$out"/*.json; do case "$f" in *per_worker*) continue;; esac; echo "== $(basename "$f")"; cat "$f"; echo; done >> "$log"
 cat "$log"
+rm -f "$out/spin_in.bin" "$out/in.bin"

@@ -859,7 +859,19 @@ impl Worker {
         let mut last_check = Instant::now();
         loop {
             match rx.recv_timeout(Duration::from_micros(200)) {
-                Ok(Some(Cmd::Stop)) | Ok(None) => {
+                Ok(None) => {
+                    // The service is gone (its stdin closed): nobody will read what the
+                    // kernel would finish, and a service adopting the region (`run
+                    // --recover`) waits for this process. Leave without draining; the
+                    // driver tears the running kernel down with the context. A build still
+                    // linking must finish first (exiting under it corrupted the heap).
+                    if building {
+                        let _ = brx.recv();
+                    }
+                    tracing::warn!("the service went away: exiting without draining");
+                    return 0;
+                }
+                Ok(Some(Cmd::Stop)) => {
                     // A build still linking must finish before the process tears the
                     // driver down at exit (exiting under it corrupted the heap).
                     if building {
