@@ -38,6 +38,13 @@ pub fn load_and_verify(data: &[u8]) {
 /// division the verifier let through...) nor run past the budget: any `ExecError` is a
 /// verifier bug and panics here.
 pub fn verify_exec(data: &[u8]) {
+    for prog in programs(data) {
+        run_verified(&prog, data);
+    }
+}
+
+/// Every program the input holds: each one an ELF object links, or the raw bytecode.
+pub fn programs(data: &[u8]) -> Vec<Program> {
     let mut progs = Vec::new();
     if crate::elf::is_elf(data) {
         if let Ok(obj) = crate::elf::Object::parse(data, "fuzz.o") {
@@ -50,9 +57,7 @@ pub fn verify_exec(data: &[u8]) {
     } else if let Ok(p) = crate::elf::load_raw(data, "fuzz.bin") {
         progs.push(p);
     }
-    for prog in progs {
-        run_verified(&prog, data);
-    }
+    progs
 }
 
 /// Runs `prog` if the verifier accepts it; panics on any run-time fault.

@@ -143,6 +143,24 @@ fn events(stdout: &str, kind: &str) -> Vec<serde_json::Value> {
         .collect()
 }
 
+/// `(key, first value word)` of each printed entry of map `name`'s final dump, in order.
+fn printed_rows(out: &str, name: &str) -> Vec<(String, u64)> {
+    events(out, "map")
+        .iter()
+        .rfind(|v| v["map"] == name && v["final"] == true)
+        .unwrap_or_else(|| panic!("no {name}: {out}"))["printed"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            (
+                e["key"].as_str().unwrap().to_string(),
+                e["value"][0].as_u64().unwrap(),
+            )
+        })
+        .collect()
+}
+
 #[test]
 fn every_driver_path_gets_instrumented_ptx() {
     let (Some(probe), Some(_)) = (bpftime_tests::compile("vecadd_args"), shim()) else {
@@ -857,23 +875,7 @@ fn api_errors_names_every_failing_driver_call_and_its_result() {
     let f = fake("api_errors");
     let (code, out, err) = f.run(&[&probe], &["app_copies"]);
     assert_eq!(code, 0, "{err}\n{out}");
-    let m = events(&out, "map");
-    let printed = m
-        .iter()
-        .rfind(|v| v["map"] == "api_errors:errors" && v["final"] == true)
-        .unwrap_or_else(|| panic!("no errors map: {out}"))["printed"]
-        .clone();
-    let rows: Vec<(String, u64)> = printed
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| {
-            (
-                e["key"].as_str().unwrap().to_string(),
-                e["value"][0].as_u64().unwrap(),
-            )
-        })
-        .collect();
+    let rows = printed_rows(&out, "api_errors:errors");
     assert_eq!(rows, [("cuMemcpyHtoD_v2, 1".to_string(), 1)], "{out}");
     // The probe really ran on the successful calls too: the shim named each function.
     let named = events(&out, "host_function").len();
@@ -892,22 +894,8 @@ fn cumem_leak_reports_outstanding_device_memory_by_call_stack() {
     let f = fake("cumem_leak");
     let (code, out, err) = f.run(&[&probe], &["app_leak"]);
     assert_eq!(code, 0, "{err}\n{out}");
-    let m = events(&out, "map");
-    let rows = |name: &str| -> Vec<(String, u64)> {
-        let mut v: Vec<(String, u64)> = m
-            .iter()
-            .rfind(|v| v["map"] == name && v["final"] == true)
-            .unwrap_or_else(|| panic!("no {name}: {out}"))["printed"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|e| {
-                (
-                    e["key"].as_str().unwrap().to_string(),
-                    e["value"][0].as_u64().unwrap(),
-                )
-            })
-            .collect();
+    let rows = |name: &str| {
+        let mut v = printed_rows(&out, name);
         v.sort();
         v
     };

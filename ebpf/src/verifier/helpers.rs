@@ -152,7 +152,7 @@ impl Explorer<'_> {
                     };
                     self.helper_mem(st, pc, r, reg, sz as u64, false, what)?;
                 }
-                ArgType::ReadMem => {
+                ArgType::ReadMem | ArgType::WriteMem => {
                     let sr = r + 1;
                     let size = self.read_reg(st, pc, sr)?;
                     let Reg::Scalar(s) = size else {
@@ -164,21 +164,12 @@ impl Explorer<'_> {
                     };
                     self.demand(st, sr);
                     self.check_size(pc, sr, &s)?;
-                    self.helper_mem(st, pc, r, reg, s.umax, false, "pointer to readable memory")?;
-                }
-                ArgType::WriteMem => {
-                    let sr = r + 1;
-                    let size = self.read_reg(st, pc, sr)?;
-                    let Reg::Scalar(s) = size else {
-                        return Err(fail(
-                            pc,
-                            ErrorKind::Helper,
-                            format!("R{sr} type={}, expected a scalar size", size.type_name()),
-                        ));
+                    let (write, what) = if at == ArgType::WriteMem {
+                        (true, "pointer to writable memory")
+                    } else {
+                        (false, "pointer to readable memory")
                     };
-                    self.demand(st, sr);
-                    self.check_size(pc, sr, &s)?;
-                    self.helper_mem(st, pc, r, reg, s.umax, true, "pointer to writable memory")?;
+                    self.helper_mem(st, pc, r, reg, s.umax, write, what)?;
                 }
                 ArgType::Ctx => {
                     // A probe's (or a memory block's) ctx is plain memory, the only
