@@ -138,7 +138,8 @@ fn recover_keeps_programs_maps_buffers_and_queued_jobs() {
         assert_eq!(c.run(&one, T).unwrap().r0, i);
     }
     // One worker: a long job runs, five counter jobs queue behind it. Submitted in one
-    // batch, the worker takes all six at once: the five are in its hands, not started.
+    // batch, the worker usually takes all six at once: the five are in its hands, not
+    // started.
     let big = c.alloc(1 << 16).unwrap();
     let mut tickets = c
         .submit_batch(
@@ -171,7 +172,10 @@ fn recover_keeps_programs_maps_buffers_and_queued_jobs() {
     let rec = s.recovered.expect("the status says what was recovered");
     assert_eq!(rec.from_pid, old_pid);
     assert_eq!((rec.programs, rec.maps), (2, 3), "{rec:?}");
-    assert_eq!((rec.queued_jobs, rec.requeued_jobs), (5, 5), "{rec:?}");
+    // All five are in the queue again: those the worker had taken with the long job
+    // (how many depends on when it polled; usually all) were put back.
+    assert_eq!(rec.queued_jobs, 5, "{rec:?}");
+    assert!(rec.requeued_jobs <= 5, "{rec:?}");
     assert_eq!(rec.ended_jobs, 1, "{rec:?}");
     assert!(rec.buffers >= 1, "{rec:?}");
     let long = c.wait(orphans.into_iter().next().unwrap(), T).unwrap();
