@@ -313,10 +313,14 @@ fn full_queue_gives_queue_full_or_times_out() {
     let slow = c
         .load_bytes("spin.bin", &spinner(3_000), Some("spin"))
         .unwrap();
-    // Keep the only worker busy with a long job.
+    let slower = c
+        .load_bytes("spin2.bin", &spinner(300_000), Some("spin2"))
+        .unwrap();
+    // Keep the only worker busy with a long job (2,000 records of 300,000 iterations:
+    // long enough that it cannot finish while the test fills the queue behind it).
     let b = c.alloc(8 * 2000).unwrap();
     let big = c
-        .submit(&Job::new(slow.id, 2000).input(&b, 8), Wait::No)
+        .submit(&Job::new(slower.id, 2000).input(&b, 8), Wait::No)
         .unwrap();
     let t0 = Instant::now();
     while !c.region().queue().is_empty() && t0.elapsed() < T {
