@@ -734,42 +734,14 @@ fn host_probes_on_driver_calls_read_their_arguments_and_results() {
     let f = fake("uprobe");
     let (code, out, err) = f.run(&[&probe], &["app_copies"]);
     assert_eq!(code, 0, "{err}\n{out}");
-    let m = events(&out, "map");
-    let last = |name: &str| {
-        m.iter()
-            .rfind(|v| v["map"] == name && v["final"] == true)
-            .unwrap_or_else(|| panic!("no {name}: {out}"))["printed"]
-            .clone()
-    };
-    let by_size: Vec<(String, u64)> = last("cuda_uprobe:htod_by_size")
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| {
-            (
-                e["key"].as_str().unwrap().to_string(),
-                e["value"][0].as_u64().unwrap(),
-            )
-        })
-        .collect();
-    let mut by_size = by_size;
+    let mut by_size = printed_rows(&out, "cuda_uprobe:htod_by_size");
     by_size.sort();
     assert_eq!(
         by_size,
         [("16".to_string(), 1), ("4096".to_string(), 1)],
         "{out}"
     );
-    let totals: Vec<(String, u64)> = last("cuda_uprobe:totals")
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| {
-            (
-                e["key"].as_str().unwrap().to_string(),
-                e["value"][0].as_u64().unwrap(),
-            )
-        })
-        .collect();
+    let totals = printed_rows(&out, "cuda_uprobe:totals");
     assert_eq!(
         totals,
         [

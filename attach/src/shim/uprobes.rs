@@ -148,7 +148,9 @@ fn name_address(a: Api, ip: u64) {
     use std::sync::atomic::{AtomicU64, Ordering};
     static SEEN: OnceLock<Vec<AtomicU64>> = OnceLock::new();
     let seen = SEEN.get_or_init(|| (0..Api::ALL.len()).map(|_| AtomicU64::new(0)).collect());
-    if seen[a as usize].swap(ip, Ordering::Relaxed) != ip {
+    // A load first: the common case (already named) writes nothing to the shared line.
+    let slot = &seen[a as usize];
+    if slot.load(Ordering::Relaxed) != ip && slot.swap(ip, Ordering::Relaxed) != ip {
         super::hooks::report(&[crate::session::ReportLine::HostFunction {
             name: a.name().to_string(),
             ip,
