@@ -156,5 +156,8 @@ static void (*const bpf_get_grid_dim)(__u64 *x, __u64 *y, __u64 *z) = (void *)50
 static __u64 (*const bpf_get_sm_id)(void) = (void *)509;
 static __u64 (*const bpf_get_warp_id)(void) = (void *)510;
 static __u64 (*const bpf_get_lane_id)(void) = (void *)511;
+/* Wait until bpf_get_globaltimer() reaches deadline_ns (at most 1 s ahead); returns the time
+ * it stopped. flags bit 0: spin on %globaltimer only (else nanosleep while > 1 us is left). */
+static __u64 (*const bpf_wait_until)(__u64 deadline_ns, __u64 flags) = (void *)520;
 
 #endif /* BPFTIME_SUPER_H */

@@ -40,23 +40,10 @@ fn ptx_files(dir: &Path, out: &mut Vec<PathBuf>) {
     out.sort();
 }
 
-/// ptxas on `text`, its `.version` lowered when the ptxas in use is older than the file.
+/// ptxas on `text` for its own target, its `.version` lowered when the ptxas in use is
+/// older than the file.
 fn assemble(text: &str, what: &str) {
-    let f = jit::ptx::parse::parse(text).expect("instrumented PTX parses");
-    let mut t = text.to_string();
-    if let Some(max) = common::ptxas_max_isa()
-        && f.version > max
-    {
-        t.replace_range(f.version_span.clone(), &format!("{}.{}", max.0, max.1));
-    }
-    // The file's own target, with its `a`/`f` suffix (sm_90a code needs an sm_90a build).
-    let arch = f
-        .target
-        .iter()
-        .find(|t| t.starts_with("sm_"))
-        .cloned()
-        .unwrap_or_else(|| "sm_90".into());
-    common::assemble_for(&t, what, &arch);
+    common::assemble_declared(text, what);
 }
 
 #[test]

@@ -3,7 +3,10 @@
 //! The verifier checks call arguments against [`HelperProto::args`] and types r0 from
 //! [`HelperProto::ret`]; the interpreter implements each id (see `interp::helpers`); the
 //! disassembler prints names. Ids 1–133 are the Linux ones; 501–511 are the GPU helpers that
-//! bpftime defined (see `include/bpftime_super.h`).
+//! bpftime defined (see `include/bpftime_super.h`); 520 (`wait_until(deadline_ns, flags)`)
+//! is this project's: it waits until `get_globaltimer` reaches the deadline (at most 1 s
+//! ahead) and returns the time it stopped; on the GPU flag bit 0 asks for a pure spin on
+//! `%globaltimer`, else it `nanosleep`s while more than 1 µs is left (cxl-sim's delay).
 //!
 //! `get_stack` (user stacks only) and `probe_read_user` need the application's process:
 //! they work in host probes (`uprobe/`), where `trace`'s shim gives the interpreter an
@@ -144,6 +147,7 @@ helpers! {
     509 GET_SM_ID "get_sm_id" () -> Scalar;
     510 GET_WARP_ID "get_warp_id" () -> Scalar;
     511 GET_LANE_ID "get_lane_id" () -> Scalar;
+    520 WAIT_UNTIL "wait_until" (Scalar, Scalar) -> Scalar;
 }
 
 /// Helpers that need the application's process (host probes); the GPU has none of them.

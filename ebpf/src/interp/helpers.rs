@@ -273,6 +273,7 @@ impl Vm {
             h::GET_SM_ID => env.thread as u64,
             h::GET_WARP_ID => (geo.index % bd) / 32,
             h::GET_LANE_ID => geo.index % 32,
+            h::WAIT_UNTIL => wait_until(regs[1]),
             h::GET_STACK => {
                 let (buf, size, flags) = (regs[2], regs[3], regs[4]);
                 self.writable(mem, env, buf, size, pc, "get_stack buffer")?;
@@ -320,4 +321,23 @@ impl Vm {
         regs[0] = r0;
         Ok(Ctl::Next)
     }
+}
+
+/// Helper 520 on the CPU: spins until the `get_globaltimer` clock reaches `deadline` (at
+/// most 1 s from now), and returns the time it stopped.
+fn wait_until(deadline: u64) -> u64 {
+    let now = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0)
+    };
+    let start = now();
+    let deadline = deadline.min(start.saturating_add(1_000_000_000));
+    let mut t = start;
+    while t < deadline {
+        std::hint::spin_loop();
+        t = now();
+    }
+    t
 }

@@ -41,6 +41,7 @@
 //! Other helpers: `ktime_get_ns` (5) and `get_globaltimer` (502) read `%globaltimer`;
 //! `get_prandom_u32` (7) is xorshift64 on a per-thread state in a module global
 //! (`bpf_prandom_state[4096]`, indexed by global thread id, seeded from `%globaltimer`);
+//! 520 `wait_until` spins on `%globaltimer` (with `nanosleep` unless r2 bit 0 is set);
 //! 503/504/505/508 write `%ctaid`/`%ntid`/`%tid`/`%nctaid` (x, y, z) to the non-NULL
 //! pointers r1..r3; 506 is `membar.sys`; 509 `%smid`; 510 `tid.x / 32`; 511 `%laneid`.
 
@@ -269,6 +270,14 @@ pub static HELPERS: &[HelperDef] = &[
         map_kinds: &[],
         inline_exit: false,
         body: |_| "\tmov.u32 %r1, %laneid;\n\tcvt.u64.u32 %rd0, %r1;\n".into(),
+    },
+    HelperDef {
+        id: h::WAIT_UNTIL,
+        name: "wait_until",
+        nargs: 2,
+        map_kinds: &[],
+        inline_exit: false,
+        body: wait_until,
     },
 ];
 
@@ -935,6 +944,13 @@ fn ringbuf_discard(_: &Gen) -> String {
 
 fn globaltimer(_: &Gen) -> String {
     "\tmov.u64 %rd0, %globaltimer;\n".into()
+}
+
+/// Helper 520: wait until `%globaltimer` reaches r1 (clamped to 1 s ahead); r2 bit 0: spin
+/// only, else `nanosleep` half of what is left while more than 1 µs is left. r0: the time
+/// it stopped.
+fn wait_until(_: &Gen) -> String {
+    "\tmov.u64 %rd3, %globaltimer;\n\tadd.u64 %rd4, %rd3, 1000000000;\n\tmin.u64 %rd1, %rd1, %rd4;\n\tand.b64 %rd5, %rd2, 1;\n\tsetp.ne.u64 %p2, %rd5, 0;\n$Lwt:\n\tmov.u64 %rd0, %globaltimer;\n\tsetp.ge.u64 %p1, %rd0, %rd1;\n\t@%p1 bra $Lwtd;\n\t@%p2 bra $Lwt;\n\tsub.u64 %rd6, %rd1, %rd0;\n\tsetp.le.u64 %p3, %rd6, 1000;\n\t@%p3 bra $Lwt;\n\tshr.u64 %rd6, %rd6, 1;\n\tmin.u64 %rd6, %rd6, 1000000;\n\tcvt.u32.u64 %r1, %rd6;\n\tnanosleep.u32 %r1;\n\tbra.uni $Lwt;\n$Lwtd:\n".into()
 }
 
 fn xyz(reg: &str) -> String {

@@ -80,6 +80,38 @@ pub fn try_assemble_for(ptx: &str, what: &str, arch: &str) -> Option<Result<(), 
     )))
 }
 
+/// Assembles a module for its own `.target` (with its `a`/`f` suffix; sm_90 when it names
+/// none), its `.version` lowered when the ptxas in use is older than the file.
+pub fn assemble_declared(text: &str, what: &str) {
+    let mut t = text.to_string();
+    let directive = |name: &str| {
+        text.lines()
+            .map(str::trim)
+            .find_map(|l| l.strip_prefix(name).map(|v| v.trim().to_string()))
+    };
+    if let (Some(max), Some(v)) = (ptxas_max_isa(), directive(".version")) {
+        let parsed = v
+            .split_once('.')
+            .and_then(|(a, b)| Some((a.parse::<u32>().ok()?, b.parse::<u32>().ok()?)));
+        if parsed.is_some_and(|v| v > max) {
+            t = t.replacen(
+                &format!(".version {v}"),
+                &format!(".version {}.{}", max.0, max.1),
+                1,
+            );
+        }
+    }
+    let arch = directive(".target")
+        .and_then(|t| {
+            t.split(',')
+                .map(str::trim)
+                .find(|x| x.starts_with("sm_"))
+                .map(String::from)
+        })
+        .unwrap_or_else(|| "sm_90".into());
+    assemble_for(&t, what, &arch);
+}
+
 /// The newest PTX ISA version the ptxas in use accepts (from `ptxas --version`'s
 /// `release X.Y`), if known.
 pub fn ptxas_max_isa() -> Option<(u32, u32)> {

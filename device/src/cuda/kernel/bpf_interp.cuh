@@ -59,6 +59,8 @@
  *   | 507     | exit                        | ends the run, r0 = 0                          |
  *   | 509-511 | sm_id, warp_id, lane_id     | GPU: %smid, tid.x/32, %laneid. Host: as       |
  *   |         |                             | ebpf::interp (env->thread, index%256/32, %32) |
+ *   | 520     | wait_until(deadline, flags) | spin on the 502 clock to the deadline (<= 1 s |
+ *   |         |                             | ahead), r0 = the time it stopped              |
  *
  * Trace ring record (layout of jit/src/prelude): seq u64 (k+1, release, last), helper u32,
  * fmt_len u32, fmt u64 (address), args[3] u64, thread u64 (= env->thread here; the JIT writes
@@ -626,6 +628,13 @@ BPF_FN int bpf_call_helper(const struct bpf_prog_desc *p, bpf_s32 id, bpf_u64 *r
     case 133: bpf_rb_commit(regs[1], 1); r0 = 0; break;
     case 501: bpf_trace(env, 501, regs[1], 0, 0, 0, 0); r0 = 0; break;
     case 502: r0 = bpf_globaltimer(); break;
+    case 520: {
+        bpf_u64 t = bpf_globaltimer(), d = regs[1];
+        if (d > t + 1000000000ull) d = t + 1000000000ull;
+        while (t < d) t = bpf_globaltimer();
+        r0 = t;
+        break;
+    }
 #if defined(BPF_GPU)
     case 503: bpf_write3(regs, blockIdx.x, blockIdx.y, blockIdx.z); break;
     case 504: bpf_write3(regs, blockDim.x, blockDim.y, blockDim.z); break;

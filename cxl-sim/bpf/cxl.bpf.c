@@ -1,0 +1,230 @@
+// cxl-sim's delay probe: runs at every global memory access of every kernel with PTX
+// (`memprobe/*`). Accesses to the emulated tier wait out
+//     Δt = latency[pattern] + queueing(bandwidth of the last window)
+// or until the tier's token bucket lets their bytes through, whichever is later.
+// Kernel times come from a second object, cxl_time.bpf.c.
+// The integers are those of cxl-sim/src/model.rs (the reference this program is tested
+// against in cxl-sim/tests/probe_vs_model.rs). Built by scripts/build-builtin-probes and
+// embedded in bpftime-super-cxl, which writes `cxl_config` before the application starts.
+//
+// One lane per warp (the leader) does the work: it decides for the warp by its own address,
+// and the other lanes wait for it where the probe's branch reconverges.
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
+#include "bpftime_super.h"
+#include "cxl_abi.h"
+
+/* The parameters and the tier's ranges: a global, so the host sets them in the object's
+ * bytes (flags 0 here: the probe does nothing until the host enables it). */
+struct cxl_config cxl_config SEC(".data.cxl_config") = {
+	.magic = CXL_MAGIC,
+	.version = CXL_VERSION,
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, CXL_STRIPES);
+	__type(key, __u32);
+	__type(value, struct cxl_state);
+} cxl_state SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, CXL_HIST_SLOTS);
+	__type(key, __u32);
+	__type(value, struct cxl_hist);
+} cxl_hist SEC(".maps");
+
+/* The emulated GPU cache in front of the tier: a direct-mapped array of line tags. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, CXL_CACHE_SLOTS);
+	__type(key, __u32);
+	__type(value, __u64);
+} cxl_tags SEC(".maps");
+
+/* Counters (only ever added to: the shim stripes them per SM). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, CXL_STATS);
+	__type(key, __u32);
+	__type(value, __u64);
+} cxl_stats SEC(".maps");
+
+static __attribute__((always_inline)) inline void stat_add(__u64 flags, __u32 k, __u64 v)
+{
+	if (!(flags & CXL_FLAG_STATS))
+		return;
+	__u64 *p = bpf_map_lookup_elem(&cxl_stats, &k);
+	if (p)
+		__sync_fetch_and_add(p, v);
+}
+
+/* FNV-1a over 64-bit words: site, block and thread of the warp's leader. */
+static __attribute__((always_inline)) inline __u32 hist_slot(const struct bpftime_mem_ctx *m)
+{
+	__u64 x = 0xcbf29ce484222325ull;
+	x = (x ^ m->site_id) * 0x100000001b3ull;
+	x = (x ^ m->block_idx[0]) * 0x100000001b3ull;
+	x = (x ^ m->block_idx[1]) * 0x100000001b3ull;
+	x = (x ^ m->block_idx[2]) * 0x100000001b3ull;
+	x = (x ^ m->thread_idx[0]) * 0x100000001b3ull;
+	x = (x ^ m->thread_idx[1]) * 0x100000001b3ull;
+	x = (x ^ m->thread_idx[2]) * 0x100000001b3ull;
+	x ^= x >> 32;
+	return x & (CXL_HIST_SLOTS - 1);
+}
+
+SEC("memprobe/*")
+int cxl_delay(void *ctx)
+{
+	const struct bpftime_mem_ctx *m = bpftime_mem_ctx(ctx);
+	struct cxl_config *c = &cxl_config;
+	__u64 flags = c->flags;
+	if (!(flags & CXL_FLAG_ENABLED) || !m->leader || m->space != BPFTIME_MEM_GLOBAL)
+		return 0;
+	__u64 addr = m->addr;
+	if (!(flags & CXL_FLAG_EVERYTHING)) {
+		__u64 n = c->nranges;
+		int hit = 0;
+#pragma clang loop unroll(disable)
+		for (__u32 i = 0; i < CXL_MAX_RANGES; i++) {
+			if (i >= n)
+				break;
+			struct cxl_range *r = &c->ranges[i];
+			__u64 off = addr - r->base;
+			if (off >= r->len)
+				continue;
+			__u64 group = (__u64)r->interleave_local + r->interleave_cxl;
+			if (group == 0 || ((off >> (r->page_shift & 63)) % group) >= r->interleave_local) {
+				hit = 1;
+				break;
+			}
+		}
+		if (!hit)
+			return 0;
+	}
+
+	/* A load's delay runs from when its data arrived: the timer is read on a branch of
+	 * the loaded value, so it waits for the data (the ctx's timer was read when the load
+	 * issued). The two arms call different helpers so that they cannot be merged. The
+	 * probe's own work below then runs inside the delay: an access costs its load, then
+	 * the longer of that work and the delay. */
+	__u64 arrived;
+	if (m->op == BPFTIME_MEM_STORE || m->value != 0x5bd1e9955bd1e995ull)
+		arrived = bpf_get_globaltimer();
+	else
+		arrived = bpf_ktime_get_ns();
+	/* Everything this access needs from memory is looked up first, with no branch on
+	 * what comes back in between, so that the loads are in flight together (and with the
+	 * application's own load). */
+	__u64 active = __builtin_popcount(m->warp_active);
+	__u64 bytes = (__u64)m->warp_sectors * 32;
+	int coalesced = active > 1 && bytes <= 2 * active * m->size;
+	__u64 lines = c->cache_lines, cost_unit = c->byte_cost;
+	__u64 line = addr >> CXL_LINE_SHIFT;
+	__u32 ts = (line & (lines - 1)) & (CXL_CACHE_SLOTS - 1);
+	__u64 *tag = 0;
+	if (lines) {
+		tag = bpf_map_lookup_elem(&cxl_tags, &ts);
+		if (!tag)
+			return 0;
+	}
+	struct cxl_hist *h = 0;
+	if (!coalesced) {
+		__u32 slot = hist_slot(m);
+		h = bpf_map_lookup_elem(&cxl_hist, &slot);
+		if (!h)
+			return 0;
+	}
+	struct cxl_state *st = 0;
+	if (cost_unit) {
+		__u32 stripe = m->sm_id & (CXL_STRIPES - 1);
+		st = bpf_map_lookup_elem(&cxl_state, &stripe);
+		if (!st)
+			return 0;
+	}
+	__u64 tagv = tag ? *tag : 0;
+	__u64 last = h ? h->last : 0, last_stride = h ? h->stride : 0;
+	__u64 ep = st ? st->epoch : 0, t0 = st ? st->t0 : 0;
+
+	/* The emulated cache: a hit never reaches the tier. */
+	if (tag) {
+		if (tagv == line + 1) {
+			stat_add(flags, CXL_STAT_CACHED, 1);
+			return 0;
+		}
+		*tag = line + 1;
+	}
+
+	/* The pattern: a coalesced request is sequential; otherwise the stride since the
+	 * warp's last access at this site decides. */
+	__u32 pat;
+	if (!h) {
+		pat = 0;
+	} else {
+		__u64 stride = addr - last;
+		__u64 dist = (__s64)stride < 0 ? -stride : stride;
+		if (last != 0 && dist <= c->seq_stride)
+			pat = 0;
+		else if (last != 0 && stride == last_stride)
+			pat = 1;
+		else
+			pat = 2;
+		h->last = addr;
+		h->stride = stride;
+	}
+	__u32 op = m->op;
+	__u64 base = op == BPFTIME_MEM_STORE ? 0 :
+		     pat == 0		     ? c->latency[0] :
+		     pat == 1		     ? c->latency[1] :
+					       c->latency[2];
+
+	/* With a cap: the bandwidth of the last window, then this access into the current
+	 * one (the queueing term), and the link's token bucket (GCRA) on the transfer's bytes,
+	 * in ns since t0 << 16. */
+	__u64 now = m->timer;
+	__u64 deadline = now + base;
+	if (st) {
+		if (t0 == 0) {
+			__u64 prev = __sync_val_compare_and_swap(&st->t0, 0, now);
+			t0 = prev ? prev : now;
+		}
+		__u64 e = now >> CXL_WINDOW_SHIFT;
+		if (e != ep && __sync_val_compare_and_swap(&st->epoch, ep, e) == ep) {
+			st->last_window = e == ep + 1 ? st->window[ep & 1] : 0;
+			st->window[e & 1] = 0;
+		}
+		__sync_fetch_and_add(&st->window[e & 1], bytes);
+		if (c->queue_k && c->window_cap_bytes) {
+			__u64 rho = st->last_window * CXL_ONE / c->window_cap_bytes;
+			if (rho > CXL_RHO_MAX)
+				rho = CXL_RHO_MAX;
+			deadline += base * c->queue_k / CXL_ONE * rho / (CXL_ONE - rho);
+		}
+		__u64 cost = bytes * cost_unit, burst = c->burst;
+		__u64 old = __sync_fetch_and_add(&st->tat, cost);
+		__u64 now_fp = (now > t0 ? now - t0 : 0) << CXL_TIME_SHIFT;
+		if (old < now_fp) {
+			/* The link was idle: it starts now; the burst is all the credit there is. */
+			if (__sync_val_compare_and_swap(&st->tat, old + cost, now_fp + cost) == old + cost)
+				old = now_fp;
+		}
+		__u64 end = old + cost;
+		end = (end > burst ? (end - burst) >> CXL_TIME_SHIFT : 0) + t0;
+		if (end > deadline)
+			deadline = end;
+	}
+
+	__u64 delay = deadline - now;
+	stat_add(flags, CXL_STAT_BYTES, bytes);
+	stat_add(flags, CXL_STAT_DELAY_NS, delay);
+	stat_add(flags, CXL_STAT_SEQUENTIAL + pat, 1);
+	if (delay && !(flags & CXL_FLAG_NO_WAIT)) {
+		__u64 t = bpf_wait_until(arrived + delay, (flags & CXL_FLAG_SPIN) ? 1 : 0);
+		stat_add(flags, CXL_STAT_WAITED_NS, t - arrived);
+	}
+	return 0;
+}
+
+char LICENSE[] SEC("license") = "GPL";

@@ -1,0 +1,359 @@
+//! The structures the probe and the host share, defined once: [`CxlConfig`] (the
+//! parameters and the CXL address ranges, a global of the probe object that the host writes
+//! before the application starts), [`CxlState`] (the bucket and the bandwidth windows) and
+//! the statistics' indices. [`c_header`] prints them for the probe; the committed
+//! `bpf/cxl_abi.h` must equal it (a unit test checks, `BPFTIME_BLESS=1` rewrites it).
+
+/// `"CXLSIM\0\x01"`, little-endian.
+pub const MAGIC: u64 = u64::from_le_bytes(*b"CXLSIM\0\x01");
+/// Layout version of [`CxlConfig`].
+pub const VERSION: u64 = 1;
+/// Ranges [`CxlConfig`] holds.
+pub const MAX_RANGES: usize = 64;
+/// History slots (last address and stride per warp and site, by hash): a power of two.
+pub const HIST_SLOTS: usize = 1 << 16;
+
+/// Tags of the emulated GPU cache (`cxl_tags`): a direct-mapped array of 128-byte lines,
+/// 2^19 of them (64 MiB of lines: an H100's L2 is 50 MB). [`CxlConfig::cache_lines`] uses a
+/// power of two up to this.
+pub const CACHE_SLOTS: usize = 1 << 19;
+/// log2 of the emulated cache's line.
+pub const LINE_SHIFT: u32 = 7;
+
+/// The tier's state is split in this many stripes (`%smid % STRIPES`), each with 1/STRIPES
+/// of the cap, so that no single word takes every warp's atomics: a kernel on fewer SMs
+/// than stripes sees less than the whole cap.
+pub const STRIPES: usize = 16;
+
+/// Kernel slots of the `cxl_kernels` timing map (by `kernel_id % KERNEL_SLOTS`).
+pub const KERNEL_SLOTS: usize = 256;
+/// Per kernel slot, the `cxl_kernel_end` map holds this many latest-exit words (by
+/// `%smid % END_STRIPES`), each in its own 128-byte [`CxlEnd`].
+pub const END_STRIPES: usize = 32;
+
+/// `flags`: emulate (else the probe returns at once).
+pub const FLAG_ENABLED: u64 = 1;
+/// `flags`: every global access is to the tier (no range check).
+pub const FLAG_EVERYTHING: u64 = 2;
+/// `flags`: wait by spinning on `%globaltimer` (else `nanosleep` first).
+pub const FLAG_SPIN: u64 = 4;
+/// `flags`: compute and count, never wait (tests; the emulator's bookkeeping alone).
+pub const FLAG_NO_WAIT: u64 = 8;
+/// `flags`: keep the `cxl_stats` counters (an atomic per counter and request).
+pub const FLAG_STATS: u64 = 16;
+
+/// One address range of the tier. With `interleave_local + interleave_cxl > 0`, pages of
+/// `1 << page_shift` bytes alternate: the first `interleave_local` of every group stay
+/// local, the next `interleave_cxl` are the tier's.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct CxlRange {
+    /// First address.
+    pub base: u64,
+    /// Bytes.
+    pub len: u64,
+    /// Local pages per group (0 with `interleave_cxl` 0: no interleave).
+    pub interleave_local: u32,
+    /// Tier pages per group.
+    pub interleave_cxl: u32,
+    /// log2 of the interleave page.
+    pub page_shift: u32,
+    /// Zero.
+    pub pad: u32,
+}
+
+/// The probe's parameters.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CxlConfig {
+    /// [`MAGIC`]: a probe that finds anything else does nothing.
+    pub magic: u64,
+    /// [`VERSION`].
+    pub version: u64,
+    /// `FLAG_*`.
+    pub flags: u64,
+    /// Δt by class, ns: sequential, strided, random.
+    pub latency: [u64; 3],
+    /// A byte's transfer time at the cap, ns << 16 (0: no cap).
+    pub byte_cost: u64,
+    /// The bucket's depth in the same units.
+    pub burst: u64,
+    /// Bytes the cap allows in one bandwidth window.
+    pub window_cap_bytes: u64,
+    /// Queueing coefficient × 1024.
+    pub queue_k: u64,
+    /// Strides up to this many bytes are sequential.
+    pub seq_stride: u64,
+    /// Lines of the emulated GPU cache in front of the tier (a power of two up to
+    /// [`CACHE_SLOTS`]; 0: every access reaches the tier).
+    pub cache_lines: u64,
+    /// Ranges in use.
+    pub nranges: u64,
+    /// The ranges.
+    pub ranges: [CxlRange; MAX_RANGES],
+}
+
+impl CxlConfig {
+    /// Disabled, no ranges.
+    pub fn new() -> Self {
+        CxlConfig {
+            magic: MAGIC,
+            version: VERSION,
+            flags: 0,
+            latency: [0; 3],
+            byte_cost: 0,
+            burst: 0,
+            window_cap_bytes: 0,
+            queue_k: 0,
+            seq_stride: 0,
+            cache_lines: 0,
+            nranges: 0,
+            ranges: [CxlRange::default(); MAX_RANGES],
+        }
+    }
+
+    /// Its bytes, as the probe's global holds them.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut v = Vec::with_capacity(std::mem::size_of::<Self>());
+        for w in [
+            self.magic,
+            self.version,
+            self.flags,
+            self.latency[0],
+            self.latency[1],
+            self.latency[2],
+            self.byte_cost,
+            self.burst,
+            self.window_cap_bytes,
+            self.queue_k,
+            self.seq_stride,
+            self.cache_lines,
+            self.nranges,
+        ] {
+            v.extend_from_slice(&w.to_le_bytes());
+        }
+        for r in &self.ranges {
+            v.extend_from_slice(&r.base.to_le_bytes());
+            v.extend_from_slice(&r.len.to_le_bytes());
+            v.extend_from_slice(&r.interleave_local.to_le_bytes());
+            v.extend_from_slice(&r.interleave_cxl.to_le_bytes());
+            v.extend_from_slice(&r.page_shift.to_le_bytes());
+            v.extend_from_slice(&r.pad.to_le_bytes());
+        }
+        debug_assert_eq!(v.len(), std::mem::size_of::<Self>());
+        v
+    }
+
+    /// Whether `addr` is in the tier (the probe's range check).
+    pub fn in_tier(&self, addr: u64) -> bool {
+        if self.flags & FLAG_EVERYTHING != 0 {
+            return true;
+        }
+        self.ranges[..(self.nranges as usize).min(MAX_RANGES)]
+            .iter()
+            .any(|r| r.contains(addr))
+    }
+}
+
+impl Default for CxlConfig {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl CxlRange {
+    /// Whether `addr` falls in this range's tier pages.
+    pub fn contains(&self, addr: u64) -> bool {
+        let off = addr.wrapping_sub(self.base);
+        if off >= self.len {
+            return false;
+        }
+        let group = self.interleave_local as u64 + self.interleave_cxl as u64;
+        group == 0 || (off >> self.page_shift) % group >= self.interleave_local as u64
+    }
+}
+
+/// One stripe of the tier's state: the bucket's theoretical arrival time and the bandwidth
+/// windows (the `cxl_state` array holds [`STRIPES`] of them).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CxlState {
+    /// When the link finishes what it was given, ns since `t0`, << 16.
+    pub tat: u64,
+    /// The current window's number (`now >> WINDOW_SHIFT`).
+    pub epoch: u64,
+    /// Bytes per window, by the window number's parity.
+    pub window: [u64; 2],
+    /// Bytes of the window before the current one.
+    pub last_window: u64,
+    /// The first access's `%globaltimer` (the bucket counts from it: `%globaltimer` is
+    /// nanoseconds since 1970, too large to shift).
+    pub t0: u64,
+    /// Zero.
+    pub pad: [u64; 2],
+}
+
+/// One kernel's time, as the entry/exit probes keep it (`cxl_kernels`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CxlKernel {
+    /// FNV-1a 64 of the mangled name (`ProbeCtx::kernel_id`).
+    pub kernel_id: u64,
+    /// Launches seen.
+    pub launches: u64,
+    /// Sum of the finished launches' end − start, ns.
+    pub total_ns: u64,
+    /// The current launch's start (`%globaltimer` of block 0's entry).
+    pub start: u64,
+}
+
+/// The latest exit of a block's thread 0 on one SM stripe in the current launch.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CxlEnd {
+    /// `%globaltimer`, ns.
+    pub t: u64,
+    /// Zero: a cache line each.
+    pub pad: [u64; 15],
+}
+
+impl CxlKernel {
+    /// From the map value's bytes.
+    pub fn from_bytes(b: &[u8]) -> Option<CxlKernel> {
+        let w = |i: usize| {
+            Some(u64::from_le_bytes(
+                b.get(8 * i..8 * i + 8)?.try_into().ok()?,
+            ))
+        };
+        Some(CxlKernel {
+            kernel_id: w(0)?,
+            launches: w(1)?,
+            total_ns: w(2)?,
+            start: w(3)?,
+        })
+    }
+
+    /// Total kernel time, the last launch (ending at `end`, the latest of its stripes)
+    /// included.
+    pub fn time_ns(&self, end: u64) -> u64 {
+        self.total_ns
+            + if self.start == 0 {
+                0
+            } else {
+                end.saturating_sub(self.start)
+            }
+    }
+}
+
+/// Statistics, one `u64` counter each in the `cxl_stats` array (by these indices).
+/// Requests that reached the tier are `sequential + strided + random`.
+pub const STATS: [&str; 7] = [
+    "bytes",
+    "delay_ns",
+    "waited_ns",
+    "sequential",
+    "strided",
+    "random",
+    "cached",
+];
+
+const _: () = assert!(std::mem::size_of::<CxlRange>() == 32);
+const _: () = assert!(std::mem::size_of::<CxlConfig>() == 104 + 32 * MAX_RANGES);
+const _: () = assert!(std::mem::offset_of!(CxlConfig, ranges) == 104);
+const _: () = assert!(std::mem::offset_of!(CxlConfig, nranges) == 96);
+const _: () = assert!(CACHE_SLOTS.is_power_of_two());
+const _: () = assert!(std::mem::size_of::<CxlState>() == 64);
+const _: () = assert!(std::mem::size_of::<CxlKernel>() == 32);
+const _: () = assert!(std::mem::size_of::<CxlEnd>() == 128);
+const _: () = assert!(HIST_SLOTS.is_power_of_two());
+const _: () = assert!(STRIPES.is_power_of_two());
+
+/// The C declarations of this module, for `bpf/cxl_abi.h`.
+pub fn c_header() -> String {
+    let mut s = String::from(
+        "/* Generated from cxl-sim/src/abi.rs by c_header(); do not edit.\n * BPFTIME_BLESS=1 cargo test -p cxl-sim abi rewrites it. */\n#pragma once\n\n",
+    );
+    s += &format!("#define CXL_MAGIC 0x{MAGIC:016x}ULL\n#define CXL_VERSION {VERSION}\n");
+    s += &format!(
+        "#define CXL_MAX_RANGES {MAX_RANGES}\n#define CXL_HIST_SLOTS {HIST_SLOTS}\n#define CXL_KERNEL_SLOTS {KERNEL_SLOTS}\n#define CXL_END_STRIPES {END_STRIPES}\n#define CXL_STRIPES {STRIPES}\n#define CXL_CACHE_SLOTS {CACHE_SLOTS}\n#define CXL_LINE_SHIFT {LINE_SHIFT}\n"
+    );
+    s += &format!(
+        "#define CXL_FLAG_ENABLED {FLAG_ENABLED}\n#define CXL_FLAG_EVERYTHING {FLAG_EVERYTHING}\n#define CXL_FLAG_SPIN {FLAG_SPIN}\n#define CXL_FLAG_NO_WAIT {FLAG_NO_WAIT}\n#define CXL_FLAG_STATS {FLAG_STATS}\n"
+    );
+    s += &format!(
+        "#define CXL_TIME_SHIFT {}\n#define CXL_ONE {}\n#define CXL_RHO_MAX {}\n#define CXL_WINDOW_SHIFT {}\n\n",
+        crate::model::TIME_SHIFT,
+        crate::model::ONE,
+        crate::model::RHO_MAX,
+        crate::model::WINDOW_SHIFT
+    );
+    s += "struct cxl_range {\n\t__u64 base;\n\t__u64 len;\n\t__u32 interleave_local;\n\t__u32 interleave_cxl;\n\t__u32 page_shift;\n\t__u32 pad;\n};\n\n";
+    s += "struct cxl_config {\n\t__u64 magic;\n\t__u64 version;\n\t__u64 flags;\n\t__u64 latency[3];\n\t__u64 byte_cost;\n\t__u64 burst;\n\t__u64 window_cap_bytes;\n\t__u64 queue_k;\n\t__u64 seq_stride;\n\t__u64 cache_lines;\n\t__u64 nranges;\n\tstruct cxl_range ranges[CXL_MAX_RANGES];\n};\n\n";
+    s += "struct cxl_state {\n\t__u64 tat;\n\t__u64 epoch;\n\t__u64 window[2];\n\t__u64 last_window;\n\t__u64 t0;\n\t__u64 pad[2];\n};\n\n";
+    s += "struct cxl_hist {\n\t__u64 last;\n\t__u64 stride;\n};\n\n";
+    s += "struct cxl_kernel {\n\t__u64 kernel_id;\n\t__u64 launches;\n\t__u64 total_ns;\n\t__u64 start;\n};\n\n";
+    s += "struct cxl_end {\n\t__u64 t;\n\t__u64 pad[15];\n};\n\n";
+    s += "enum cxl_stat {\n";
+    for (i, n) in STATS.iter().enumerate() {
+        s += &format!("\tCXL_STAT_{} = {i},\n", n.to_uppercase());
+    }
+    s += &format!("\tCXL_STATS = {},\n}};\n", STATS.len());
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn header_is_current() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/bpf/cxl_abi.h");
+        let want = c_header();
+        if std::env::var_os("BPFTIME_BLESS").is_some() {
+            std::fs::write(path, &want).unwrap();
+        }
+        let have = std::fs::read_to_string(path).unwrap_or_default();
+        assert_eq!(
+            have, want,
+            "{path} is stale: BPFTIME_BLESS=1 cargo test -p cxl-sim abi"
+        );
+    }
+
+    #[test]
+    fn bytes_follow_the_layout() {
+        let mut c = CxlConfig::new();
+        c.nranges = 1;
+        c.ranges[0] = CxlRange {
+            base: 0x1000,
+            len: 0x2000,
+            interleave_local: 1,
+            interleave_cxl: 3,
+            page_shift: 12,
+            pad: 0,
+        };
+        let b = c.to_bytes();
+        assert_eq!(&b[..8], &MAGIC.to_le_bytes());
+        assert_eq!(&b[96..104], &1u64.to_le_bytes());
+        assert_eq!(&b[104..112], &0x1000u64.to_le_bytes());
+        assert_eq!(&b[120..124], &1u32.to_le_bytes());
+        assert_eq!(&b[128..132], &12u32.to_le_bytes());
+    }
+
+    #[test]
+    fn interleave() {
+        let r = CxlRange {
+            base: 1 << 20,
+            len: 8 << 12,
+            interleave_local: 1,
+            interleave_cxl: 3,
+            page_shift: 12,
+            pad: 0,
+        };
+        let tiers: Vec<bool> = (0..8)
+            .map(|p| r.contains((1 << 20) + (p << 12) + 5))
+            .collect();
+        assert_eq!(tiers, [false, true, true, true, false, true, true, true]);
+        assert!(!r.contains((1 << 20) - 1));
+        assert!(!r.contains((1 << 20) + (8 << 12)));
+    }
+}

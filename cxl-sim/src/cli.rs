@@ -1,0 +1,589 @@
+//! The `bpftime-super cxl` command line: `run`, `sweep`, `place`, `presets`.
+//!
+//! `run` writes the tier's parameters into the delay probe's object and runs
+//! `bpftime-super trace OBJ --json -- CMD`; from trace's JSON it takes the kernel names,
+//! what could not be instrumented ("not emulated") and, at exit, the probe's maps: the
+//! tier's counters and each kernel's time from its entry/exit probes. `sweep` repeats that
+//! per setting, with a progress bar, and writes a CSV and plots.
+
+use anyhow::{Context, Result, bail};
+use clap::{Args, Parser, Subcommand};
+use cxl_sim::abi::{CxlKernel, STATS};
+use cxl_sim::model::{Params, WaitMode};
+use cxl_sim::placement::{Alloc, Policy};
+use cxl_sim::{plot, presets};
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+/// `bpftime-super cxl`: emulate a CXL.mem tier under a CUDA application's kernels.
+#[derive(Parser, Debug)]
+#[command(name = "bpftime-super cxl", version)]
+pub struct Cli {
+    /// More logging (-v, -vv).
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    pub verbose: u8,
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// Run CMD with the tier emulated; print kernel times and the tier's counters.
+    Run {
+        #[command(flatten)]
+        tier: TierArgs,
+        /// One JSON object on stdout at the end instead of the table.
+        #[arg(long)]
+        json: bool,
+        /// The command, after `--`.
+        #[arg(last = true, required = true)]
+        cmd: Vec<String>,
+    },
+    /// Run CMD once per setting (latency × bandwidth) and write results.csv and plots.
+    Sweep {
+        #[command(flatten)]
+        tier: TierArgs,
+        /// Added random latencies, ns (`0,100,200,400,800`).
+        #[arg(long, value_delimiter = ',', default_value = "0,100,200,400,800")]
+        latency: Vec<f64>,
+        /// Bandwidth caps, GB/s (`none` for no cap).
+        #[arg(long, value_delimiter = ',', default_value = "none")]
+        bandwidth: Vec<String>,
+        /// Where results.csv and the PNGs go.
+        #[arg(long, default_value = "cxl-sweep")]
+        out: PathBuf,
+        /// The command, after `--`.
+        #[arg(last = true, required = true)]
+        cmd: Vec<String>,
+    },
+    /// Show the placement a policy chooses for the allocations of a `trace --api-log` file.
+    Place {
+        /// The policy (`all`, `size>=64MB`, `site=TEXT`, `local=4GB`, `interleave=1:3@4KB`).
+        #[arg(long)]
+        placement: Policy,
+        /// The API log (`bpftime-super trace --api-log FILE -- CMD`).
+        api_log: PathBuf,
+        /// JSON instead of the table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// List the presets.
+    Presets {
+        /// JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// The tier's parameters: a preset, then overrides.
+#[derive(Args, Debug, Clone)]
+struct TierArgs {
+    /// Start from a preset (`bpftime-super cxl presets`).
+    #[arg(long)]
+    preset: Option<String>,
+    /// Added latency of a random access, ns.
+    #[arg(long, allow_negative_numbers = true)]
+    latency_ns: Option<f64>,
+    /// The tier's bandwidth cap, GB/s.
+    #[arg(long, allow_negative_numbers = true)]
+    bandwidth_gbps: Option<f64>,
+    /// No bandwidth cap (overrides the preset's).
+    #[arg(long, conflicts_with = "bandwidth_gbps")]
+    no_cap: bool,
+    /// Random accesses pay this many times what sequential ones pay.
+    #[arg(long, allow_negative_numbers = true)]
+    seq_ratio: Option<f64>,
+    /// Strided accesses pay this fraction of the random latency.
+    #[arg(long, allow_negative_numbers = true)]
+    strided_fraction: Option<f64>,
+    /// Queueing coefficient (0: no queueing term).
+    #[arg(long, allow_negative_numbers = true)]
+    queue_k: Option<f64>,
+    /// MiB of the emulated GPU cache in front of the tier (0: every access reaches it;
+    /// default: the preset's, else 64, about an H100's 50 MB L2).
+    #[arg(long)]
+    cache_mib: Option<u64>,
+    /// Bytes that pass the cap at once after idle.
+    #[arg(long)]
+    burst_bytes: Option<u64>,
+    /// How the GPU waits.
+    #[arg(long, value_enum)]
+    wait: Option<WaitMode>,
+    /// Which memory is the tier's. Only `all` is applied to a running application in this
+    /// version (see `place` for the others).
+    #[arg(long, default_value = "all")]
+    placement: Policy,
+    /// Compute every delay, never wait (the emulator's own cost).
+    #[arg(long)]
+    count_only: bool,
+    /// Do not time kernels with entry/exit probes (they cost a call per thread at entry
+    /// and exit); `run` then prints no kernel times and `sweep` cannot run.
+    #[arg(long)]
+    no_kernel_time: bool,
+    /// Keep no counters (requests by class, bytes, delay): one atomic fewer per counter
+    /// and request. Kernel times are still measured.
+    #[arg(long)]
+    no_stats: bool,
+    /// A probe object built from bpf/cxl.bpf.c other than the embedded one (to measure a
+    /// variant of the probe).
+    #[arg(long, hide = true)]
+    object: Option<PathBuf>,
+    /// The bpftime-super binary (default: next to this one, else on PATH).
+    #[arg(long)]
+    bpftime: Option<PathBuf>,
+}
+
+impl TierArgs {
+    fn params(&self) -> Result<Params> {
+        let mut p = match &self.preset {
+            Some(n) => {
+                presets::by_name(n)
+                    .with_context(|| {
+                        let names: Vec<&str> = presets::all().iter().map(|p| p.name).collect();
+                        format!("no preset `{n}`: the presets are {}", names.join(", "))
+                    })?
+                    .params
+            }
+            None => Params {
+                cache_mib: 64,
+                ..Params::default()
+            },
+        };
+        if let Some(v) = self.cache_mib {
+            p.cache_mib = v;
+        }
+        if let Some(v) = self.latency_ns {
+            p.latency_ns = v;
+        }
+        if let Some(v) = self.bandwidth_gbps {
+            p.bandwidth_gbps = Some(v);
+        }
+        if self.no_cap {
+            p.bandwidth_gbps = None;
+        }
+        if let Some(v) = self.seq_ratio {
+            p.seq_ratio = v;
+        }
+        if let Some(v) = self.strided_fraction {
+            p.strided_fraction = v;
+        }
+        if let Some(v) = self.queue_k {
+            p.queue_k = v;
+        }
+        if let Some(v) = self.burst_bytes {
+            p.burst_bytes = v;
+        }
+        if let Some(v) = self.wait {
+            p.wait = v;
+        }
+        p.validate()?;
+        Ok(p)
+    }
+}
+
+/// What one run measured.
+#[derive(Debug, Default, serde::Serialize)]
+struct RunOut {
+    params: Option<Params>,
+    exit_code: i32,
+    /// Kernel name → (launches, ns).
+    kernels: BTreeMap<String, (u64, u64)>,
+    stats: BTreeMap<String, u64>,
+    not_emulated: Vec<String>,
+}
+
+/// Runs the command line.
+pub fn run(cli: Cli) -> Result<std::process::ExitCode> {
+    match cli.cmd {
+        Cmd::Presets { json } => {
+            if json {
+                let v: Vec<_> = presets::all()
+                    .into_iter()
+                    .map(
+                        |p| serde_json::json!({"name": p.name, "what": p.what, "params": p.params}),
+                    )
+                    .collect();
+                println!("{}", serde_json::to_string_pretty(&v)?);
+            } else {
+                for p in presets::all() {
+                    println!("{:<10} {}", p.name, p.what);
+                }
+            }
+            Ok(std::process::ExitCode::SUCCESS)
+        }
+        Cmd::Place {
+            placement,
+            api_log,
+            json,
+        } => {
+            let allocs = allocs_from_log(&api_log)?;
+            let pl = placement.place(&allocs);
+            if json {
+                println!("{}", serde_json::to_string_pretty(&pl)?);
+            } else {
+                print!("{}", pl.table(&allocs));
+                println!(
+                    "{} of {} allocations in the tier, {} bytes",
+                    pl.matched(),
+                    allocs.len(),
+                    pl.cxl_bytes(&allocs)
+                );
+            }
+            if pl.matched() == 0 {
+                eprintln!(
+                    "warning: placement {placement:?} matches no allocation of {}",
+                    api_log.display()
+                );
+            }
+            for i in &pl.overflow {
+                eprintln!(
+                    "warning: allocation at {:#x} stays local: the probe holds {} ranges",
+                    allocs[*i].addr,
+                    cxl_sim::abi::MAX_RANGES
+                );
+            }
+            Ok(std::process::ExitCode::SUCCESS)
+        }
+        Cmd::Run { tier, json, cmd } => {
+            let p = tier.params()?;
+            let out = run_once(&tier, &p, &cmd, !json)?;
+            if json {
+                println!("{}", serde_json::to_string(&out)?);
+            } else {
+                print_run(&out);
+            }
+            Ok(std::process::ExitCode::from(
+                out.exit_code.clamp(0, 255) as u8
+            ))
+        }
+        Cmd::Sweep {
+            tier,
+            latency,
+            bandwidth,
+            out,
+            cmd,
+        } => sweep(&tier, &latency, &bandwidth, &out, &cmd),
+    }
+}
+
+fn bpftime_binary(explicit: Option<&Path>) -> Result<PathBuf> {
+    if let Some(p) = explicit {
+        return Ok(p.to_path_buf());
+    }
+    let exe = std::env::current_exe().context("cannot locate this executable")?;
+    let beside = exe.with_file_name("bpftime-super");
+    if beside.is_file() {
+        return Ok(beside);
+    }
+    Ok(PathBuf::from("bpftime-super"))
+}
+
+/// One run of CMD under trace with the configured probe.
+fn run_once(tier: &TierArgs, p: &Params, cmd: &[String], echo: bool) -> Result<RunOut> {
+    if tier.placement != Policy::All {
+        bail!(
+            "--placement {:?}: only `all` can be applied to a running application in this version (allocation ranges would have to reach the GPU copy of the probe's configuration while the app runs); `bpftime-super cxl place` shows what a policy would choose",
+            tier.placement
+        );
+    }
+    let mut config = p.config(true)?;
+    if tier.count_only {
+        config.flags |= cxl_sim::abi::FLAG_NO_WAIT;
+    }
+    if tier.no_stats {
+        config.flags &= !cxl_sim::abi::FLAG_STATS;
+    }
+    let dir = std::env::temp_dir().join(format!("bpftime-cxl-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).with_context(|| format!("create {}", dir.display()))?;
+    let obj = dir.join("cxl.bpf.o");
+    let base = match &tier.object {
+        Some(p) => std::fs::read(p).with_context(|| format!("--object {}", p.display()))?,
+        None => cxl_sim::probe::OBJECT.to_vec(),
+    };
+    std::fs::write(&obj, cxl_sim::probe::patch(&base, &config)?)
+        .with_context(|| format!("write {}", obj.display()))?;
+    let mut objects = vec![obj];
+    if !tier.no_kernel_time {
+        let t = dir.join("cxl_time.bpf.o");
+        std::fs::write(&t, cxl_sim::probe::TIME_OBJECT)
+            .with_context(|| format!("write {}", t.display()))?;
+        objects.push(t);
+    }
+    let bin = bpftime_binary(tier.bpftime.as_deref())?;
+    let mut child = Command::new(&bin)
+        .arg("trace")
+        .args(&objects)
+        .args(["--json", "--quiet", "--interval", "0", "--"])
+        .args(cmd)
+        .stdout(Stdio::piped())
+        .spawn()
+        .with_context(|| format!("cannot start {} trace", bin.display()))?;
+    let mut out = RunOut {
+        params: Some(p.clone()),
+        ..Default::default()
+    };
+    let mut names: BTreeMap<u64, String> = BTreeMap::new();
+    let mut kernels_raw: Vec<(usize, CxlKernel)> = Vec::new();
+    let mut ends = vec![0u64; cxl_sim::abi::KERNEL_SLOTS];
+    let stdout = child.stdout.take().context("trace's stdout")?;
+    for line in BufReader::new(stdout).lines() {
+        let line = line.context("read trace's output")?;
+        let Some(v) = line
+            .starts_with('{')
+            .then(|| serde_json::from_str::<serde_json::Value>(&line).ok())
+            .flatten()
+            .filter(|v| v.get("event").is_some())
+        else {
+            // The application's own output (to stderr when stdout is for our JSON).
+            if echo {
+                println!("{line}");
+            } else {
+                eprintln!("{line}");
+            }
+            continue;
+        };
+        match v["event"].as_str().unwrap_or("") {
+            "attach" => {
+                if let (Some(id), Some(d)) = (v["kernel_id"].as_u64(), v["demangled"].as_str()) {
+                    let base = d.split_once('(').map(|(b, _)| b).unwrap_or(d);
+                    names.insert(id, base.to_string());
+                }
+            }
+            "warning" => {
+                let what = v["what"].as_str().unwrap_or("").to_string();
+                if !what.contains("matched no kernel") {
+                    out.not_emulated.push(what);
+                }
+            }
+            "module" if v["instrumented"] == false => {
+                out.not_emulated
+                    .push(format!("module left unchanged: {}", v));
+            }
+            "map" if v["final"] == true => {
+                let map = v["map"].as_str().unwrap_or("");
+                let entries = v["entries"].as_array().cloned().unwrap_or_default();
+                for (i, e) in entries.iter().enumerate() {
+                    let val = e
+                        .get(1)
+                        .and_then(|x| x.as_str())
+                        .map(hex)
+                        .unwrap_or_default();
+                    if map.ends_with("cxl_stats") && i < STATS.len() && val.len() >= 8 {
+                        out.stats.insert(
+                            STATS[i].to_string(),
+                            u64::from_le_bytes(val[..8].try_into().expect("8 bytes")),
+                        );
+                    } else if map.ends_with("cxl_kernels")
+                        && let Some(k) = CxlKernel::from_bytes(&val)
+                        && k.launches > 0
+                    {
+                        kernels_raw.push((i, k));
+                    } else if map.ends_with("cxl_kernel_end") && val.len() >= 8 {
+                        let slot = i / cxl_sim::abi::END_STRIPES;
+                        let t = u64::from_le_bytes(val[..8].try_into().expect("8 bytes"));
+                        if let Some(e) = ends.get_mut(slot) {
+                            *e = (*e).max(t);
+                        }
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    let status = child.wait().context("wait for trace")?;
+    out.exit_code = status.code().unwrap_or(1);
+    for (slot, k) in kernels_raw {
+        let name = names
+            .get(&k.kernel_id)
+            .cloned()
+            .unwrap_or_else(|| format!("{:#018x}", k.kernel_id));
+        let e = out.kernels.entry(name).or_default();
+        e.0 += k.launches;
+        e.1 += k.time_ns(ends.get(slot).copied().unwrap_or(0));
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(out)
+}
+
+fn hex(s: &str) -> Vec<u8> {
+    (0..s.len() / 2)
+        .filter_map(|i| u8::from_str_radix(&s[2 * i..2 * i + 2], 16).ok())
+        .collect()
+}
+
+fn print_run(o: &RunOut) {
+    if let Some(p) = &o.params {
+        let [s, t, r] = p.latencies();
+        println!(
+            "tier: +{r} ns random, +{t} ns strided, +{s} ns sequential, {}",
+            p.bandwidth_gbps
+                .map_or("no bandwidth cap".to_string(), |b| format!("{b} GB/s cap"))
+        );
+    }
+    println!("{:<40} {:>9} {:>14}", "kernel", "launches", "time (ms)");
+    for (k, (n, ns)) in &o.kernels {
+        println!("{k:<40} {n:>9} {:>14.3}", *ns as f64 / 1e6);
+    }
+    let g = |k: &str| o.stats.get(k).copied().unwrap_or(0);
+    let acc = g("sequential") + g("strided") + g("random");
+    println!(
+        "tier accesses (warp requests): {acc}, {} bytes; sequential {}, strided {}, random {}; {} hit the emulated cache",
+        g("bytes"),
+        g("sequential"),
+        g("strided"),
+        g("random"),
+        g("cached")
+    );
+    if acc > 0 {
+        println!(
+            "mean added delay {:.1} ns (computed), {:.1} ns (waited)",
+            g("delay_ns") as f64 / acc as f64,
+            g("waited_ns") as f64 / acc as f64
+        );
+    }
+    for w in &o.not_emulated {
+        println!("not emulated: {w}");
+    }
+}
+
+fn sweep(
+    tier: &TierArgs,
+    lat: &[f64],
+    bw: &[String],
+    out: &Path,
+    cmd: &[String],
+) -> Result<std::process::ExitCode> {
+    let base = tier.params()?;
+    if tier.no_kernel_time {
+        bail!("sweep compares kernel times: it cannot run with --no-kernel-time");
+    }
+    let mut caps: Vec<Option<f64>> = Vec::new();
+    for b in bw {
+        caps.push(if b == "none" {
+            None
+        } else {
+            Some(
+                b.parse()
+                    .with_context(|| format!("--bandwidth {b}: a number of GB/s or `none`"))?,
+            )
+        });
+    }
+    // Every setting first, so a bad one fails before anything runs.
+    let mut settings = Vec::new();
+    for &c in &caps {
+        for &l in lat {
+            let p = Params {
+                latency_ns: l,
+                bandwidth_gbps: c,
+                ..base.clone()
+            };
+            p.validate()?;
+            settings.push(p);
+        }
+    }
+    std::fs::create_dir_all(out).with_context(|| format!("create {}", out.display()))?;
+    // The baseline: the emulator with nothing to add.
+    let zero = Params {
+        latency_ns: 0.0,
+        bandwidth_gbps: None,
+        ..base.clone()
+    };
+    let bar = indicatif::ProgressBar::new(settings.len() as u64 + 1);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} {msg}").expect("template"),
+    );
+    bar.set_message("baseline");
+    let b = run_once(tier, &zero, cmd, false)?;
+    if b.exit_code != 0 {
+        bail!(
+            "the baseline run of `{}` exited with {}",
+            cmd.join(" "),
+            b.exit_code
+        );
+    }
+    let mut rows = Vec::new();
+    let mut csv =
+        String::from("latency_ns,bandwidth_gbps,kernel,launches,time_ns,baseline_ns,slowdown\n");
+    for p in &settings {
+        bar.inc(1);
+        bar.set_message(format!(
+            "latency {} ns, {}",
+            p.latency_ns,
+            p.bandwidth_gbps
+                .map_or("no cap".into(), |b| format!("{b} GB/s"))
+        ));
+        let r = run_once(tier, p, cmd, false)?;
+        if r.exit_code != 0 {
+            bail!(
+                "`{}` exited with {} at latency {} ns",
+                cmd.join(" "),
+                r.exit_code,
+                p.latency_ns
+            );
+        }
+        for (k, (n, ns)) in &r.kernels {
+            let b0 = b.kernels.get(k).map_or(0, |x| x.1);
+            let s = if b0 > 0 {
+                *ns as f64 / b0 as f64
+            } else {
+                f64::NAN
+            };
+            csv += &format!(
+                "{},{},{k},{n},{ns},{b0},{s:.4}\n",
+                p.latency_ns,
+                p.bandwidth_gbps.map_or(String::new(), |x| x.to_string())
+            );
+            rows.push(plot::Row {
+                latency_ns: p.latency_ns,
+                bandwidth_gbps: p.bandwidth_gbps,
+                kernel: k.clone(),
+                slowdown: s,
+            });
+        }
+    }
+    bar.finish_and_clear();
+    let path = out.join("results.csv");
+    std::fs::write(&path, &csv).with_context(|| format!("write {}", path.display()))?;
+    print!("{csv}");
+    match plot::write(&rows, out) {
+        Ok(files) => {
+            for f in files {
+                eprintln!("wrote {}", f.display());
+            }
+        }
+        Err(e) => eprintln!("warning: no plots: {e}"),
+    }
+    let _ = std::io::stdout().flush();
+    Ok(std::process::ExitCode::SUCCESS)
+}
+
+/// Device allocations (and their frees) from a `trace --api-log` file.
+fn allocs_from_log(path: &Path) -> Result<Vec<Alloc>> {
+    let log = attach::apilog::read(path).with_context(|| format!("read {}", path.display()))?;
+    let mut allocs: Vec<Alloc> = Vec::new();
+    use attach::apilog::Kind;
+    for e in &log {
+        match e.kind {
+            Kind::Alloc if e.result == 0 => allocs.push(Alloc {
+                time_ns: e.start_ns,
+                addr: e.dst,
+                bytes: e.bytes,
+                site: String::new(),
+                freed_ns: None,
+            }),
+            Kind::Free => {
+                if let Some(a) = allocs
+                    .iter_mut()
+                    .rev()
+                    .find(|a| a.addr == e.dst && a.freed_ns.is_none())
+                {
+                    a.freed_ns = Some(e.start_ns);
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(allocs)
+}

@@ -1,0 +1,183 @@
+//! The sweep's plots (plotters): slowdown against added latency (a line per bandwidth
+//! cap), slowdown against the cap (a line per latency), and per-kernel bars at the
+//! heaviest setting.
+
+use plotters::prelude::*;
+use std::path::{Path, PathBuf};
+
+/// One kernel at one setting.
+#[derive(Clone, Debug)]
+pub struct Row {
+    /// Added random latency, ns.
+    pub latency_ns: f64,
+    /// The cap, GB/s (`None`: none).
+    pub bandwidth_gbps: Option<f64>,
+    /// Kernel name.
+    pub kernel: String,
+    /// Its time over the baseline's.
+    pub slowdown: f64,
+}
+
+/// Writes `slowdown_latency.png`, `slowdown_bandwidth.png` (when several caps were swept)
+/// and `kernels.png` into `dir`.
+pub fn write(rows: &[Row], dir: &Path) -> Result<Vec<PathBuf>, String> {
+    host::plot::register_font()?;
+    let rows: Vec<&Row> = rows.iter().filter(|r| r.slowdown.is_finite()).collect();
+    if rows.is_empty() {
+        return Err("no kernel time was measured".into());
+    }
+    let mut files = Vec::new();
+    // Per setting: the geometric mean over kernels.
+    let mut settings: Vec<(f64, Option<f64>)> = Vec::new();
+    for r in &rows {
+        if !settings.contains(&(r.latency_ns, r.bandwidth_gbps)) {
+            settings.push((r.latency_ns, r.bandwidth_gbps));
+        }
+    }
+    let mean = |l: f64, b: Option<f64>| {
+        let v: Vec<f64> = rows
+            .iter()
+            .filter(|r| r.latency_ns == l && r.bandwidth_gbps == b)
+            .map(|r| r.slowdown.ln())
+            .collect();
+        (v.iter().sum::<f64>() / v.len() as f64).exp()
+    };
+    let mut caps: Vec<Option<f64>> = settings.iter().map(|s| s.1).collect();
+    caps.dedup();
+    let mut lats: Vec<f64> = settings.iter().map(|s| s.0).collect();
+    lats.sort_by(f64::total_cmp);
+    lats.dedup();
+    let lines: Vec<(String, Vec<(f64, f64)>)> = caps
+        .iter()
+        .map(|&b| {
+            (
+                b.map_or("no cap".into(), |b| format!("{b} GB/s")),
+                lats.iter().map(|&l| (l, mean(l, b))).collect(),
+            )
+        })
+        .collect();
+    let f = dir.join("slowdown_latency.png");
+    chart(
+        &f,
+        "slowdown against added latency",
+        "added random latency (ns)",
+        &lines,
+    )?;
+    files.push(f);
+    let capped: Vec<f64> = caps.iter().filter_map(|b| *b).collect();
+    if capped.len() > 1 {
+        let lines: Vec<(String, Vec<(f64, f64)>)> = lats
+            .iter()
+            .map(|&l| {
+                (
+                    format!("+{l} ns"),
+                    capped.iter().map(|&b| (b, mean(l, Some(b)))).collect(),
+                )
+            })
+            .collect();
+        let f = dir.join("slowdown_bandwidth.png");
+        chart(
+            &f,
+            "slowdown against bandwidth cap",
+            "bandwidth cap (GB/s)",
+            &lines,
+        )?;
+        files.push(f);
+    }
+    let heaviest = *settings.last().expect("a setting");
+    let bars: Vec<(&str, f64)> = rows
+        .iter()
+        .filter(|r| (r.latency_ns, r.bandwidth_gbps) == heaviest)
+        .map(|r| (r.kernel.as_str(), r.slowdown))
+        .collect();
+    let f = dir.join("kernels.png");
+    kernel_bars(&f, &bars, heaviest)?;
+    files.push(f);
+    Ok(files)
+}
+
+fn chart(
+    path: &Path,
+    title: &str,
+    x: &str,
+    lines: &[(String, Vec<(f64, f64)>)],
+) -> Result<(), String> {
+    let e = |e: &dyn std::fmt::Display| e.to_string();
+    let pts = lines.iter().flat_map(|l| l.1.iter());
+    let (mut x1, mut y1) = (1.0f64, 1.0f64);
+    for &(x, y) in pts {
+        x1 = x1.max(x);
+        y1 = y1.max(y);
+    }
+    let root = BitMapBackend::new(path, (900, 560)).into_drawing_area();
+    root.fill(&WHITE).map_err(|x| e(&x))?;
+    let mut c = ChartBuilder::on(&root)
+        .caption(title, ("sans-serif", 24))
+        .margin(14)
+        .x_label_area_size(45)
+        .y_label_area_size(60)
+        .build_cartesian_2d(0f64..x1 * 1.05, 0f64..y1 * 1.1)
+        .map_err(|x| e(&x))?;
+    c.configure_mesh()
+        .x_desc(x)
+        .y_desc("slowdown (× the run with Δt = 0, no cap)")
+        .draw()
+        .map_err(|x| e(&x))?;
+    for (i, (name, p)) in lines.iter().enumerate() {
+        let col = Palette99::pick(i).to_rgba();
+        c.draw_series(std::iter::once(PathElement::new(
+            p.clone(),
+            col.stroke_width(2),
+        )))
+        .map_err(|x| e(&x))?
+        .label(name.as_str())
+        .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], col.stroke_width(2)));
+        c.draw_series(p.iter().map(|&q| Circle::new(q, 4, col.filled())))
+            .map_err(|x| e(&x))?;
+    }
+    c.configure_series_labels()
+        .border_style(BLACK)
+        .background_style(WHITE.mix(0.8))
+        .draw()
+        .map_err(|x| e(&x))?;
+    root.present().map_err(|x| e(&x))
+}
+
+fn kernel_bars(path: &Path, bars: &[(&str, f64)], at: (f64, Option<f64>)) -> Result<(), String> {
+    let e = |e: &dyn std::fmt::Display| e.to_string();
+    let y1 = bars.iter().map(|b| b.1).fold(1.0, f64::max);
+    let root = BitMapBackend::new(path, (900, 560)).into_drawing_area();
+    root.fill(&WHITE).map_err(|x| e(&x))?;
+    let title = format!(
+        "slowdown per kernel at +{} ns, {}",
+        at.0,
+        at.1.map_or("no cap".into(), |b| format!("{b} GB/s"))
+    );
+    let mut c = ChartBuilder::on(&root)
+        .caption(title, ("sans-serif", 22))
+        .margin(14)
+        .x_label_area_size(45)
+        .y_label_area_size(60)
+        .build_cartesian_2d((0..bars.len()).into_segmented(), 0f64..y1 * 1.1)
+        .map_err(|x| e(&x))?;
+    c.configure_mesh()
+        .y_desc("slowdown")
+        .x_labels(bars.len() + 1)
+        .x_label_formatter(&|x| match x {
+            SegmentValue::CenterOf(i) => bars.get(*i).map_or(String::new(), |b| b.0.to_string()),
+            _ => String::new(),
+        })
+        .draw()
+        .map_err(|x| e(&x))?;
+    c.draw_series(bars.iter().enumerate().map(|(i, b)| {
+        Rectangle::new(
+            [
+                (SegmentValue::Exact(i), 0.0),
+                (SegmentValue::Exact(i + 1), b.1),
+            ],
+            BLUE.mix(0.6).filled(),
+        )
+    }))
+    .map_err(|x| e(&x))?;
+    root.present().map_err(|x| e(&x))
+}

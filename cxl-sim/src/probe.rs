@@ -1,0 +1,73 @@
+//! The delay probe (`bpf/cxl.bpf.c`, a `memprobe/*` program) and the kernel timer
+//! (`bpf/cxl_time.bpf.c`): their objects are embedded, and
+//! [`object_with`] writes a [`CxlConfig`] into the object's `cxl_config` global, whose
+//! bytes become the map's initial value when `trace` loads it.
+
+use crate::abi::{CxlConfig, MAGIC};
+use object::{Object, ObjectSection};
+
+/// Bytes at an 8-byte boundary: ELF readers want their header aligned.
+#[repr(C, align(8))]
+struct Aligned<T: ?Sized>(T);
+
+static DELAY: &Aligned<[u8]> = &Aligned(*include_bytes!("../bpf/cxl.bpf.o"));
+static TIME: &Aligned<[u8]> = &Aligned(*include_bytes!("../bpf/cxl_time.bpf.o"));
+
+/// The object `scripts/build-builtin-probes` builds from `bpf/cxl.bpf.c` (8-byte aligned).
+pub const OBJECT: &[u8] = &DELAY.0;
+/// The kernel timer (`bpf/cxl_time.bpf.c`): entry and exit probes summing each kernel's
+/// launch times in `cxl_kernels` and `cxl_kernel_end`.
+pub const TIME_OBJECT: &[u8] = &TIME.0;
+/// The section of the `cxl_config` global.
+pub const CONFIG_SECTION: &str = ".data.cxl_config";
+
+/// The embedded object is not what this crate expects.
+#[derive(Debug, thiserror::Error)]
+pub enum ProbeError {
+    /// Not an ELF object.
+    #[error("the delay probe's object does not parse: {0}")]
+    Elf(#[from] object::Error),
+    /// No config section, or one of another size or magic (the object is stale).
+    #[error(
+        "the delay probe's object has no {CONFIG_SECTION} section of {want} bytes starting with the magic (found {found}): rebuild it with scripts/build-builtin-probes"
+    )]
+    Config {
+        /// Bytes expected.
+        want: usize,
+        /// What was found.
+        found: String,
+    },
+}
+
+/// [`OBJECT`] with `config` as the global's initial value.
+pub fn object_with(config: &CxlConfig) -> Result<Vec<u8>, ProbeError> {
+    patch(OBJECT, config)
+}
+
+/// A probe object built from `bpf/cxl.bpf.c` (`object`) with `config` as the global's
+/// initial value.
+pub fn patch(object: &[u8], config: &CxlConfig) -> Result<Vec<u8>, ProbeError> {
+    let mut bytes = object.to_vec();
+    let want = std::mem::size_of::<CxlConfig>();
+    let range = {
+        let file = object::File::parse(object)?;
+        let sec = file.section_by_name(CONFIG_SECTION);
+        let found = match &sec {
+            None => "none".to_string(),
+            Some(s) => format!("{} bytes", s.size()),
+        };
+        let (off, len) = sec
+            .and_then(|s| s.file_range())
+            .ok_or_else(|| ProbeError::Config {
+                want,
+                found: found.clone(),
+            })?;
+        let (off, len) = (off as usize, len as usize);
+        if len != want || object.get(off..off + 8) != Some(&MAGIC.to_le_bytes()[..]) {
+            return Err(ProbeError::Config { want, found });
+        }
+        off..off + len
+    };
+    bytes[range].copy_from_slice(&config.to_bytes());
+    Ok(bytes)
+}

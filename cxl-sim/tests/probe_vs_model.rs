@@ -1,0 +1,458 @@
+//! The delay probe (`bpf/cxl.bpf.c`, the embedded object) against the model
+//! (`cxl_sim::model::Emulator`): the probe runs in the interpreter over access sequences
+//! (one warp at a time, the timer from the ctx, `FLAG_NO_WAIT`), and every counter it keeps
+//! must equal what the model computes for the same accesses. Also: the probe verifies as a
+//! memory probe, and instrumented real PTX assembles with ptxas.
+
+use cxl_sim::abi::{self, CxlConfig, CxlRange, FLAG_NO_WAIT, HIST_SLOTS, STATS};
+use cxl_sim::model::{Access, Emulator, Params, Pattern};
+use ebpf::interp::{Env, Vm};
+use ebpf::{MemCtx, maps::MapOps};
+use std::sync::Arc;
+
+/// The probe's history slot of a leader (the FNV-1a of `hist_slot` in the probe).
+fn slot(site: u32, block: [u32; 3], thread: [u32; 3]) -> usize {
+    let mut x: u64 = 0xcbf2_9ce4_8422_2325;
+    for w in [
+        site, block[0], block[1], block[2], thread[0], thread[1], thread[2],
+    ] {
+        x = (x ^ w as u64).wrapping_mul(0x100_0000_01b3);
+    }
+    x ^= x >> 32;
+    (x as usize) & (HIST_SLOTS - 1)
+}
+
+struct Probe {
+    vm: Vm,
+    maps: Vec<(String, Arc<dyn MapOps>)>,
+}
+
+impl Probe {
+    fn new(config: &CxlConfig) -> Probe {
+        let bytes = cxl_sim::probe::object_with(config).unwrap();
+        let p = ebpf::elf::load(&bytes, "cxl.bpf.o", Some("memprobe/*")).unwrap();
+        let maps: Vec<Arc<dyn MapOps>> = p
+            .maps
+            .iter()
+            .map(|d| ebpf::maps::create_local(d, 1).unwrap())
+            .collect();
+        let named = p
+            .maps
+            .iter()
+            .map(|d| d.name.clone())
+            .zip(maps.iter().cloned())
+            .collect();
+        Probe {
+            vm: Vm::new(&p, maps).unwrap(),
+            maps: named,
+        }
+    }
+
+    fn run(&self, m: &MemCtx) {
+        // SAFETY: MemCtx is repr(C) plain data of MemCtx::SIZE bytes.
+        let mut b: Vec<u8> =
+            unsafe { std::slice::from_raw_parts((m as *const MemCtx).cast::<u8>(), MemCtx::SIZE) }
+                .to_vec();
+        assert_eq!(self.vm.run_mem(&mut b, &mut Env::new(0)).unwrap(), 0);
+    }
+
+    fn stat(&self, i: usize) -> u64 {
+        let (_, m) = self
+            .maps
+            .iter()
+            .find(|(n, _)| n.ends_with("cxl_stats"))
+            .unwrap();
+        let e = m.entries();
+        u64::from_le_bytes(e[i].1[..8].try_into().unwrap())
+    }
+}
+
+/// A warp's access as the shim's ctx gives it to the leader.
+fn ctx(a: &Access, site: u32, block: [u32; 3], thread: [u32; 3], sm: u32) -> MemCtx {
+    MemCtx {
+        sm_id: sm,
+        addr: a.addr,
+        size: a.size,
+        op: if a.store { MemCtx::STORE } else { MemCtx::LOAD },
+        space: MemCtx::GLOBAL,
+        site_id: site,
+        thread_idx: thread,
+        block_idx: block,
+        timer: a.now,
+        warp_active: if a.active >= 32 {
+            u32::MAX
+        } else {
+            (1u32 << a.active) - 1
+        },
+        warp_sectors: a.sectors,
+        leader: 1,
+        ..Default::default()
+    }
+}
+
+/// Runs `n` random warp accesses of a few warps and sites through both and compares.
+fn compare(params: &Params, ranges: &[CxlRange], seed: u64, n: usize) {
+    let mut config = params.config(ranges.is_empty()).unwrap();
+    config.flags |= FLAG_NO_WAIT;
+    config.nranges = ranges.len() as u64;
+    config.ranges[..ranges.len()].copy_from_slice(ranges);
+    let probe = Probe::new(&config);
+    let mut model = Emulator::new(config, HIST_SLOTS);
+    let mut want = [0u64; STATS.len()];
+    let mut x = seed | 1;
+    let mut rnd = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    // %globaltimer's values: nanoseconds since 1970.
+    let mut now = 1_764_000_000_000_000_000u64;
+    let mut addr_of = [0x7f00_0000_0000u64; 8];
+    for _ in 0..n {
+        let w = (rnd() % 8) as usize;
+        let site = (rnd() % 3) as u32;
+        let block = [w as u32, 0, 0];
+        let thread = [0, 0, 0];
+        // A mix of walks: sequential steps, repeated strides, jumps; coalesced or not.
+        addr_of[w] = match rnd() % 4 {
+            0 => addr_of[w] + 64,
+            1 => addr_of[w] + 8192,
+            2 => 0x7f00_0000_0000 + (rnd() % (1 << 30)),
+            _ => addr_of[w] + 128,
+        };
+        let active = [1, 7, 32][(rnd() % 3) as usize];
+        let size = [4, 8, 16][(rnd() % 3) as usize];
+        let sectors = 1 + (rnd() % active as u64) as u32 * size / 4;
+        now += rnd() % 20_000;
+        // Revisit a recent address now and then: hits in the emulated cache.
+        if rnd() % 8 == 0 {
+            addr_of[w] -= 128;
+        }
+        let a = Access {
+            now,
+            addr: addr_of[w],
+            size,
+            active,
+            sectors,
+            store: rnd() % 5 == 0,
+        };
+        // SM ids beyond the stripes wrap, as on a 132-SM GPU.
+        let sm = (w as u32 * 37 + site) % 132;
+        probe.run(&ctx(&a, site, block, thread, sm));
+        if !model.config.in_tier(a.addr) {
+            continue;
+        }
+        let o = model.access(&a, slot(site, block, thread), sm as usize);
+        if o.cached {
+            want[6] += 1;
+            continue;
+        }
+        let d = o.delay(now);
+        want[0] += o.bytes;
+        want[1] += d;
+        want[3 + o.pattern as usize] += 1;
+    }
+    for (i, name) in STATS.iter().enumerate() {
+        assert_eq!(probe.stat(i), want[i], "{name} (seed {seed})");
+    }
+    assert!(
+        want[3..6].iter().sum::<u64>() > 0,
+        "some accesses were the tier's"
+    );
+    assert!(
+        want[3..6].iter().all(|&n| n > 0),
+        "every class occurs: {want:?}"
+    );
+    assert!(config.cache_lines == 0 || want[6] > 0, "some hit the cache");
+}
+
+#[test]
+fn probe_computes_the_models_delays() {
+    let base = Params {
+        latency_ns: 250.0,
+        seq_ratio: 3.0,
+        strided_fraction: 0.6,
+        ..Params::default()
+    };
+    // Latency only; with a cap and the queueing term; with a tight burst.
+    compare(&base, &[], 1, 3000);
+    let capped = Params {
+        bandwidth_gbps: Some(20.0),
+        queue_k: 2.0,
+        cache_mib: 1,
+        ..base.clone()
+    };
+    compare(&capped, &[], 2, 3000);
+    let tight = Params {
+        bandwidth_gbps: Some(5.0),
+        burst_bytes: 256,
+        queue_k: 0.5,
+        ..base.clone()
+    };
+    compare(&tight, &[], 3, 3000);
+}
+
+#[test]
+fn probe_checks_ranges_and_interleave_as_the_model_does() {
+    let p = Params {
+        latency_ns: 100.0,
+        bandwidth_gbps: Some(50.0),
+        queue_k: 1.0,
+        ..Params::default()
+    };
+    let ranges = [
+        CxlRange {
+            base: 0x7f00_0000_0000,
+            len: 1 << 28,
+            ..Default::default()
+        },
+        CxlRange {
+            base: 0x7f00_2000_0000,
+            len: 1 << 28,
+            interleave_local: 1,
+            interleave_cxl: 2,
+            page_shift: 12,
+            pad: 0,
+        },
+    ];
+    compare(&p, &ranges, 4, 4000);
+}
+
+#[test]
+fn disabled_probe_does_nothing_and_pointer_chase_is_random() {
+    // The object as built: flags 0.
+    let probe = Probe::new(&CxlConfig::new());
+    let a = Access {
+        now: 1,
+        addr: 4096,
+        size: 8,
+        active: 1,
+        sectors: 1,
+        store: false,
+    };
+    probe.run(&ctx(&a, 0, [0; 3], [0; 3], 0));
+    assert!((0..STATS.len()).all(|i| probe.stat(i) == 0));
+    // A scalar pointer chase: every access random, each pays the latency.
+    let mut c = Params {
+        latency_ns: 400.0,
+        ..Params::default()
+    }
+    .config(true)
+    .unwrap();
+    c.flags |= FLAG_NO_WAIT;
+    let probe = Probe::new(&c);
+    let mut x = 77u64;
+    for i in 0..500u64 {
+        x = x
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        let a = Access {
+            now: 1_000_000 + i * 1000,
+            addr: 0x7000_0000_0000 + (x >> 20) * 64,
+            ..a
+        };
+        probe.run(&ctx(&a, 0, [0; 3], [0; 3], 5));
+    }
+    assert_eq!(
+        probe.stat(abi::STATS.iter().position(|s| *s == "random").unwrap()),
+        500
+    );
+    assert_eq!(probe.stat(1), 500 * 400);
+    let _ = Pattern::Random;
+}
+
+#[test]
+fn probe_verifies_as_a_memory_probe() {
+    let c = Params {
+        latency_ns: 200.0,
+        bandwidth_gbps: Some(32.0),
+        ..Params::default()
+    }
+    .config(true)
+    .unwrap();
+    let bytes = cxl_sim::probe::object_with(&c).unwrap();
+    let set = attach::ProbeSet::from_objects(&[("cxl.bpf.o".into(), bytes)]).unwrap();
+    let sections: Vec<&str> = set
+        .probes
+        .iter()
+        .map(|p| p.program.section.as_str())
+        .collect();
+    assert_eq!(sections, ["memprobe/*"]);
+    // The counters are add-only (striped per SM on the GPU); state and history are not.
+    assert!(set.add_only(0, "cxl_stats"));
+    assert!(!set.add_only(0, "cxl_state"));
+    assert!(!set.add_only(0, "cxl_hist"));
+}
+
+#[path = "../../jit/tests/common/mod.rs"]
+mod common;
+
+#[test]
+fn instrumented_real_ptx_assembles() {
+    let c = Params {
+        latency_ns: 200.0,
+        bandwidth_gbps: Some(32.0),
+        queue_k: 1.0,
+        ..Params::default()
+    }
+    .config(false)
+    .unwrap();
+    let bytes = cxl_sim::probe::object_with(&c).unwrap();
+    let set = attach::ProbeSet::from_objects(&[
+        ("cxl.bpf.o".into(), bytes),
+        (
+            "cxl_time.bpf.o".into(),
+            cxl_sim::probe::TIME_OBJECT.to_vec(),
+        ),
+    ])
+    .unwrap();
+    let b = attach::session::placeholder_bindings(&set, 0x7f00_0000_0000, 1024);
+    let inst = attach::Instrumenter::new(Arc::new(set), b, 90, 1);
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../jit/tests/ptx_corpus");
+    for f in [
+        "nvcc/sgemm_sm90.ptx",
+        "nvcc/vecadd_sm80.ptx",
+        "nvrtc/atomics_90.ptx",
+        "numba/saxpy_sm90.ptx",
+    ] {
+        let src = std::fs::read_to_string(root.join(f)).unwrap();
+        match inst.ptx(&src) {
+            attach::instrument::Outcome::Instrumented { ptx, .. } => {
+                assert!(ptx.contains("// bpftime-super: memprobe"), "{f}");
+                // The wait helper's loop is in the module.
+                assert!(ptx.contains("nanosleep.u32"), "{f}");
+                // Kernel time: entry and exit probes.
+                assert!(ptx.contains("// bpftime-super: kprobe"), "{f}");
+                assert!(ptx.contains("// bpftime-super: kretprobe"), "{f}");
+                common::assemble_declared(&ptx, &format!("cxl-{f}"));
+            }
+            other => panic!("{f}: not instrumented: {other:?}"),
+        }
+    }
+}
+
+/// The entry/exit probes' kernel time: launches of two kernels, blocks ending on several
+/// SMs, against end − start summed by hand.
+#[test]
+fn kernel_time_from_entry_and_exit_probes() {
+    use cxl_sim::abi::{CxlKernel, END_STRIPES, KERNEL_SLOTS};
+    use ebpf::ProbeCtx;
+    let bytes = cxl_sim::probe::TIME_OBJECT.to_vec();
+    let entry = ebpf::elf::load(&bytes, "cxl_time.bpf.o", Some("kprobe/*")).unwrap();
+    let exit = ebpf::elf::load(&bytes, "cxl_time.bpf.o", Some("kretprobe/*")).unwrap();
+    assert_eq!(
+        entry.maps.iter().map(|m| &m.name).collect::<Vec<_>>(),
+        exit.maps.iter().map(|m| &m.name).collect::<Vec<_>>()
+    );
+    let maps: Vec<Arc<dyn MapOps>> = entry
+        .maps
+        .iter()
+        .map(|d| ebpf::maps::create_local(d, 1).unwrap())
+        .collect();
+    let vm_entry = Vm::new(&entry, maps.clone()).unwrap();
+    let vm_exit = Vm::new(&exit, maps.clone()).unwrap();
+    let run = |vm: &Vm, c: &ProbeCtx| {
+        // SAFETY: ProbeCtx is repr(C) plain data of ProbeCtx::SIZE bytes.
+        let mut b = unsafe {
+            std::slice::from_raw_parts((c as *const ProbeCtx).cast::<u8>(), ProbeCtx::SIZE)
+        }
+        .to_vec();
+        vm.run_mem(&mut b, &mut Env::new(0)).unwrap();
+    };
+    let at = |kernel: u64, block: u32, thread: u32, sm: u32, t: u64| ProbeCtx {
+        kernel_id: kernel,
+        block_idx: [block, 0, 0],
+        thread_idx: [thread, 0, 0],
+        sm_id: sm,
+        timer: t,
+        ..Default::default()
+    };
+    let (ka, kb) = (0x1234_5678_9abc_def0u64, 0x0fed_cba9_8765_4321u64);
+    let t = 1_764_000_000_000_000_000u64;
+    let mut want_a = 0;
+    // Three launches of A, one of B in between; blocks end on SMs 0..131 in any order,
+    // non-zero threads never count.
+    // A block of the first launch that finishes before block 0 enters counts nowhere.
+    run(&vm_exit, &at(ka, 9, 0, 9, t - 10));
+    for (launch, len) in [(0u64, 5_000u64), (1, 7_000), (2, 11_000)] {
+        let s = t + launch * 100_000;
+        for blk in 0..64u32 {
+            run(&vm_entry, &at(ka, blk, 0, blk % 132, s + blk as u64));
+        }
+        for blk in (0..64u32).rev() {
+            let end = s + len * (blk as u64 + 1) / 64;
+            run(&vm_exit, &at(ka, blk, 0, (blk * 7) % 132, end));
+            run(&vm_exit, &at(ka, blk, 5, (blk * 7) % 132, end + 999_999));
+        }
+        want_a += len;
+        if launch == 1 {
+            run(&vm_entry, &at(kb, 0, 0, 3, s + 50_000));
+            run(&vm_exit, &at(kb, 0, 0, 3, s + 50_700));
+        }
+    }
+    let slot_of = |k: u64| (k % KERNEL_SLOTS as u64) as usize;
+    let kernels = maps[entry
+        .maps
+        .iter()
+        .position(|m| m.name.ends_with("cxl_kernels"))
+        .unwrap()]
+    .entries();
+    let ends = maps[entry
+        .maps
+        .iter()
+        .position(|m| m.name.ends_with("cxl_kernel_end"))
+        .unwrap()]
+    .entries();
+    let end_of = |slot: usize| {
+        (0..END_STRIPES)
+            .map(|i| u64::from_le_bytes(ends[slot * END_STRIPES + i].1[..8].try_into().unwrap()))
+            .max()
+            .unwrap()
+    };
+    let a = CxlKernel::from_bytes(&kernels[slot_of(ka)].1).unwrap();
+    assert_eq!((a.kernel_id, a.launches), (ka, 3));
+    assert_eq!(a.time_ns(end_of(slot_of(ka))), want_a);
+    let b = CxlKernel::from_bytes(&kernels[slot_of(kb)].1).unwrap();
+    assert_eq!((b.launches, b.time_ns(end_of(slot_of(kb)))), (1, 700));
+}
+
+/// The embedded objects are what `scripts/build-builtin-probes` makes of the sources now:
+/// same programs, instruction for instruction, and same maps.
+#[test]
+fn embedded_objects_match_their_sources() {
+    if !bpftime_tests::clang_available() {
+        return;
+    }
+    let root = bpftime_tests::repo_root();
+    let dir = std::env::temp_dir().join(format!("cxl-objects-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for (src, embedded, section) in [
+        ("cxl.bpf.c", cxl_sim::probe::OBJECT, "memprobe/*"),
+        ("cxl_time.bpf.c", cxl_sim::probe::TIME_OBJECT, "kprobe/*"),
+        ("cxl_time.bpf.c", cxl_sim::probe::TIME_OBJECT, "kretprobe/*"),
+    ] {
+        let out = dir.join(format!("{src}.o"));
+        let ok = std::process::Command::new("clang")
+            .args(["-O2", "-g", "-target", "bpf", "-Wall", "-Werror"])
+            .arg("-I/usr/include/x86_64-linux-gnu")
+            .arg(format!("-I{}", root.join("include").display()))
+            .arg(format!("-I{}", root.join("cxl-sim/bpf").display()))
+            .arg("-c")
+            .arg(root.join("cxl-sim/bpf").join(src))
+            .arg("-o")
+            .arg(&out)
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "clang {src}");
+        let fresh = std::fs::read(&out).unwrap();
+        let a = ebpf::elf::load(&fresh, src, Some(section)).unwrap();
+        let b = ebpf::elf::load(embedded, src, Some(section)).unwrap();
+        assert!(
+            a.insns == b.insns && a.maps == b.maps,
+            "cxl-sim/bpf/{src} ({section}) changed: run scripts/build-builtin-probes"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
