@@ -69,6 +69,21 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
+    /// Load a program into a running service (CPU backend) with some of its maps in the
+    /// emulated tier: every helper access to them waits the tier's random latency and,
+    /// with a cap, its bytes through the link. Runs `bpftime-super load … --map-placement
+    /// MAP=cxl:LATENCY_NS[:GBPS]`.
+    Load {
+        #[command(flatten)]
+        tier: TierArgs,
+        /// A map to place in the tier (repeat for more).
+        #[arg(long = "map", required = true)]
+        maps: Vec<String>,
+        /// The program's object, then any other `bpftime-super load` arguments
+        /// (`--name SERVICE`, `--prog`, `--as`, `--json`).
+        #[arg(required = true, num_args = 1.., allow_hyphen_values = true)]
+        load: Vec<String>,
+    },
     /// List the presets.
     Presets {
         /// JSON.
@@ -245,6 +260,25 @@ pub fn run(cli: Cli) -> Result<std::process::ExitCode> {
                 );
             }
             Ok(std::process::ExitCode::SUCCESS)
+        }
+        Cmd::Load { tier, maps, load } => {
+            let p = tier.params()?;
+            let spec = match p.bandwidth_gbps {
+                Some(g) => format!("cxl:{}:{g}", p.latency_ns.round() as u64),
+                None => format!("cxl:{}", p.latency_ns.round() as u64),
+            };
+            let bin = bpftime_binary(tier.bpftime.as_deref())?;
+            let mut cmd = Command::new(&bin);
+            cmd.arg("load").args(&load);
+            for m in &maps {
+                cmd.arg("--map-placement").arg(format!("{m}={spec}"));
+            }
+            let status = cmd
+                .status()
+                .with_context(|| format!("cannot start {} load", bin.display()))?;
+            Ok(std::process::ExitCode::from(
+                status.code().unwrap_or(1).clamp(0, 255) as u8,
+            ))
         }
         Cmd::Run { tier, json, cmd } => {
             let p = tier.params()?;

@@ -158,3 +158,84 @@ fn run_passes_the_exit_code_through() {
     assert_eq!(v["params"]["latency_ns"], 100.0);
     assert_eq!(v["kernels"], serde_json::json!({}));
 }
+
+#[test]
+fn load_places_a_services_map_in_the_tier() {
+    let bin =
+        PathBuf::from(env!("CARGO_BIN_EXE_bpftime-super-cxl")).with_file_name("bpftime-super");
+    let Some(obj) = bpftime_tests::compile("job_counter") else {
+        return;
+    };
+    if !bin.is_file() {
+        eprintln!(
+            "SKIPPING: {} is not built (scripts/test builds it)",
+            bin.display()
+        );
+        return;
+    }
+    let name = format!("bpftime-cxl-load-{}", std::process::id());
+    let mut svc = Command::new(&bin)
+        .args([
+            "run",
+            "--persistent",
+            "--backend",
+            "cpu",
+            "--arena-mib",
+            "16",
+            "--name",
+            &name,
+        ])
+        .spawn()
+        .unwrap();
+    let sock = PathBuf::from(format!("/dev/shm/{name}.sock"));
+    for _ in 0..400 {
+        if sock.exists() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(25));
+    }
+    let b = bin.to_str().unwrap();
+    let o = cxl(&[
+        "load",
+        "--preset",
+        "direct-x8",
+        "--map",
+        "counts",
+        "--bpftime",
+        b,
+        obj.to_str().unwrap(),
+        "--name",
+        &name,
+        "--json",
+    ]);
+    let listed = Command::new(&bin)
+        .args(["list", "--json", "--name", &name])
+        .output()
+        .unwrap();
+    let bad = cxl(&[
+        "load",
+        "--latency-ns",
+        "10",
+        "--map",
+        "nope",
+        "--bpftime",
+        b,
+        obj.to_str().unwrap(),
+        "--name",
+        &name,
+        "--as",
+        "other",
+    ]);
+    let _ = Command::new(&bin).args(["stop", "--name", &name]).status();
+    let _ = svc.wait();
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{out}{err}");
+    let l = String::from_utf8_lossy(&listed.stdout);
+    assert!(l.contains("\"cxl:170:26\""), "{l}");
+    // A map the program does not have: the service's error, and a failing exit code.
+    let (_, err) = text(&bad);
+    assert!(
+        !bad.status.success() && err.contains("no map `nope`"),
+        "{err}"
+    );
+}

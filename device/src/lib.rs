@@ -14,6 +14,8 @@
 //! - [`job`]: validating a descriptor and running one job, the logic every backend shares;
 //! - [`stats`]: counters and the latency histogram behind `status` and the metrics;
 //! - [`cpu`]: the CPU backend: worker threads that poll, spin briefly, then park;
+//! - [`tier`]: maps in an emulated slower memory tier (latency and a bandwidth cap per
+//!   helper access; the CPU backend);
 //! - [`cuda`]: the CUDA backend: the persistent kernel, generations and hot swap, the
 //!   instant-tier interpreter, host mailboxes and fault recovery, over a driver layer that is
 //!   dynamically loaded (an error, never a panic, without a GPU).
@@ -24,6 +26,7 @@ pub mod cuda;
 pub mod job;
 pub mod programs;
 pub mod stats;
+pub mod tier;
 
 /// Which backend to run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]

@@ -36,6 +36,9 @@ pub struct Installed {
     /// Per map (like `maps`): whether it lives in GPU memory (CUDA backend). Such a program
     /// cannot run on the host: its maps' arena storage is only a mirror.
     pub device_maps: Vec<bool>,
+    /// Per map (like `maps`): the emulated memory tier its helper accesses pay
+    /// ([`crate::tier`]), if any. `exec` runs over the tiered view; `maps` stays the storage.
+    pub tiers: Vec<Option<crate::tier::TierSpec>>,
 }
 
 /// The table. Readers (workers) take a read lock for a pointer copy; writers (the control

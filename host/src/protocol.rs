@@ -35,7 +35,9 @@ pub enum Request {
         /// Name to install it under (default: the function name).
         name: Option<String>,
         /// Where maps live, as `MAP=device` or `MAP=shm` (CUDA backend; the default puts
-        /// per-thread arrays in GPU memory and every other map in shared memory).
+        /// per-thread arrays in GPU memory and every other map in shared memory), or
+        /// `MAP=cxl:LATENCY_NS[:GBPS]` (CPU backend: shared memory behind an emulated
+        /// slower tier).
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         placement: Vec<String>,
     },
@@ -162,7 +164,9 @@ pub struct MapInfo {
     pub value_size: u32,
     /// Entries.
     pub max_entries: u32,
-    /// `shm` (the shared region) or `device` (GPU memory, CUDA backend).
+    /// `shm` (the shared region), `device` (GPU memory, CUDA backend), or
+    /// `cxl:LATENCY_NS[:GBPS]` (the shared region, every helper access paying an emulated
+    /// tier: `device::tier`).
     #[serde(default)]
     pub placement: String,
 }

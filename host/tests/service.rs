@@ -630,7 +630,7 @@ fn map_placement_on_the_cpu_backend() {
         .unwrap_err()
         .to_string();
     assert!(
-        e.contains("`gpu` is not a placement (device or shm)"),
+        e.contains("`gpu` is not a placement (device, shm or cxl:LATENCY_NS[:GBPS])"),
         "{e}"
     );
     let e = c

@@ -157,3 +157,63 @@ fn replace_keeps_compatible_maps_and_refuses_incompatible_ones() {
     drop(c);
     svc.stop(false);
 }
+
+/// A map placed in an emulated tier (`cxl:LATENCY_NS[:GBPS]`, CPU backend): every record's
+/// lookup pays the latency, or its bytes through the cap, measured against the same program
+/// on a plain shared map in the same run; counts stay exact.
+#[test]
+fn a_map_in_an_emulated_tier_pays_its_delay() {
+    let Some(obj) = bpftime_tests::compile("job_counter") else {
+        return;
+    };
+    let (_svc, name) = start("tier");
+    let mut c = Client::connect(&name).unwrap();
+    let plain = c.load_file_placed(&obj, None, Some("plain"), &[]).unwrap();
+    // 20 µs per access; then 8-byte values through a 0.0004 GB/s link: 20 µs each too.
+    let slow = c
+        .load_file_placed(&obj, None, Some("slow"), &["counts=cxl:20000".into()])
+        .unwrap();
+    let capped = c
+        .load_file_placed(&obj, None, Some("capped"), &["counts=cxl:0:0.0004".into()])
+        .unwrap();
+    let placement = |p: &host::protocol::ProgramInfo| {
+        p.maps
+            .iter()
+            .find(|m| m.name == "counts")
+            .unwrap()
+            .placement
+            .clone()
+    };
+    assert_eq!(placement(&plain), "shm");
+    assert_eq!(placement(&slow), "cxl:20000");
+    assert_eq!(placement(&capped), "cxl:0:0.0004");
+    let n = 200u64;
+    let input = c.alloc(n).unwrap();
+    let time = |c: &mut Client, id: u32| {
+        let t = std::time::Instant::now();
+        let r = c.run(&Job::new(id, n).input(&input, 1), T).unwrap();
+        assert!(r.ok(), "{r:?}");
+        assert_eq!(r.r0, n, "the last record saw every count before it");
+        t.elapsed()
+    };
+    let base = time(&mut c, plain.id);
+    for (p, what) in [(&slow, "latency"), (&capped, "cap")] {
+        let t = time(&mut c, p.id);
+        let per = (t.saturating_sub(base)).as_secs_f64() * 1e6 / n as f64;
+        eprintln!("{what}: {per:.2} µs per access over the plain map (configured 20)");
+        assert!(
+            per >= 19.0,
+            "{what}: {per:.1} µs per access over the plain map (want ≥ 20)"
+        );
+        assert!(per < 200.0, "{what}: {per:.1} µs per access");
+    }
+    // A bad tier is refused, naming the map and the spec.
+    let e = c
+        .load_file_placed(&obj, None, Some("bad"), &["counts=cxl:fast".into()])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("counts=cxl:fast") && e.contains("cxl:LATENCY_NS"),
+        "{e}"
+    );
+}

@@ -1057,6 +1057,7 @@ mod tests {
             selector: None,
             stack_depth: 0,
             device_maps: vec![true],
+            tiers: vec![None],
         });
         // A job the GPU forwarded (say, STOP_ON_ERROR): the host must not run it on the
         // mirror of a GPU map.

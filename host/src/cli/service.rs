@@ -180,10 +180,10 @@ fn print_program(p: &ProgramInfo) {
             m.key_size,
             m.value_size,
             m.max_entries,
-            if m.placement == "device" {
-                ", in GPU memory"
-            } else {
-                ""
+            match m.placement.as_str() {
+                "device" => ", in GPU memory".to_string(),
+                "shm" | "" => String::new(),
+                tier => format!(", behind an emulated tier ({tier})"),
             }
         );
     }
@@ -212,8 +212,11 @@ pub struct LoadArgs {
     #[arg(long = "as")]
     install_as: Option<String>,
     /// Where a map lives on the CUDA backend: `MAP=device` (GPU memory) or `MAP=shm` (the
-    /// shared region). Default: per-thread arrays in GPU memory, other maps shared.
-    #[arg(long = "map-placement", value_name = "MAP=device|shm")]
+    /// shared region). Default: per-thread arrays in GPU memory, other maps shared. On the
+    /// CPU backend, `MAP=cxl:LATENCY_NS[:GBPS]` puts the map behind an emulated slower tier:
+    /// every helper access waits the latency and, with a cap, its bytes through the link
+    /// (`bpftime-super cxl load` fills it from a preset).
+    #[arg(long = "map-placement", value_name = "MAP=device|shm|cxl:NS[:GBPS]")]
     placement: Vec<String>,
 }
 

@@ -81,6 +81,9 @@ pub(crate) struct MapRec {
     pub off: u64,
     pub len: u64,
     pub device: bool,
+    /// The emulated tier its helper accesses pay (`cxl:LAT[:GBPS]`), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tier: Option<String>,
 }
 
 /// One arena allocation; `client` is `[slot, generation]`, absent for the service's own.
@@ -140,13 +143,15 @@ fn program_rec(st: &ControlState, p: &Installed) -> Option<ProgramRec> {
         .maps
         .iter()
         .zip(&p.maps)
-        .map(|(d, m)| {
+        .zip(p.tiers.iter().chain(std::iter::repeat(&None)))
+        .map(|((d, m), tier)| {
             let placed = st.placed.iter().find(|pl| pl.is(m))?;
             Some(MapRec {
                 name: d.name.clone(),
                 off: placed.off,
                 len: placed.len,
                 device: placed.device,
+                tier: tier.map(|t| t.to_string()),
             })
         })
         .collect::<Option<Vec<_>>>()?;
@@ -310,6 +315,7 @@ fn reinstall(ctx: &Ctx, st: &mut ControlState, rec: &ProgramRec) -> Result<u64, 
     }
     let mut live = Vec::new();
     let mut device_maps = Vec::new();
+    let mut tiers = Vec::new();
     for (def, m) in program.maps.iter().zip(&rec.maps) {
         if def.name != m.name {
             return Err(format!(
@@ -327,8 +333,15 @@ fn reinstall(ctx: &Ctx, st: &mut ControlState, rec: &ProgramRec) -> Result<u64, 
             m.device,
         )?);
         device_maps.push(m.device);
+        tiers.push(match &m.tier {
+            Some(t) => Some(
+                t.parse::<device::tier::TierSpec>()
+                    .map_err(|e| format!("map `{}`: {e}", m.name))?,
+            ),
+            None => None,
+        });
     }
-    let vm = Vm::new(&program, live.clone()).map_err(|e| e.to_string())?;
+    let vm = Vm::new(&program, device::tier::view(&live, &tiers)).map_err(|e| e.to_string())?;
     let exec = jit::cpu::Executor::verified(vm, ctx.engine);
     st.objects.insert(rec.id, (rec.object_off, rec.object_len));
     st.next_id = st.next_id.max(rec.id + 1);
@@ -343,6 +356,7 @@ fn reinstall(ctx: &Ctx, st: &mut ControlState, rec: &ProgramRec) -> Result<u64, 
         selector: rec.selector.clone(),
         stack_depth,
         device_maps,
+        tiers,
     });
     Ok(rec.maps.len() as u64)
 }

@@ -318,7 +318,8 @@ pub(super) fn info(p: &Installed) -> ProgramInfo {
             .maps
             .iter()
             .zip(p.device_maps.iter().chain(std::iter::repeat(&false)))
-            .map(|(d, on_gpu)| map_info(d, *on_gpu))
+            .zip(p.tiers.iter().chain(std::iter::repeat(&None)))
+            .map(|((d, on_gpu), tier)| map_info(d, *on_gpu, *tier))
             .collect(),
         tier: None,
         engine: Some(p.exec.engine().to_string()),
@@ -326,7 +327,7 @@ pub(super) fn info(p: &Installed) -> ProgramInfo {
     }
 }
 
-fn map_info(d: &ebpf::MapDef, device: bool) -> MapInfo {
+fn map_info(d: &ebpf::MapDef, device: bool, tier: Option<device::tier::TierSpec>) -> MapInfo {
     MapInfo {
         name: d.name.clone(),
         kind: serde_json::to_value(d.kind)
@@ -336,7 +337,11 @@ fn map_info(d: &ebpf::MapDef, device: bool) -> MapInfo {
         key_size: d.key_size,
         value_size: d.value_size,
         max_entries: d.max_entries,
-        placement: if device { "device" } else { "shm" }.into(),
+        placement: match tier {
+            Some(t) => t.to_string(),
+            None if device => "device".into(),
+            None => "shm".into(),
+        },
     }
 }
 
@@ -454,7 +459,7 @@ fn load(
             p.id
         ));
     }
-    let (maps, device_maps) = match super::maps::bind(
+    let (maps, device_maps, tiers) = match super::maps::bind(
         svc,
         &mut st,
         &install_name,
@@ -465,7 +470,7 @@ fn load(
         Ok(m) => m,
         Err(e) => return err(e),
     };
-    let vm = match Vm::new(&program, maps.clone()) {
+    let vm = match Vm::new(&program, device::tier::view(&maps, &tiers)) {
         Ok(vm) => vm,
         Err(e) => return err(format!("cannot prepare the program: {e}")),
     };
@@ -498,6 +503,7 @@ fn load(
         selector: prog.map(str::to_string),
         stack_depth,
         device_maps,
+        tiers,
     };
     let reply = info(&installed);
     if let Some((off, _)) = st.objects.insert(id, (object_off, bytes_len)) {

@@ -7,6 +7,7 @@
 
 use super::{ControlState, Service};
 use device::programs::Installed;
+use device::tier::TierSpec;
 use ebpf::maps::MapOps;
 use ebpf::{MapDef, MapOrigin, Program};
 use shm_maps::arena::Owner;
@@ -34,20 +35,35 @@ impl Placed {
     }
 }
 
-/// The placement a load asks for: `MAP=device` or `MAP=shm` for maps of `program`.
-fn requested(program: &Program, placement: &[String]) -> Result<Vec<(String, bool)>, String> {
+/// One map's asked placement.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Asked {
+    /// GPU memory.
+    Device,
+    /// Shared memory.
+    Shm,
+    /// Shared memory, every helper access paying an emulated tier (CPU backend).
+    Tier(TierSpec),
+}
+
+/// The placement a load asks for: `MAP=device`, `MAP=shm` or `MAP=cxl:LAT_NS[:GBPS]` for
+/// maps of `program`.
+fn requested(program: &Program, placement: &[String]) -> Result<Vec<(String, Asked)>, String> {
     placement
         .iter()
         .map(|p| {
-            let (m, w) = p
-                .split_once('=')
-                .ok_or_else(|| format!("map placement `{p}`: expected MAP=device or MAP=shm"))?;
+            let (m, w) = p.split_once('=').ok_or_else(|| {
+                format!("map placement `{p}`: expected MAP=device, MAP=shm or MAP=cxl:LATENCY_NS[:GBPS]")
+            })?;
             let device = match w {
-                "device" => true,
-                "shm" => false,
+                "device" => Asked::Device,
+                "shm" => Asked::Shm,
+                t if t.starts_with("cxl:") => {
+                    Asked::Tier(t.parse().map_err(|e| format!("map placement `{p}`: {e}"))?)
+                }
                 other => {
                     return Err(format!(
-                        "map placement `{p}`: `{other}` is not a placement (device or shm)"
+                        "map placement `{p}`: `{other}` is not a placement (device, shm or cxl:LATENCY_NS[:GBPS])"
                     ));
                 }
             };
@@ -68,15 +84,30 @@ fn requested(program: &Program, placement: &[String]) -> Result<Vec<(String, boo
 }
 
 /// Whether `def` goes to GPU memory: as asked, else the default for its kind.
-fn placement_of(svc: &Service, def: &MapDef, asked: &[(String, bool)]) -> Result<bool, String> {
+fn placement_of(svc: &Service, def: &MapDef, asked: &[(String, Asked)]) -> Result<bool, String> {
     let cuda = svc.with_cuda(|_| ()).is_some();
-    match asked.iter().find(|(m, _)| *m == def.name) {
-        Some((_, true)) if !cuda => Err(format!(
+    match asked.iter().find(|(m, _)| *m == def.name).map(|(_, a)| *a) {
+        Some(Asked::Device) if !cuda => Err(format!(
             "map `{}`: placement `device` needs the CUDA backend (this service runs on the CPU)",
             def.name
         )),
-        Some((_, d)) => Ok(*d),
+        Some(Asked::Device) => Ok(true),
+        Some(Asked::Shm) => Ok(false),
+        Some(Asked::Tier(t)) if cuda => Err(format!(
+            "map `{}`: placement `{t}` is emulated on the CPU backend only (this service runs the CUDA backend)",
+            def.name
+        )),
+        Some(Asked::Tier(_)) => Ok(false),
         None => Ok(cuda && def.kind == ebpf::MapKind::PerThreadArray),
+    }
+}
+
+/// The tier `def` pays, as asked, else (a replaced program's map) the one it had.
+fn tier_of(def: &MapDef, asked: &[(String, Asked)], had: Option<TierSpec>) -> Option<TierSpec> {
+    match asked.iter().find(|(m, _)| *m == def.name).map(|(_, a)| *a) {
+        Some(Asked::Tier(t)) => Some(t),
+        Some(_) => None,
+        None => had,
     }
 }
 
@@ -87,8 +118,9 @@ fn shape(d: &MapDef) -> String {
     )
 }
 
-/// Each map's storage and whether it lives in GPU memory.
-pub(super) type Bound = (Vec<Arc<dyn MapOps>>, Vec<bool>);
+/// Each map's storage, whether it lives in GPU memory, and the emulated tier its helper
+/// accesses pay.
+pub(super) type Bound = (Vec<Arc<dyn MapOps>>, Vec<bool>, Vec<Option<TierSpec>>);
 
 /// Storage for each of `program`'s maps, reusing `old`'s where the replace rules allow, and
 /// whether each lives in GPU memory.
@@ -103,6 +135,7 @@ pub(super) fn bind(
     let asked = requested(program, placement)?;
     let mut out = Vec::with_capacity(program.maps.len());
     let mut device = Vec::with_capacity(program.maps.len());
+    let mut tiers = Vec::with_capacity(program.maps.len());
     for def in &program.maps {
         let prev = old.and_then(|o| {
             o.program
@@ -111,6 +144,14 @@ pub(super) fn bind(
                 .zip(&o.maps)
                 .zip(&o.device_maps)
                 .find(|((d, _), _)| d.name == def.name)
+        });
+        let had = old.and_then(|o| {
+            o.program
+                .maps
+                .iter()
+                .zip(&o.tiers)
+                .find(|(d, _)| d.name == def.name)
+                .and_then(|(_, t)| *t)
         });
         let read_only = matches!(def.origin, MapOrigin::GlobalData { writable: false });
         match prev {
@@ -129,8 +170,12 @@ pub(super) fn bind(
                         shape(def)
                     ));
                 }
+                if asked.iter().any(|(n, _)| *n == def.name) {
+                    // The same refusals as for a new map (a tier on the CUDA backend).
+                    placement_of(svc, def, &asked)?;
+                }
                 if let Some((_, want)) = asked.iter().find(|(n, _)| *n == def.name)
-                    && want != on_gpu
+                    && (*want == Asked::Device) != *on_gpu
                 {
                     return Err(format!(
                         "replace refused: map `{}` keeps its placement across a replace",
@@ -139,15 +184,17 @@ pub(super) fn bind(
                 }
                 out.push(m.clone());
                 device.push(*on_gpu);
+                tiers.push(tier_of(def, &asked, had));
             }
             _ => {
                 let on_gpu = placement_of(svc, def, &asked)?;
                 out.push(create(svc, st, install_name, def, on_gpu)?);
                 device.push(on_gpu);
+                tiers.push(tier_of(def, &asked, None));
             }
         }
     }
-    Ok((out, device))
+    Ok((out, device, tiers))
 }
 
 /// Places a map in the region's arena and publishes it in the map directory as

@@ -1,0 +1,267 @@
+//! Maps in an emulated slower memory tier, on the CPU backend: every helper access to a
+//! tiered map (`map_lookup_elem`, `map_update_elem`, `map_delete_elem`) first waits out the
+//! tier's latency and, with a bandwidth cap, the transfer of the value's bytes through a
+//! token bucket shared by every worker. The storage is the map's own; only the program's
+//! view of it is wrapped, so dumps, clients and recovery see the map unchanged.
+//!
+//! ```text
+//! load --map-placement counts=cxl:170:26      (cxl-sim: `bpftime-super cxl load --preset direct-x8 --map counts`)
+//!   lookup(key) ──▶ wait until max(now + 170 ns, link end) ──▶ the map's lookup
+//!                   link end = tat = max(tat, now) + value_size / 26 GB/s
+//! ```
+//!
+//! One access per helper call: the loads and stores a program then makes through the value
+//! pointer are not delayed one by one (the CPU JIT's inline array lookup is turned off for
+//! tiered maps, so every lookup is a call).
+
+use ebpf::maps::{MapError, MapOps};
+use ebpf::program::MapDef;
+use std::ptr::NonNull;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// A tier: added latency per access and an optional bandwidth cap.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct TierSpec {
+    /// Nanoseconds added to every access.
+    pub latency_ns: u64,
+    /// Cap in GB/s (10^9 bytes/s); `None`: none.
+    pub gbps: Option<f64>,
+}
+
+/// A tier spec that does not parse.
+#[derive(Debug, thiserror::Error, PartialEq)]
+#[error(
+    "tier `{0}`: expected cxl:LATENCY_NS or cxl:LATENCY_NS:GBPS (latency at most 1e9 ns, bandwidth above 0 and at most 10000 GB/s)"
+)]
+pub struct TierError(pub String);
+
+impl std::str::FromStr for TierSpec {
+    type Err = TierError;
+    fn from_str(s: &str) -> Result<Self, TierError> {
+        let bad = || TierError(s.to_string());
+        let rest = s.strip_prefix("cxl:").ok_or_else(bad)?;
+        let mut parts = rest.split(':');
+        let latency_ns: u64 = parts.next().and_then(|v| v.parse().ok()).ok_or_else(bad)?;
+        let gbps = match parts.next() {
+            None => None,
+            Some(v) => Some(v.parse::<f64>().map_err(|_| bad())?),
+        };
+        if parts.next().is_some()
+            || latency_ns > 1_000_000_000
+            || gbps.is_some_and(|g| !(g > 0.0 && g <= 10_000.0))
+        {
+            return Err(bad());
+        }
+        Ok(TierSpec { latency_ns, gbps })
+    }
+}
+
+impl std::fmt::Display for TierSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "cxl:{}", self.latency_ns)?;
+        if let Some(g) = self.gbps {
+            write!(f, ":{g}")?;
+        }
+        Ok(())
+    }
+}
+
+/// A map whose every helper access pays its tier.
+pub struct TieredMap {
+    inner: Arc<dyn MapOps>,
+    spec: TierSpec,
+    /// Picoseconds per byte at the cap (0: no cap).
+    ps_per_byte: u64,
+    /// When the link finishes what it was given, ns since `epoch`.
+    tat: AtomicU64,
+    epoch: Instant,
+}
+
+impl TieredMap {
+    /// `inner` seen through `spec`.
+    pub fn wrap(inner: Arc<dyn MapOps>, spec: TierSpec) -> Arc<dyn MapOps> {
+        Arc::new(TieredMap {
+            inner,
+            spec,
+            ps_per_byte: spec
+                .gbps
+                .map_or(0, |g| (1000.0 / g).round().max(1.0) as u64),
+            tat: AtomicU64::new(0),
+            epoch: Instant::now(),
+        })
+    }
+
+    /// Waits out one access of `bytes`.
+    fn access(&self, bytes: usize) {
+        let start = Instant::now();
+        let mut deadline = start + Duration::from_nanos(self.spec.latency_ns);
+        if self.ps_per_byte != 0 {
+            let now = start.duration_since(self.epoch).as_nanos() as u64;
+            let cost = (bytes as u64 * self.ps_per_byte).div_ceil(1000);
+            // tat = max(tat, now) + cost; this access's bytes are through at the new tat.
+            let mut cur = self.tat.load(Ordering::Relaxed);
+            let end = loop {
+                let end = cur.max(now) + cost;
+                match self
+                    .tat
+                    .compare_exchange_weak(cur, end, Ordering::AcqRel, Ordering::Relaxed)
+                {
+                    Ok(_) => break end,
+                    Err(v) => cur = v,
+                }
+            };
+            deadline = deadline.max(self.epoch + Duration::from_nanos(end));
+        }
+        while Instant::now() < deadline {
+            std::hint::spin_loop();
+        }
+    }
+}
+
+impl MapOps for TieredMap {
+    fn def(&self) -> &MapDef {
+        self.inner.def()
+    }
+
+    fn lookup(&self, key: &[u8], thread: usize) -> Option<NonNull<u8>> {
+        self.access(self.inner.def().value_size as usize);
+        self.inner.lookup(key, thread)
+    }
+
+    fn update(&self, key: &[u8], value: &[u8], flags: u64, thread: usize) -> Result<(), MapError> {
+        self.access(value.len());
+        self.inner.update(key, value, flags, thread)
+    }
+
+    fn delete(&self, key: &[u8]) -> Result<(), MapError> {
+        self.access(key.len());
+        self.inner.delete(key)
+    }
+
+    fn ringbuf_reserve(&self, size: u64) -> Option<NonNull<u8>> {
+        self.inner.ringbuf_reserve(size)
+    }
+
+    fn ringbuf_commit(&self, ptr: NonNull<u8>, discard: bool) {
+        self.inner.ringbuf_commit(ptr, discard)
+    }
+
+    fn ringbuf_output(&self, data: &[u8], flags: u64) -> Result<(), MapError> {
+        self.access(data.len());
+        self.inner.ringbuf_output(data, flags)
+    }
+
+    fn regions(&self) -> Vec<(usize, usize)> {
+        self.inner.regions()
+    }
+
+    // No inline lookups: every one is a call, and pays.
+    fn array_layout(&self) -> Option<(usize, usize, u32)> {
+        None
+    }
+
+    fn entries(&self) -> Vec<(Vec<u8>, Vec<u8>)> {
+        self.inner.entries()
+    }
+
+    fn drain_ringbuf(&self) -> Vec<Vec<u8>> {
+        self.inner.drain_ringbuf()
+    }
+}
+
+/// The maps a program runs with: each tiered one wrapped.
+pub fn view(maps: &[Arc<dyn MapOps>], tiers: &[Option<TierSpec>]) -> Vec<Arc<dyn MapOps>> {
+    maps.iter()
+        .zip(tiers.iter().chain(std::iter::repeat(&None)))
+        .map(|(m, t)| match t {
+            Some(spec) => TieredMap::wrap(m.clone(), *spec),
+            None => m.clone(),
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ebpf::program::{MapKind, MapOrigin};
+
+    fn array(value_size: u32) -> Arc<dyn MapOps> {
+        let def = MapDef {
+            name: "m".into(),
+            kind: MapKind::Array,
+            key_size: 4,
+            value_size,
+            max_entries: 4,
+            flags: 0,
+            origin: MapOrigin::Btf,
+            init: None,
+        };
+        ebpf::maps::create_local(&def, 1).unwrap()
+    }
+
+    #[test]
+    fn specs_parse_and_print() {
+        let s: TierSpec = "cxl:170:26".parse().unwrap();
+        assert_eq!(
+            s,
+            TierSpec {
+                latency_ns: 170,
+                gbps: Some(26.0)
+            }
+        );
+        assert_eq!(s.to_string(), "cxl:170:26");
+        assert_eq!("cxl:50".parse::<TierSpec>().unwrap().gbps, None);
+        for bad in [
+            "cxl",
+            "cxl:",
+            "cxl:-1",
+            "cxl:2000000000",
+            "cxl:10:0",
+            "cxl:10:x",
+            "dram:10",
+            "cxl:1:2:3",
+        ] {
+            let e = bad.parse::<TierSpec>().unwrap_err().to_string();
+            assert!(e.contains(&format!("`{bad}`")), "{e}");
+        }
+    }
+
+    #[test]
+    fn every_access_pays_the_latency() {
+        let m = TieredMap::wrap(
+            array(8),
+            TierSpec {
+                latency_ns: 20_000,
+                gbps: None,
+            },
+        );
+        assert!(m.array_layout().is_none());
+        let t = Instant::now();
+        for i in 0..50u32 {
+            assert!(m.lookup(&(i % 4).to_le_bytes(), 0).is_some());
+        }
+        let per = t.elapsed() / 50;
+        assert!(per >= Duration::from_micros(20), "{per:?}");
+        assert!(per < Duration::from_micros(200), "{per:?}");
+    }
+
+    #[test]
+    fn the_cap_paces_bytes() {
+        // 1 GB/s and 64 KiB values: 65.5 µs per lookup, 40 lookups ≈ 2.6 ms.
+        let m = TieredMap::wrap(
+            array(64 << 10),
+            TierSpec {
+                latency_ns: 0,
+                gbps: Some(1.0),
+            },
+        );
+        let t = Instant::now();
+        for _ in 0..40 {
+            m.lookup(&0u32.to_le_bytes(), 0);
+        }
+        let gbps = 40.0 * 65536.0 / t.elapsed().as_nanos() as f64;
+        assert!((0.9..=1.0).contains(&gbps), "{gbps} GB/s");
+    }
+}
