@@ -76,6 +76,9 @@ pub struct Probe {
     /// Maps (by index in `program.maps`) the program only adds to
     /// ([`ebpf::verifier::Verified::maps_add_only`]).
     pub maps_add_only: u64,
+    /// Maps (by index in `program.maps`) the program may write
+    /// ([`ebpf::verifier::Verified::maps_written`]).
+    pub maps_written: u64,
     /// For [`SiteKind::Memory`]: which accesses (shared and local memory off; the session
     /// turns them on).
     pub mem: Option<jit::passes::mem::MemOptions>,
@@ -194,6 +197,7 @@ impl ProbeSet {
                     ctx_words: v.ctx_words_read,
                     stack_size: v.max_stack_depth as u32,
                     maps_add_only: v.maps_add_only,
+                    maps_written: v.maps_written,
                     mem: (site == SiteKind::Memory).then(|| mem_options(&info.section)),
                     ctx_loads: v.ctx_loads.clone(),
                     host_fns,
@@ -245,6 +249,30 @@ impl ProbeSet {
                     None => true,
                 }
             })
+    }
+}
+
+impl ProbeSet {
+    /// Whether no GPU probe of object `object` writes map `map` while some GPU probe uses
+    /// it: the host owns its contents (a configuration, ranges a host probe keeps), so its
+    /// device copy follows the region ([`crate::shim::devmaps::sync_inbound`]) instead of
+    /// being copied back. Ring buffers never are.
+    pub fn gpu_reads_only(&self, object: usize, map: &str) -> bool {
+        let Some(def) = self.objects.get(object).and_then(|o| o.maps.get(map)) else {
+            return false;
+        };
+        let gpu = || {
+            self.probes
+                .iter()
+                .filter(move |p| p.object == object && p.site.on_gpu())
+                .filter_map(|p| {
+                    let i = p.program.maps.iter().position(|m| m.name == map)?;
+                    p.program.maps_referenced()[i].then_some((p, i))
+                })
+        };
+        def.kind != ebpf::MapKind::RingBuf
+            && gpu().next().is_some()
+            && gpu().all(|(p, i)| i < 64 && p.maps_written & (1 << i) == 0)
     }
 }
 

@@ -11,6 +11,7 @@
 // and the other lanes wait for it where the probe's branch reconverges.
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
 #include "bpftime_super.h"
 #include "cxl_abi.h"
 
@@ -223,6 +224,108 @@ int cxl_delay(void *ctx)
 	if (delay && !(flags & CXL_FLAG_NO_WAIT)) {
 		__u64 t = bpf_wait_until(arrived + delay, (flags & CXL_FLAG_SPIN) ? 1 : 0);
 		stat_add(flags, CXL_STAT_WAITED_NS, t - arrived);
+	}
+	return 0;
+}
+
+/* Placement, on the host: probes on the driver's allocator (in the application's thread)
+ * put each new allocation in the tier or not, as `place_kind` says, and append it to
+ * `cxl_config.ranges`. The memory probe above only reads the configuration, so the shim
+ * uploads it to the GPU whenever it changes, before cuMemAlloc returns. */
+struct cxl_pending {
+	__u64 dptr;
+	__u64 size;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct cxl_pending);
+} cxl_pending SEC(".maps");
+
+/* Live local allocations (PLACE_LOCAL), by address: their size, returned at cuMemFree. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, __u64);
+	__type(value, __u64);
+} cxl_local SEC(".maps");
+
+SEC("uprobe/libcuda.so:cuMemAlloc_v2")
+int BPF_KPROBE(cxl_alloc, __u64 *dptr, __u64 size)
+{
+	__u32 zero = 0;
+	struct cxl_pending *p = bpf_map_lookup_elem(&cxl_pending, &zero);
+	if (p) {
+		p->dptr = (__u64)dptr;
+		p->size = size;
+	}
+	return 0;
+}
+
+SEC("uretprobe/libcuda.so:cuMemAlloc_v2")
+int BPF_KRETPROBE(cxl_alloc_done, int rc)
+{
+	struct cxl_config *c = &cxl_config;
+	__u64 kind = c->place_kind;
+	__u32 zero = 0;
+	struct cxl_pending *p = bpf_map_lookup_elem(&cxl_pending, &zero);
+	if (rc != 0 || kind == CXL_PLACE_NONE || !p)
+		return 0;
+	__u64 addr = 0, size = p->size;
+	if (bpf_probe_read_user(&addr, sizeof(addr), (void *)p->dptr) || !addr)
+		return 0;
+	__u64 il = 0;
+	if (kind == CXL_PLACE_SIZE) {
+		if (size < c->place_arg)
+			return 0;
+	} else if (kind == CXL_PLACE_LOCAL) {
+		if (c->place_used + size <= c->place_arg) {
+			c->place_used += size;
+			bpf_map_update_elem(&cxl_local, &addr, &size, BPF_ANY);
+			return 0;
+		}
+	} else if (kind == CXL_PLACE_INTERLEAVE) {
+		il = c->place_interleave;
+	} else {
+		return 0;
+	}
+	__u64 i = __sync_fetch_and_add(&c->nranges, 1);
+	if (i >= CXL_MAX_RANGES) {
+		__sync_fetch_and_add(&c->nranges, -1);
+		c->place_dropped += 1;
+		return 0;
+	}
+	struct cxl_range *r = &c->ranges[i & (CXL_MAX_RANGES - 1)];
+	r->interleave_local = il & 0xffff;
+	r->interleave_cxl = (il >> 16) & 0xffff;
+	r->page_shift = (il >> 32) & 0xffff;
+	r->base = addr;
+	r->len = size;
+	return 0;
+}
+
+SEC("uprobe/libcuda.so:cuMemFree_v2")
+int BPF_KPROBE(cxl_free, __u64 addr)
+{
+	struct cxl_config *c = &cxl_config;
+	__u64 *local = bpf_map_lookup_elem(&cxl_local, &addr);
+	if (local) {
+		c->place_used -= *local;
+		bpf_map_delete_elem(&cxl_local, &addr);
+		return 0;
+	}
+	/* A freed tier range stops matching (its slot is not reused: ranges are few). */
+	__u64 n = c->nranges;
+#pragma clang loop unroll(disable)
+	for (__u32 i = 0; i < CXL_MAX_RANGES; i++) {
+		if (i >= n)
+			break;
+		if (c->ranges[i].base == addr && c->ranges[i].len) {
+			c->ranges[i].len = 0;
+			break;
+		}
 	}
 	return 0;
 }

@@ -16,6 +16,10 @@
 #define CXL_FLAG_SPIN 4
 #define CXL_FLAG_NO_WAIT 8
 #define CXL_FLAG_STATS 16
+#define CXL_PLACE_NONE 0
+#define CXL_PLACE_SIZE 1
+#define CXL_PLACE_LOCAL 2
+#define CXL_PLACE_INTERLEAVE 3
 #define CXL_TIME_SHIFT 16
 #define CXL_ONE 1024
 #define CXL_RHO_MAX 972
@@ -41,6 +45,11 @@ struct cxl_config {
 	__u64 queue_k;
 	__u64 seq_stride;
 	__u64 cache_lines;
+	__u64 place_kind;
+	__u64 place_arg;
+	__u64 place_used;
+	__u64 place_interleave;
+	__u64 place_dropped;
 	__u64 nranges;
 	struct cxl_range ranges[CXL_MAX_RANGES];
 };

@@ -31,6 +31,15 @@ pub const KERNEL_SLOTS: usize = 256;
 /// `%smid % END_STRIPES`), each in its own 128-byte [`CxlEnd`].
 pub const END_STRIPES: usize = 32;
 
+/// `place_kind`: the host probes place nothing (ranges come from the host, or `all`).
+pub const PLACE_NONE: u64 = 0;
+/// `place_kind`: allocations of at least `place_arg` bytes.
+pub const PLACE_SIZE: u64 = 1;
+/// `place_kind`: local capacity `place_arg` first (net of live local allocations).
+pub const PLACE_LOCAL: u64 = 2;
+/// `place_kind`: every allocation, page-interleaved as `place_interleave` says.
+pub const PLACE_INTERLEAVE: u64 = 3;
+
 /// `flags`: emulate (else the probe returns at once).
 pub const FLAG_ENABLED: u64 = 1;
 /// `flags`: every global access is to the tier (no range check).
@@ -87,6 +96,17 @@ pub struct CxlConfig {
     /// Lines of the emulated GPU cache in front of the tier (a power of two up to
     /// [`CACHE_SLOTS`]; 0: every access reaches the tier).
     pub cache_lines: u64,
+    /// How the host probes on `cuMemAlloc_v2` place allocations: `PLACE_*`.
+    pub place_kind: u64,
+    /// Its parameter: the size threshold (`PLACE_SIZE`), the local capacity
+    /// (`PLACE_LOCAL`).
+    pub place_arg: u64,
+    /// `PLACE_LOCAL`: bytes of live local allocations.
+    pub place_used: u64,
+    /// `PLACE_INTERLEAVE`: local pages, tier pages, log2 of the page (16 bits each).
+    pub place_interleave: u64,
+    /// Allocations that would have gone to the tier but found every range in use.
+    pub place_dropped: u64,
     /// Ranges in use.
     pub nranges: u64,
     /// The ranges.
@@ -107,6 +127,11 @@ impl CxlConfig {
             queue_k: 0,
             seq_stride: 0,
             cache_lines: 0,
+            place_kind: PLACE_NONE,
+            place_arg: 0,
+            place_used: 0,
+            place_interleave: 0,
+            place_dropped: 0,
             nranges: 0,
             ranges: [CxlRange::default(); MAX_RANGES],
         }
@@ -128,6 +153,11 @@ impl CxlConfig {
             self.queue_k,
             self.seq_stride,
             self.cache_lines,
+            self.place_kind,
+            self.place_arg,
+            self.place_used,
+            self.place_interleave,
+            self.place_dropped,
             self.nranges,
         ] {
             v.extend_from_slice(&w.to_le_bytes());
@@ -258,9 +288,9 @@ pub const STATS: [&str; 7] = [
 ];
 
 const _: () = assert!(std::mem::size_of::<CxlRange>() == 32);
-const _: () = assert!(std::mem::size_of::<CxlConfig>() == 104 + 32 * MAX_RANGES);
-const _: () = assert!(std::mem::offset_of!(CxlConfig, ranges) == 104);
-const _: () = assert!(std::mem::offset_of!(CxlConfig, nranges) == 96);
+const _: () = assert!(std::mem::size_of::<CxlConfig>() == 144 + 32 * MAX_RANGES);
+const _: () = assert!(std::mem::offset_of!(CxlConfig, ranges) == 144);
+const _: () = assert!(std::mem::offset_of!(CxlConfig, nranges) == 136);
 const _: () = assert!(CACHE_SLOTS.is_power_of_two());
 const _: () = assert!(std::mem::size_of::<CxlState>() == 64);
 const _: () = assert!(std::mem::size_of::<CxlKernel>() == 32);
@@ -281,6 +311,9 @@ pub fn c_header() -> String {
         "#define CXL_FLAG_ENABLED {FLAG_ENABLED}\n#define CXL_FLAG_EVERYTHING {FLAG_EVERYTHING}\n#define CXL_FLAG_SPIN {FLAG_SPIN}\n#define CXL_FLAG_NO_WAIT {FLAG_NO_WAIT}\n#define CXL_FLAG_STATS {FLAG_STATS}\n"
     );
     s += &format!(
+        "#define CXL_PLACE_NONE {PLACE_NONE}\n#define CXL_PLACE_SIZE {PLACE_SIZE}\n#define CXL_PLACE_LOCAL {PLACE_LOCAL}\n#define CXL_PLACE_INTERLEAVE {PLACE_INTERLEAVE}\n"
+    );
+    s += &format!(
         "#define CXL_TIME_SHIFT {}\n#define CXL_ONE {}\n#define CXL_RHO_MAX {}\n#define CXL_WINDOW_SHIFT {}\n\n",
         crate::model::TIME_SHIFT,
         crate::model::ONE,
@@ -288,7 +321,7 @@ pub fn c_header() -> String {
         crate::model::WINDOW_SHIFT
     );
     s += "struct cxl_range {\n\t__u64 base;\n\t__u64 len;\n\t__u32 interleave_local;\n\t__u32 interleave_cxl;\n\t__u32 page_shift;\n\t__u32 pad;\n};\n\n";
-    s += "struct cxl_config {\n\t__u64 magic;\n\t__u64 version;\n\t__u64 flags;\n\t__u64 latency[3];\n\t__u64 byte_cost;\n\t__u64 burst;\n\t__u64 window_cap_bytes;\n\t__u64 queue_k;\n\t__u64 seq_stride;\n\t__u64 cache_lines;\n\t__u64 nranges;\n\tstruct cxl_range ranges[CXL_MAX_RANGES];\n};\n\n";
+    s += "struct cxl_config {\n\t__u64 magic;\n\t__u64 version;\n\t__u64 flags;\n\t__u64 latency[3];\n\t__u64 byte_cost;\n\t__u64 burst;\n\t__u64 window_cap_bytes;\n\t__u64 queue_k;\n\t__u64 seq_stride;\n\t__u64 cache_lines;\n\t__u64 place_kind;\n\t__u64 place_arg;\n\t__u64 place_used;\n\t__u64 place_interleave;\n\t__u64 place_dropped;\n\t__u64 nranges;\n\tstruct cxl_range ranges[CXL_MAX_RANGES];\n};\n\n";
     s += "struct cxl_state {\n\t__u64 tat;\n\t__u64 epoch;\n\t__u64 window[2];\n\t__u64 last_window;\n\t__u64 t0;\n\t__u64 pad[2];\n};\n\n";
     s += "struct cxl_hist {\n\t__u64 last;\n\t__u64 stride;\n};\n\n";
     s += "struct cxl_kernel {\n\t__u64 kernel_id;\n\t__u64 launches;\n\t__u64 total_ns;\n\t__u64 start;\n};\n\n";
@@ -299,6 +332,46 @@ pub fn c_header() -> String {
     }
     s += &format!("\tCXL_STATS = {},\n}};\n", STATS.len());
     s
+}
+
+impl CxlConfig {
+    /// From the global's bytes (a map dump); `None` when they are not a configuration.
+    pub fn from_bytes(b: &[u8]) -> Option<CxlConfig> {
+        let w = |i: usize| {
+            Some(u64::from_le_bytes(
+                b.get(8 * i..8 * i + 8)?.try_into().ok()?,
+            ))
+        };
+        let mut c = CxlConfig::new();
+        if w(0)? != MAGIC || b.len() < std::mem::size_of::<CxlConfig>() {
+            return None;
+        }
+        c.version = w(1)?;
+        c.flags = w(2)?;
+        c.latency = [w(3)?, w(4)?, w(5)?];
+        c.byte_cost = w(6)?;
+        c.burst = w(7)?;
+        c.window_cap_bytes = w(8)?;
+        c.queue_k = w(9)?;
+        c.seq_stride = w(10)?;
+        c.cache_lines = w(11)?;
+        c.place_kind = w(12)?;
+        c.place_arg = w(13)?;
+        c.place_used = w(14)?;
+        c.place_interleave = w(15)?;
+        c.place_dropped = w(16)?;
+        c.nranges = w(17)?;
+        for (i, r) in c.ranges.iter_mut().enumerate() {
+            let o = 144 + 32 * i;
+            let h = |k: usize| u32::from_le_bytes(b[o + k..o + k + 4].try_into().expect("4 bytes"));
+            r.base = u64::from_le_bytes(b[o..o + 8].try_into().ok()?);
+            r.len = u64::from_le_bytes(b[o + 8..o + 16].try_into().ok()?);
+            r.interleave_local = h(16);
+            r.interleave_cxl = h(20);
+            r.page_shift = h(24);
+        }
+        Some(c)
+    }
 }
 
 #[cfg(test)]
@@ -333,10 +406,37 @@ mod tests {
         };
         let b = c.to_bytes();
         assert_eq!(&b[..8], &MAGIC.to_le_bytes());
-        assert_eq!(&b[96..104], &1u64.to_le_bytes());
-        assert_eq!(&b[104..112], &0x1000u64.to_le_bytes());
-        assert_eq!(&b[120..124], &1u32.to_le_bytes());
-        assert_eq!(&b[128..132], &12u32.to_le_bytes());
+        assert_eq!(&b[136..144], &1u64.to_le_bytes());
+        assert_eq!(&b[144..152], &0x1000u64.to_le_bytes());
+        assert_eq!(&b[160..164], &1u32.to_le_bytes());
+        assert_eq!(&b[168..172], &12u32.to_le_bytes());
+    }
+
+    #[test]
+    fn bytes_round_trip() {
+        let mut c = crate::Params {
+            latency_ns: 170.0,
+            bandwidth_gbps: Some(26.0),
+            queue_k: 1.0,
+            cache_mib: 64,
+            ..Default::default()
+        }
+        .config(false)
+        .unwrap();
+        c.place_kind = PLACE_LOCAL;
+        c.place_arg = 4 << 30;
+        c.place_used = 12345;
+        c.nranges = 2;
+        c.ranges[1] = CxlRange {
+            base: 0x7f00_0000_0000,
+            len: 1 << 30,
+            interleave_local: 1,
+            interleave_cxl: 3,
+            page_shift: 12,
+            pad: 0,
+        };
+        assert_eq!(CxlConfig::from_bytes(&c.to_bytes()), Some(c));
+        assert_eq!(CxlConfig::from_bytes(&[0u8; 64]), None);
     }
 
     #[test]

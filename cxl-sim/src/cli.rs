@@ -8,7 +8,7 @@
 
 use anyhow::{Context, Result, bail};
 use clap::{Args, Parser, Subcommand};
-use cxl_sim::abi::{CxlKernel, STATS};
+use cxl_sim::abi::{self, CxlConfig, CxlKernel, STATS};
 use cxl_sim::model::{Params, WaitMode};
 use cxl_sim::placement::{Alloc, Policy};
 use cxl_sim::{plot, presets};
@@ -34,6 +34,11 @@ enum Cmd {
     Run {
         #[command(flatten)]
         tier: TierArgs,
+        /// Change parameters while CMD runs: `2s:latency-ns=800`, `500ms:bandwidth-gbps=16,
+        /// queue-k=2` (repeatable; each applies on top of the last). Kernels running then
+        /// see it within the shim's 200 µs poll.
+        #[arg(long = "at", value_name = "WHEN:NAME=VALUE[,…]")]
+        changes: Vec<cxl_sim::live::Change>,
         /// One JSON object on stdout at the end instead of the table.
         #[arg(long)]
         json: bool,
@@ -126,8 +131,9 @@ struct TierArgs {
     /// How the GPU waits.
     #[arg(long, value_enum)]
     wait: Option<WaitMode>,
-    /// Which memory is the tier's. Only `all` is applied to a running application in this
-    /// version (see `place` for the others).
+    /// Which memory is the tier's: `all`, `size>=64MB`, `local=4GB` (local capacity first),
+    /// `interleave=1:3@4KB`; host probes on the driver's allocator place each allocation
+    /// as it is made. (`site=TEXT` works offline only: `place`.)
     #[arg(long, default_value = "all")]
     placement: Policy,
     /// Compute every delay, never wait (the emulator's own cost).
@@ -207,6 +213,31 @@ struct RunOut {
     kernels: BTreeMap<String, (u64, u64)>,
     stats: BTreeMap<String, u64>,
     not_emulated: Vec<String>,
+    /// The policy, and what the allocator's host probes put in the tier.
+    placement: String,
+    placed: Vec<Placed>,
+    /// Allocations the policy chose that found every range slot in use.
+    placement_dropped: u64,
+    /// `--at` changes made, with when the region was written (`CLOCK_REALTIME`).
+    changes: Vec<AppliedChange>,
+}
+
+/// One `--at` change, as made.
+#[derive(Debug, serde::Serialize)]
+struct AppliedChange {
+    after_ms: f64,
+    written_unix_ns: u64,
+    change: String,
+}
+
+/// One allocation the host probes put in the tier.
+#[derive(Debug, serde::Serialize)]
+struct Placed {
+    address: u64,
+    bytes: u64,
+    /// `L:C@page` for an interleaved allocation.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    interleave: Option<String>,
 }
 
 /// Runs the command line.
@@ -280,9 +311,19 @@ pub fn run(cli: Cli) -> Result<std::process::ExitCode> {
                 status.code().unwrap_or(1).clamp(0, 255) as u8,
             ))
         }
-        Cmd::Run { tier, json, cmd } => {
+        Cmd::Run {
+            tier,
+            json,
+            cmd,
+            changes,
+        } => {
             let p = tier.params()?;
-            let out = run_once(&tier, &p, &cmd, !json)?;
+            // Every change is checked before CMD starts.
+            let mut q = p.clone();
+            for c in &changes {
+                q = c.apply(&q).map_err(anyhow::Error::msg)?;
+            }
+            let out = run_once_with(&tier, &p, &cmd, !json, &changes)?;
             if json {
                 println!("{}", serde_json::to_string(&out)?);
             } else {
@@ -316,19 +357,53 @@ fn bpftime_binary(explicit: Option<&Path>) -> Result<PathBuf> {
 
 /// One run of CMD under trace with the configured probe.
 fn run_once(tier: &TierArgs, p: &Params, cmd: &[String], echo: bool) -> Result<RunOut> {
-    if tier.placement != Policy::All {
-        bail!(
-            "--placement {:?}: only `all` can be applied to a running application in this version (allocation ranges would have to reach the GPU copy of the probe's configuration while the app runs); `bpftime-super cxl place` shows what a policy would choose",
-            tier.placement
-        );
-    }
-    let mut config = p.config(true)?;
+    run_once_with(tier, p, cmd, echo, &[])
+}
+
+/// The configuration the probe gets for `p` under `tier`'s placement and flags.
+fn probe_config(tier: &TierArgs, p: &Params) -> Result<CxlConfig> {
+    let mut config = p.config(tier.placement == Policy::All)?;
+    config.place_kind = match &tier.placement {
+        Policy::All => abi::PLACE_NONE,
+        Policy::SizeAtLeast(n) => {
+            config.place_arg = *n;
+            abi::PLACE_SIZE
+        }
+        Policy::LocalFirst(n) => {
+            config.place_arg = *n;
+            abi::PLACE_LOCAL
+        }
+        Policy::Interleave {
+            local,
+            cxl,
+            page_shift,
+        } => {
+            config.place_interleave =
+                *local as u64 | (*cxl as u64) << 16 | (*page_shift as u64) << 32;
+            abi::PLACE_INTERLEAVE
+        }
+        Policy::Site(t) => bail!(
+            "--placement site={t}: call sites are matched offline only (`bpftime-super cxl place` on an API log); a running application takes all, size>=N, local=N or interleave=L:C"
+        ),
+    };
     if tier.count_only {
         config.flags |= cxl_sim::abi::FLAG_NO_WAIT;
     }
     if tier.no_stats {
         config.flags &= !cxl_sim::abi::FLAG_STATS;
     }
+    Ok(config)
+}
+
+/// [`run_once`], changing parameters at the given times.
+fn run_once_with(
+    tier: &TierArgs,
+    p: &Params,
+    cmd: &[String],
+    echo: bool,
+    changes: &[cxl_sim::live::Change],
+) -> Result<RunOut> {
+    let config = probe_config(tier, p)?;
     let dir = std::env::temp_dir().join(format!("bpftime-cxl-{}", std::process::id()));
     std::fs::create_dir_all(&dir).with_context(|| format!("create {}", dir.display()))?;
     let obj = dir.join("cxl.bpf.o");
@@ -354,8 +429,36 @@ fn run_once(tier: &TierArgs, p: &Params, cmd: &[String], echo: bool) -> Result<R
         .stdout(Stdio::piped())
         .spawn()
         .with_context(|| format!("cannot start {} trace", bin.display()))?;
+    let started = std::time::Instant::now();
+    let pid = child.id();
+    let changer = {
+        let mut plan = Vec::new();
+        let mut q = p.clone();
+        for c in changes {
+            q = c.apply(&q).map_err(anyhow::Error::msg)?;
+            plan.push((c.after, probe_config(tier, &q)?, format!("{c:?}")));
+        }
+        std::thread::spawn(move || {
+            let mut done = Vec::new();
+            for (after, config, what) in plan {
+                if let Some(d) = after.checked_sub(started.elapsed()) {
+                    std::thread::sleep(d);
+                }
+                match cxl_sim::live::set_params(pid, &config) {
+                    Ok(t) => done.push(AppliedChange {
+                        after_ms: after.as_secs_f64() * 1e3,
+                        written_unix_ns: t,
+                        change: what,
+                    }),
+                    Err(e) => eprintln!("warning: --at {what}: {e}"),
+                }
+            }
+            done
+        })
+    };
     let mut out = RunOut {
         params: Some(p.clone()),
+        placement: policy_text(&tier.placement),
         ..Default::default()
     };
     let mut names: BTreeMap<u64, String> = BTreeMap::new();
@@ -414,6 +517,27 @@ fn run_once(tier: &TierArgs, p: &Params, cmd: &[String], echo: bool) -> Result<R
                         && k.launches > 0
                     {
                         kernels_raw.push((i, k));
+                    } else if map.ends_with("cxl_config")
+                        && let Some(c) = CxlConfig::from_bytes(&val)
+                    {
+                        out.placement_dropped = c.place_dropped;
+                        let n = (c.nranges as usize).min(abi::MAX_RANGES);
+                        out.placed = c.ranges[..n]
+                            .iter()
+                            .filter(|r| r.base != 0)
+                            .map(|r| Placed {
+                                address: r.base,
+                                bytes: r.len,
+                                interleave: (r.interleave_cxl > 0).then(|| {
+                                    format!(
+                                        "{}:{}@{}",
+                                        r.interleave_local,
+                                        r.interleave_cxl,
+                                        1u64 << r.page_shift
+                                    )
+                                }),
+                            })
+                            .collect();
                     } else if map.ends_with("cxl_kernel_end") && val.len() >= 8 {
                         let slot = i / cxl_sim::abi::END_STRIPES;
                         let t = u64::from_le_bytes(val[..8].try_into().expect("8 bytes"));
@@ -428,6 +552,7 @@ fn run_once(tier: &TierArgs, p: &Params, cmd: &[String], echo: bool) -> Result<R
     }
     let status = child.wait().context("wait for trace")?;
     out.exit_code = status.code().unwrap_or(1);
+    out.changes = changer.join().unwrap_or_default();
     for (slot, k) in kernels_raw {
         let name = names
             .get(&k.kernel_id)
@@ -477,8 +602,50 @@ fn print_run(o: &RunOut) {
             g("waited_ns") as f64 / acc as f64
         );
     }
+    for c in &o.changes {
+        println!("changed at {:.1} ms: {}", c.after_ms, c.change);
+    }
+    if o.placement != "all" {
+        println!(
+            "placement {}: {} allocations in the tier{}",
+            o.placement,
+            o.placed.len(),
+            if o.placement_dropped > 0 {
+                format!(", {} more found no free range slot", o.placement_dropped)
+            } else {
+                String::new()
+            }
+        );
+        for p in &o.placed {
+            println!(
+                "  {:#x} {} bytes{}{}",
+                p.address,
+                p.bytes,
+                p.interleave.as_deref().map_or("", |_| " interleaved "),
+                p.interleave.as_deref().unwrap_or("")
+            );
+        }
+        if o.placed.is_empty() {
+            println!("warning: placement {} matched no allocation", o.placement);
+        }
+    }
     for w in &o.not_emulated {
         println!("not emulated: {w}");
+    }
+}
+
+/// A policy as the command line writes it.
+fn policy_text(p: &Policy) -> String {
+    match p {
+        Policy::All => "all".into(),
+        Policy::SizeAtLeast(n) => format!("size>={n}"),
+        Policy::Site(t) => format!("site={t}"),
+        Policy::LocalFirst(n) => format!("local={n}"),
+        Policy::Interleave {
+            local,
+            cxl,
+            page_shift,
+        } => format!("interleave={local}:{cxl}@{}", 1u64 << page_shift),
     }
 }
 

@@ -25,6 +25,7 @@
 #![deny(missing_docs)]
 
 pub mod abi;
+pub mod live;
 pub mod model;
 pub mod placement;
 pub mod plot;

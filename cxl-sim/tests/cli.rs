@@ -62,8 +62,8 @@ fn bad_parameters_are_refused_before_the_command_starts() {
             "no preset `nvme`: the presets are direct-x8, switch, pooled",
         ),
         (
-            vec!["--placement", "size>=1GB"],
-            "only `all` can be applied to a running application",
+            vec!["--placement", "site=kv"],
+            "call sites are matched offline only",
         ),
         (
             vec!["--placement", "bogus"],
@@ -237,5 +237,155 @@ fn load_places_a_services_map_in_the_tier() {
     assert!(
         !bad.status.success() && err.contains("no map `nope`"),
         "{err}"
+    );
+}
+
+/// `run --placement` on an application (the fake driver of the attach tests: device memory
+/// is host memory, kernels run no code): the allocator's host probes put what the policy
+/// chooses in the tier, the shim uploads the configuration before `cuMemAlloc` returns, and
+/// `run` reports the placement.
+#[test]
+fn placement_follows_the_applications_allocations() {
+    let bin =
+        PathBuf::from(env!("CARGO_BIN_EXE_bpftime-super-cxl")).with_file_name("bpftime-super");
+    let shim = bin.with_file_name("libbpftime_attach.so");
+    if !bin.is_file() || !shim.is_file() {
+        eprintln!(
+            "SKIPPING: {} or the shim is not built (scripts/test builds both)",
+            bin.display()
+        );
+        return;
+    }
+    let dir = tmp("fake");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("rec")).unwrap();
+    bpftime_tests::fake_cuda::build(&dir, &[("app_alloc", true)]);
+    let ptx = bpftime_tests::repo_root().join("jit/tests/ptx_corpus/nvcc/vecadd_sm90.ptx");
+    let run = |placement: &str| {
+        let _ = std::fs::remove_file(dir.join("rec/calls.log"));
+        let o = Command::new(env!("CARGO_BIN_EXE_bpftime-super-cxl"))
+            .args([
+                "run",
+                "--latency-ns",
+                "100",
+                "--json",
+                "--no-kernel-time",
+                "--placement",
+                placement,
+            ])
+            .arg("--bpftime")
+            .arg(&bin)
+            .arg("--")
+            .arg(dir.join("app_alloc"))
+            .arg(&ptx)
+            .args(["4096", "3145728", "65536"])
+            .env("LD_LIBRARY_PATH", &dir)
+            .env("FAKE_CUDA_DIR", dir.join("rec"))
+            .output()
+            .unwrap();
+        let (out, err) = text(&o);
+        assert!(o.status.success(), "{placement}: {err}");
+        let v: serde_json::Value =
+            serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{e}: {out}"));
+        let addr = |size: &str| {
+            err.lines()
+                .find_map(|l| l.strip_prefix(&format!("alloc {size} at 0x")))
+                .map(|h| u64::from_str_radix(h, 16).unwrap())
+                .unwrap_or_else(|| panic!("{err}"))
+        };
+        let calls = std::fs::read_to_string(dir.join("rec/calls.log")).unwrap_or_default();
+        (v, addr("4096"), addr("3145728"), addr("65536"), calls)
+    };
+    // size>=1MB: the 3 MiB allocation only.
+    let (v, _, big, _, calls) = run("size>=1MB");
+    assert_eq!(v["placement"], "size>=1048576");
+    assert_eq!(
+        v["placed"],
+        serde_json::json!([{"address": big, "bytes": 3145728}]),
+        "{v}"
+    );
+    // The configuration reached the device copy before cuMemAlloc returned: an upload
+    // right after that allocation, before the next one.
+    let lines: Vec<&str> = calls.lines().collect();
+    let at = lines
+        .iter()
+        .position(|l| *l == "cuMemAlloc 3145728")
+        .unwrap();
+    assert!(lines[at + 1].starts_with("cuMemcpyHtoDAsync"), "{calls}");
+    // local=8KB first: 4 KiB fits, 3 MiB does not, 64 KiB does not either (4 KiB + 64 KiB).
+    let (v, _, big, mid, _) = run("local=8KB");
+    let placed: Vec<u64> = v["placed"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["address"].as_u64().unwrap())
+        .collect();
+    assert_eq!(placed, [big, mid], "{v}");
+    // Interleave: every allocation, with its pages.
+    let (v, small, big, mid, _) = run("interleave=1:3@4KB");
+    let placed = v["placed"].as_array().unwrap();
+    assert_eq!(placed.len(), 3, "{v}");
+    assert_eq!(placed[0]["address"].as_u64(), Some(small));
+    assert!(placed.iter().all(|p| p["interleave"] == "1:3@4096"), "{v}");
+    let _ = (big, mid);
+    // A parameter change while the app runs (it sleeps 600 ms after its launch): the
+    // latency words of the region's copy change, and the shim uploads them.
+    let _ = std::fs::remove_file(dir.join("rec/calls.log"));
+    let o = Command::new(env!("CARGO_BIN_EXE_bpftime-super-cxl"))
+        .args([
+            "run",
+            "--latency-ns",
+            "100",
+            "--json",
+            "--no-kernel-time",
+            "--at",
+            "300ms:latency-ns=700",
+        ])
+        .arg("--bpftime")
+        .arg(&bin)
+        .arg("--")
+        .arg(dir.join("app_alloc"))
+        .arg(&ptx)
+        .arg("4096")
+        .env("LD_LIBRARY_PATH", &dir)
+        .env("FAKE_CUDA_DIR", dir.join("rec"))
+        .env("FAKE_SLEEP_MS", "600")
+        .output()
+        .unwrap();
+    let (out, err) = text(&o);
+    let v: serde_json::Value =
+        serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{e}: {out}{err}"));
+    assert_eq!(v["changes"].as_array().map(Vec::len), Some(1), "{v}");
+    let calls = std::fs::read_to_string(dir.join("rec/calls.log")).unwrap();
+    let launch = calls.lines().position(|l| l == "cuLaunchKernel").unwrap();
+    // Three latency words (sequential, strided, random): 24 bytes.
+    assert!(
+        calls
+            .lines()
+            .skip(launch)
+            .any(|l| l == "cuMemcpyHtoDAsync 24"),
+        "{calls}"
+    );
+    // A policy that matches nothing says so (in the text report).
+    let o = Command::new(env!("CARGO_BIN_EXE_bpftime-super-cxl"))
+        .args([
+            "run",
+            "--no-kernel-time",
+            "--placement",
+            "size>=1GB",
+            "--bpftime",
+        ])
+        .arg(&bin)
+        .arg("--")
+        .arg(dir.join("app_alloc"))
+        .arg(&ptx)
+        .arg("4096")
+        .env("LD_LIBRARY_PATH", &dir)
+        .output()
+        .unwrap();
+    let (out, err) = text(&o);
+    assert!(
+        out.contains("placement size>=1073741824 matched no allocation"),
+        "{out}{err}"
     );
 }

@@ -278,7 +278,25 @@ fn probe_verifies_as_a_memory_probe() {
         .iter()
         .map(|p| p.program.section.as_str())
         .collect();
-    assert_eq!(sections, ["memprobe/*"]);
+    assert_eq!(
+        sections,
+        [
+            "memprobe/*",
+            "uprobe/libcuda.so:cuMemAlloc_v2",
+            "uretprobe/libcuda.so:cuMemAlloc_v2",
+            "uprobe/libcuda.so:cuMemFree_v2"
+        ]
+    );
+    // The configuration: the GPU probe only reads it (the shim keeps it following the
+    // region, where the allocator's host probes write the ranges).
+    let config = set.objects[0]
+        .maps
+        .keys()
+        .find(|k| k.ends_with("cxl_config"))
+        .unwrap()
+        .clone();
+    assert!(set.gpu_reads_only(0, &config));
+    assert!(!set.gpu_reads_only(0, "cxl_hist"));
     // The counters are add-only (striped per SM on the GPU); state and history are not.
     assert!(set.add_only(0, "cxl_stats"));
     assert!(!set.add_only(0, "cxl_state"));
@@ -434,7 +452,15 @@ fn embedded_objects_match_their_sources() {
     ] {
         let out = dir.join(format!("{src}.o"));
         let ok = std::process::Command::new("clang")
-            .args(["-O2", "-g", "-target", "bpf", "-Wall", "-Werror"])
+            .args([
+                "-O2",
+                "-g",
+                "-target",
+                "bpf",
+                "-D__TARGET_ARCH_x86",
+                "-Wall",
+                "-Werror",
+            ])
             .arg("-I/usr/include/x86_64-linux-gnu")
             .arg(format!("-I{}", root.join("include").display()))
             .arg(format!("-I{}", root.join("cxl-sim/bpf").display()))

@@ -170,6 +170,28 @@ pub struct Program {
 }
 
 impl Program {
+    /// Whether each of `maps` (by index) is named by some `ld_imm64` of the program (a map
+    /// pointer or a map value's address); an object's programs list every map of the
+    /// object, used or not.
+    pub fn maps_referenced(&self) -> Vec<bool> {
+        let mut used = vec![false; self.maps.len()];
+        let mut pc = 0;
+        while pc < self.insns.len() {
+            let i = &self.insns[pc];
+            if i.code == 0x18 {
+                if matches!(i.src, 5 | 6)
+                    && let Some(u) = usize::try_from(i.imm).ok().and_then(|m| used.get_mut(m))
+                {
+                    *u = true;
+                }
+                pc += 2;
+            } else {
+                pc += 1;
+            }
+        }
+        used
+    }
+
     /// A program from raw instructions, with no maps.
     pub fn from_insns(name: &str, insns: Vec<crate::isa::Insn>) -> Self {
         Program {

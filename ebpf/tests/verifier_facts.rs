@@ -1,5 +1,6 @@
 //! Facts the verifier reports about an accepted program, for the JIT and the attach side:
-//! which maps are only ever added to (counters that may be striped).
+//! which maps are only ever added to (counters that may be striped), and which it only
+//! reads (contents the host owns).
 
 use ebpf::asm::assemble;
 use ebpf::program::{MapDef, MapKind, MapOrigin, Program};
@@ -73,4 +74,27 @@ fn maps_only_added_to_are_reported() {
     assert_eq!(add_only(&prog(&add(6), update)), 0b00);
     let delete = "r1 = map_idx[1] ll\nr2 = r10\nr2 += -4\ncall map_delete_elem";
     assert_eq!(add_only(&prog(&add(6), delete)), 0b01);
+}
+
+fn written(p: &Program) -> u64 {
+    verify(p, &VerifyOptions::default()).unwrap().maps_written
+}
+
+#[test]
+fn maps_the_program_only_reads_are_reported() {
+    let read = |r: u8| format!("r2 = *(u64 *)(r{r} + 8)");
+    assert_eq!(written(&prog(&read(6), &read(7))), 0b00);
+    // Every kind of write marks its map: a store, any atomic (fetching or not), a helper
+    // that changes the map.
+    for w in [
+        "*(u64 *)(r7 + 0) = r1",
+        "lock *(u64 *)(r7 + 8) += r1",
+        "r1 = atomic_fetch_add((u64 *)(r7 + 0), r1)",
+        "r1 = map_idx[1] ll\nr2 = r10\nr2 += -4\ncall map_delete_elem",
+    ] {
+        assert_eq!(written(&prog(&read(6), w)), 0b10, "{w}");
+    }
+    // map_update_elem(map 0, key, map 1's value): map 0 written, map 1 only read.
+    let update = "r1 = map_idx[0] ll\nr2 = r10\nr2 += -4\nr3 = r7\nr4 = 0\ncall map_update_elem";
+    assert_eq!(written(&prog(&read(7), update)), 0b01);
 }

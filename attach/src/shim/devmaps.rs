@@ -30,6 +30,19 @@ use std::ffi::{c_int, c_void};
 use std::sync::Mutex;
 use std::time::Duration;
 
+/// Whether and how a map gets a copy in GPU memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Copy {
+    /// None: it stays in the region (host probes update it there; GPU probes reach it
+    /// through host-mapped memory).
+    None,
+    /// The probes update the device copy; the shim copies it out to the region.
+    ToHost,
+    /// The probes only read it ([`crate::ProbeSet::gpu_reads_only`]): the device copy
+    /// follows the region ([`sync_inbound`]).
+    FromHost,
+}
+
 /// One map's two copies.
 struct Mirror {
     /// Its bytes in the session region (host address).
@@ -42,6 +55,11 @@ struct Mirror {
     stride: usize,
     /// Where striped copies land before they are summed.
     stage: Vec<u8>,
+    /// The probes only read it: the host owns its contents. Its device copy is refreshed
+    /// from the region when the region's bytes change ([`sync_inbound`]) and never copied
+    /// back. `snapshot` holds the bytes last uploaded.
+    inbound: bool,
+    snapshot: Vec<u8>,
 }
 
 /// Stripes of a counter map: one per SM (128 covers an H100's 132 with little sharing),
@@ -119,14 +137,14 @@ pub fn usable_here() -> Option<Result<(), String>> {
 /// (`dev`), copying the region's bytes there, and rebinds them (device address, `.gpu`
 /// atomics). `to_host(device_address)` gives a binding's host address in the region and
 /// its length; `striped(device_address)` whether it is a counter map to stripe per SM
-/// ([`crate::ProbeSet::add_only`]); `keep_host(device_address)` whether the map stays in the
-/// region (host probes update it there).
+/// ([`crate::ProbeSet::add_only`]); `copy(device_address)` where the map lives
+/// ([`Copy`]).
 /// Starts the flusher (every `period`; none when zero) and the exit hook.
 pub fn create(
     bindings: &mut Bindings,
     to_host: impl Fn(u64) -> Option<(usize, usize)>,
     striped: impl Fn(u64) -> bool,
-    keep_host: impl Fn(u64) -> bool,
+    copy: impl Fn(u64) -> Copy,
     dev: c_int,
     period: Duration,
     trace: Option<(String, u64)>,
@@ -161,7 +179,7 @@ pub fn create(
         };
         for object in bindings.iter_mut() {
             for b in object.values_mut() {
-                if b.kind == MapKind::RingBuf || keep_host(b.base_addr) {
+                if b.kind == MapKind::RingBuf || copy(b.base_addr) == Copy::None {
                     continue;
                 }
                 // Maps shared by name between objects are one region entry: one copy.
@@ -185,6 +203,7 @@ pub fn create(
                     undo(&mirrors);
                     return Err(e);
                 }
+                let from_host = stripes == 1 && copy(b.base_addr) == Copy::FromHost;
                 mirrors.push(Mirror {
                     host,
                     dev: d,
@@ -193,6 +212,13 @@ pub fn create(
                     stride,
                     stage: if stripes > 1 {
                         vec![0; total]
+                    } else {
+                        Vec::new()
+                    },
+                    inbound: from_host,
+                    // SAFETY (of the slice): `to_host` gave the map's `len` region bytes.
+                    snapshot: if from_host {
+                        std::slice::from_raw_parts(host as *const u8, len).to_vec()
                     } else {
                         Vec::new()
                     },
@@ -245,6 +271,7 @@ pub fn create(
             ctl: r.ctl,
             cap: r.cap,
         });
+        let has_inbound = mirrors.iter().any(|m| m.inbound);
         let n = (
             mirrors.len(),
             mirrors.iter().filter(|m| m.stripes > 1).count(),
@@ -265,6 +292,15 @@ pub fn create(
             let _ = std::thread::Builder::new()
                 .name("bpftime-flush".into())
                 .spawn(move || flusher(period));
+        }
+        if has_inbound {
+            let _ = std::thread::Builder::new()
+                .name("bpftime-inbound".into())
+                .spawn(|| {
+                    while sync_inbound() {
+                        std::thread::sleep(INBOUND_POLL);
+                    }
+                });
         }
         Ok(n)
     }
@@ -304,7 +340,7 @@ fn copy_out(m: &mut DeviceMaps) {
             set(m.ctx as Handle);
         }
         let stream = m.stream as Handle;
-        for x in &mut m.mirrors {
+        for x in m.mirrors.iter_mut().filter(|x| !x.inbound) {
             if x.stripes > 1 {
                 dtoh(
                     x.stage.as_mut_ptr() as *mut c_void,
@@ -336,6 +372,80 @@ fn copy_out(m: &mut DeviceMaps) {
 
 /// Flushes every `period` for the life of the process (a context that dies and comes
 /// back live after a release still gets its copies).
+/// How often the region's copy of host-owned maps is compared with the device's.
+pub const INBOUND_POLL: Duration = Duration::from_micros(200);
+
+/// Uploads every host-owned map whose region bytes changed since the last upload (only the
+/// changed span), and waits for the copies. Called by a thread every [`INBOUND_POLL`] and
+/// by host-probe wrappers after their probes ran, so a change a host probe made reaches
+/// the GPU before the wrapped call returns. `false` when there is nothing (left) to sync.
+pub fn sync_inbound() -> bool {
+    let Ok(mut g) = MAPS.lock() else {
+        return false;
+    };
+    let Some(m) = g.as_mut().filter(|m| m.live) else {
+        return false;
+    };
+    if !m.mirrors.iter().any(|x| x.inbound) {
+        return false;
+    }
+    let _relaxed = super::hooks::RelaxedCapture::enter();
+    // SAFETY: real driver entries; `m`'s context is alive (`live`, under the lock the
+    // teardown hooks take too); host ranges are the maps' region bytes, snapshots our own.
+    unsafe {
+        let (Ok(get), Ok(set), Ok(htod), Ok(sync)) = (
+            call::<driver::CtxGetCurrent>(Hook::CtxGetCurrent),
+            call::<driver::CtxSetCurrent>(Hook::CtxSetCurrent),
+            call::<driver::MemcpyHtoDAsync>(Hook::MemcpyHtoDAsync),
+            call::<driver::StreamSynchronize>(Hook::StreamSynchronize),
+        ) else {
+            return false;
+        };
+        let mut prev: Handle = std::ptr::null_mut();
+        let had = get(&mut prev) == CUDA_SUCCESS;
+        let mut switched = false;
+        let mut copied = false;
+        for x in m.mirrors.iter_mut().filter(|x| x.inbound) {
+            let now = std::slice::from_raw_parts(x.host as *const u8, x.len);
+            let Some((lo, hi)) = changed_span(&x.snapshot, now) else {
+                continue;
+            };
+            if !switched && (!had || prev as usize != m.ctx) {
+                set(m.ctx as Handle);
+                switched = true;
+            }
+            x.snapshot[lo..hi].copy_from_slice(&now[lo..hi]);
+            htod(
+                x.dev + lo as u64,
+                x.snapshot[lo..].as_ptr() as *const c_void,
+                hi - lo,
+                m.stream as Handle,
+            );
+            copied = true;
+        }
+        if copied {
+            sync(m.stream as Handle);
+        }
+        if switched && had {
+            set(prev);
+        }
+    }
+    true
+}
+
+/// The byte range `[lo, hi)` where `now` differs from `old`, widened to 8-byte words; `None`
+/// when they are equal.
+pub fn changed_span(old: &[u8], now: &[u8]) -> Option<(usize, usize)> {
+    let lo = old.iter().zip(now).position(|(a, b)| a != b)?;
+    let hi = old.len()
+        - old
+            .iter()
+            .rev()
+            .zip(now.iter().rev())
+            .position(|(a, b)| a != b)?;
+    Some((lo / 8 * 8, (hi.div_ceil(8) * 8).min(old.len())))
+}
+
 fn flusher(period: Duration) {
     loop {
         std::thread::sleep(period);
@@ -404,6 +514,24 @@ pub fn after_release(dev: c_int) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn changed_spans_cover_every_changed_byte_in_whole_words() {
+        let old = vec![0u8; 64];
+        assert_eq!(changed_span(&old, &old), None);
+        let mut now = old.clone();
+        now[13] = 1;
+        assert_eq!(changed_span(&old, &now), Some((8, 16)));
+        now[40] = 2;
+        assert_eq!(changed_span(&old, &now), Some((8, 48)));
+        now[63] = 3;
+        now[0] = 4;
+        assert_eq!(changed_span(&old, &now), Some((0, 64)));
+        // A length that is not a multiple of 8 ends at the end.
+        let (a, mut b) = (vec![0u8; 21], vec![0u8; 21]);
+        b[20] = 1;
+        assert_eq!(changed_span(&a, &b), Some((16, 21)));
+    }
 
     #[test]
     fn stripes_sum_to_the_unstriped_map() {

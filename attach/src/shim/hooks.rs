@@ -193,19 +193,45 @@ impl State {
                     .filter_map(|(i, name)| bindings.get(i)?.get(name).map(|b| b.base_addr))
                     .collect();
                 let striped = |addr: u64| counters.contains(&addr);
-                // Maps of host probes stay in the region, where the CPU updates them.
-                let host_maps: Vec<u64> =
-                    self.probes
-                        .probes
-                        .iter()
-                        .filter(|p| !p.site.on_gpu())
-                        .flat_map(|p| {
-                            p.program.maps.iter().filter_map(|m| {
+                // Maps the GPU probes only read follow the region (the host owns them: a
+                // configuration, what host probes record); other maps of host probes stay
+                // in the region, where the CPU updates them.
+                let inbound_maps: Vec<u64> = self
+                    .probes
+                    .objects
+                    .iter()
+                    .enumerate()
+                    .flat_map(|(i, o)| o.maps.keys().map(move |name| (i, name)))
+                    .filter(|(i, name)| self.probes.gpu_reads_only(*i, name))
+                    .filter_map(|(i, name)| bindings.get(i)?.get(name).map(|b| b.base_addr))
+                    .collect();
+                let host_maps: Vec<u64> = self
+                    .probes
+                    .probes
+                    .iter()
+                    .filter(|p| !p.site.on_gpu())
+                    .flat_map(|p| {
+                        let used = p.program.maps_referenced();
+                        p.program
+                            .maps
+                            .iter()
+                            .zip(used)
+                            .filter(|(_, u)| *u)
+                            .filter_map(|(m, _)| {
                                 Some(bindings.get(p.object)?.get(&m.name)?.base_addr)
                             })
-                        })
-                        .collect();
-                let keep_host = |addr: u64| host_maps.contains(&addr);
+                    })
+                    .filter(|a| !inbound_maps.contains(a))
+                    .collect();
+                let copy = |addr: u64| {
+                    if inbound_maps.contains(&addr) {
+                        super::devmaps::Copy::FromHost
+                    } else if host_maps.contains(&addr) {
+                        super::devmaps::Copy::None
+                    } else {
+                        super::devmaps::Copy::ToHost
+                    }
+                };
                 let trace = self
                     .config
                     .mem_trace
@@ -215,7 +241,7 @@ impl State {
                     &mut bindings,
                     to_host,
                     striped,
-                    keep_host,
+                    copy,
                     dev,
                     period,
                     trace,

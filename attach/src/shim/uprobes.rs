@@ -201,6 +201,9 @@ pub fn run(a: Api, args: &[u64], ip: u64, rc: Option<i32>) {
             let _ = p.call(&mut regs, &mut env);
         }
     });
+    // What the probes wrote into maps the GPU probes only read reaches the GPU before the
+    // wrapped call returns (an allocation a probe recorded, before the kernel that uses it).
+    super::devmaps::sync_inbound();
 }
 
 #[cfg(test)]

@@ -91,6 +91,8 @@ pub struct Explorer<'a> {
     /// Maps whose values were touched other than by 64-bit atomic adds without fetch
     /// ([`Verified::maps_add_only`]).
     map_values_other: std::cell::Cell<u64>,
+    /// Maps whose values the program may write ([`Verified::maps_written`]).
+    map_values_written: std::cell::Cell<u64>,
     /// With a probe ctx: what each load instruction reads ([`Verified::ctx_loads`]); `None`
     /// for a load seen with another base, or at a varying ctx offset.
     ctx_loads: std::cell::RefCell<std::collections::BTreeMap<usize, Option<i64>>>,
@@ -164,6 +166,7 @@ impl<'a> Explorer<'a> {
             last_var_stack: false,
             ctx_words_read: std::cell::Cell::new(0),
             map_values_other: std::cell::Cell::new(0),
+            map_values_written: std::cell::Cell::new(0),
             ctx_loads: Default::default(),
             other_loads: Default::default(),
         }
@@ -198,6 +201,14 @@ impl<'a> Explorer<'a> {
     pub(super) fn note_map_value_use(&self, map: usize) {
         let bit = if map < 64 { 1u64 << map } else { 0 };
         self.map_values_other.set(self.map_values_other.get() | bit);
+    }
+
+    /// Records that map `map`'s values may be written (a store, an atomic, a helper that
+    /// writes them or changes the map). Maps past the 64th count as written.
+    pub(super) fn note_map_write(&self, map: usize) {
+        let bit = if map < 64 { 1u64 << map } else { u64::MAX };
+        self.map_values_written
+            .set(self.map_values_written.get() | bit);
     }
 
     /// With a probe ctx, records the words a read through `p` (plus `off`, `size` bytes) may
@@ -555,6 +566,7 @@ impl<'a> Explorer<'a> {
                 let all = if n == 64 { u64::MAX } else { (1u64 << n) - 1 };
                 all & !self.map_values_other.get()
             },
+            maps_written: self.map_values_written.get(),
         })
     }
 
@@ -1540,6 +1552,7 @@ impl<'a> Explorer<'a> {
             }
             PtrKind::MapValue { map } => {
                 self.note_map_value_use(map as usize);
+                self.note_map_write(map as usize);
                 let m = &self.prog.maps[map as usize];
                 if !m.writable_by_prog() {
                     return Err(fail(
@@ -1638,6 +1651,7 @@ impl<'a> Explorer<'a> {
                 if !(op == crate::isa::AtomicOp::Add && !fetch && size == 8) {
                     self.note_map_value_use(map as usize);
                 }
+                self.note_map_write(map as usize);
                 let m = &self.prog.maps[map as usize];
                 if !m.writable_by_prog() {
                     return Err(fail(

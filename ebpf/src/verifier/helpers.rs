@@ -137,6 +137,7 @@ impl Explorer<'_> {
                     }
                     if id != helpers::MAP_LOOKUP_ELEM {
                         self.note_map_value_use(m as usize);
+                        self.note_map_write(m as usize);
                     }
                     map = Some(m);
                 }
@@ -413,6 +414,9 @@ impl Explorer<'_> {
             }
             PtrKind::MapValue { map } => {
                 self.note_map_value_use(map as usize);
+                if write {
+                    self.note_map_write(map as usize);
+                }
                 let m = &self.prog.maps[map as usize];
                 if write && !m.writable_by_prog() {
                     return Err(fail(

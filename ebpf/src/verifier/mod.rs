@@ -112,6 +112,12 @@ pub struct Verified {
     /// helper but `map_lookup_elem`: such a map may be split into per-SM stripes that the
     /// host sums. Maps past the 64th are never set.
     pub maps_add_only: u64,
+    /// Bit `m` is set when the program may write map `m`'s values: a store through a value
+    /// pointer, any atomic on one, `map_update_elem`/`map_delete_elem` or a ring-buffer
+    /// helper on the map, or a helper writing into a value. Clear: the program only reads
+    /// the map, so another party (the host) owns its contents. Maps past the 64th are
+    /// always set.
+    pub maps_written: u64,
 }
 
 /// The class of a verification failure.
