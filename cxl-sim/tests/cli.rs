@@ -125,19 +125,26 @@ fn place_shows_the_policys_choice() {
     assert!(!o.status.success() && text(&o).1.contains("/nonexistent/api.log"));
 }
 
-#[test]
-fn run_passes_the_exit_code_through() {
-    // `run` drives `bpftime-super trace`; both are built by the workspace's tests.
+/// `bpftime-super` beside this binary, when it and the shim are built (`run` drives
+/// `bpftime-super trace`; the workspace's tests build both).
+fn bpftime_and_shim() -> Option<PathBuf> {
     let bin =
         PathBuf::from(env!("CARGO_BIN_EXE_bpftime-super-cxl")).with_file_name("bpftime-super");
-    let shim = bin.with_file_name("libbpftime_attach.so");
-    if !bin.is_file() || !shim.is_file() {
-        eprintln!(
-            "SKIPPING: {} or the shim is not built (scripts/test builds both)",
-            bin.display()
-        );
-        return;
+    if bin.is_file() && bin.with_file_name("libbpftime_attach.so").is_file() {
+        return Some(bin);
     }
+    eprintln!(
+        "SKIPPING: {} or the shim is not built (scripts/test builds both)",
+        bin.display()
+    );
+    None
+}
+
+#[test]
+fn run_passes_the_exit_code_through() {
+    let Some(bin) = bpftime_and_shim() else {
+        return;
+    };
     let o = cxl(&[
         "run",
         "--latency-ns",
@@ -246,16 +253,9 @@ fn load_places_a_services_map_in_the_tier() {
 /// `run` reports the placement.
 #[test]
 fn placement_follows_the_applications_allocations() {
-    let bin =
-        PathBuf::from(env!("CARGO_BIN_EXE_bpftime-super-cxl")).with_file_name("bpftime-super");
-    let shim = bin.with_file_name("libbpftime_attach.so");
-    if !bin.is_file() || !shim.is_file() {
-        eprintln!(
-            "SKIPPING: {} or the shim is not built (scripts/test builds both)",
-            bin.display()
-        );
+    let Some(bin) = bpftime_and_shim() else {
         return;
-    }
+    };
     let dir = tmp("fake");
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(dir.join("rec")).unwrap();
@@ -328,20 +328,16 @@ fn placement_follows_the_applications_allocations() {
     assert_eq!(placed[0]["address"].as_u64(), Some(small));
     assert!(placed.iter().all(|p| p["interleave"] == "1:3@4096"), "{v}");
     let _ = (big, mid);
-    // A parameter change while the app runs (it sleeps 600 ms after its launch): the
-    // latency words of the region's copy change, and the shim uploads them.
+    // A parameter change while the app runs: the app waits after its launch (for a file
+    // this test makes once it has seen the upload); the change comes 12 s after `run`
+    // started, well after the launch even on a loaded machine. The latency words of the
+    // region's copy change, and the shim uploads them: 24 bytes (three words).
     let _ = std::fs::remove_file(dir.join("rec/calls.log"));
-    let o = Command::new(env!("CARGO_BIN_EXE_bpftime-super-cxl"))
-        .args([
-            "run",
-            "--latency-ns",
-            "100",
-            "--json",
-            "--no-kernel-time",
-            "--at",
-            "300ms:latency-ns=700",
-        ])
-        .arg("--bpftime")
+    let exit = dir.join("exit-now");
+    let _ = std::fs::remove_file(&exit);
+    let child = Command::new(env!("CARGO_BIN_EXE_bpftime-super-cxl"))
+        .args(["run", "--latency-ns", "100", "--json", "--no-kernel-time"])
+        .args(["--at", "12s:latency-ns=700", "--bpftime"])
         .arg(&bin)
         .arg("--")
         .arg(dir.join("app_alloc"))
@@ -349,23 +345,34 @@ fn placement_follows_the_applications_allocations() {
         .arg("4096")
         .env("LD_LIBRARY_PATH", &dir)
         .env("FAKE_CUDA_DIR", dir.join("rec"))
-        .env("FAKE_SLEEP_MS", "600")
-        .output()
+        .env("FAKE_EXIT_FILE", &exit)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
         .unwrap();
+    let uploaded = |calls: &str| {
+        let launch = calls.lines().position(|l| l == "cuLaunchKernel");
+        launch.is_some_and(|at| calls.lines().skip(at).any(|l| l == "cuMemcpyHtoDAsync 24"))
+    };
+    let t = std::time::Instant::now();
+    let mut calls = String::new();
+    while t.elapsed() < std::time::Duration::from_secs(60) {
+        calls = std::fs::read_to_string(dir.join("rec/calls.log")).unwrap_or_default();
+        if uploaded(&calls) {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    std::fs::write(&exit, b"").unwrap();
+    let o = child.wait_with_output().unwrap();
     let (out, err) = text(&o);
+    assert!(
+        uploaded(&calls),
+        "no upload after the launch: {calls}\n{err}"
+    );
     let v: serde_json::Value =
         serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{e}: {out}{err}"));
     assert_eq!(v["changes"].as_array().map(Vec::len), Some(1), "{v}");
-    let calls = std::fs::read_to_string(dir.join("rec/calls.log")).unwrap();
-    let launch = calls.lines().position(|l| l == "cuLaunchKernel").unwrap();
-    // Three latency words (sequential, strided, random): 24 bytes.
-    assert!(
-        calls
-            .lines()
-            .skip(launch)
-            .any(|l| l == "cuMemcpyHtoDAsync 24"),
-        "{calls}"
-    );
     // A policy that matches nothing says so (in the text report).
     let o = Command::new(env!("CARGO_BIN_EXE_bpftime-super-cxl"))
         .args([

@@ -1,6 +1,6 @@
 /* app_alloc: loads a PTX module, allocates device memory of each size given (printing each
  * address), launches once, frees the first allocation and exits 0; $FAKE_SLEEP_MS: sleep
- * that long before exiting.
+ * that long before exiting; $FAKE_EXIT_FILE: first wait (at most 60 s) until that file exists.
  * Usage: app_alloc PTX SIZE... */
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,5 +28,9 @@ int main(int argc, char **argv) {
 	printf("app_alloc ok\n");
 	fflush(stdout);
 	if (getenv("FAKE_SLEEP_MS")) usleep(atoi(getenv("FAKE_SLEEP_MS")) * 1000);
+	for (int i = 0; getenv("FAKE_EXIT_FILE") && i < 6000; i++) {
+		if (access(getenv("FAKE_EXIT_FILE"), F_OK) == 0) break;
+		usleep(10000);
+	}
 	return 0;
 }
