@@ -8,6 +8,14 @@
 pub const MAGIC: u64 = u64::from_le_bytes(*b"CXLSIM\0\x01");
 /// Layout version of [`CxlConfig`].
 pub const VERSION: u64 = 1;
+/// Fixed-point shift of bucket times (`ns << TIME_SHIFT`).
+pub const TIME_SHIFT: u32 = 16;
+/// Fixed-point one for ratios.
+pub const ONE: u64 = 1024;
+/// Highest link utilisation the queueing term uses (0.95 × [`ONE`]): Δq stays finite.
+pub const RHO_MAX: u64 = 972;
+/// Bandwidth windows are `1 << WINDOW_SHIFT` ns (65.5 µs).
+pub const WINDOW_SHIFT: u32 = 16;
 /// Ranges [`CxlConfig`] holds.
 pub const MAX_RANGES: usize = 64;
 /// History slots (last address and stride per warp and site, by hash): a power of two.
@@ -314,11 +322,7 @@ pub fn c_header() -> String {
         "#define CXL_PLACE_NONE {PLACE_NONE}\n#define CXL_PLACE_SIZE {PLACE_SIZE}\n#define CXL_PLACE_LOCAL {PLACE_LOCAL}\n#define CXL_PLACE_INTERLEAVE {PLACE_INTERLEAVE}\n"
     );
     s += &format!(
-        "#define CXL_TIME_SHIFT {}\n#define CXL_ONE {}\n#define CXL_RHO_MAX {}\n#define CXL_WINDOW_SHIFT {}\n\n",
-        crate::model::TIME_SHIFT,
-        crate::model::ONE,
-        crate::model::RHO_MAX,
-        crate::model::WINDOW_SHIFT
+        "#define CXL_TIME_SHIFT {TIME_SHIFT}\n#define CXL_ONE {ONE}\n#define CXL_RHO_MAX {RHO_MAX}\n#define CXL_WINDOW_SHIFT {WINDOW_SHIFT}\n\n"
     );
     s += "struct cxl_range {\n\t__u64 base;\n\t__u64 len;\n\t__u32 interleave_local;\n\t__u32 interleave_cxl;\n\t__u32 page_shift;\n\t__u32 pad;\n};\n\n";
     s += "struct cxl_config {\n\t__u64 magic;\n\t__u64 version;\n\t__u64 flags;\n\t__u64 latency[3];\n\t__u64 byte_cost;\n\t__u64 burst;\n\t__u64 window_cap_bytes;\n\t__u64 queue_k;\n\t__u64 seq_stride;\n\t__u64 cache_lines;\n\t__u64 place_kind;\n\t__u64 place_arg;\n\t__u64 place_used;\n\t__u64 place_interleave;\n\t__u64 place_dropped;\n\t__u64 nranges;\n\tstruct cxl_range ranges[CXL_MAX_RANGES];\n};\n\n";
@@ -414,15 +418,15 @@ mod tests {
 
     #[test]
     fn bytes_round_trip() {
-        let mut c = crate::Params {
-            latency_ns: 170.0,
-            bandwidth_gbps: Some(26.0),
-            queue_k: 1.0,
-            cache_mib: 64,
-            ..Default::default()
-        }
-        .config(false)
-        .unwrap();
+        let mut c = CxlConfig::new();
+        c.flags = FLAG_ENABLED | FLAG_STATS;
+        c.latency = [85, 128, 170];
+        c.byte_cost = 40330;
+        c.burst = 4096 * 40330;
+        c.window_cap_bytes = 106496;
+        c.queue_k = 1024;
+        c.seq_stride = 256;
+        c.cache_lines = 1 << 19;
         c.place_kind = PLACE_LOCAL;
         c.place_arg = 4 << 30;
         c.place_used = 12345;

@@ -28,16 +28,9 @@ use crate::abi::{
     CACHE_SLOTS, CxlConfig, CxlState, FLAG_ENABLED, FLAG_EVERYTHING, FLAG_SPIN, FLAG_STATS,
     LINE_SHIFT, STRIPES,
 };
+pub use crate::abi::{ONE, RHO_MAX, TIME_SHIFT, WINDOW_SHIFT};
 use serde::{Deserialize, Serialize};
 
-/// Fixed-point shift of bucket times (`ns << TIME_SHIFT`).
-pub const TIME_SHIFT: u32 = 16;
-/// Fixed-point one for ratios.
-pub const ONE: u64 = 1024;
-/// Highest link utilisation the queueing term uses (0.95 × [`ONE`]): Δq stays finite.
-pub const RHO_MAX: u64 = 972;
-/// Bandwidth windows are `1 << WINDOW_SHIFT` ns (65.5 µs).
-pub const WINDOW_SHIFT: u32 = 16;
 /// Longest added latency accepted (1 s).
 pub const MAX_LATENCY_NS: f64 = 1e9;
 /// Highest cap accepted (10 TB/s: above any GPU's own memory).
