@@ -193,17 +193,22 @@ fn a_map_in_an_emulated_tier_pays_its_delay() {
         let t = std::time::Instant::now();
         let r = c.run(&Job::new(id, n).input(&input, 1), T).unwrap();
         assert!(r.ok(), "{r:?}");
-        assert_eq!(r.r0, n, "the last record saw every count before it");
+        // The last record saw every count before it: whole jobs of n, none lost.
+        assert!(r.r0 > 0 && r.r0.is_multiple_of(n), "{}", r.r0);
         t.elapsed()
     };
-    let base = time(&mut c, plain.id);
+    // The fastest of three plain runs: a first job can pay for waking the worker.
+    let base = (0..3).map(|_| time(&mut c, plain.id)).min().unwrap();
     for (p, what) in [(&slow, "latency"), (&capped, "cap")] {
         let t = time(&mut c, p.id);
+        let total = t.as_secs_f64() * 1e6 / n as f64;
         let per = (t.saturating_sub(base)).as_secs_f64() * 1e6 / n as f64;
         eprintln!("{what}: {per:.2} µs per access over the plain map (configured 20)");
+        // Every access waits at least the 20 µs, whatever else the machine does.
+        assert!(total >= 20.0, "{what}: {total:.1} µs per record");
         assert!(
-            per >= 19.0,
-            "{what}: {per:.1} µs per access over the plain map (want ≥ 20)"
+            per >= 18.0,
+            "{what}: {per:.1} µs per access over the plain map (want about 20)"
         );
         assert!(per < 200.0, "{what}: {per:.1} µs per access");
     }
