@@ -80,7 +80,7 @@ enum Cmd {
     /// MAP=cxl:LATENCY_NS[:GBPS]`.
     Load {
         #[command(flatten)]
-        tier: TierArgs,
+        tier: TierParams,
         /// A map to place in the tier (repeat for more).
         #[arg(long = "map", required = true)]
         maps: Vec<String>,
@@ -97,9 +97,43 @@ enum Cmd {
     },
 }
 
-/// The tier's parameters: a preset, then overrides.
+/// The tier's parameters, a preset then overrides, and the probe's options (`run`,
+/// `sweep`).
 #[derive(Args, Debug, Clone)]
 struct TierArgs {
+    #[command(flatten)]
+    tier: TierParams,
+    /// Which memory is the tier's: `all`, `size>=64MB`, `local=4GB` (local capacity first),
+    /// `interleave=1:3@4KB`; host probes on the driver's allocator place each allocation
+    /// as it is made. (`site=TEXT` works offline only: `place`.)
+    #[arg(long, default_value = "all")]
+    placement: Policy,
+    /// Compute every delay, never wait (the emulator's own cost).
+    #[arg(long)]
+    count_only: bool,
+    /// Do not time kernels with entry/exit probes (they cost a call per thread at entry
+    /// and exit); `run` then prints no kernel times and `sweep` cannot run.
+    #[arg(long)]
+    no_kernel_time: bool,
+    /// Keep no counters (requests by class, bytes, delay): one atomic fewer per counter
+    /// and request. Kernel times are still measured.
+    #[arg(long)]
+    no_stats: bool,
+    /// A probe object built from bpf/cxl.bpf.c other than the embedded one (to measure a
+    /// variant of the probe).
+    #[arg(long, hide = true)]
+    object: Option<PathBuf>,
+}
+
+impl TierArgs {
+    fn params(&self) -> Result<Params> {
+        self.tier.params()
+    }
+}
+
+/// The tier's parameters: a preset, then overrides.
+#[derive(Args, Debug, Clone)]
+struct TierParams {
     /// Start from a preset (`bpftime-super cxl presets`).
     #[arg(long)]
     preset: Option<String>,
@@ -131,32 +165,12 @@ struct TierArgs {
     /// How the GPU waits.
     #[arg(long, value_enum)]
     wait: Option<WaitMode>,
-    /// Which memory is the tier's: `all`, `size>=64MB`, `local=4GB` (local capacity first),
-    /// `interleave=1:3@4KB`; host probes on the driver's allocator place each allocation
-    /// as it is made. (`site=TEXT` works offline only: `place`.)
-    #[arg(long, default_value = "all")]
-    placement: Policy,
-    /// Compute every delay, never wait (the emulator's own cost).
-    #[arg(long)]
-    count_only: bool,
-    /// Do not time kernels with entry/exit probes (they cost a call per thread at entry
-    /// and exit); `run` then prints no kernel times and `sweep` cannot run.
-    #[arg(long)]
-    no_kernel_time: bool,
-    /// Keep no counters (requests by class, bytes, delay): one atomic fewer per counter
-    /// and request. Kernel times are still measured.
-    #[arg(long)]
-    no_stats: bool,
-    /// A probe object built from bpf/cxl.bpf.c other than the embedded one (to measure a
-    /// variant of the probe).
-    #[arg(long, hide = true)]
-    object: Option<PathBuf>,
     /// The bpftime-super binary (default: next to this one, else on PATH).
     #[arg(long)]
     bpftime: Option<PathBuf>,
 }
 
-impl TierArgs {
+impl TierParams {
     fn params(&self) -> Result<Params> {
         let mut p = match &self.preset {
             Some(n) => {
@@ -420,7 +434,7 @@ fn run_once_with(
             .with_context(|| format!("write {}", t.display()))?;
         objects.push(t);
     }
-    let bin = bpftime_binary(tier.bpftime.as_deref())?;
+    let bin = bpftime_binary(tier.tier.bpftime.as_deref())?;
     let mut child = Command::new(&bin)
         .arg("trace")
         .args(&objects)
