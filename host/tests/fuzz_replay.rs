@@ -2,21 +2,10 @@
 //! seeds (`fuzz/seeds_control/`) through the target's body (`host::service::fuzz::control`)
 //! on stable: any bytes on the control socket get replies, and the service stays up.
 
-use std::path::PathBuf;
-
 #[test]
 fn the_control_corpus_replays_and_the_service_stays_up() {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../fuzz");
-    let mut all = Vec::new();
-    for d in ["replay/control", "seeds_control"] {
-        let Ok(rd) = std::fs::read_dir(root.join(d)) else {
-            continue;
-        };
-        for e in rd.flatten() {
-            all.push((e.path(), std::fs::read(e.path()).unwrap()));
-        }
-    }
-    all.sort();
+    let root = bpftime_tests::repo_root().join("fuzz");
+    let all = bpftime_tests::fuzz_inputs(&["replay/control", "seeds_control"]);
     assert!(all.len() >= 6, "{} control inputs", all.len());
     for (p, data) in &all {
         let r = std::panic::catch_unwind(|| host::service::fuzz::control(data));

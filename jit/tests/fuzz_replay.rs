@@ -41,20 +41,10 @@ fn the_ptx_corpus_replays_without_a_panic() {
 /// each one's symbols renamed apart.
 #[test]
 fn every_verified_program_of_the_corpora_assembles() {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
-    let mut all = Vec::new();
-    for d in [
-        "fuzz/replay/ptx_jit",
-        "fuzz/replay/load_and_verify",
-        "fuzz/seeds",
-    ] {
-        files(&root.join(d), &mut all);
-    }
-    all.sort();
+    let all = bpftime_tests::fuzz_inputs(&["replay/ptx_jit", "replay/load_and_verify", "seeds"]);
     let mut modules = Vec::new();
-    for p in &all {
-        let data = std::fs::read(p).unwrap();
-        match std::panic::catch_unwind(|| jit::fuzz::ptx_jit(&data)) {
+    for (p, data) in &all {
+        match std::panic::catch_unwind(|| jit::fuzz::ptx_jit(data)) {
             Ok(m) => modules.extend(m.into_iter().map(|m| (p.clone(), m))),
             Err(_) => panic!("{} panics the loader, verifier or JIT", p.display()),
         }

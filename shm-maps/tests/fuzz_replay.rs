@@ -3,28 +3,9 @@
 //! stable, plus a deterministic sweep of single-field corruptions of the header and the
 //! directory: a corrupt region must give an error, never a crash.
 
-use std::path::PathBuf;
-
-fn inputs(dirs: &[&str]) -> Vec<(PathBuf, Vec<u8>)> {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../fuzz");
-    let mut out = Vec::new();
-    for d in dirs {
-        let Ok(rd) = std::fs::read_dir(root.join(d)) else {
-            continue;
-        };
-        for e in rd.flatten() {
-            if e.path().is_file() {
-                out.push((e.path(), std::fs::read(e.path()).unwrap()));
-            }
-        }
-    }
-    out.sort();
-    out
-}
-
 #[test]
 fn the_region_corpus_replays_without_a_panic() {
-    let all = inputs(&["replay/region", "seeds_region"]);
+    let all = bpftime_tests::fuzz_inputs(&["replay/region", "seeds_region"]);
     assert!(!all.is_empty(), "no region inputs");
     assert!(shm_maps::fuzz::region(&[]), "the unpatched template opens");
     for (p, data) in &all {

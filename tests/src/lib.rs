@@ -1,5 +1,6 @@
 //! Test support shared by the workspace's integration tests: building the eBPF C programs,
-//! and the fake CUDA driver ([`fake_cuda`]).
+//! the fake CUDA driver ([`fake_cuda`]), and the fuzz campaigns' kept inputs
+//! ([`fuzz_inputs`]).
 //!
 //! The C sources live in `tests/programs/*.bpf.c` and the shipped examples in
 //! `examples/*.bpf.c`. [`compile`] builds one with `clang -O2 -g -target bpf` into
@@ -34,6 +35,27 @@ fn clang() -> Option<&'static str> {
                 .unwrap_or(false)
         })
     })
+}
+
+/// Every file directly in each of `dirs` (relative to `fuzz/`: `replay/<target>`, `seeds`),
+/// with its bytes, sorted by path; a missing folder gives nothing.
+pub fn fuzz_inputs(dirs: &[&str]) -> Vec<(PathBuf, Vec<u8>)> {
+    let root = repo_root().join("fuzz");
+    let mut out = Vec::new();
+    for d in dirs {
+        let Ok(rd) = std::fs::read_dir(root.join(d)) else {
+            continue;
+        };
+        for e in rd.flatten() {
+            let p = e.path();
+            if p.is_file() {
+                let data = std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+                out.push((p, data));
+            }
+        }
+    }
+    out.sort();
+    out
 }
 
 /// Whether clang can be used; panics if it is required but missing.
