@@ -261,28 +261,36 @@ fn placement_follows_the_applications_allocations() {
     std::fs::create_dir_all(dir.join("rec")).unwrap();
     bpftime_tests::fake_cuda::build(&dir, &[("app_alloc", true)]);
     let ptx = bpftime_tests::repo_root().join("jit/tests/ptx_corpus/nvcc/vecadd_sm90.ptx");
+    // `bpftime-super cxl run ARGS… -- app_alloc PTX SIZES…` on the fake driver.
+    let app = |args: &[&str], sizes: &[&str]| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_bpftime-super-cxl"));
+        c.arg("run")
+            .args(args)
+            .arg("--bpftime")
+            .arg(&bin)
+            .arg("--")
+            .arg(dir.join("app_alloc"))
+            .arg(&ptx)
+            .args(sizes)
+            .env("LD_LIBRARY_PATH", &dir)
+            .env("FAKE_CUDA_DIR", dir.join("rec"));
+        c
+    };
     let run = |placement: &str| {
         let _ = std::fs::remove_file(dir.join("rec/calls.log"));
-        let o = Command::new(env!("CARGO_BIN_EXE_bpftime-super-cxl"))
-            .args([
-                "run",
+        let o = app(
+            &[
                 "--latency-ns",
                 "100",
                 "--json",
                 "--no-kernel-time",
                 "--placement",
                 placement,
-            ])
-            .arg("--bpftime")
-            .arg(&bin)
-            .arg("--")
-            .arg(dir.join("app_alloc"))
-            .arg(&ptx)
-            .args(["4096", "3145728", "65536"])
-            .env("LD_LIBRARY_PATH", &dir)
-            .env("FAKE_CUDA_DIR", dir.join("rec"))
-            .output()
-            .unwrap();
+            ],
+            &["4096", "3145728", "65536"],
+        )
+        .output()
+        .unwrap();
         let (out, err) = text(&o);
         assert!(o.status.success(), "{placement}: {err}");
         let v: serde_json::Value =
@@ -335,21 +343,22 @@ fn placement_follows_the_applications_allocations() {
     let _ = std::fs::remove_file(dir.join("rec/calls.log"));
     let exit = dir.join("exit-now");
     let _ = std::fs::remove_file(&exit);
-    let child = Command::new(env!("CARGO_BIN_EXE_bpftime-super-cxl"))
-        .args(["run", "--latency-ns", "100", "--json", "--no-kernel-time"])
-        .args(["--at", "12s:latency-ns=700", "--bpftime"])
-        .arg(&bin)
-        .arg("--")
-        .arg(dir.join("app_alloc"))
-        .arg(&ptx)
-        .arg("4096")
-        .env("LD_LIBRARY_PATH", &dir)
-        .env("FAKE_CUDA_DIR", dir.join("rec"))
-        .env("FAKE_EXIT_FILE", &exit)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let child = app(
+        &[
+            "--latency-ns",
+            "100",
+            "--json",
+            "--no-kernel-time",
+            "--at",
+            "12s:latency-ns=700",
+        ],
+        &["4096"],
+    )
+    .env("FAKE_EXIT_FILE", &exit)
+    .stdout(std::process::Stdio::piped())
+    .stderr(std::process::Stdio::piped())
+    .spawn()
+    .unwrap();
     let uploaded = |calls: &str| {
         let launch = calls.lines().position(|l| l == "cuLaunchKernel");
         launch.is_some_and(|at| calls.lines().skip(at).any(|l| l == "cuMemcpyHtoDAsync 24"))
@@ -374,20 +383,7 @@ fn placement_follows_the_applications_allocations() {
         serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{e}: {out}{err}"));
     assert_eq!(v["changes"].as_array().map(Vec::len), Some(1), "{v}");
     // A policy that matches nothing says so (in the text report).
-    let o = Command::new(env!("CARGO_BIN_EXE_bpftime-super-cxl"))
-        .args([
-            "run",
-            "--no-kernel-time",
-            "--placement",
-            "size>=1GB",
-            "--bpftime",
-        ])
-        .arg(&bin)
-        .arg("--")
-        .arg(dir.join("app_alloc"))
-        .arg(&ptx)
-        .arg("4096")
-        .env("LD_LIBRARY_PATH", &dir)
+    let o = app(&["--no-kernel-time", "--placement", "size>=1GB"], &["4096"])
         .output()
         .unwrap();
     let (out, err) = text(&o);
