@@ -274,6 +274,29 @@ impl ProbeSet {
             && gpu().next().is_some()
             && gpu().all(|(p, i)| i < 64 && p.maps_written & (1 << i) == 0)
     }
+
+    /// Whether map `map` of object `object` is [`ProbeSet::gpu_reads_only`] and something on
+    /// the host may change it: a host probe writes it, or it is global data (a
+    /// configuration another process may rewrite in the region). Only such maps are worth
+    /// the shim's polling; a map nobody on the host writes keeps its first contents.
+    pub fn host_owned(&self, object: usize, map: &str) -> bool {
+        let Some(def) = self.objects.get(object).and_then(|o| o.maps.get(map)) else {
+            return false;
+        };
+        let host_writes = self
+            .probes
+            .iter()
+            .filter(|p| p.object == object && !p.site.on_gpu())
+            .any(|p| {
+                p.program
+                    .maps
+                    .iter()
+                    .position(|m| m.name == map)
+                    .is_some_and(|i| i >= 64 || p.maps_written & (1 << i) != 0)
+            });
+        self.gpu_reads_only(object, map)
+            && (host_writes || matches!(def.origin, ebpf::MapOrigin::GlobalData { .. }))
+    }
 }
 
 /// Which accesses a `memprobe` section wants: `memprobe.load/` loads and copies,

@@ -296,6 +296,7 @@ fn probe_verifies_as_a_memory_probe() {
         .unwrap()
         .clone();
     assert!(set.gpu_reads_only(0, &config));
+    assert!(set.host_owned(0, &config));
     assert!(!set.gpu_reads_only(0, "cxl_hist"));
     // The counters are add-only (striped per SM on the GPU); state and history are not.
     assert!(set.add_only(0, "cxl_stats"));

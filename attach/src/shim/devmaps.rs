@@ -38,7 +38,8 @@ pub enum Copy {
     None,
     /// The probes update the device copy; the shim copies it out to the region.
     ToHost,
-    /// The probes only read it ([`crate::ProbeSet::gpu_reads_only`]): the device copy
+    /// The probes only read it and the host may change it ([`crate::ProbeSet::host_owned`]):
+    /// the device copy
     /// follows the region ([`sync_inbound`]).
     FromHost,
 }
@@ -109,6 +110,9 @@ struct DeviceMaps {
 }
 
 static MAPS: Mutex<Option<DeviceMaps>> = Mutex::new(None);
+/// Whether some mirror is host-owned: [`sync_inbound`], called after every probed driver
+/// call, returns at once without it (no lock on that path).
+static INBOUND: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// Whether a module loaded now can use the device copies: they exist, their context is
 /// alive and current. `None` when there are no device copies (host-mapped maps).
@@ -294,6 +298,7 @@ pub fn create(
                 .spawn(move || flusher(period));
         }
         if has_inbound {
+            INBOUND.store(true, std::sync::atomic::Ordering::Release);
             let _ = std::thread::Builder::new()
                 .name("bpftime-inbound".into())
                 .spawn(|| {
@@ -370,8 +375,6 @@ fn copy_out(m: &mut DeviceMaps) {
     }
 }
 
-/// Flushes every `period` for the life of the process (a context that dies and comes
-/// back live after a release still gets its copies).
 /// How often the region's copy of host-owned maps is compared with the device's.
 pub const INBOUND_POLL: Duration = Duration::from_micros(200);
 
@@ -380,6 +383,9 @@ pub const INBOUND_POLL: Duration = Duration::from_micros(200);
 /// by host-probe wrappers after their probes ran, so a change a host probe made reaches
 /// the GPU before the wrapped call returns. `false` when there is nothing (left) to sync.
 pub fn sync_inbound() -> bool {
+    if !INBOUND.load(std::sync::atomic::Ordering::Acquire) {
+        return false;
+    }
     let Ok(mut g) = MAPS.lock() else {
         return false;
     };
@@ -446,6 +452,8 @@ pub fn changed_span(old: &[u8], now: &[u8]) -> Option<(usize, usize)> {
     Some((lo / 8 * 8, (hi.div_ceil(8) * 8).min(old.len())))
 }
 
+/// Flushes every `period` for the life of the process (a context that dies and comes
+/// back live after a release still gets its copies).
 fn flusher(period: Duration) {
     loop {
         std::thread::sleep(period);

@@ -193,7 +193,7 @@ impl State {
                     .filter_map(|(i, name)| bindings.get(i)?.get(name).map(|b| b.base_addr))
                     .collect();
                 let striped = |addr: u64| counters.contains(&addr);
-                // Maps the GPU probes only read follow the region (the host owns them: a
+                // Maps the GPU probes only read and the host may change follow the region (a
                 // configuration, what host probes record); other maps of host probes stay
                 // in the region, where the CPU updates them.
                 let inbound_maps: Vec<u64> = self
@@ -202,7 +202,7 @@ impl State {
                     .iter()
                     .enumerate()
                     .flat_map(|(i, o)| o.maps.keys().map(move |name| (i, name)))
-                    .filter(|(i, name)| self.probes.gpu_reads_only(*i, name))
+                    .filter(|(i, name)| self.probes.host_owned(*i, name))
                     .filter_map(|(i, name)| bindings.get(i)?.get(name).map(|b| b.base_addr))
                     .collect();
                 let host_maps: Vec<u64> = self
