@@ -332,11 +332,6 @@ pub fn run(cli: Cli) -> Result<std::process::ExitCode> {
             changes,
         } => {
             let p = tier.params()?;
-            // Every change is checked before CMD starts.
-            let mut q = p.clone();
-            for c in &changes {
-                q = c.apply(&q).map_err(anyhow::Error::msg)?;
-            }
             let out = run_once_with(&tier, &p, &cmd, !json, &changes)?;
             if json {
                 println!("{}", serde_json::to_string(&out)?);
@@ -418,6 +413,13 @@ fn run_once_with(
     changes: &[cxl_sim::live::Change],
 ) -> Result<RunOut> {
     let config = probe_config(tier, p)?;
+    // Every change, checked before CMD starts: each applies on top of the last.
+    let mut plan = Vec::new();
+    let mut q = p.clone();
+    for c in changes {
+        q = c.apply(&q).map_err(anyhow::Error::msg)?;
+        plan.push((c.after, probe_config(tier, &q)?, format!("{c:?}")));
+    }
     let dir = std::env::temp_dir().join(format!("bpftime-cxl-{}", std::process::id()));
     std::fs::create_dir_all(&dir).with_context(|| format!("create {}", dir.display()))?;
     let obj = dir.join("cxl.bpf.o");
@@ -445,31 +447,23 @@ fn run_once_with(
         .with_context(|| format!("cannot start {} trace", bin.display()))?;
     let started = std::time::Instant::now();
     let pid = child.id();
-    let changer = {
-        let mut plan = Vec::new();
-        let mut q = p.clone();
-        for c in changes {
-            q = c.apply(&q).map_err(anyhow::Error::msg)?;
-            plan.push((c.after, probe_config(tier, &q)?, format!("{c:?}")));
-        }
-        std::thread::spawn(move || {
-            let mut done = Vec::new();
-            for (after, config, what) in plan {
-                if let Some(d) = after.checked_sub(started.elapsed()) {
-                    std::thread::sleep(d);
-                }
-                match cxl_sim::live::set_params(pid, &config) {
-                    Ok(t) => done.push(AppliedChange {
-                        after_ms: after.as_secs_f64() * 1e3,
-                        written_unix_ns: t,
-                        change: what,
-                    }),
-                    Err(e) => eprintln!("warning: --at {what}: {e}"),
-                }
+    let changer = std::thread::spawn(move || {
+        let mut done = Vec::new();
+        for (after, config, what) in plan {
+            if let Some(d) = after.checked_sub(started.elapsed()) {
+                std::thread::sleep(d);
             }
-            done
-        })
-    };
+            match cxl_sim::live::set_params(pid, &config) {
+                Ok(t) => done.push(AppliedChange {
+                    after_ms: after.as_secs_f64() * 1e3,
+                    written_unix_ns: t,
+                    change: what,
+                }),
+                Err(e) => eprintln!("warning: --at {what}: {e}"),
+            }
+        }
+        done
+    });
     let mut out = RunOut {
         params: Some(p.clone()),
         placement: policy_text(&tier.placement),
