@@ -54,7 +54,8 @@ pub enum Kind {
     Managed = 11,
     /// A prefetch of managed memory (`dst`, `bytes`, `aux` = destination device, -1 the host).
     Prefetch = 12,
-    /// A kernel launch (`aux` = the function handle, `bytes` = threads).
+    /// A kernel launch (`aux` = the function handle, `bytes` = threads, `dst` = the
+    /// correlation id, 0 when launches are not numbered).
     Launch = 13,
     /// A synchronisation (stream, context or event).
     Sync = 14,
@@ -92,6 +93,9 @@ impl Kind {
 pub const FLAG_PTDS: u8 = 1;
 /// `flags` bit: the call is asynchronous (returns before the work is done).
 pub const FLAG_ASYNC: u8 = 2;
+/// `flags` bit: a launch captured into a CUDA graph (its kernel runs at the graph's
+/// launches, not now). Set for kernels with the hidden launch parameters.
+pub const FLAG_CAPTURED: u8 = 4;
 
 /// One intercepted call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]

@@ -32,6 +32,49 @@ pub struct Report {
     pub kind: String,
     /// Memory sites instrumented, by session-wide site id.
     pub sites: Vec<MemSiteInfo>,
+    /// Kernels given the hidden launch parameters ([`HiddenParams`]): every launch of
+    /// them must pass two more values.
+    pub hidden: Vec<HiddenParams>,
+}
+
+/// A kernel whose probes read the launch's correlation id or launch time: its instrumented
+/// signature ends with two more `.u64` parameters, [`HIDDEN_CORR`] and [`HIDDEN_TIME`], which
+/// the shim's launch wrappers append to every launch of it ([`crate::shim`]'s `launch`).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct HiddenParams {
+    /// The kernel, mangled.
+    pub kernel: String,
+    /// Its own parameters (the hidden ones follow).
+    pub params: u32,
+    /// Byte offset of the first hidden parameter in the parameter buffer (its own
+    /// parameters' layout, 8-aligned): where a launch through `extra`'s
+    /// `CU_LAUNCH_PARAM_BUFFER_POINTER` puts them.
+    pub offset: u32,
+}
+
+/// Name of the hidden correlation-id parameter.
+pub const HIDDEN_CORR: &str = "__bpftime_corr";
+/// Name of the hidden launch-time parameter.
+pub const HIDDEN_TIME: &str = "__bpftime_launch";
+
+impl HiddenParams {
+    /// The layout of `k`'s parameters, if the hidden ones can follow them (every parameter
+    /// has a size).
+    pub fn of(k: &PtxFunction<'_>) -> Option<HiddenParams> {
+        let mut end = 0u32;
+        for p in &k.params {
+            if p.size == 0 {
+                return None;
+            }
+            let a = p.align.max(1);
+            end = end.div_ceil(a) * a + p.size;
+        }
+        Some(HiddenParams {
+            kernel: k.name.to_string(),
+            params: k.params.len() as u32,
+            offset: end.div_ceil(8) * 8,
+        })
+    }
 }
 
 /// One instrumented memory access: what a `site_id` in [`ebpf::MemCtx`] names.
@@ -144,6 +187,7 @@ pub struct Instrumenter {
     cache: Mutex<HashMap<u64, Arc<Outcome>>>,
     mem: MemConfig,
     next_site: Mutex<u32>,
+    launch_params: bool,
 }
 
 impl Instrumenter {
@@ -159,7 +203,16 @@ impl Instrumenter {
             cache: Mutex::new(HashMap::new()),
             mem: MemConfig::default(),
             next_site: Mutex::new(0),
+            launch_params: true,
         }
+    }
+
+    /// Whether kernels whose probes read `correlation_id` or `launch_time` get the hidden
+    /// launch parameters ([`HiddenParams`]; default yes). Without them those fields read 0:
+    /// the shim says no when the driver cannot name a launch's function.
+    pub fn with_launch_params(mut self, allowed: bool) -> Self {
+        self.launch_params = allowed;
+        self
     }
 
     /// The same, with memory-probe options.
@@ -380,9 +433,12 @@ impl Instrumenter {
         let mut blocks = Blocks {
             wanted: &wanted,
             compiled: &compiled,
+            hidden: Vec::new(),
+            allowed: self.launch_params,
         };
         match jit::passes::probe::splice(src, file, &module, &mut blocks) {
             Ok(s) => {
+                report.hidden = blocks.hidden;
                 for a in &s.attached {
                     let site = match a.site {
                         Site::Entry => SiteKind::Entry,
@@ -554,9 +610,38 @@ impl Instrumenter {
 struct Blocks<'a> {
     wanted: &'a BTreeMap<String, Vec<usize>>,
     compiled: &'a HashMap<usize, Arc<CompiledProbe>>,
+    /// Kernels given the hidden launch parameters, in splice order.
+    hidden: Vec<HiddenParams>,
+    /// Whether kernels may be given them ([`Instrumenter::with_launch_params`]).
+    allowed: bool,
 }
 
+use crate::probes::LAUNCH_WORDS;
+
 impl ProbeBlocks for Blocks<'_> {
+    fn extra_params(&mut self, kernel: &PtxFunction<'_>) -> Vec<String> {
+        let reads = self
+            .wanted
+            .get(kernel.name)
+            .into_iter()
+            .flatten()
+            .filter_map(|i| self.compiled.get(i))
+            .any(|c| c.site != SiteKind::Memory && c.ctx_words & LAUNCH_WORDS != 0);
+        if !self.allowed {
+            return Vec::new();
+        }
+        match HiddenParams::of(kernel) {
+            Some(h) if reads => {
+                self.hidden.push(h);
+                vec![
+                    format!(".param .u64 {HIDDEN_CORR}"),
+                    format!(".param .u64 {HIDDEN_TIME}"),
+                ]
+            }
+            _ => Vec::new(),
+        }
+    }
+
     fn block(&mut self, kernel: &PtxFunction<'_>, site: &Site, uid: u32) -> Option<String> {
         let ids = self.wanted.get(kernel.name)?;
         let kind = match site {
@@ -572,12 +657,17 @@ impl ProbeBlocks for Blocks<'_> {
         if probes.is_empty() {
             return None;
         }
+        let hidden = self
+            .hidden
+            .iter()
+            .any(|h| h.kernel == kernel.name)
+            .then_some((HIDDEN_CORR, HIDDEN_TIME));
         Some(codegen::site_block(
             &signature(kernel),
             &probes,
             kind,
             uid,
-            None,
+            hidden,
         ))
     }
 }

@@ -176,7 +176,7 @@ impl ProbeSet {
                         size: ProbeCtx::SIZE,
                     },
                     SiteKind::HostEntry | SiteKind::HostExit => CtxKind::Mem {
-                        len: crate::shim::uprobes::PT_REGS_SIZE,
+                        len: crate::shim::uprobes::HOST_CTX_SIZE,
                     },
                 };
                 let opts = VerifyOptions {
@@ -252,7 +252,20 @@ impl ProbeSet {
     }
 }
 
+/// Ctx words of [`ebpf::ProbeCtx`]'s `correlation_id` and `launch_time`.
+pub const LAUNCH_WORDS: u64 =
+    (1 << (ebpf::ProbeCtx::CORRELATION_ID / 8)) | (1 << (ebpf::ProbeCtx::LAUNCH_TIME / 8));
+
 impl ProbeSet {
+    /// Whether some kernel entry or exit probe, or host probe, reads the launch's
+    /// correlation id or launch time: launches are then numbered and timed
+    /// ([`crate::shim::launch`]).
+    pub fn reads_launch(&self) -> bool {
+        self.probes
+            .iter()
+            .any(|p| p.site != SiteKind::Memory && p.ctx_words & LAUNCH_WORDS != 0)
+    }
+
     /// Whether no GPU probe of object `object` writes map `map` while some GPU probe uses
     /// it: the host owns its contents (a configuration, ranges a host probe keeps), so its
     /// device copy follows the region ([`crate::shim::devmaps::sync_inbound`]) instead of

@@ -199,6 +199,18 @@ pub enum ReportLine {
         /// Its address in the application.
         ip: u64,
     },
+    /// A calibration of the GPU's `%globaltimer` against `CLOCK_MONOTONIC`
+    /// ([`crate::shim::clock`]).
+    Clock {
+        /// `start`, `periodic` or `exit`.
+        when: String,
+        /// `%globaltimer − CLOCK_MONOTONIC`, ns.
+        offset_ns: i64,
+        /// Half the best round trip, ns.
+        uncertainty_ns: u64,
+        /// `CLOCK_MONOTONIC` when it was measured.
+        at_ns: u64,
+    },
     /// Something the user should know.
     Warning {
         /// The text.

@@ -51,6 +51,7 @@ fn fake(name: &str) -> Fake {
             ("app_cudart", false),
             ("app_dlsym", false),
             ("app_leak", true),
+            ("app_launch", true),
         ],
     );
     Fake { dir }
@@ -887,5 +888,126 @@ fn cumem_leak_reports_outstanding_device_memory_by_call_stack() {
         allocs.iter().map(|r| r.1).collect::<Vec<_>>(),
         [2, 1],
         "{allocs:?}"
+    );
+}
+
+/// `(name, params, correlation id, launch time)` of each logged launch of a fake function.
+fn launches_logged(calls: &[String], call: &str) -> Vec<(String, u32, u64, u64)> {
+    calls
+        .iter()
+        .filter_map(|l| {
+            let rest = l.strip_prefix(call)?.strip_prefix(' ')?;
+            let mut w = rest.split(' ');
+            let name = w.next()?.to_string();
+            let params = w.next()?.strip_prefix("params=")?.parse().ok()?;
+            let (a, b) = w.next()?.strip_prefix("last=")?.split_once(',')?;
+            Some((name, params, a.parse().ok()?, b.parse().ok()?))
+        })
+        .collect()
+}
+
+#[test]
+fn launches_pass_correlation_ids_and_calibrated_launch_times() {
+    // launchlate.bpf.c reads ctx->launch_time: the kernel gets two hidden parameters, and
+    // every launch of it must pass them, on each path (kernelParams, extra's buffer, a graph
+    // node). The fake's clock kernel runs CLOCK_MONOTONIC + 1 s as %globaltimer: the
+    // calibration must find that offset within its stated uncertainty, and the launch times
+    // must be the host's time of the call on that clock.
+    if shim().is_none() {
+        return;
+    }
+    let Some(probe) = bpftime_tests::compile("launchlate") else {
+        eprintln!("SKIPPING: no clang");
+        return;
+    };
+    let f = fake("launch");
+    let ptx = f.dir.join("k.ptx");
+    std::fs::write(
+        &ptx,
+        ".version 8.0\n.target sm_70\n.address_size 64\n\n.visible .entry k(\n\t.param .u64 k_a,\n\t.param .u32 k_b\n)\n{\n\tret;\n}\n",
+    )
+    .unwrap();
+    let before = ebpf::interp::monotonic_ns();
+    let (code, out, err) = f.run(
+        &[&probe],
+        &["app_launch", &ptx.display().to_string(), "k", "2", "5"],
+    );
+    let after = ebpf::interp::monotonic_ns();
+    assert_eq!(code, 0, "{err}\n{out}");
+    let clock = events(&out, "clock");
+    assert!(!clock.is_empty(), "no calibration: {out}\n{err}");
+    let off = clock[0]["offset_ns"].as_i64().unwrap();
+    let unc = clock[0]["uncertainty_ns"].as_u64().unwrap() as i64;
+    assert!(
+        (off - 1_000_000_000).abs() <= unc,
+        "offset {off} ± {unc}, the fake's is 1e9"
+    );
+    assert!(unc < 5_000_000, "uncertainty {unc} ns");
+    let calls = f.calls();
+    let launched = launches_logged(&calls, "cuLaunchKernel");
+    assert_eq!(launched.len(), 6, "{calls:#?}");
+    for (i, (name, params, corr, t)) in launched.iter().enumerate() {
+        assert_eq!((name.as_str(), *params), ("k", 4), "{calls:#?}");
+        // Ids count launches from 1; times are the calls' host times plus the offset.
+        assert_eq!(*corr, i as u64 + 1, "{calls:#?}");
+        let host = t.wrapping_add_signed(-off);
+        assert!(
+            host + unc as u64 >= before && host <= after + unc as u64,
+            "launch {i}: time {t} is not between the run's start and end on the GPU clock"
+        );
+    }
+    assert!(launched.windows(2).all(|w| w[0].3 <= w[1].3));
+    // The graph node: the next id, and no time (a node runs at every graph launch).
+    let nodes = launches_logged(&calls, "cuGraphAddKernelNode");
+    assert_eq!(nodes, vec![("k".to_string(), 4, 7, 0)], "{calls:#?}");
+    // The instrumented kernel assembles, hidden parameters and all.
+    assert_eq!(f.assemble_loaded(), 1);
+    // Without a probe reading the launch fields, the signature and the launches stay as
+    // they are (and the fake sees the app's own two parameters).
+    let Some(count) = bpftime_tests::compile("kernel_count") else {
+        return;
+    };
+    let (code, out, err) = f.run(
+        &[&count],
+        &["app_launch", &ptx.display().to_string(), "k", "2", "1"],
+    );
+    assert_eq!(code, 0, "{err}\n{out}");
+    assert!(events(&out, "clock").is_empty(), "{out}");
+    let calls = f.calls();
+    let launched = launches_logged(&calls, "cuLaunchKernel");
+    assert_eq!(launched.len(), 2, "{calls:#?}");
+    assert!(launched.iter().all(|l| l.1 == 2), "{calls:#?}");
+    // --timeline alone brings its probe and the API log: the file holds every launch call
+    // with its correlation id (the fake runs no kernel, so there are no GPU spans here;
+    // the builder's own test lines those up).
+    let tl = f.dir.join("timeline.json");
+    let (code, out, err) = f.run_with(
+        &["--timeline", &tl.display().to_string()],
+        &[],
+        &["app_launch", &ptx.display().to_string(), "k", "2", "3"],
+    );
+    assert_eq!(code, 0, "{err}\n{out}");
+    assert_eq!(events(&out, "timeline").len(), 1, "{out}");
+    let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&tl).unwrap()).unwrap();
+    let ids: Vec<u64> = doc["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["ph"] == "X" && e["cat"] == "launch")
+        .map(|e| e["args"]["correlation_id"].as_u64().unwrap())
+        .collect();
+    assert_eq!(ids, [1, 2, 3, 4], "{doc}");
+    assert!(
+        !doc["otherData"]["calibrations"]
+            .as_array()
+            .unwrap()
+            .is_empty()
+    );
+    let calls = f.calls();
+    assert!(
+        launches_logged(&calls, "cuLaunchKernel")
+            .iter()
+            .all(|l| l.1 == 4),
+        "{calls:#?}"
     );
 }

@@ -234,7 +234,9 @@ mod api_exports {
         ($(
             $(#[$doc:meta])*
             $variant:ident = $sym:ident, $base:literal, $ptds:literal, $kind:ident,
-            fn $wrapper:ident($($a:ident: $t:ty),*) |$ev:ident| $fill:block
+            fn $wrapper:ident($($a:ident: $t:ty),*)
+            $(pre |$pf:ident, $pp:ident $(, $pe:ident)?| $pv:ident = $ps:expr;)?
+            |$ev:ident| $fill:block
         )*) => {$(
             $(#[$doc])*
             ///
@@ -249,4 +251,155 @@ mod api_exports {
     }
 
     include!("../../src/shim/api_table.rs");
+}
+
+/// The C exports of the graph kernel-node entries, which pass the hidden launch
+/// parameters ([`attach::shim::launch`]).
+mod graph_exports {
+    use attach::shim::driver::{CuResult, Handle};
+    use attach::shim::launch;
+    use std::ffi::c_void;
+
+    /// Interposed `cuGraphAddKernelNode`.
+    ///
+    /// # Safety
+    /// The driver's contract.
+    #[unsafe(no_mangle)]
+    pub unsafe extern "C" fn cuGraphAddKernelNode(
+        node: *mut Handle,
+        graph: Handle,
+        deps: *const Handle,
+        n: usize,
+        params: *const u8,
+    ) -> CuResult {
+        // SAFETY: forwarded contract.
+        unsafe { launch::graph_add_kernel_node(node, graph, deps, n, params) }
+    }
+
+    /// Interposed `cuGraphAddKernelNode_v2`.
+    ///
+    /// # Safety
+    /// The driver's contract.
+    #[unsafe(no_mangle)]
+    pub unsafe extern "C" fn cuGraphAddKernelNode_v2(
+        node: *mut Handle,
+        graph: Handle,
+        deps: *const Handle,
+        n: usize,
+        params: *const u8,
+    ) -> CuResult {
+        // SAFETY: forwarded contract.
+        unsafe { launch::graph_add_kernel_node_v2(node, graph, deps, n, params) }
+    }
+
+    /// Interposed `cuGraphKernelNodeSetParams`.
+    ///
+    /// # Safety
+    /// The driver's contract.
+    #[unsafe(no_mangle)]
+    pub unsafe extern "C" fn cuGraphKernelNodeSetParams(
+        node: Handle,
+        params: *const u8,
+    ) -> CuResult {
+        // SAFETY: forwarded contract.
+        unsafe { launch::graph_kernel_node_set_params(node, params) }
+    }
+
+    /// Interposed `cuGraphKernelNodeSetParams_v2`.
+    ///
+    /// # Safety
+    /// The driver's contract.
+    #[unsafe(no_mangle)]
+    pub unsafe extern "C" fn cuGraphKernelNodeSetParams_v2(
+        node: Handle,
+        params: *const u8,
+    ) -> CuResult {
+        // SAFETY: forwarded contract.
+        unsafe { launch::graph_kernel_node_set_params_v2(node, params) }
+    }
+
+    /// Interposed `cuGraphExecKernelNodeSetParams`.
+    ///
+    /// # Safety
+    /// The driver's contract.
+    #[unsafe(no_mangle)]
+    pub unsafe extern "C" fn cuGraphExecKernelNodeSetParams(
+        exec: Handle,
+        node: Handle,
+        params: *const u8,
+    ) -> CuResult {
+        // SAFETY: forwarded contract.
+        unsafe { launch::graph_exec_kernel_node_set_params(exec, node, params) }
+    }
+
+    /// Interposed `cuGraphExecKernelNodeSetParams_v2`.
+    ///
+    /// # Safety
+    /// The driver's contract.
+    #[unsafe(no_mangle)]
+    pub unsafe extern "C" fn cuGraphExecKernelNodeSetParams_v2(
+        exec: Handle,
+        node: Handle,
+        params: *const u8,
+    ) -> CuResult {
+        // SAFETY: forwarded contract.
+        unsafe { launch::graph_exec_kernel_node_set_params_v2(exec, node, params) }
+    }
+
+    /// Interposed `cuGraphAddNode`.
+    ///
+    /// # Safety
+    /// The driver's contract.
+    #[unsafe(no_mangle)]
+    pub unsafe extern "C" fn cuGraphAddNode(
+        node: *mut Handle,
+        graph: Handle,
+        deps: *const Handle,
+        n: usize,
+        params: *const u8,
+    ) -> CuResult {
+        // SAFETY: forwarded contract.
+        unsafe { launch::graph_add_node(node, graph, deps, n, params) }
+    }
+
+    /// Interposed `cuGraphAddNode_v2`.
+    ///
+    /// # Safety
+    /// The driver's contract.
+    #[unsafe(no_mangle)]
+    pub unsafe extern "C" fn cuGraphAddNode_v2(
+        node: *mut Handle,
+        graph: Handle,
+        deps: *const Handle,
+        edges: *const c_void,
+        n: usize,
+        params: *const u8,
+    ) -> CuResult {
+        // SAFETY: forwarded contract.
+        unsafe { launch::graph_add_node_v2(node, graph, deps, edges, n, params) }
+    }
+
+    /// Interposed `cuGraphNodeSetParams`.
+    ///
+    /// # Safety
+    /// The driver's contract.
+    #[unsafe(no_mangle)]
+    pub unsafe extern "C" fn cuGraphNodeSetParams(node: Handle, params: *const u8) -> CuResult {
+        // SAFETY: forwarded contract.
+        unsafe { launch::graph_node_set_params(node, params) }
+    }
+
+    /// Interposed `cuGraphExecNodeSetParams`.
+    ///
+    /// # Safety
+    /// The driver's contract.
+    #[unsafe(no_mangle)]
+    pub unsafe extern "C" fn cuGraphExecNodeSetParams(
+        exec: Handle,
+        node: Handle,
+        params: *const u8,
+    ) -> CuResult {
+        // SAFETY: forwarded contract.
+        unsafe { launch::graph_exec_node_set_params(exec, node, params) }
+    }
 }

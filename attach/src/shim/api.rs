@@ -40,11 +40,23 @@ pub struct LaunchConfig {
     pub stream: Handle,
 }
 
+/// A launch entry's `extra` argument, or null for entries without one.
+macro_rules! launch_extra {
+    () => {
+        std::ptr::null_mut()
+    };
+    ($e:ident) => {
+        $e
+    };
+}
+
 macro_rules! api_table {
     ($(
         $(#[$doc:meta])*
         $variant:ident = $sym:ident, $base:literal, $ptds:literal, $kind:ident,
-        fn $wrapper:ident($($a:ident: $t:ty),*) |$ev:ident| $fill:block
+        fn $wrapper:ident($($a:ident: $t:ty),*)
+        $(pre |$pf:ident, $pp:ident $(, $pe:ident)?| $pv:ident = $ps:expr;)?
+        |$ev:ident| $fill:block
     )*) => {
         /// The entry points the API log wraps; an event's `call` is the position in
         /// [`Api::ALL`].
@@ -78,6 +90,11 @@ macro_rules! api_table {
             pub fn wrapper(self) -> *mut c_void {
                 match self { $(Api::$variant => $wrapper as *mut c_void,)* }
             }
+
+            /// Whether this entry launches a kernel (and numbers it, [`super::launch`]).
+            pub fn is_launch(self) -> bool {
+                match self { $(Api::$variant => false $(|| { let _ = stringify!($pf); true })?,)* }
+            }
         }
 
         $(
@@ -93,6 +110,15 @@ macro_rules! api_table {
                 }
                 // SAFETY: `p` is the driver's entry of this name, which has this signature.
                 let f = unsafe { std::mem::transmute::<*mut c_void, F>(p) };
+                $(
+                    // A launch: numbered, and given the hidden parameters its kernel needs.
+                    let extra_in: *mut *mut c_void = launch_extra!($($pe)?);
+                    // SAFETY: the application's launch arguments, as the driver reads them.
+                    let mut $pv = unsafe { super::launch::prepare($pf, $ps, $pp, extra_in, true) };
+                    let (params_out, _extra_out) = $pv.args($pp, extra_in);
+                    let $pp = params_out;
+                    $( let $pe = _extra_out; )?
+                )?
                 let probed = super::uprobes::active(Api::$variant);
                 if !probed && !logging() {
                     // SAFETY: the application's arguments, forwarded.
@@ -312,6 +338,15 @@ fn launch(e: &mut ApiEvent, f: Handle, dims: [c_uint; 7], s: Handle) {
     e.flags |= FLAG_ASYNC;
 }
 
+/// The stream of a `cuLaunchKernelEx` config (null: the default stream).
+fn config_stream(config: *const LaunchConfig) -> Handle {
+    if config.is_null() {
+        return std::ptr::null_mut();
+    }
+    // SAFETY: the application's config, which the driver reads for this launch.
+    unsafe { (*config).stream }
+}
+
 fn launch_ex(e: &mut ApiEvent, config: *const LaunchConfig, f: Handle) {
     if config.is_null() {
         return;
@@ -361,7 +396,7 @@ mod tests {
 
     #[test]
     fn lookups_pick_the_right_variant() {
-        assert_eq!(Api::ALL.len(), 38);
+        assert_eq!(Api::ALL.len(), 40);
         assert_eq!(
             Api::lookup(b"cuMemcpyHtoDAsync", 12000, 0),
             Some(Api::MemcpyHtoDAsync)

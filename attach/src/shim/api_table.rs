@@ -94,22 +94,36 @@ api_table! {
     /// `cuMemPrefetchAsync_ptsz`.
     MemPrefetchAsyncPtsz = cuMemPrefetchAsync_ptsz, b"cuMemPrefetchAsync", true, Prefetch,
     fn mem_prefetch_async_ptsz(d: u64, n: usize, dev: c_int, s: Handle) |e| { e.dst = d; e.bytes = n as u64; e.aux = dev as i64 as u64; e.stream = s as u64; e.flags |= FLAG_ASYNC }
-    /// `cuLaunchKernel`.
+    /// `cuLaunchKernel` (`dst` = the correlation id).
     LaunchKernel = cuLaunchKernel, b"cuLaunchKernel", false, Launch,
     fn launch_kernel(f: Handle, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint, shm: c_uint, s: Handle, params: *mut *mut c_void, extra: *mut *mut c_void)
-    |e| { launch(&mut e, f, [gx, gy, gz, bx, by, bz, shm], s); let _ = (params, extra); }
+    pre |f, params, extra| pre = s;
+    |e| { launch(&mut e, f, [gx, gy, gz, bx, by, bz, shm], s); e.dst = pre.corr(); e.flags |= pre.flags(); }
     /// `cuLaunchKernel_ptsz`.
     LaunchKernelPtsz = cuLaunchKernel_ptsz, b"cuLaunchKernel", true, Launch,
     fn launch_kernel_ptsz(f: Handle, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint, shm: c_uint, s: Handle, params: *mut *mut c_void, extra: *mut *mut c_void)
-    |e| { launch(&mut e, f, [gx, gy, gz, bx, by, bz, shm], s); let _ = (params, extra); }
+    pre |f, params, extra| pre = s;
+    |e| { launch(&mut e, f, [gx, gy, gz, bx, by, bz, shm], s); e.dst = pre.corr(); e.flags |= pre.flags(); }
     /// `cuLaunchKernelEx`.
     LaunchKernelEx = cuLaunchKernelEx, b"cuLaunchKernelEx", false, Launch,
     fn launch_kernel_ex(config: *const LaunchConfig, f: Handle, params: *mut *mut c_void, extra: *mut *mut c_void)
-    |e| { launch_ex(&mut e, config, f); let _ = (params, extra); }
+    pre |f, params, extra| pre = config_stream(config);
+    |e| { launch_ex(&mut e, config, f); e.dst = pre.corr(); e.flags |= pre.flags(); }
     /// `cuLaunchKernelEx_ptsz`.
     LaunchKernelExPtsz = cuLaunchKernelEx_ptsz, b"cuLaunchKernelEx", true, Launch,
     fn launch_kernel_ex_ptsz(config: *const LaunchConfig, f: Handle, params: *mut *mut c_void, extra: *mut *mut c_void)
-    |e| { launch_ex(&mut e, config, f); let _ = (params, extra); }
+    pre |f, params, extra| pre = config_stream(config);
+    |e| { launch_ex(&mut e, config, f); e.dst = pre.corr(); e.flags |= pre.flags(); }
+    /// `cuLaunchCooperativeKernel`.
+    LaunchCooperativeKernel = cuLaunchCooperativeKernel, b"cuLaunchCooperativeKernel", false, Launch,
+    fn launch_cooperative_kernel(f: Handle, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint, shm: c_uint, s: Handle, params: *mut *mut c_void)
+    pre |f, params| pre = s;
+    |e| { launch(&mut e, f, [gx, gy, gz, bx, by, bz, shm], s); e.dst = pre.corr(); e.flags |= pre.flags(); }
+    /// `cuLaunchCooperativeKernel_ptsz`.
+    LaunchCooperativeKernelPtsz = cuLaunchCooperativeKernel_ptsz, b"cuLaunchCooperativeKernel", true, Launch,
+    fn launch_cooperative_kernel_ptsz(f: Handle, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint, shm: c_uint, s: Handle, params: *mut *mut c_void)
+    pre |f, params| pre = s;
+    |e| { launch(&mut e, f, [gx, gy, gz, bx, by, bz, shm], s); e.dst = pre.corr(); e.flags |= pre.flags(); }
     /// `cuStreamSynchronize`.
     StreamSynchronize = cuStreamSynchronize, b"cuStreamSynchronize", false, Sync,
     fn stream_synchronize(s: Handle) |e| { e.stream = s as u64 }

@@ -463,6 +463,12 @@ fn flusher(period: Duration) {
 
 extern "C" fn at_exit() {
     let _ = std::panic::catch_unwind(|| {
+        if MAPS
+            .lock()
+            .is_ok_and(|g| g.as_ref().is_some_and(|m| m.live))
+        {
+            super::clock::recheck_exit();
+        }
         flush();
         if let Ok(mut g) = MAPS.lock()
             && let Some(m) = g.as_mut()
@@ -492,6 +498,7 @@ pub fn before_teardown(ctx: Option<Handle>, dev: Option<c_int>) -> bool {
     let ours =
         m.live && (ctx.is_some_and(|c| c as usize == m.ctx) || dev.is_some_and(|d| d == m.dev));
     if ours {
+        super::clock::recheck_exit();
         copy_out(m);
         trace_done(m);
         m.live = false;

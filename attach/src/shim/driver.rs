@@ -219,11 +219,31 @@ pub enum Hook {
     LinkComplete,
     /// `cuLinkDestroy` (not hooked).
     LinkDestroy,
+    /// `cuGraphAddKernelNode` (launch parameters, [`super::launch`]).
+    GraphAddKernelNode,
+    /// `cuGraphAddKernelNode_v2` (launch parameters, [`super::launch`]).
+    GraphAddKernelNodeV2,
+    /// `cuGraphKernelNodeSetParams` (launch parameters, [`super::launch`]).
+    GraphKernelNodeSetParams,
+    /// `cuGraphKernelNodeSetParams_v2` (launch parameters, [`super::launch`]).
+    GraphKernelNodeSetParamsV2,
+    /// `cuGraphExecKernelNodeSetParams` (launch parameters, [`super::launch`]).
+    GraphExecKernelNodeSetParams,
+    /// `cuGraphExecKernelNodeSetParams_v2` (launch parameters, [`super::launch`]).
+    GraphExecKernelNodeSetParamsV2,
+    /// `cuGraphAddNode` (launch parameters, [`super::launch`]).
+    GraphAddNode,
+    /// `cuGraphAddNode_v2` (launch parameters, [`super::launch`]).
+    GraphAddNodeV2,
+    /// `cuGraphNodeSetParams` (launch parameters, [`super::launch`]).
+    GraphNodeSetParams,
+    /// `cuGraphExecNodeSetParams` (launch parameters, [`super::launch`]).
+    GraphExecNodeSetParams,
 }
 
 impl Hook {
     /// Every slot, in order.
-    pub const ALL: [Hook; 33] = [
+    pub const ALL: [Hook; 43] = [
         Hook::ModuleLoadData,
         Hook::ModuleLoadDataEx,
         Hook::ModuleLoadFatBinary,
@@ -257,6 +277,16 @@ impl Hook {
         Hook::LinkCreate,
         Hook::LinkComplete,
         Hook::LinkDestroy,
+        Hook::GraphAddKernelNode,
+        Hook::GraphAddKernelNodeV2,
+        Hook::GraphKernelNodeSetParams,
+        Hook::GraphKernelNodeSetParamsV2,
+        Hook::GraphExecKernelNodeSetParams,
+        Hook::GraphExecKernelNodeSetParamsV2,
+        Hook::GraphAddNode,
+        Hook::GraphAddNodeV2,
+        Hook::GraphNodeSetParams,
+        Hook::GraphExecNodeSetParams,
     ];
 
     /// The name exported by `libcuda.so.1`.
@@ -295,6 +325,16 @@ impl Hook {
             Hook::LinkCreate => c"cuLinkCreate_v2",
             Hook::LinkComplete => c"cuLinkComplete",
             Hook::LinkDestroy => c"cuLinkDestroy",
+            Hook::GraphAddKernelNode => c"cuGraphAddKernelNode",
+            Hook::GraphAddKernelNodeV2 => c"cuGraphAddKernelNode_v2",
+            Hook::GraphKernelNodeSetParams => c"cuGraphKernelNodeSetParams",
+            Hook::GraphKernelNodeSetParamsV2 => c"cuGraphKernelNodeSetParams_v2",
+            Hook::GraphExecKernelNodeSetParams => c"cuGraphExecKernelNodeSetParams",
+            Hook::GraphExecKernelNodeSetParamsV2 => c"cuGraphExecKernelNodeSetParams_v2",
+            Hook::GraphAddNode => c"cuGraphAddNode",
+            Hook::GraphAddNodeV2 => c"cuGraphAddNode_v2",
+            Hook::GraphNodeSetParams => c"cuGraphNodeSetParams",
+            Hook::GraphExecNodeSetParams => c"cuGraphExecNodeSetParams",
         }
     }
 
@@ -319,6 +359,30 @@ impl Hook {
                 Hook::PrimaryCtxRelease
             }
             b"cuDevicePrimaryCtxReset" | b"cuDevicePrimaryCtxReset_v2" => Hook::PrimaryCtxReset,
+            _ => return None,
+        })
+    }
+
+    /// The graph hook for a name given to `dlsym` (`version` 0: an exact export) or to
+    /// `cuGetProcAddress` at `version`: the kernel-node entries take the v2 parameters
+    /// from CUDA 12.0, `cuGraphAddNode` edge data from 12.3.
+    pub fn graph(name: &[u8], version: c_int) -> Option<Hook> {
+        let v2 = version >= 12000;
+        Some(match name {
+            b"cuGraphAddKernelNode" if v2 => Hook::GraphAddKernelNodeV2,
+            b"cuGraphAddKernelNode" => Hook::GraphAddKernelNode,
+            b"cuGraphAddKernelNode_v2" => Hook::GraphAddKernelNodeV2,
+            b"cuGraphKernelNodeSetParams" if v2 => Hook::GraphKernelNodeSetParamsV2,
+            b"cuGraphKernelNodeSetParams" => Hook::GraphKernelNodeSetParams,
+            b"cuGraphKernelNodeSetParams_v2" => Hook::GraphKernelNodeSetParamsV2,
+            b"cuGraphExecKernelNodeSetParams" if v2 => Hook::GraphExecKernelNodeSetParamsV2,
+            b"cuGraphExecKernelNodeSetParams" => Hook::GraphExecKernelNodeSetParams,
+            b"cuGraphExecKernelNodeSetParams_v2" => Hook::GraphExecKernelNodeSetParamsV2,
+            b"cuGraphAddNode" if version >= 12030 => Hook::GraphAddNodeV2,
+            b"cuGraphAddNode" => Hook::GraphAddNode,
+            b"cuGraphAddNode_v2" => Hook::GraphAddNodeV2,
+            b"cuGraphNodeSetParams" => Hook::GraphNodeSetParams,
+            b"cuGraphExecNodeSetParams" => Hook::GraphExecNodeSetParams,
             _ => return None,
         })
     }

@@ -15,6 +15,7 @@
 //! no session in the environment every hook is a plain forward.
 
 use super::driver::{self, CUDA_SUCCESS, CuResult, Handle, Hook};
+use super::launch;
 use crate::instrument::{Instrumenter, Outcome};
 use crate::probes::ProbeSet;
 use crate::session::{self, ReportLine, SessionConfig};
@@ -85,6 +86,9 @@ fn init() -> Option<State> {
             return None;
         }
     };
+    if probes.reads_launch() {
+        launch::enable();
+    }
     let _ = session::append_report(
         &config.report,
         &[ReportLine::Started {
@@ -266,6 +270,16 @@ impl State {
                     }
                 }
             }
+            // Launch fields: named launches need cuFuncGetName; times need the clock.
+            let launch_params = launch::on() && launch::supported();
+            if launch::on() && !launch_params {
+                report(&[ReportLine::Warning {
+                    what: "this driver has no cuFuncGetName (CUDA 12.3): probes read correlation_id and launch_time as 0".into(),
+                }]);
+            }
+            if launch_params {
+                super::clock::start();
+            }
             Ok(Instrumenter::new(
                 self.probes.clone(),
                 bindings,
@@ -275,7 +289,8 @@ impl State {
             .with_mem(crate::instrument::MemConfig {
                 trace: traced,
                 ..self.config.mem()
-            }))
+            })
+            .with_launch_params(launch_params))
         }
     }
 
@@ -290,6 +305,7 @@ impl State {
         }
         let t = std::time::Instant::now();
         let (outcome, fresh) = inst.image_fresh(bytes);
+        launch::register(&outcome.report().hidden);
         if fresh {
             let micros = t.elapsed().as_micros() as u64;
             let instrumented = matches!(*outcome, Outcome::Instrumented { .. });
@@ -399,6 +415,7 @@ unsafe fn image_of<'a>(image: *const c_void) -> Option<&'a [u8]> {
 /// # Safety
 /// As [`image_of`].
 unsafe fn replacement(call: &str, image: *const c_void) -> Option<Arc<CString>> {
+    launch::forget_handles();
     let st = state()?;
     if !st.active() {
         return None;
@@ -415,6 +432,7 @@ unsafe fn replacement(call: &str, image: *const c_void) -> Option<Arc<CString>> 
 /// # Safety
 /// `path` is NUL-terminated.
 unsafe fn file_replacement(call: &str, path: *const c_char) -> Option<Arc<CString>> {
+    launch::forget_handles();
     let st = state()?;
     if !st.active() || path.is_null() {
         return None;
@@ -959,8 +977,33 @@ pub fn wrapper(h: Hook) -> Option<*mut c_void> {
         Hook::CtxDestroy => ctx_destroy as *mut c_void,
         Hook::PrimaryCtxRelease => primary_ctx_release as *mut c_void,
         Hook::PrimaryCtxReset => primary_ctx_reset as *mut c_void,
+        Hook::GraphAddKernelNode => launch::graph_add_kernel_node as *mut c_void,
+        Hook::GraphAddKernelNodeV2 => launch::graph_add_kernel_node_v2 as *mut c_void,
+        Hook::GraphKernelNodeSetParams => launch::graph_kernel_node_set_params as *mut c_void,
+        Hook::GraphKernelNodeSetParamsV2 => launch::graph_kernel_node_set_params_v2 as *mut c_void,
+        Hook::GraphExecKernelNodeSetParams => {
+            launch::graph_exec_kernel_node_set_params as *mut c_void
+        }
+        Hook::GraphExecKernelNodeSetParamsV2 => {
+            launch::graph_exec_kernel_node_set_params_v2 as *mut c_void
+        }
+        Hook::GraphAddNode => launch::graph_add_node as *mut c_void,
+        Hook::GraphAddNodeV2 => launch::graph_add_node_v2 as *mut c_void,
+        Hook::GraphNodeSetParams => launch::graph_node_set_params as *mut c_void,
+        Hook::GraphExecNodeSetParams => launch::graph_exec_node_set_params as *mut c_void,
         _ => return None,
     })
+}
+
+/// Whether this session numbers launches ([`launch`]): the shim's state decides at its
+/// start.
+fn tracking() -> bool {
+    state().is_some() && launch::on()
+}
+
+/// Whether `a` is a launch entry and launches are tracked.
+fn launches_tracked(a: super::api::Api) -> bool {
+    a.is_launch() && tracking()
 }
 
 /// Swaps a resolved driver entry for our wrapper: remembers `*pfn` as the real one.
@@ -974,7 +1017,7 @@ unsafe fn swap(symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, fla
         return;
     }
     if let Some(a) = super::api::Api::lookup(name, version, flags)
-        && (super::api::logging() || super::uprobes::active(a))
+        && (super::api::logging() || super::uprobes::active(a) || launches_tracked(a))
     {
         super::api::set_real(a, f);
         // SAFETY: caller's contract.
@@ -996,7 +1039,8 @@ unsafe fn swap(symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, fla
         unsafe { *pfn = w };
         return;
     }
-    if let Some(h) = Hook::wrapped(name)
+    let graph = Hook::graph(name, version).filter(|_| tracking());
+    if let Some(h) = Hook::wrapped(name).or(graph)
         && let Some(w) = wrapper(h)
     {
         if !driver::same_object(f, w) {

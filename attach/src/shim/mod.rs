@@ -13,9 +13,11 @@
 //! shim sees on every path above.
 
 pub mod api;
+pub mod clock;
 pub mod devmaps;
 pub mod driver;
 pub mod hooks;
+pub mod launch;
 pub mod memtrace;
 pub mod uprobes;
 pub mod userstack;

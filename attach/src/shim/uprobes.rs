@@ -27,6 +27,12 @@ pub const ARG_OFFSETS: [usize; 6] = [112, 104, 96, 88, 72, 64];
 pub const AX: usize = 80;
 /// Offset of `ip`.
 pub const IP: usize = 128;
+/// Bytes of a host probe's ctx: laid out as [`ebpf::ProbeCtx`] (`struct
+/// bpftime_probe_ctx`), whose first 168 bytes are the `pt_regs` above, so libbpf's
+/// `PT_REGS_*` macros read the arguments; `correlation_id` holds the calling thread's
+/// latest launch number ([`super::launch::current`]: the launch itself, for a probe on a
+/// launch entry point), the number the kernel's own probes read; the other fields are 0.
+pub const HOST_CTX_SIZE: usize = ebpf::ProbeCtx::SIZE;
 
 /// The wrapped functions a probe's `library:function` names. `libcuda.so` (or `.so.1`) is
 /// the library, and may be left out; the function is an export (`cuMemAlloc_v2`), the
@@ -106,7 +112,7 @@ fn load() -> Option<Loaded> {
             })
             .collect();
         let probe = maps.and_then(|maps| {
-            HostProbe::new(&p.program, maps, PT_REGS_SIZE, Engine::Jit)
+            HostProbe::new(&p.program, maps, HOST_CTX_SIZE, Engine::Jit)
                 .map_err(|e| super::hooks::error_chain(&e))
         });
         match probe {
@@ -183,7 +189,10 @@ pub fn run(a: Api, args: &[u64], ip: u64, rc: Option<i32>) {
     if l.stacks[a as usize] {
         super::userstack::capture();
     }
-    let mut regs = [0u8; PT_REGS_SIZE];
+    let mut regs = [0u8; HOST_CTX_SIZE];
+    let corr = super::launch::current();
+    let at = ebpf::ProbeCtx::CORRELATION_ID;
+    regs[at..at + 8].copy_from_slice(&corr.to_le_bytes());
     for (v, off) in args.iter().zip(ARG_OFFSETS) {
         regs[off..off + 8].copy_from_slice(&v.to_le_bytes());
     }

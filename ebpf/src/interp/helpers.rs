@@ -20,10 +20,15 @@ use super::{Env, ExecError, MAP_HANDLE_BASE, MAX_RESERVATIONS, Vm};
 use crate::helpers as h;
 use crate::maps::MapOps;
 use std::ptr::NonNull;
-use std::sync::{Arc, LazyLock};
-use std::time::Instant;
+use std::sync::Arc;
 
-static KTIME_BASE: LazyLock<Instant> = LazyLock::new(Instant::now);
+/// `bpf_ktime_get_ns`: `CLOCK_MONOTONIC` in nanoseconds, as the kernel's helper, so host
+/// probes, the API log and the GPU's `%globaltimer` (through the shim's calibration) share
+/// one timebase.
+pub fn monotonic_ns() -> u64 {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
+    t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
+}
 
 /// `-EINVAL` as a register value.
 const EINVAL: u64 = -22i64 as u64;
@@ -161,7 +166,7 @@ impl Vm {
                     Err(e) => e.errno() as u64,
                 }
             }
-            h::KTIME_GET_NS => KTIME_BASE.elapsed().as_nanos() as u64,
+            h::KTIME_GET_NS => monotonic_ns(),
             h::TRACE_PRINTK => {
                 let fmt =
                     self.bytes(mem, &env.resv, regs[1], regs[2], pc, "trace_printk format")?;

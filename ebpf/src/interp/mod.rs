@@ -36,6 +36,7 @@ mod helpers;
 pub mod native;
 pub mod printk;
 
+pub use helpers::monotonic_ns;
 pub use native::{HelperOutcome, NativeEntry, NativeRun};
 pub use printk::{PrintkError, format_printk};
 

@@ -190,6 +190,14 @@ pub fn run(a: InstrumentArgs) -> Result<ExitCode> {
                     site.size
                 );
             }
+            for h in &r.hidden {
+                eprintln!(
+                    "{} takes 2 hidden parameters after its {} (correlation id, launch time; at byte {}): trace's launches pass them",
+                    attach::probes::demangle(&h.kernel),
+                    h.params,
+                    h.offset
+                );
+            }
             for w in &r.warnings {
                 eprintln!("warning: {w}");
             }

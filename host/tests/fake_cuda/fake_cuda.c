@@ -8,8 +8,15 @@
  * adds 1 to the 8-byte word at offset 128 of every 256-byte block of every live allocation:
  * value 0 of a one-entry u64 array map (its values start at 128), once per copy when the
  * map is striped (256-byte strides). Tests see what comes back from device-resident maps.
+ * Functions (cuModuleGetFunction) know their name and parameter count from the PTX their
+ * module was loaded from; launching one logs "cuLaunchKernel NAME params=N last=A,B" (its
+ * last two parameter values: the hidden correlation id and launch time when it has them).
+ * The shim's clock kernel (__bpftime_clock) is played by a thread whose %globaltimer is
+ * CLOCK_MONOTONIC + FAKE_CLOCK_OFFSET_NS (default 1 s).
  */
 #define _GNU_SOURCE
+#include <pthread.h>
+#include <time.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -67,10 +74,22 @@ CUresult cuDeviceGetAttribute(int *v, int attr, int d) { (void)d; *v = attr == 7
 CUresult cuMemHostRegister_v2(void *p, size_t n, unsigned f) { char b[64]; snprintf(b, sizeof b, "%zu", n); (void)p; (void)f; logf_("cuMemHostRegister %s%s", b, ""); return 0; }
 CUresult cuMemHostGetDevicePointer_v2(uint64_t *d, void *p, unsigned f) { (void)f; *d = (uint64_t)(uintptr_t)p; return 0; }
 CUresult cuGetErrorString(CUresult r, const char **s) { (void)r; *s = "fake"; return 0; }
+/* Modules: the PTX text each was loaded from (NULL for binaries), for cuModuleGetFunction. */
+static struct mod { char *text; } mods[256];
+static int nmods;
+static H module_of(const void *img) {
+	const unsigned char *p = img; int is_ptx = 1;
+	for (size_t i = 0; i < 64 && p[i]; i++) if (p[i] < 9) { is_ptx = 0; break; }
+	struct mod *m = &mods[nmods < 255 ? nmods++ : 255];
+	m->text = is_ptx ? strdup(img) : 0;
+	return m;
+}
+CUresult cuModuleLoadData(H *m, const void *img) {
+	if (!strstr((const char *)img, "__bpftime_clock")) record("cuModuleLoadData", img, 0);
+	*m = module_of(img); return 0; }
+CUresult cuModuleLoadDataEx(H *m, const void *img, unsigned n, int *o, void **v) { (void)n; (void)o; (void)v; record("cuModuleLoadDataEx", img, 0); *m = module_of(img); return 0; }
+CUresult cuModuleLoadFatBinary(H *m, const void *img) { record("cuModuleLoadFatBinary", img, 0); *m = &mods[255]; return 0; }
 static int mod_obj;
-CUresult cuModuleLoadData(H *m, const void *img) { record("cuModuleLoadData", img, 0); *m = &mod_obj; return 0; }
-CUresult cuModuleLoadDataEx(H *m, const void *img, unsigned n, int *o, void **v) { (void)n; (void)o; (void)v; record("cuModuleLoadDataEx", img, 0); *m = &mod_obj; return 0; }
-CUresult cuModuleLoadFatBinary(H *m, const void *img) { record("cuModuleLoadFatBinary", img, 0); *m = &mod_obj; return 0; }
 static char *slurp(const char *path, size_t *n) {
 	FILE *f = fopen(path, "rb"); if (!f) return 0;
 	fseek(f, 0, SEEK_END); long len = ftell(f); fseek(f, 0, SEEK_SET);
@@ -128,11 +147,58 @@ CUresult cuDevicePrimaryCtxGetState(int d, unsigned *flags, int *active) { (void
 CUresult cuDevicePrimaryCtxRelease_v2(int d) { (void)d; primary_active = 0; logz("cuDevicePrimaryCtxRelease", d); return 0; }
 CUresult cuDevicePrimaryCtxReset_v2(int d) { (void)d; primary_active = 0; logz("cuDevicePrimaryCtxReset", d); return 0; }
 CUresult cuCtxDestroy_v2(H c) { (void)c; primary_active = 0; logf_("cuCtxDestroy%s%s", "", ""); return 0; }
+/* Functions: name and parameter count, from their module's PTX. */
+static struct fn { char name[256]; int nparams; } fns[256];
+static int nfns;
+static struct fn *fn_of(H f) { return (struct fn *)f >= fns && (struct fn *)f < fns + nfns ? (struct fn *)f : 0; }
+CUresult cuModuleGetFunction(H *f, H m, const char *name) {
+	struct mod *md = m; if (!md || !md->text || nfns == 256) return 500;
+	char pat[300]; snprintf(pat, sizeof pat, ".entry %s(", name);
+	char *at = strstr(md->text, pat); if (!at) return 500;
+	char *end = strchr(at, ')'); int n = 0;
+	for (char *q = at; (q = strstr(q, ".param")) && q < end; q++) n++;
+	struct fn *fp = &fns[nfns++]; snprintf(fp->name, sizeof fp->name, "%s", name); fp->nparams = n;
+	*f = fp; return 0; }
+CUresult cuFuncGetName(const char **name, H f) { struct fn *fp = fn_of(f); if (!fp) return 400; *name = fp->name; return 0; }
+CUresult cuFuncGetParamInfo(H f, size_t i, size_t *off, size_t *size) {
+	struct fn *fp = fn_of(f); if (!fp) return 400; if (i >= (size_t)fp->nparams) return 1; *off = 8 * i; *size = 8; return 0; }
+static uint64_t mono(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec * 1000000000ull + t.tv_nsec; }
+/* The clock kernel: answers pings (word 0) with %globaltimer (word 9) then the ping (word 8). */
+static void *clock_kernel(void *mbox) {
+	volatile uint64_t *w = mbox; uint64_t last = 0, off = getenv("FAKE_CLOCK_OFFSET_NS") ? strtoull(getenv("FAKE_CLOCK_OFFSET_NS"), 0, 10) : 1000000000ull;
+	for (uint64_t deadline = mono() + 200000000ull; mono() < deadline;) {
+		uint64_t k = __atomic_load_n(&w[0], __ATOMIC_ACQUIRE);
+		if (k == last) continue;
+		if (k == UINT64_MAX) break;
+		__atomic_store_n(&w[9], mono() + off, __ATOMIC_RELEASE);
+		__atomic_store_n(&w[8], k, __ATOMIC_RELEASE);
+		last = k;
+	}
+	return 0; }
+static void log_launch(const char *call, H f, void **p, void **e) {
+	struct fn *fp = fn_of(f);
+	if (!fp) { logf_("%s%s", call, ""); return; }
+	uint64_t a = 0, b = 0; int n = fp->nparams;
+	if (p && n >= 2) { memcpy(&a, p[n - 2], 8); memcpy(&b, p[n - 1], 8); }
+	else if (e && n >= 2) { /* CU_LAUNCH_PARAM_BUFFER_POINTER, buf, _SIZE, &size, END: the last 16 bytes */
+		size_t sz; memcpy(&sz, e[3], sizeof sz); memcpy(&a, (char *)e[1] + sz - 16, 8); memcpy(&b, (char *)e[1] + sz - 8, 8); }
+	char buf[512]; snprintf(buf, sizeof buf, "%s %s params=%d last=%llu,%llu", call, fp->name, n, (unsigned long long)a, (unsigned long long)b);
+	logf_("%s%s", buf, ""); }
 CUresult cuLaunchKernel(H f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz, unsigned sh, H s, void **p, void **e) {
-	(void)f; (void)gx; (void)gy; (void)gz; (void)bx; (void)by; (void)bz; (void)sh; (void)s; (void)p; (void)e;
+	(void)gx; (void)gy; (void)gz; (void)bx; (void)by; (void)bz; (void)sh; (void)s;
+	struct fn *fp = fn_of(f);
+	if (fp && !strcmp(fp->name, "__bpftime_clock")) {
+		uint64_t mbox; memcpy(&mbox, p[0], 8); pthread_t t;
+		if (pthread_create(&t, 0, clock_kernel, (void *)(uintptr_t)mbox)) return 2;
+		pthread_detach(t); return 0; }
 	for (int i = 0; i < nallocs; i++)
 		for (size_t o = 128; o + 8 <= allocs[i].n; o += 256) { uint64_t v; memcpy(&v, allocs[i].p + o, 8); v++; memcpy(allocs[i].p + o, &v, 8); }
-	logf_("cuLaunchKernel%s%s", "", ""); return 0; }
+	log_launch("cuLaunchKernel", f, p, e); return 0; }
+/* CUDA_KERNEL_NODE_PARAMS_v2: func, grid/block/shared (7 u32), kernelParams, extra, kern, ctx. */
+CUresult cuGraphAddKernelNode_v2(H *node, H g, const H *deps, size_t n, const void *params) {
+	(void)g; (void)deps; (void)n; H f; void **p, **e; memcpy(&f, params, 8); memcpy(&p, (char *)params + 40, 8); memcpy(&e, (char *)params + 48, 8);
+	log_launch("cuGraphAddKernelNode", f, p, e); *node = &mod_obj; return 0; }
+CUresult cuMemHostAlloc(void **p, size_t n, unsigned flags) { (void)flags; *p = aligned_alloc(128, (n + 127) / 128 * 128); if (!*p) return 2; memset(*p, 0, n); return 0; }
 
 struct entry { const char *name; void *fn; };
 CUresult cuGetProcAddress_v2(const char *sym, void **pfn, int ver, uint64_t flags, int *status);
@@ -152,7 +218,9 @@ static const struct entry table[] = {
 	{"cuCtxDestroy", cuCtxDestroy_v2}, {"cuLaunchKernel", cuLaunchKernel},
 	{"cuMemcpyHtoD", cuMemcpyHtoD_v2}, {"cuMemcpyDtoH", cuMemcpyDtoH_v2}, {"cuMemcpy", cuMemcpy},
 	{"cuMemAllocHost", cuMemAllocHost_v2}, {"cuMemFreeHost", cuMemFreeHost}, {"cuCtxSynchronize", cuCtxSynchronize},
-	{"cuPointerGetAttribute", cuPointerGetAttribute},
+	{"cuPointerGetAttribute", cuPointerGetAttribute}, {"cuModuleGetFunction", cuModuleGetFunction},
+	{"cuFuncGetName", cuFuncGetName}, {"cuFuncGetParamInfo", cuFuncGetParamInfo}, {"cuMemHostAlloc", cuMemHostAlloc},
+	{"cuGraphAddKernelNode", cuGraphAddKernelNode_v2},
 	{0, 0}};
 CUresult cuGetProcAddress_v2(const char *sym, void **pfn, int ver, uint64_t flags, int *status) {
 	/* CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM picks the _ptsz twin. */

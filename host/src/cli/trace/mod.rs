@@ -11,6 +11,7 @@
 mod print;
 mod prom;
 mod report;
+pub mod timeline;
 
 use anyhow::{Context, Result, bail};
 use attach::ProbeSet;
@@ -90,6 +91,12 @@ pub struct TraceArgs {
     /// `http://ADDR/metrics` while CMD runs (for example 127.0.0.1:9435).
     #[arg(long, value_name = "ADDR")]
     prometheus: Option<std::net::SocketAddr>,
+    /// At exit, write a Chrome/Perfetto trace-event JSON file of CMD's CUDA calls (API
+    /// spans, copies, launches), its kernels as the GPU ran them (first block entry to last
+    /// block exit, from a built-in entry/exit probe) and a flow from each launch to its
+    /// kernel, on one clock (the GPU's calibrated against CLOCK_MONOTONIC).
+    #[arg(long, value_name = "FILE")]
+    timeline: Option<PathBuf>,
 }
 
 /// `trace --maps`.
@@ -168,6 +175,12 @@ struct Trace {
     probes: Arc<ProbeSet>,
     /// Object index of the `--mem-report` probe, if any.
     report_object: Option<usize>,
+    /// Object index of the `--timeline` probe, if any.
+    timeline_object: Option<usize>,
+    /// The clock calibrations the shim reported.
+    clocks: Vec<timeline::Calibration>,
+    /// The app's process (the first shim to start).
+    app_pid: Option<u32>,
     /// What `--prometheus` serves besides the maps.
     prom: Option<Arc<std::sync::Mutex<prom::Shared>>>,
 }
@@ -212,6 +225,22 @@ impl Trace {
             }
             if let ReportLine::HostFunction { name, ip } = &ev {
                 self.kernels.insert(*ip, name.clone());
+            }
+            if let ReportLine::Clock {
+                offset_ns,
+                uncertainty_ns,
+                at_ns,
+                ..
+            } = &ev
+            {
+                self.clocks.push(timeline::Calibration {
+                    offset_ns: *offset_ns,
+                    uncertainty_ns: *uncertainty_ns,
+                    at_ns: *at_ns,
+                });
+            }
+            if let ReportLine::Started { pid, .. } = &ev {
+                self.app_pid.get_or_insert(*pid);
             }
             if let ReportLine::Sites { sites } = &ev {
                 for s in sites {
@@ -274,6 +303,14 @@ impl Trace {
                     eprintln!("api log: {events} calls written to {path}")
                 }
                 ReportLine::Warning { what } => eprintln!("warning: {what}"),
+                ReportLine::Clock {
+                    when,
+                    offset_ns,
+                    uncertainty_ns,
+                    ..
+                } if !self.quiet => eprintln!(
+                    "clock ({when}): %globaltimer = CLOCK_MONOTONIC + {offset_ns} ns ± {uncertainty_ns} ns"
+                ),
                 ReportLine::DeviceMaps {
                     maps,
                     striped,
@@ -294,7 +331,7 @@ impl Trace {
     fn print_maps(&self, last: bool) {
         let mut out = String::new();
         for m in &self.session.maps {
-            if Some(m.object) == self.report_object {
+            if Some(m.object) == self.report_object || Some(m.object) == self.timeline_object {
                 continue;
             }
             let short = m.name.split_once(':').map(|(_, n)| n).unwrap_or(&m.name);
@@ -365,6 +402,45 @@ impl Trace {
 }
 
 impl Trace {
+    /// Writes the `--timeline` file from the API log, the probe's spans and the clocks.
+    fn write_timeline(&mut self, file: &Path, log: &Path) -> Result<timeline::Counts> {
+        let events = attach::apilog::read(log)
+            .with_context(|| format!("read the API log {}", log.display()))?;
+        let mut spans = Vec::new();
+        if let Some(obj) = self.timeline_object {
+            for m in self.session.maps.iter().filter(|m| m.object == obj) {
+                spans.extend(
+                    m.ops
+                        .entries()
+                        .iter()
+                        .filter_map(|(_, v)| timeline::Span::from_value(v)),
+                );
+            }
+        }
+        spans.sort_by_key(|s| s.corr);
+        let launched = events
+            .iter()
+            .filter(|e| e.dst != 0 && e.kind == attach::apilog::Kind::Launch)
+            .count();
+        if launched > timeline::TIMELINE_SLOTS as usize {
+            eprintln!(
+                "warning: {launched} launches: the timeline keeps the GPU spans of the latest {} per map copy (--interval)",
+                timeline::TIMELINE_SLOTS
+            );
+        }
+        self.clocks.sort_by_key(|c| c.at_ns);
+        if self.clocks.is_empty() && !spans.is_empty() {
+            eprintln!("warning: no clock calibration: kernel spans left out of the timeline");
+        }
+        let names: std::collections::BTreeMap<u64, String> =
+            self.kernels.iter().map(|(k, v)| (*k, v.clone())).collect();
+        let pid = self.app_pid.unwrap_or(0);
+        let (doc, counts) = timeline::build(&events, &spans, &self.clocks, &names, pid);
+        std::fs::write(file, serde_json::to_vec(&doc)?)
+            .with_context(|| format!("write {}", file.display()))?;
+        Ok(counts)
+    }
+
     /// The `--mem-report` table, from the report probe's maps and the site table.
     fn mem_report(&self) {
         let Some(obj) = self.report_object else {
@@ -413,6 +489,18 @@ pub fn run(a: TraceArgs) -> Result<ExitCode> {
             })?);
     }
     let report_object = a.mem_report.then(|| progs.len() - 1);
+    if a.timeline.is_some() {
+        progs.push(
+            timeline::write_object(&report_dir).with_context(|| {
+                format!("write the timeline probe into {}", report_dir.display())
+            })?,
+        );
+    }
+    let timeline_object = a.timeline.is_some().then(|| progs.len() - 1);
+    // The timeline writes FILE at exit: a bad path fails before CMD starts.
+    if let Some(p) = &a.timeline {
+        std::fs::File::create(p).with_context(|| format!("--timeline {}", p.display()))?;
+    }
     let probes =
         ProbeSet::load(&progs).map_err(|e| anyhow::anyhow!(super::instrument::chain(&e)))?;
     let shim = find_shim(a.shim.as_deref())?;
@@ -428,7 +516,12 @@ pub fn run(a: TraceArgs) -> Result<ExitCode> {
         None => None,
     };
     // The shim creates the API log (the first process takes FILE): a bad path fails here.
-    let api_log = match &a.api_log {
+    let internal_log = report_dir.join("api.log");
+    let api_log = match a
+        .api_log
+        .as_ref()
+        .or(a.timeline.as_ref().map(|_| &internal_log))
+    {
         Some(p) => {
             std::fs::File::create(p).with_context(|| format!("--api-log {}", p.display()))?;
             let abs = std::fs::canonicalize(p).unwrap_or_else(|_| p.clone());
@@ -499,7 +592,7 @@ pub fn run(a: TraceArgs) -> Result<ExitCode> {
             let maps = session
                 .maps
                 .iter()
-                .filter(|m| Some(m.object) != report_object)
+                .filter(|m| Some(m.object) != report_object && Some(m.object) != timeline_object)
                 .map(|m| prom::Map {
                     name: m.name.clone(),
                     def: m.def.clone(),
@@ -530,6 +623,9 @@ pub fn run(a: TraceArgs) -> Result<ExitCode> {
         start,
         probes: probes.clone(),
         report_object,
+        timeline_object,
+        clocks: Vec::new(),
+        app_pid: None,
         prom,
     };
     // A thread blocks in wait(2): CMD's exit is seen at once, not at the next poll.
@@ -562,6 +658,29 @@ pub fn run(a: TraceArgs) -> Result<ExitCode> {
     t.drain_report();
     t.print_maps(true);
     t.mem_report();
+    if let (Some(file), Some(log)) = (&a.timeline, &api_log) {
+        match t.write_timeline(file, log) {
+            Ok(c) => {
+                let what = format!(
+                    "timeline: {} host calls, {} kernel spans, {} launch flows written to {}",
+                    c.calls,
+                    c.kernels,
+                    c.flows,
+                    file.display()
+                );
+                if a.json {
+                    println!(
+                        "{}",
+                        serde_json::json!({"event": "timeline", "calls": c.calls,
+                            "kernels": c.kernels, "flows": c.flows, "path": file})
+                    );
+                } else {
+                    eprintln!("{what}");
+                }
+            }
+            Err(e) => eprintln!("warning: --timeline {}: {e:#}", file.display()),
+        }
+    }
     if let Some(p) = &mem_trace {
         let table: Vec<&attach::instrument::MemSiteInfo> = t.sites.values().collect();
         let path = PathBuf::from(format!("{}.sites.json", p.display()));

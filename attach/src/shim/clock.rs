@@ -1,0 +1,452 @@
+//! One clock for host and GPU events: the GPU's `%globaltimer` calibrated against the
+//! host's `CLOCK_MONOTONIC` (what `bpf_ktime_get_ns` and the API log use).
+//!
+//! ```text
+//! host (our thread)                         GPU (__bpftime_clock, 1 thread, our stream)
+//! t1 = now; ping = k  ──── pinned, mapped ────▶ sees ping == k: g = %globaltimer;
+//!                                               pong_t = g; fence.sys; pong_seq = k
+//! sees pong_seq == k; t2 = now  ◀────────────
+//! offset = g − (t1 + t2)/2, uncertainty = (t2 − t1)/2; the round with the smallest
+//! t2 − t1 of CLOCK_ROUNDS wins
+//! ```
+//!
+//! The first calibration runs when the shim sets up (the application's first module
+//! load), the next ones every [`PERIOD`] from a thread of the shim, and one more when the
+//! maps are copied out for the last time, so an application's run is bracketed and drift is
+//! seen: `%globaltimer` and `CLOCK_MONOTONIC` have been measured moving apart by about
+//! 1 µs per second. Each result goes to the session report ([`ReportLine::Clock`]); the
+//! launch wrappers convert a launch's host time with the latest one
+//! ([`to_gpu`]), `trace --timeline` places GPU events with all of them.
+//!
+//! The kernel gives up after 200 ms of `%globaltimer` and on a stop word, so a host
+//! that stops answering never leaves it running; if it cannot start (a GPU full of the
+//! application's blocks), the round times out, the calibration is reported as failed,
+//! and launch times stay 0 until one succeeds. Our calls run in relaxed stream-capture
+//! mode, on our own non-blocking stream, so an application capturing a graph is not
+//! disturbed.
+
+use super::driver::{self, CUDA_SUCCESS, CuResult, Handle, Hook};
+use super::hooks::{RelaxedCapture, check, fn_of};
+use crate::session::ReportLine;
+use std::ffi::{CStr, c_uint, c_void};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock};
+use std::time::Duration;
+
+/// Ping-pong rounds per calibration.
+pub const CLOCK_ROUNDS: u32 = 64;
+/// Time between re-checks.
+pub const PERIOD: Duration = Duration::from_secs(1);
+/// How long a round waits for the GPU's answer (the first one includes the launch).
+const ROUND_TIMEOUT: Duration = Duration::from_millis(50);
+/// The stop word.
+const STOP: u64 = u64::MAX;
+/// Mailbox word offsets (bytes): the host's ping, and the GPU's answer a line away.
+const PING: usize = 0;
+const PONG_SEQ: usize = 64;
+const PONG_TIME: usize = 72;
+const MAILBOX: usize = 128;
+
+/// The calibration kernel (PTX ISA 6.0 memory-model loads and stores; sm_70 and up).
+pub const KERNEL_PTX: &str = r#"//
+// bpftime-super: clock calibration
+.version 7.0
+.target sm_70
+.address_size 64
+
+.visible .entry __bpftime_clock(.param .u64 __bpftime_clock_mbox)
+{
+	.reg .pred %p<4>;
+	.reg .b64 %rd<10>;
+	ld.param.u64 %rd1, [__bpftime_clock_mbox];
+	cvta.to.global.u64 %rd1, %rd1;
+	mov.u64 %rd2, 0;
+	mov.u64 %rd3, %globaltimer;
+	add.u64 %rd4, %rd3, 200000000;
+$L_poll:
+	ld.relaxed.sys.global.u64 %rd5, [%rd1];
+	setp.eq.u64 %p1, %rd5, %rd2;
+	@%p1 bra $L_check;
+	setp.eq.u64 %p2, %rd5, -1;
+	@%p2 bra $L_done;
+	mov.u64 %rd6, %globaltimer;
+	st.relaxed.sys.global.u64 [%rd1+72], %rd6;
+	fence.sc.sys;
+	st.relaxed.sys.global.u64 [%rd1+64], %rd5;
+	mov.u64 %rd2, %rd5;
+$L_check:
+	mov.u64 %rd7, %globaltimer;
+	setp.lt.u64 %p3, %rd7, %rd4;
+	@%p3 bra $L_poll;
+$L_done:
+	ret;
+}
+"#;
+
+/// One calibration's result.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Calibration {
+    /// `%globaltimer − CLOCK_MONOTONIC`, ns.
+    pub offset_ns: i64,
+    /// Half the best round trip, ns: the offset is within this of the truth (plus the
+    /// GPU timer's own tick).
+    pub uncertainty_ns: u64,
+    /// `CLOCK_MONOTONIC` at the best round's midpoint.
+    pub at_ns: u64,
+}
+
+/// The best round of a calibration: `(t1, g, t2)` samples in, the estimate out.
+pub fn estimate(rounds: &[(u64, u64, u64)]) -> Option<Calibration> {
+    let &(t1, g, t2) = rounds
+        .iter()
+        .filter(|(t1, _, t2)| t2 >= t1)
+        .min_by_key(|(t1, _, t2)| t2 - t1)?;
+    let mid = t1 + (t2 - t1) / 2;
+    Some(Calibration {
+        offset_ns: g as i64 - mid as i64,
+        uncertainty_ns: (t2 - t1).div_ceil(2),
+        at_ns: mid,
+    })
+}
+
+/// The first calibration (the drift's baseline).
+static FIRST: Mutex<Option<Calibration>> = Mutex::new(None);
+/// The drift rate of the offset, in ns per second of `CLOCK_MONOTONIC` (×1000: ppb), and
+/// the latest offset and its time: what [`to_gpu`] reads without a lock.
+static OFFSET: AtomicI64 = AtomicI64::new(0);
+static OFFSET_AT: AtomicU64 = AtomicU64::new(0);
+static DRIFT_PPB: AtomicI64 = AtomicI64::new(0);
+/// 0 until a calibration succeeded.
+static CALIBRATED: AtomicU64 = AtomicU64::new(0);
+/// The longest a drift estimate is trusted for extrapolation, and the largest rate taken
+/// (measured: 9–17 ppm on an H200).
+const DRIFT_MAX_PPB: i64 = 200_000;
+/// A drift estimate needs calibrations at least this far apart.
+const DRIFT_BASELINE_NS: u64 = 500_000_000;
+
+/// The offset at `mono_ns` from the latest calibration, extrapolated with the drift rate
+/// measured between the first and the latest (once they are [`DRIFT_BASELINE_NS`]
+/// apart): `%globaltimer` and `CLOCK_MONOTONIC` move apart by microseconds per second, so a
+/// launch time a second after a calibration would otherwise be off by that much.
+pub fn offset_at(latest: Calibration, drift_ppb: i64, mono_ns: u64) -> i64 {
+    let dt = mono_ns as i64 - latest.at_ns as i64;
+    latest.offset_ns + (dt as i128 * drift_ppb as i128 / 1_000_000_000) as i64
+}
+
+/// The drift rate between two calibrations, ppb (0 when they are too close).
+pub fn drift_ppb(first: Calibration, latest: Calibration) -> i64 {
+    let dt = latest.at_ns.saturating_sub(first.at_ns);
+    if dt < DRIFT_BASELINE_NS {
+        return 0;
+    }
+    let r = (latest.offset_ns - first.offset_ns) as i128 * 1_000_000_000 / dt as i128;
+    (r as i64).clamp(-DRIFT_MAX_PPB, DRIFT_MAX_PPB)
+}
+
+/// A host `CLOCK_MONOTONIC` time on the GPU's clock ([`offset_at`]).
+pub fn to_gpu(mono_ns: u64) -> Option<u64> {
+    if CALIBRATED.load(Ordering::Acquire) == 0 {
+        return None;
+    }
+    let latest = Calibration {
+        offset_ns: OFFSET.load(Ordering::Relaxed),
+        uncertainty_ns: 0,
+        at_ns: OFFSET_AT.load(Ordering::Relaxed),
+    };
+    let off = offset_at(latest, DRIFT_PPB.load(Ordering::Relaxed), mono_ns);
+    Some(mono_ns.wrapping_add_signed(off))
+}
+
+fn record(cal: Calibration) {
+    let first = {
+        let Ok(mut f) = FIRST.lock() else { return };
+        *f.get_or_insert(cal)
+    };
+    DRIFT_PPB.store(drift_ppb(first, cal), Ordering::Relaxed);
+    OFFSET.store(cal.offset_ns, Ordering::Relaxed);
+    OFFSET_AT.store(cal.at_ns, Ordering::Relaxed);
+    CALIBRATED.store(1, Ordering::Release);
+}
+
+type MemHostAlloc = unsafe extern "C" fn(*mut *mut c_void, usize, c_uint) -> CuResult;
+type ModuleGetFunction = unsafe extern "C" fn(*mut Handle, Handle, *const i8) -> CuResult;
+type LaunchKernel = unsafe extern "C" fn(
+    Handle,
+    c_uint,
+    c_uint,
+    c_uint,
+    c_uint,
+    c_uint,
+    c_uint,
+    c_uint,
+    Handle,
+    *mut *mut c_void,
+    *mut *mut c_void,
+) -> CuResult;
+
+/// `CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP`.
+const HOST_ALLOC_FLAGS: c_uint = 1 | 2;
+/// `CU_STREAM_NON_BLOCKING`.
+const STREAM_NON_BLOCKING: c_uint = 1;
+
+/// What a calibration needs, made once in the application's context.
+struct Clock {
+    ctx: Handle,
+    mailbox: *mut u64,
+    device_mailbox: u64,
+    function: Handle,
+    stream: Handle,
+    launch: LaunchKernel,
+    seq: u64,
+}
+
+// SAFETY: the handles are driver objects usable from any thread with the context current
+// (the clock thread makes it current), and the mailbox is pinned memory owned by the clock
+// for the process's life; all access goes through the `CLOCK` mutex.
+unsafe impl Send for Clock {}
+
+static CLOCK: OnceLock<Option<Mutex<Clock>>> = OnceLock::new();
+
+fn driver_fn<F: Copy>(name: &CStr) -> Result<F, String> {
+    let lib = driver::libcuda();
+    let p = if lib.is_null() {
+        std::ptr::null_mut()
+    } else {
+        // SAFETY: a live handle and a NUL-terminated name.
+        unsafe { driver::real_dlsym(lib, name.as_ptr()) }
+    };
+    if p.is_null() {
+        return Err(format!("{} not found", name.to_string_lossy()));
+    }
+    // SAFETY: `F` is the entry's signature (callers name it with its type).
+    Ok(unsafe { std::mem::transmute_copy::<*mut c_void, F>(&p) })
+}
+
+impl Clock {
+    /// Loads the kernel and the mailbox in the current context.
+    fn new() -> Result<Clock, String> {
+        let _relaxed = RelaxedCapture::enter();
+        // SAFETY: real driver entries with their signatures; out-pointers are locals.
+        unsafe {
+            let current: driver::CtxGetCurrent = fn_of(Hook::CtxGetCurrent)?;
+            let load: driver::ModuleLoadData = fn_of(Hook::ModuleLoadData)?;
+            let devptr: driver::MemHostGetDevicePointer = fn_of(Hook::MemHostGetDevicePointer)?;
+            let stream_create: driver::StreamCreate = fn_of(Hook::StreamCreate)?;
+            let host_alloc: MemHostAlloc = driver_fn(c"cuMemHostAlloc")?;
+            let get_function: ModuleGetFunction = driver_fn(c"cuModuleGetFunction")?;
+            let launch: LaunchKernel = driver_fn(c"cuLaunchKernel")?;
+            let mut ctx: Handle = std::ptr::null_mut();
+            check(current(&mut ctx), "cuCtxGetCurrent")?;
+            let ptx = std::ffi::CString::new(KERNEL_PTX).map_err(|e| e.to_string())?;
+            let mut module: Handle = std::ptr::null_mut();
+            check(
+                load(&mut module, ptx.as_ptr().cast()),
+                "cuModuleLoadData of the clock kernel",
+            )?;
+            let mut function: Handle = std::ptr::null_mut();
+            check(
+                get_function(&mut function, module, c"__bpftime_clock".as_ptr()),
+                "cuModuleGetFunction",
+            )?;
+            let mut host: *mut c_void = std::ptr::null_mut();
+            check(
+                host_alloc(&mut host, MAILBOX, HOST_ALLOC_FLAGS),
+                "cuMemHostAlloc of the clock mailbox",
+            )?;
+            std::ptr::write_bytes(host as *mut u8, 0, MAILBOX);
+            let mut dev = 0u64;
+            check(devptr(&mut dev, host, 0), "cuMemHostGetDevicePointer")?;
+            let mut stream: Handle = std::ptr::null_mut();
+            check(
+                stream_create(&mut stream, STREAM_NON_BLOCKING),
+                "cuStreamCreate",
+            )?;
+            Ok(Clock {
+                ctx,
+                mailbox: host.cast(),
+                device_mailbox: dev,
+                function,
+                stream,
+                launch,
+                seq: 0,
+            })
+        }
+    }
+
+    fn word(&self, off: usize) -> &AtomicU64 {
+        // SAFETY: the mailbox is MAILBOX bytes of pinned memory, 8-aligned, alive for the
+        // process; the GPU writes it with system-scope stores.
+        unsafe { AtomicU64::from_ptr(self.mailbox.add(off / 8)) }
+    }
+
+    /// One calibration: launches the kernel and plays [`CLOCK_ROUNDS`] rounds.
+    fn calibrate(&mut self) -> Result<Calibration, String> {
+        let _relaxed = RelaxedCapture::enter();
+        // 0 is never a round's number: the new kernel (which starts with 0 as the last
+        // seen) waits for the first round.
+        self.word(PING).store(0, Ordering::Release);
+        let mut arg = self.device_mailbox;
+        let mut params = [(&mut arg as *mut u64).cast::<c_void>()];
+        // SAFETY: our function with its one u64 parameter, on our stream.
+        let r = unsafe {
+            (self.launch)(
+                self.function,
+                1,
+                1,
+                1,
+                1,
+                1,
+                1,
+                0,
+                self.stream,
+                params.as_mut_ptr(),
+                std::ptr::null_mut(),
+            )
+        };
+        check(r, "cuLaunchKernel of the clock kernel")?;
+        let mut rounds = Vec::with_capacity(CLOCK_ROUNDS as usize);
+        let mut failed = None;
+        for _ in 0..CLOCK_ROUNDS {
+            self.seq += 1;
+            let k = self.seq;
+            let t1 = ebpf::interp::monotonic_ns();
+            self.word(PING).store(k, Ordering::Release);
+            let deadline = std::time::Instant::now() + ROUND_TIMEOUT;
+            loop {
+                if self.word(PONG_SEQ).load(Ordering::Acquire) == k {
+                    break;
+                }
+                if std::time::Instant::now() > deadline {
+                    failed = Some(format!(
+                        "the clock kernel did not answer within {} ms (is the GPU full?)",
+                        ROUND_TIMEOUT.as_millis()
+                    ));
+                    break;
+                }
+                std::hint::spin_loop();
+            }
+            if failed.is_some() {
+                break;
+            }
+            let t2 = ebpf::interp::monotonic_ns();
+            let g = self.word(PONG_TIME).load(Ordering::Acquire);
+            rounds.push((t1, g, t2));
+        }
+        self.word(PING).store(STOP, Ordering::Release);
+        // The kernel sees STOP and exits; the next launch on our stream waits for it.
+        if let Some(why) = failed {
+            return Err(why);
+        }
+        estimate(&rounds).ok_or_else(|| "no round completed".to_string())
+    }
+}
+
+/// Sets the clock up in the current context and calibrates once, reporting the result;
+/// then re-checks every [`PERIOD`] from a thread. Called once, at the shim's setup.
+pub fn start() {
+    let clock = CLOCK.get_or_init(|| match Clock::new() {
+        Ok(c) => Some(Mutex::new(c)),
+        Err(why) => {
+            super::hooks::report(&[ReportLine::Warning {
+                what: format!("no clock calibration: {why}; launch times read 0"),
+            }]);
+            None
+        }
+    });
+    if clock.is_none() {
+        return;
+    }
+    recheck("start");
+    let spawned = std::thread::Builder::new()
+        .name("bpftime-clock".into())
+        .spawn(|| {
+            let Some(Some(c)) = CLOCK.get() else { return };
+            let ctx = match c.lock() {
+                Ok(c) => c.ctx,
+                Err(_) => return,
+            };
+            // SAFETY: the real cuCtxSetCurrent's slot holds that signature.
+            if let Ok(set) = unsafe { fn_of::<driver::CtxSetCurrent>(Hook::CtxSetCurrent) } {
+                // SAFETY: the application's live context, made current on our thread.
+                if unsafe { set(ctx) } != CUDA_SUCCESS {
+                    return;
+                }
+            }
+            loop {
+                std::thread::sleep(PERIOD);
+                if super::devmaps::usable_here().is_some_and(|u| u.is_err()) {
+                    return;
+                }
+                recheck("periodic");
+            }
+        });
+    if spawned.is_err() {
+        super::hooks::report(&[ReportLine::Warning {
+            what: "clock: no re-check thread; only the first calibration is used".into(),
+        }]);
+    }
+}
+
+/// Calibrates now (if the clock was set up) and reports it; `when` names the occasion.
+pub fn recheck(when: &str) {
+    let Some(Some(c)) = CLOCK.get() else { return };
+    let Ok(mut c) = c.lock() else { return };
+    match c.calibrate() {
+        Ok(cal) => {
+            record(cal);
+            super::hooks::report(&[ReportLine::Clock {
+                when: when.to_string(),
+                offset_ns: cal.offset_ns,
+                uncertainty_ns: cal.uncertainty_ns,
+                at_ns: cal.at_ns,
+            }]);
+        }
+        Err(why) => super::hooks::report(&[ReportLine::Warning {
+            what: format!("clock calibration ({when}) failed: {why}"),
+        }]),
+    }
+}
+
+/// The last calibration, before the context goes (once).
+pub fn recheck_exit() {
+    static DONE: std::sync::Once = std::sync::Once::new();
+    DONE.call_once(|| recheck("exit"));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_tightest_round_wins() {
+        // GPU clock = host + 1000; round trips 400, 100 (asymmetric by 10), 300.
+        let rounds = [(0, 1200, 400), (1000, 2060, 1100), (5000, 6150, 5300)];
+        let c = estimate(&rounds).unwrap();
+        assert_eq!(c.uncertainty_ns, 50);
+        assert_eq!(c.at_ns, 1050);
+        assert_eq!(c.offset_ns, 1010);
+        assert!((c.offset_ns - 1000).unsigned_abs() <= c.uncertainty_ns);
+        assert_eq!(estimate(&[]), None);
+    }
+
+    #[test]
+    fn launch_times_follow_the_measured_drift() {
+        let cal = |offset_ns, at_ns| Calibration {
+            offset_ns,
+            uncertainty_ns: 1000,
+            at_ns,
+        };
+        // 12 µs per second apart (what an H200 showed), calibrations 2 s apart.
+        let (a, b) = (cal(5_000_000, 1_000_000_000), cal(5_024_000, 3_000_000_000));
+        let r = drift_ppb(a, b);
+        assert_eq!(r, 12_000);
+        assert_eq!(offset_at(b, r, 3_500_000_000), 5_030_000);
+        assert_eq!(offset_at(b, 0, 3_500_000_000), 5_024_000);
+        // Too close to tell a rate; absurd rates are clamped.
+        assert_eq!(drift_ppb(a, cal(5_001_000, 1_100_000_000)), 0);
+        assert_eq!(
+            drift_ppb(a, cal(6_000_000_000, 3_000_000_000)),
+            DRIFT_MAX_PPB
+        );
+    }
+}
