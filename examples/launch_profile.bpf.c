@@ -22,13 +22,13 @@ struct launch {
 	__u64 end;
 };
 
-/* One slot per launch in flight, by correlation id. */
+/* One slot per launch in flight, by correlation id (`_`: trace does not print it). */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, SLOTS);
 	__type(key, __u32);
 	__type(value, struct launch);
-} inflight SEC(".maps");
+} _inflight SEC(".maps");
 
 #define PER_KERNEL(name)                                                                           \
 	struct {                                                                                   \
@@ -77,7 +77,7 @@ int launch_begin(struct pt_regs *ctx)
 	if (p->global_thread_id != 0 || !p->correlation_id)
 		return 0;
 	__u32 slot = p->correlation_id % SLOTS;
-	struct launch *l = bpf_map_lookup_elem(&inflight, &slot);
+	struct launch *l = bpf_map_lookup_elem(&_inflight, &slot);
 	if (!l)
 		return 0;
 	l->kernel_id = p->kernel_id;
@@ -97,7 +97,7 @@ int launch_end(struct pt_regs *ctx)
 	if (p->thread_idx[0] | p->thread_idx[1] | p->thread_idx[2] || !p->correlation_id)
 		return 0;
 	__u32 slot = p->correlation_id % SLOTS;
-	struct launch *l = bpf_map_lookup_elem(&inflight, &slot);
+	struct launch *l = bpf_map_lookup_elem(&_inflight, &slot);
 	if (!l || l->corr != p->correlation_id)
 		return 0;
 	/* Blocks exit together: a few tries of compare-and-swap move the end to the latest. */

@@ -175,8 +175,8 @@ impl ProbeSet {
                     SiteKind::Entry | SiteKind::Exit => CtxKind::Probe {
                         size: ProbeCtx::SIZE,
                     },
-                    SiteKind::HostEntry | SiteKind::HostExit => CtxKind::Mem {
-                        len: crate::shim::uprobes::HOST_CTX_SIZE,
+                    SiteKind::HostEntry | SiteKind::HostExit => CtxKind::Probe {
+                        size: crate::shim::uprobes::HOST_CTX_SIZE,
                     },
                 };
                 let opts = VerifyOptions {

@@ -977,6 +977,41 @@ fn launches_pass_correlation_ids_and_calibrated_launch_times() {
     let launched = launches_logged(&calls, "cuLaunchKernel");
     assert_eq!(launched.len(), 2, "{calls:#?}");
     assert!(launched.iter().all(|l| l.1 == 2), "{calls:#?}");
+    // A host probe on the launch call reads the same ids from its ctx (launches 1..=4 of
+    // this run); no kernel probe reads them, so the kernel keeps its signature.
+    if let Some(corr) = bpftime_tests::compile("uprobe_corr") {
+        let (code, out, err) = f.run(
+            &[&corr],
+            &["app_launch", &ptx.display().to_string(), "k", "2", "3"],
+        );
+        assert_eq!(code, 0, "{err}\n{out}");
+        assert_eq!(
+            final_value(&out, "uprobe_corr:corr_sum"),
+            1 + 2 + 3 + 4,
+            "{out}"
+        );
+        assert_eq!(final_value(&out, "uprobe_corr:corr_max"), 4, "{out}");
+        assert!(
+            launches_logged(&f.calls(), "cuLaunchKernel")
+                .iter()
+                .all(|l| l.1 == 2)
+        );
+    }
+    // launch_profile: its uprobe counts the launch calls; its scratch map is not printed.
+    if let Some(prof) = bpftime_tests::compile("launch_profile") {
+        let (code, out, err) = f.run(
+            &[&prof],
+            &["app_launch", &ptx.display().to_string(), "k", "2", "3"],
+        );
+        assert_eq!(code, 0, "{err}\n{out}");
+        assert_eq!(final_value(&out, "launch_profile:launch_calls"), 4, "{out}");
+        assert!(
+            events(&out, "map")
+                .iter()
+                .all(|m| m["map"] != "launch_profile:_inflight"),
+            "{out}"
+        );
+    }
     // --timeline alone brings its probe and the API log: the file holds every launch call
     // with its correlation id (the fake runs no kernel, so there are no GPU spans here;
     // the builder's own test lines those up).

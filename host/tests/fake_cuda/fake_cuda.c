@@ -176,6 +176,9 @@ static void *clock_kernel(void *mbox) {
 	}
 	return 0; }
 static void log_launch(const char *call, H f, void **p, void **e) {
+	static int dir = -1;
+	if (dir < 0) dir = getenv("FAKE_CUDA_DIR") != 0;
+	if (!dir) return; /* benchmarks: nothing to log, nothing to format */
 	struct fn *fp = fn_of(f);
 	if (!fp) { logf_("%s%s", call, ""); return; }
 	uint64_t a = 0, b = 0; int n = fp->nparams;

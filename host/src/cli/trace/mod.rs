@@ -335,6 +335,10 @@ impl Trace {
                 continue;
             }
             let short = m.name.split_once(':').map(|(_, n)| n).unwrap_or(&m.name);
+            // A program's scratch maps (`_name`) are state, not results: not printed.
+            if short.starts_with('_') {
+                continue;
+            }
             let style = print::style_of(short, m.def.kind, m.def.max_entries);
             let entries: Vec<(Vec<u8>, Vec<u8>)> = if style == print::Style::Records {
                 m.ops
