@@ -80,6 +80,14 @@ fn every_corpus_ptx_instruments_and_assembles() {
             .filter(|a| a.site == SiteKind::Exit)
             .count();
         assert_eq!(entries, 2 * kernels.len(), "{}", f.display());
+        // kprobe_all reads the launch fields: every kernel takes the hidden parameters.
+        assert_eq!(report.hidden.len(), kernels.len(), "{}", f.display());
+        assert_eq!(
+            ptx.matches(".param .u64 __bpftime_corr").count(),
+            kernels.len(),
+            "{}",
+            f.display()
+        );
         let blocks = ptx.matches("// bpftime-super: kretprobe").count();
         assert_eq!(exits, 2 * blocks, "{}", f.display());
         assert_eq!(
@@ -463,4 +471,19 @@ fn every_site_shape_with_every_feature_assembles() {
         );
         assemble(ptx, &format!("shapes-{}-{}", sampling.every, eager));
     }
+}
+
+#[test]
+fn hidden_parameters_follow_the_kernels_own_layout() {
+    // Offsets as the driver lays out parameters: each at its alignment, the hidden pair
+    // 8-aligned after the last.
+    let src = ".version 8.0\n.target sm_90\n.address_size 64\n\
+.visible .entry a(.param .u32 a_0, .param .align 16 .b8 a_1[20], .param .u8 a_2)\n{\n\tret;\n}\n\
+.visible .entry b()\n{\n\tret;\n}\n\
+.visible .entry c(.param .u64 c_0, .param .u32 c_1)\n{\n\tret;\n}\n";
+    let f = jit::ptx::parse::parse(src).unwrap();
+    let of = |n: &str| attach::instrument::HiddenParams::of(f.function(n).unwrap()).unwrap();
+    assert_eq!((of("a").params, of("a").offset), (3, 40));
+    assert_eq!((of("b").params, of("b").offset), (0, 0));
+    assert_eq!((of("c").params, of("c").offset), (2, 16));
 }
