@@ -73,15 +73,19 @@ pub const MIN_VERSION: (u32, u32) = (7, 0);
 /// Lowest SM the JIT's output needs (`ld.acquire`, `atom.sys`, `%globaltimer`).
 pub const MIN_SM: u32 = 70;
 
-/// JIT-compiles probe `index` for a module of `sm`, its maps bound at `maps`. A memory
-/// probe whose ctx reads are all at constant offsets in its entry function is compiled
-/// for inlining ([`CompiledProbe::inline`]): no call and no ctx in memory at each access.
+/// JIT-compiles probe `index` for a module of `sm`, its maps bound at `maps`. A probe whose
+/// ctx reads are all at constant offsets in its entry function is compiled for inlining
+/// ([`CompiledProbe::inline`]): no call and no ctx in memory at each site. Kernel entry and
+/// exit probes are inlined only with `inline_kernel`: inlined, ptxas compiles the body in
+/// every kernel, which costs load time where one `.func` per module would be compiled once
+/// (the JIT linker's relocatable code).
 pub fn compile_probe(
     probe: &Probe,
     index: usize,
     maps: Vec<MapBinding>,
     sm: u32,
     lock_pid: u32,
+    inline_kernel: bool,
 ) -> Result<CompiledProbe, jit::CompileError> {
     let opts = JitOptions {
         ptx_version: (7, 8),
@@ -91,10 +95,12 @@ pub fn compile_probe(
         entry: false,
         ..JitOptions::default()
     };
-    if probe.site == SiteKind::Memory
-        && probe.ctx_words != u64::MAX
-        && probe.ctx_loads.values().all(|v| v.is_some())
-    {
+    let inlinable = match probe.site {
+        SiteKind::Memory => true,
+        SiteKind::Entry | SiteKind::Exit => inline_kernel,
+        SiteKind::HostEntry | SiteKind::HostExit => false,
+    };
+    if inlinable && probe.ctx_words != u64::MAX && probe.ctx_loads.values().all(|v| v.is_some()) {
         let loads = probe
             .ctx_loads
             .iter()
@@ -102,7 +108,9 @@ pub fn compile_probe(
             .collect();
         let inline_opts = JitOptions {
             ctx_regs: Some(loads),
-            defer_adds: true,
+            // Adds summed in registers until the thread exits: only at memory sites,
+            // which repeat in loops; an entry or exit site runs once per thread.
+            defer_adds: probe.site == SiteKind::Memory,
             ..opts.clone()
         };
         match jit::compile(&probe.program, &inline_opts)
@@ -470,22 +478,41 @@ pub fn site_block(
     // the array's address minus the first word's offset, so every read lands inside it.
     let lo = fill.first().map_or(0, |(o, _)| *o);
     let hi = fill.last().map_or(8, |(o, _)| *o + 8);
-    for (off, d) in &fill {
-        b.line(&format!("st.local.u64 [{ctx}+{}], {d};", off - lo));
-    }
-    let c = b.d();
-    b.line(&format!("mov.u64 {c}, {ctx};"));
-    b.line(&format!("cvta.local.u64 {c}, {c};"));
-    if lo != 0 {
-        b.line(&format!("sub.s64 {c}, {c}, {lo};"));
-    }
+    // Probes compiled for inlining read their ctx words from `%bt_cw<k>`: no ctx in
+    // memory and no call (the body's `ret`s branch to its end).
+    let all_inline = probes.iter().all(|p| p.inline.is_some());
     let mut calls = String::new();
-    for p in probes {
-        let _ = writeln!(
-            calls,
-            "\t\t{{ .param .b64 bt_ret; .param .b64 bt_ctx; st.param.b64 [bt_ctx], {c}; call.uni (bt_ret), {}, (bt_ctx); }}",
-            p.func
-        );
+    let mut cw = 0;
+    if all_inline {
+        cw = fill.last().map_or(0, |(o, _)| o / 8 + 1);
+        for (off, d) in &fill {
+            b.line(&format!("mov.b64 %bt_cw{}, {d};", off / 8));
+        }
+        for p in probes {
+            let _ = writeln!(
+                calls,
+                "\t\t{{ // {}\n{}\t\t}}",
+                p.name,
+                p.inline.as_deref().unwrap_or_default()
+            );
+        }
+    } else {
+        for (off, d) in &fill {
+            b.line(&format!("st.local.u64 [{ctx}+{}], {d};", off - lo));
+        }
+        let c = b.d();
+        b.line(&format!("mov.u64 {c}, {ctx};"));
+        b.line(&format!("cvta.local.u64 {c}, {c};"));
+        if lo != 0 {
+            b.line(&format!("sub.s64 {c}, {c}, {lo};"));
+        }
+        for p in probes {
+            let _ = writeln!(
+                calls,
+                "\t\t{{ .param .b64 bt_ret; .param .b64 bt_ctx; st.param.b64 [bt_ctx], {c}; call.uni (bt_ret), {}, (bt_ctx); }}",
+                p.func
+            );
+        }
     }
     let names: Vec<&str> = probes.iter().map(|p| p.name.as_str()).collect();
     let kind = match site {
@@ -501,7 +528,13 @@ pub fn site_block(
     if b.r > 0 {
         let _ = writeln!(out, "\t\t.reg .b32 %bt_r<{}>;", b.r);
     }
-    let _ = writeln!(out, "\t\t.local .align 8 .b8 {ctx}[{}];", (hi - lo).max(8));
+    if all_inline {
+        if cw > 0 {
+            let _ = writeln!(out, "\t\t.reg .b64 %bt_cw<{cw}>;");
+        }
+    } else {
+        let _ = writeln!(out, "\t\t.local .align 8 .b8 {ctx}[{}];", (hi - lo).max(8));
+    }
     out.push_str(&b.text);
     out.push_str(&calls);
     out.push_str("\t}\n");

@@ -188,6 +188,7 @@ pub struct Instrumenter {
     mem: MemConfig,
     next_site: Mutex<u32>,
     launch_params: bool,
+    inline_kernel: bool,
 }
 
 impl Instrumenter {
@@ -204,7 +205,16 @@ impl Instrumenter {
             mem: MemConfig::default(),
             next_site: Mutex::new(0),
             launch_params: true,
+            inline_kernel: true,
         }
+    }
+
+    /// Whether kernel entry/exit probes are inlined at their sites (default yes: no call,
+    /// no ctx in memory). `trace --jit-linker` says no: its point is to compile the probe
+    /// once per module rather than once per kernel.
+    pub fn with_inline_kernel_probes(mut self, inline: bool) -> Self {
+        self.inline_kernel = inline;
+        self
     }
 
     /// Whether kernels whose probes read `correlation_id` or `launch_time` get the hidden
@@ -599,7 +609,14 @@ impl Instrumenter {
                 }
             }
         }
-        let c = Arc::new(codegen::compile_probe(p, i, maps, self.sm, self.lock_pid)?);
+        let c = Arc::new(codegen::compile_probe(
+            p,
+            i,
+            maps,
+            self.sm,
+            self.lock_pid,
+            self.inline_kernel,
+        )?);
         if let Ok(mut m) = self.compiled.lock() {
             m.insert(i, c.clone());
         }

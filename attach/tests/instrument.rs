@@ -101,7 +101,27 @@ fn every_corpus_ptx_instruments_and_assembles() {
         } else {
             assert_eq!(blocks, rets, "{}", f.display());
         }
+        // The probes are inlined at their sites: no call, the ctx words in registers.
+        assert!(!ptx.contains("call.uni (bt_ret)"), "{}", f.display());
+        assert!(ptx.contains("%bt_cw"), "{}", f.display());
         assemble(ptx, &f.file_name().unwrap().to_string_lossy());
+    }
+    // As `trace --jit-linker` compiles them: one `.func` per probe, called at each site
+    // with its ctx in local memory (a few files: the same sites as above).
+    let Some(p) = probes(&["kprobe_all", "kernel_count", "kernelretsnoop"]) else {
+        return;
+    };
+    let called = instrumenter(p, 90).with_inline_kernel_probes(false);
+    for f in files.iter().step_by(10) {
+        let src = std::fs::read_to_string(f).unwrap();
+        let Outcome::Instrumented { ptx, .. } = called.ptx(&src) else {
+            panic!("{}: not instrumented", f.display());
+        };
+        assert!(ptx.contains("call.uni (bt_ret)"), "{}", f.display());
+        assemble(
+            &ptx,
+            &format!("called-{}", f.file_name().unwrap().to_string_lossy()),
+        );
     }
 }
 

@@ -290,7 +290,8 @@ impl State {
                 trace: traced,
                 ..self.config.mem()
             })
-            .with_launch_params(launch_params))
+            .with_launch_params(launch_params)
+            .with_inline_kernel_probes(!self.config.jit_linker))
         }
     }
 

@@ -38,6 +38,7 @@ configs = {
     "empty probe, --jit-linker (relocatable code)": lambda c: traced([f"{carry}/empty.bpf.o"], c, "--jit-linker"),
     "kernel_count probe (thread 0 updates two hash maps)": lambda c: traced([f"{carry}/kernel_count.bpf.o"], c),
     "counting probe (1 add/thread: warp-aggregated, striped device map)": lambda c: traced([f"{carry}/count.bpf.o"], c),
+    "launchlate probe (hidden launch parameters, thread 0 updates maps)": lambda c: traced([f"{carry}/launchlate.bpf.o"], c),
 }
 workloads = {
     "vector add 2^24 floats": [f"{apps}/vecadd", str(1 << 24), "50"],
