@@ -1,5 +1,7 @@
 //! The PTX that goes into an application's module: each probe program JIT-compiled once as
-//! a module-private `.func`, and at each site a block that builds the probe ctx and calls it.
+//! a module-private `.func`, and at each site a block that builds the probe ctx and calls it
+//! (below); or, for a probe whose ctx loads all have constant offsets, its body inlined in
+//! the block, reading the ctx words from registers `%bt_cw<k>` ([`CompiledProbe::inline`]).
 //!
 //! ```text
 //! .func (.param .b64 ret0) __bpftime3_prog_on_entry(.param .b64 ctx) { … }   // module scope, once
@@ -19,7 +21,7 @@
 //! module-private, so several probes, and the application's own symbols, never collide.
 //! The block declares its own registers in a nested scope: the kernel's registers are
 //! untouched. Only the ctx words the verifier saw the program read are written
-//! ([`crate::probes::Probe::ctx_words`]): an empty probe costs a call.
+//! ([`crate::probes::Probe::ctx_words`]): an empty probe costs a call, or nothing inlined.
 
 use crate::probes::{Probe, SiteKind};
 use ebpf::{ProbeCtx, PtRegs};
