@@ -236,6 +236,29 @@ impl Instrumenter {
         &self.probes
     }
 
+    /// The device's SM (90 for 9.0).
+    pub fn sm(&self) -> u32 {
+        self.sm
+    }
+
+    /// The maps' bindings, per object.
+    pub fn bindings(&self) -> &Bindings {
+        &self.bindings
+    }
+
+    /// An instrumenter for another probe set with the same device and options (a hot
+    /// change of the session's objects); its cache starts empty.
+    pub fn sibling(&self, probes: Arc<ProbeSet>, bindings: Bindings) -> Instrumenter {
+        let next = self.next_site.lock().map(|n| *n).unwrap_or(0);
+        let mut i = Instrumenter::new(probes, bindings, self.sm, self.lock_pid)
+            .with_mem(self.mem)
+            .with_launch_params(self.launch_params)
+            .with_inline_kernel_probes(self.inline_kernel);
+        // Memory site ids stay unique over the session.
+        i.next_site = Mutex::new(next);
+        i
+    }
+
     /// Instruments any image the driver accepts (PTX, fat binary, wrapper, cubin), cached by
     /// content.
     pub fn image(&self, bytes: &[u8]) -> Arc<Outcome> {

@@ -326,16 +326,21 @@ pub fn mem_options(section: &str) -> jit::passes::mem::MemOptions {
     o
 }
 
-fn stem_of(path: &str, taken: &[ProbeObject]) -> String {
+/// The stem a probe object's maps are named with, from its path (`x.bpf.o` → `x`), before
+/// any suffix that keeps it apart from another object's.
+pub fn stem_of_path(path: &str) -> String {
     let file = Path::new(path)
         .file_name()
         .map(|f| f.to_string_lossy().to_string())
         .unwrap_or_else(|| path.to_string());
-    let base = file
-        .strip_suffix(".bpf.o")
+    file.strip_suffix(".bpf.o")
         .or_else(|| file.strip_suffix(".o"))
         .unwrap_or(&file)
-        .to_string();
+        .to_string()
+}
+
+fn stem_of(path: &str, taken: &[ProbeObject]) -> String {
+    let base = stem_of_path(path);
     let mut stem = base.clone();
     let mut k = 2;
     while taken.iter().any(|o| o.stem == stem) {

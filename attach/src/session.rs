@@ -80,6 +80,13 @@ pub struct SessionConfig {
     /// (`trace --api-log`, [`crate::apilog`]).
     #[serde(default)]
     pub api_log: Option<String>,
+    /// Hot attach: the file `trace` rewrites when `load`/`unload --name` change the probe
+    /// objects (a [`HotObjects`]); the shim polls it ([`crate::shim::hot`]).
+    #[serde(default)]
+    pub hot_objects: Option<String>,
+    /// Arena bytes kept free in the region for the maps of objects loaded later.
+    #[serde(default)]
+    pub hot_reserve: u64,
 }
 
 impl SessionConfig {
@@ -117,6 +124,30 @@ impl SessionConfig {
     /// The value of [`ENV_SESSION`].
     pub fn to_env(&self) -> String {
         serde_json::to_string(self).unwrap_or_default()
+    }
+}
+
+/// The probe objects of a session after hot changes: what the shim instruments new
+/// launches with from `generation` on.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct HotObjects {
+    /// Bumped by every change (the first file has 1).
+    pub generation: u64,
+    /// Every object's path, in load order (the session's first objects first).
+    pub objects: Vec<String>,
+}
+
+impl HotObjects {
+    /// Reads the file at `path`.
+    pub fn read(path: &str) -> Option<HotObjects> {
+        serde_json::from_slice(&std::fs::read(path).ok()?).ok()
+    }
+
+    /// Writes it to `path` atomically (a temporary file renamed over it).
+    pub fn write(&self, path: &str) -> std::io::Result<()> {
+        let tmp = format!("{path}.tmp");
+        std::fs::write(&tmp, serde_json::to_vec(self).unwrap_or_default())?;
+        std::fs::rename(tmp, path)
     }
 }
 
@@ -211,6 +242,13 @@ pub enum ReportLine {
         /// `CLOCK_MONOTONIC` when it was measured.
         at_ns: u64,
     },
+    /// A hot change of the probe objects is in effect: new launches use it.
+    Hot {
+        /// Its generation.
+        generation: u64,
+        /// Objects in the session now.
+        objects: usize,
+    },
     /// Something the user should know.
     Warning {
         /// The text.
@@ -291,6 +329,8 @@ pub struct Session {
     pub region: Arc<ShmRegion>,
     /// Every map, in object and name order.
     pub maps: Vec<SessionMap>,
+    /// The region's arena: what the maps took, and what is left for objects loaded later.
+    arena: Arena,
 }
 
 impl Session {
@@ -312,13 +352,14 @@ impl Session {
             .iter()
             .map(|(_, _, l)| l.div_ceil(64) * 64)
             .sum::<u64>()
-            + 4096;
+            + 4096
+            + config.hot_reserve;
         let cfg = RegionConfig {
             queue_capacity: 16,
             max_clients: 1,
             completions_per_client: 1,
             message_slots: 16,
-            max_maps: (sizes.len() as u32).max(16),
+            max_maps: (sizes.len() as u32).max(16) + if config.hot_reserve > 0 { 64 } else { 0 },
             max_records: 1,
             arena_size,
             // Trace sessions are not recovered.
@@ -333,50 +374,87 @@ impl Session {
             )
             .map_err(|e| err(e.to_string()))?,
         );
-        let mut arena = Arena::new(region.header().arena_size, 64);
-        let mut maps = Vec::new();
-        for (object, def, len) in sizes {
-            let name = probes.map_name(object, &def.name);
-            let off = arena
-                .alloc(len, Owner::Service)
-                .map_err(|e| err(format!("map `{name}`: {e}")))?;
-            let threads = if def.kind == ebpf::MapKind::PerThreadArray {
-                config.threads
-            } else {
-                1
-            };
-            let ops = shm_maps::maps::create_in(&region, off, &def, threads)
-                .map_err(|e| err(format!("map `{name}`: {e}")))?;
-            region
-                .register_map(&DirEntry {
-                    name: name.clone(),
-                    kind: def.kind.id(),
-                    key_size: def.key_size,
-                    value_size: def.value_size,
-                    max_entries: def.max_entries,
-                    flags: def.flags,
-                    data_off: off,
-                    data_len: len,
-                    threads,
-                })
-                .ok_or_else(|| {
-                    err(format!(
-                        "map `{name}`: no directory slot (names are at most 64 bytes)"
-                    ))
-                })?;
-            maps.push(SessionMap {
-                name,
-                object,
-                def,
-                ops,
-            });
-        }
-        region.set_ready();
-        Ok(Session {
+        let mut session = Session {
             config,
             region,
-            maps,
-        })
+            maps: Vec::new(),
+            arena: Arena::new(0, 64),
+        };
+        session.arena = Arena::new(session.region.header().arena_size, 64);
+        for (object, def, len) in sizes {
+            session.add_map(probes, object, def, len)?;
+        }
+        session.region.set_ready();
+        Ok(session)
+    }
+
+    /// Creates the maps of object `object` of `probes` (an object loaded after the start:
+    /// `probes` is the session's new set) in the region's free arena.
+    pub fn add_object(&mut self, probes: &ProbeSet, object: usize) -> Result<(), AttachError> {
+        let o = probes
+            .objects
+            .get(object)
+            .ok_or_else(|| AttachError::Region {
+                region: self.config.region.clone(),
+                what: format!("no object {object}"),
+            })?;
+        for d in o.maps.values() {
+            let len = shm_maps::maps::layout_size(d, self.config.threads).map_err(|e| {
+                AttachError::Region {
+                    region: self.config.region.clone(),
+                    what: format!("map `{}`: {e}", d.name),
+                }
+            })?;
+            self.add_map(probes, object, d.clone(), len)?;
+        }
+        Ok(())
+    }
+
+    fn add_map(
+        &mut self,
+        probes: &ProbeSet,
+        object: usize,
+        def: ebpf::MapDef,
+        len: u64,
+    ) -> Result<(), AttachError> {
+        let name = probes.map_name(object, &def.name);
+        let err = |what: String| AttachError::Region {
+            region: self.config.region.clone(),
+            what: format!("map `{name}`: {what}"),
+        };
+        let region = &self.region;
+        let off = self.arena.alloc(len, Owner::Service).map_err(|e| {
+            err(format!(
+                "{e} (trace --hot-reserve-mib makes room for maps loaded later)"
+            ))
+        })?;
+        let threads = if def.kind == ebpf::MapKind::PerThreadArray {
+            self.config.threads
+        } else {
+            1
+        };
+        let ops = shm_maps::maps::create_in(region, off, &def, threads)
+            .map_err(|e| err(e.to_string()))?;
+        region
+            .register_map(&DirEntry {
+                name: name.clone(),
+                kind: def.kind.id(),
+                key_size: def.key_size,
+                value_size: def.value_size,
+                max_entries: def.max_entries,
+                flags: def.flags,
+                data_off: off,
+                data_len: len,
+                threads,
+            })
+            .ok_or_else(|| err("no directory slot (names are at most 64 bytes)".into()))?;
+        self.maps.push(SessionMap {
+            name,
+            object,
+            def,
+            ops,
+        });
+        Ok(())
     }
 }
 

@@ -1046,3 +1046,147 @@ fn launches_pass_correlation_ids_and_calibrated_launch_times() {
         "{calls:#?}"
     );
 }
+
+/// Waits up to 20 s for `path` to exist.
+fn wait_for(path: &Path) -> bool {
+    for _ in 0..2000 {
+        if path.exists() {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    false
+}
+
+/// Waits up to 20 s for the shim's report file of trace `pid` to hold a line with `needle`.
+fn wait_report(pid: u32, needle: &str, count: usize) -> bool {
+    let p = std::env::temp_dir().join(format!("bpftime-trace-{pid}.jsonl"));
+    for _ in 0..2000 {
+        if std::fs::read_to_string(&p).is_ok_and(|t| t.matches(needle).count() >= count) {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    false
+}
+
+#[test]
+fn hot_attach_loads_and_unloads_probes_while_the_app_runs() {
+    // app_launch runs three phases of 3 launches, pausing between them. After phase 1,
+    // `load --name` attaches launchlate (which needs the hidden launch parameters); after
+    // phase 2, `unload` removes it. The kernel must move to a module with the new probes
+    // at its next launch and back after the unload, every launch succeeding: the fake
+    // driver logs each launch's parameter count (2 own, 4 with the hidden pair).
+    if shim().is_none() {
+        return;
+    }
+    let (Some(count), Some(late)) = (
+        bpftime_tests::compile("kernel_count"),
+        bpftime_tests::compile("launchlate"),
+    ) else {
+        eprintln!("SKIPPING: no clang");
+        return;
+    };
+    let f = fake("hot");
+    let _ = std::fs::remove_dir_all(f.dir.join("rec"));
+    std::fs::create_dir_all(f.dir.join("rec")).unwrap();
+    let ptx = f.dir.join("k.ptx");
+    std::fs::write(
+        &ptx,
+        ".version 8.0\n.target sm_70\n.address_size 64\n\n.visible .entry k(\n\t.param .u64 k_a,\n\t.param .u32 k_b\n)\n{\n\tret;\n}\n",
+    )
+    .unwrap();
+    let name = format!("bpftime-hot-test-{}", std::process::id());
+    let wait = f.dir.join("wait");
+    let mut c = Command::new(bin());
+    c.args(["trace", "--interval", "0", "--json", "--name", &name]);
+    if let Some(s) = shim() {
+        c.arg("--shim").arg(s);
+    }
+    c.arg(&count)
+        .arg("--")
+        .arg(f.dir.join("app_launch"))
+        .args([ptx.to_str().unwrap(), "k", "2", "3"])
+        .env("LD_LIBRARY_PATH", &f.dir)
+        .env("FAKE_CUDA_DIR", f.dir.join("rec"))
+        .env("APP_WAIT", &wait)
+        .env("APP_PHASES", "3")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let child = c.spawn().unwrap();
+    let tpid = child.id();
+    let ready = |k: u32| PathBuf::from(format!("{}.ready{k}", wait.display()));
+    let go = |k: u32| PathBuf::from(format!("{}.go{k}", wait.display()));
+    let cli = |args: &[&str]| {
+        let o = Command::new(bin()).args(args).output().unwrap();
+        (
+            o.status.success(),
+            String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr),
+        )
+    };
+    assert!(wait_for(&ready(1)), "phase 1 never ended");
+    // A bad object is refused with the verifier's reason, and nothing changes.
+    let bad = f.dir.join("bad.bpf.o");
+    std::fs::write(&bad, b"not an ELF").unwrap();
+    let (ok, out) = cli(&["load", "--name", &name, bad.to_str().unwrap()]);
+    assert!(!ok && out.contains("bad.bpf.o"), "{out}");
+    let (ok, out) = cli(&["load", "--name", &name, "--json", late.to_str().unwrap()]);
+    assert!(ok, "{out}");
+    let info: serde_json::Value = serde_json::from_str(&out).unwrap_or_default();
+    assert_eq!(info["name"], "launchlate", "{out}");
+    let (ok, out) = cli(&["list", "--name", &name]);
+    assert!(
+        ok && out.contains("kernel_count") && out.contains("launchlate"),
+        "{out}"
+    );
+    assert!(
+        wait_report(tpid, "\"event\":\"hot\"", 1),
+        "the shim never took generation 1"
+    );
+    std::fs::write(go(1), b"").unwrap();
+    assert!(wait_for(&ready(2)), "phase 2 never ended");
+    let (ok, out) = cli(&["unload", "--name", &name, "launchlate"]);
+    assert!(ok, "{out}");
+    assert!(
+        wait_report(tpid, "\"event\":\"hot\"", 2),
+        "the shim never took generation 2"
+    );
+    std::fs::write(go(2), b"").unwrap();
+    let out = child.wait_with_output().unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert_eq!(out.status.code(), Some(0), "{stderr}\n{stdout}");
+    assert!(stdout.contains("app_launch ok launches=11"), "{stdout}");
+    let calls = f.calls();
+    let launched = launches_logged(&calls, "cuLaunchKernel");
+    let params: Vec<u32> = launched.iter().map(|l| l.1).collect();
+    // Phase 1 as loaded, phase 2 with the hidden pair, phase 3 without; then the extra
+    // and graph launches of the app (after the unload).
+    assert_eq!(params[..9], [2, 2, 2, 4, 4, 4, 2, 2, 2], "{calls:#?}");
+    let ids: Vec<u64> = launched[3..6].iter().map(|l| l.2).collect();
+    assert!(
+        ids.windows(2).all(|w| w[1] == w[0] + 1) && ids[0] >= 1,
+        "{calls:#?}"
+    );
+    assert!(
+        launched[3..6].iter().all(|l| l.3 > 0),
+        "no launch time: {calls:#?}"
+    );
+    // Two modules moved (one per change), each instrumented.
+    let loads = calls
+        .iter()
+        .filter(|l| l.starts_with("cuModuleLoadData"))
+        .count();
+    assert_eq!(loads, 3, "{calls:#?}");
+    // The loaded object's maps were printed with the session's.
+    assert!(
+        events(&stdout, "map")
+            .iter()
+            .any(|m| m["map"] == "launchlate:launches"),
+        "{stdout}"
+    );
+    // The session's socket is gone with trace.
+    assert!(!PathBuf::from(format!("/dev/shm/{name}.sock")).exists());
+}

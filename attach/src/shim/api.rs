@@ -111,7 +111,9 @@ macro_rules! api_table {
                 // SAFETY: `p` is the driver's entry of this name, which has this signature.
                 let f = unsafe { std::mem::transmute::<*mut c_void, F>(p) };
                 $(
-                    // A launch: numbered, and given the hidden parameters its kernel needs.
+                    // A launch: of the function's module as hot attach changed it, numbered,
+                    // and given the hidden parameters its kernel needs.
+                    let $pf = super::hot::function($pf);
                     let extra_in: *mut *mut c_void = launch_extra!($($pe)?);
                     // SAFETY: the application's launch arguments, as the driver reads them.
                     let mut $pv = unsafe { super::launch::prepare($pf, $ps, $pp, extra_in, true) };

@@ -28,7 +28,12 @@ struct State {
     config: SessionConfig,
     probes: Arc<ProbeSet>,
     /// The instrumenter, once a CUDA context existed to register the region with.
-    inst: OnceLock<Option<Instrumenter>>,
+    inst: OnceLock<Option<Arc<Instrumenter>>>,
+    /// The instrumenter of the latest hot change of the objects ([`super::hot`]), which
+    /// replaces `inst` for every module loaded or moved after it.
+    current: std::sync::RwLock<Option<Arc<Instrumenter>>>,
+    /// Where the region's first byte is mapped on the device (set up with `inst`).
+    device_base: OnceLock<u64>,
     region: Option<shm_maps::ShmRegion>,
     /// Instrumented images stay alive for the process (lazy loading may read them later).
     keep: Mutex<Vec<Arc<CString>>>,
@@ -49,6 +54,61 @@ pub(crate) fn host_probe_inputs() -> Option<(Arc<ProbeSet>, String)> {
 /// The API log this session writes, if any.
 pub(crate) fn api_log_path() -> Option<String> {
     state()?.config.api_log.clone()
+}
+
+/// The instrumenter new modules get (the latest hot change's, else the first).
+pub(crate) fn current_instrumenter() -> Option<Arc<Instrumenter>> {
+    state()?.instrumenter()
+}
+
+/// Keeps an image the driver may read later alive for the process.
+pub(crate) fn keep(image: Arc<CString>) {
+    if let Some(st) = state()
+        && let Ok(mut k) = st.keep.lock()
+    {
+        k.push(image);
+    }
+}
+
+/// Polls the hot objects file every 50 ms (a thread of the shim).
+fn hot_watch(path: String) {
+    loop {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        let Some(st) = state() else { return };
+        let Some(Some(base)) = st.inst.get() else {
+            continue;
+        };
+        let _ = catch_unwind(AssertUnwindSafe(|| st.hot_poll(&path, base)));
+    }
+}
+
+/// Records a file the application loaded (for hot attach).
+///
+/// # Safety
+/// `path` is NUL-terminated (the load succeeded with it), `handle` the driver wrote.
+unsafe fn remember_file(handle: *mut Handle, path: *const c_char, library: bool) {
+    if state().is_none_or(|st| st.config.hot_objects.is_none()) || path.is_null() {
+        return;
+    }
+    // SAFETY: caller's contract.
+    let p = unsafe { CStr::from_ptr(path) }
+        .to_string_lossy()
+        .to_string();
+    if let Ok(bytes) = std::fs::read(p) {
+        remember(handle, Some(&bytes), library);
+    }
+}
+
+/// Records what the application loaded (for hot attach to move its functions later).
+fn remember(handle: *mut Handle, image: Option<&[u8]>, library: bool) {
+    let Some(st) = state() else { return };
+    if st.config.hot_objects.is_none() || handle.is_null() {
+        return;
+    }
+    if let Some(bytes) = image {
+        // SAFETY: the driver wrote the handle (the load succeeded).
+        super::hot::record(unsafe { *handle }, bytes, library);
+    }
 }
 
 pub(crate) fn report(lines: &[ReportLine]) {
@@ -100,6 +160,8 @@ fn init() -> Option<State> {
         config,
         probes,
         inst: OnceLock::new(),
+        current: std::sync::RwLock::new(None),
+        device_base: OnceLock::new(),
         region,
         keep: Mutex::new(Vec::new()),
     })
@@ -124,11 +186,23 @@ impl State {
     }
 
     /// The instrumenter for the current context's device, set up on first use: the region
-    /// registered with CUDA, the maps bound at their device addresses.
-    fn instrumenter(&self) -> Option<&Instrumenter> {
-        self.inst
+    /// registered with CUDA, the maps bound at their device addresses; after a hot change,
+    /// the change's.
+    fn instrumenter(&self) -> Option<Arc<Instrumenter>> {
+        let base = self
+            .inst
             .get_or_init(|| match self.setup() {
-                Ok(i) => Some(i),
+                Ok(i) => {
+                    let i = Arc::new(i);
+                    if let Some(path) = self.config.hot_objects.clone() {
+                        // A change made before this first module load applies to it.
+                        self.hot_poll(&path, &i);
+                        let _ = std::thread::Builder::new()
+                            .name("bpftime-hot".into())
+                            .spawn(move || hot_watch(path));
+                    }
+                    Some(i)
+                }
                 Err(what) => {
                     report(&[ReportLine::Warning {
                         what: format!("probes disabled: {what}"),
@@ -136,7 +210,87 @@ impl State {
                     None
                 }
             })
-            .as_ref()
+            .clone()?;
+        match self.current.read().ok().and_then(|c| c.clone()) {
+            Some(c) => Some(c),
+            None => Some(base),
+        }
+    }
+
+    /// Applies the hot objects file at `path` if its generation is new.
+    fn hot_poll(&self, path: &str, base: &Arc<Instrumenter>) {
+        let Some(h) = session::HotObjects::read(path) else {
+            return;
+        };
+        if h.generation <= super::hot::generation() {
+            return;
+        }
+        match self.hot_reload(&h.objects, base) {
+            Ok(i) => {
+                if let Ok(mut c) = self.current.write() {
+                    *c = Some(Arc::new(i));
+                }
+                super::hot::set_generation(h.generation);
+                report(&[ReportLine::Hot {
+                    generation: h.generation,
+                    objects: h.objects.len(),
+                }]);
+            }
+            Err(what) => {
+                // Not retried until the next change.
+                super::hot::set_generation(h.generation);
+                report(&[ReportLine::Warning {
+                    what: format!(
+                        "hot attach (generation {}): {what}; the probes stay as they were",
+                        h.generation
+                    ),
+                }]);
+            }
+        }
+    }
+
+    /// The instrumenter for a new object set: the objects the session started with keep
+    /// their maps' bindings (device copies included), the others are bound in the region.
+    fn hot_reload(
+        &self,
+        objects: &[String],
+        base: &Arc<Instrumenter>,
+    ) -> Result<Instrumenter, String> {
+        let probes = ProbeSet::load(objects).map_err(|e| error_chain(&e))?;
+        if probes.probes.iter().any(|p| {
+            !p.site.on_gpu()
+                && !self
+                    .probes
+                    .objects
+                    .iter()
+                    .any(|o| o.path == probes.objects[p.object].path)
+        }) {
+            return Err(
+                "host probes (uprobe/, uretprobe/) cannot be attached to a running program".into(),
+            );
+        }
+        let region = self.region.as_ref().ok_or("no region")?;
+        let d = *self
+            .device_base
+            .get()
+            .ok_or("no device mapping of the region")?;
+        let mut bindings = session::bindings(region, &probes, d).map_err(|e| e.to_string())?;
+        for (i, o) in probes.objects.iter().enumerate() {
+            if let Some(j) = self.probes.objects.iter().position(|b| b.path == o.path)
+                && let Some(b) = base.bindings().get(j)
+            {
+                bindings[i] = b.clone();
+            }
+        }
+        if probes.reads_launch() && !launch::on() {
+            launch::enable();
+            if launch::supported() {
+                super::clock::start();
+            }
+        }
+        Ok(base
+            .sibling(Arc::new(probes), bindings)
+            .with_launch_params(launch::on() && launch::supported()))
     }
 
     fn setup(&self) -> Result<Instrumenter, String> {
@@ -169,6 +323,7 @@ impl State {
             )?;
             let mut d: u64 = 0;
             check(devptr(&mut d, base, 0), "cuMemHostGetDevicePointer")?;
+            let _ = self.device_base.set(d);
             let mut bindings =
                 session::bindings(region, &self.probes, d).map_err(|e| e.to_string())?;
             let mut traced: Option<crate::instrument::TraceRing> = None;
@@ -320,9 +475,7 @@ impl State {
         match &*outcome {
             Outcome::Instrumented { ptx, .. } => {
                 let c = Arc::new(CString::new(ptx.as_bytes()).ok()?);
-                if let Ok(mut k) = self.keep.lock() {
-                    k.push(c.clone());
-                }
+                keep(c.clone());
                 Some(c)
             }
             Outcome::Unchanged(_) => None,
@@ -563,14 +716,20 @@ pub unsafe extern "C" fn module_load_data(module: *mut Handle, image: *const c_v
     let real = real_or_fail!(Hook::ModuleLoadData, driver::ModuleLoadData);
     // SAFETY: the application's arguments, forwarded.
     unsafe {
-        if let Some(ptx) = replacement("cuModuleLoadData", image) {
-            let r = real(module, image_for_load(&ptx));
-            if r == CUDA_SUCCESS {
-                return r;
+        let r = 'load: {
+            if let Some(ptx) = replacement("cuModuleLoadData", image) {
+                let r = real(module, image_for_load(&ptx));
+                if r == CUDA_SUCCESS {
+                    break 'load r;
+                }
+                fallback_warning("cuModuleLoadData", r);
             }
-            fallback_warning("cuModuleLoadData", r);
+            real(module, image)
+        };
+        if r == CUDA_SUCCESS {
+            remember(module, image_of(image), false);
         }
-        real(module, image)
+        r
     }
 }
 
@@ -588,14 +747,20 @@ pub unsafe extern "C" fn module_load_data_ex(
     let real = real_or_fail!(Hook::ModuleLoadDataEx, driver::ModuleLoadDataEx);
     // SAFETY: the application's arguments, forwarded.
     unsafe {
-        if let Some(ptx) = replacement("cuModuleLoadDataEx", image) {
-            let r = real(module, image_for_load(&ptx), n, options, values);
-            if r == CUDA_SUCCESS {
-                return r;
+        let r = 'load: {
+            if let Some(ptx) = replacement("cuModuleLoadDataEx", image) {
+                let r = real(module, image_for_load(&ptx), n, options, values);
+                if r == CUDA_SUCCESS {
+                    break 'load r;
+                }
+                fallback_warning("cuModuleLoadDataEx", r);
             }
-            fallback_warning("cuModuleLoadDataEx", r);
+            real(module, image, n, options, values)
+        };
+        if r == CUDA_SUCCESS {
+            remember(module, image_of(image), false);
         }
-        real(module, image, n, options, values)
+        r
     }
 }
 
@@ -610,16 +775,22 @@ pub unsafe extern "C" fn module_load_fat_binary(
     let real = real_or_fail!(Hook::ModuleLoadFatBinary, driver::ModuleLoadData);
     // SAFETY: the application's arguments, forwarded.
     unsafe {
-        if let Some(ptx) = replacement("cuModuleLoadFatBinary", image)
-            && let Ok(load) = fn_of::<driver::ModuleLoadData>(Hook::ModuleLoadData)
-        {
-            let r = load(module, image_for_load(&ptx));
-            if r == CUDA_SUCCESS {
-                return r;
+        let r = 'load: {
+            if let Some(ptx) = replacement("cuModuleLoadFatBinary", image)
+                && let Ok(load) = fn_of::<driver::ModuleLoadData>(Hook::ModuleLoadData)
+            {
+                let r = load(module, image_for_load(&ptx));
+                if r == CUDA_SUCCESS {
+                    break 'load r;
+                }
+                fallback_warning("cuModuleLoadFatBinary", r);
             }
-            fallback_warning("cuModuleLoadFatBinary", r);
+            real(module, image)
+        };
+        if r == CUDA_SUCCESS {
+            remember(module, image_of(image), false);
         }
-        real(module, image)
+        r
     }
 }
 
@@ -631,16 +802,22 @@ pub unsafe extern "C" fn module_load(module: *mut Handle, path: *const c_char) -
     let real = real_or_fail!(Hook::ModuleLoad, driver::ModuleLoad);
     // SAFETY: the application's arguments, forwarded.
     unsafe {
-        if let Some(ptx) = file_replacement("cuModuleLoad", path)
-            && let Ok(load) = fn_of::<driver::ModuleLoadData>(Hook::ModuleLoadData)
-        {
-            let r = load(module, image_for_load(&ptx));
-            if r == CUDA_SUCCESS {
-                return r;
+        let r = 'load: {
+            if let Some(ptx) = file_replacement("cuModuleLoad", path)
+                && let Ok(load) = fn_of::<driver::ModuleLoadData>(Hook::ModuleLoadData)
+            {
+                let r = load(module, image_for_load(&ptx));
+                if r == CUDA_SUCCESS {
+                    break 'load r;
+                }
+                fallback_warning("cuModuleLoad", r);
             }
-            fallback_warning("cuModuleLoad", r);
+            real(module, path)
+        };
+        if r == CUDA_SUCCESS {
+            remember_file(module, path, false);
         }
-        real(module, path)
+        r
     }
 }
 
@@ -661,32 +838,38 @@ pub unsafe extern "C" fn library_load_data(
     let real = real_or_fail!(Hook::LibraryLoadData, driver::LibraryLoadData);
     // SAFETY: the application's arguments, forwarded.
     unsafe {
-        if let Some(ptx) = replacement("cuLibraryLoadData", code) {
-            let r = real(
+        let r = 'load: {
+            if let Some(ptx) = replacement("cuLibraryLoadData", code) {
+                let r = real(
+                    library,
+                    image_for_load(&ptx),
+                    jit_options,
+                    jit_values,
+                    n_jit,
+                    lib_options,
+                    lib_values,
+                    n_lib,
+                );
+                if r == CUDA_SUCCESS {
+                    break 'load r;
+                }
+                fallback_warning("cuLibraryLoadData", r);
+            }
+            real(
                 library,
-                image_for_load(&ptx),
+                code,
                 jit_options,
                 jit_values,
                 n_jit,
                 lib_options,
                 lib_values,
                 n_lib,
-            );
-            if r == CUDA_SUCCESS {
-                return r;
-            }
-            fallback_warning("cuLibraryLoadData", r);
+            )
+        };
+        if r == CUDA_SUCCESS {
+            remember(library, image_of(code), true);
         }
-        real(
-            library,
-            code,
-            jit_options,
-            jit_values,
-            n_jit,
-            lib_options,
-            lib_values,
-            n_lib,
-        )
+        r
     }
 }
 
@@ -707,34 +890,40 @@ pub unsafe extern "C" fn library_load_from_file(
     let real = real_or_fail!(Hook::LibraryLoadFromFile, driver::LibraryLoadFromFile);
     // SAFETY: the application's arguments, forwarded.
     unsafe {
-        if let Some(ptx) = file_replacement("cuLibraryLoadFromFile", path)
-            && let Ok(load) = fn_of::<driver::LibraryLoadData>(Hook::LibraryLoadData)
-        {
-            let r = load(
+        let r = 'load: {
+            if let Some(ptx) = file_replacement("cuLibraryLoadFromFile", path)
+                && let Ok(load) = fn_of::<driver::LibraryLoadData>(Hook::LibraryLoadData)
+            {
+                let r = load(
+                    library,
+                    image_for_load(&ptx),
+                    jit_options,
+                    jit_values,
+                    n_jit,
+                    lib_options,
+                    lib_values,
+                    n_lib,
+                );
+                if r == CUDA_SUCCESS {
+                    break 'load r;
+                }
+                fallback_warning("cuLibraryLoadFromFile", r);
+            }
+            real(
                 library,
-                image_for_load(&ptx),
+                path,
                 jit_options,
                 jit_values,
                 n_jit,
                 lib_options,
                 lib_values,
                 n_lib,
-            );
-            if r == CUDA_SUCCESS {
-                return r;
-            }
-            fallback_warning("cuLibraryLoadFromFile", r);
+            )
+        };
+        if r == CUDA_SUCCESS {
+            remember_file(library, path, true);
         }
-        real(
-            library,
-            path,
-            jit_options,
-            jit_values,
-            n_jit,
-            lib_options,
-            lib_values,
-            n_lib,
-        )
+        r
     }
 }
 
@@ -996,10 +1185,10 @@ pub fn wrapper(h: Hook) -> Option<*mut c_void> {
     })
 }
 
-/// Whether this session numbers launches ([`launch`]): the shim's state decides at its
-/// start.
+/// Whether this session numbers launches ([`launch`]) or may move them to hot-attached
+/// modules ([`super::hot`]): the shim's state decides at its start.
 fn tracking() -> bool {
-    state().is_some() && launch::on()
+    state().is_some_and(|st| launch::on() || st.config.hot_objects.is_some())
 }
 
 /// Whether `a` is a launch entry and launches are tracked.

@@ -378,17 +378,20 @@ const TYPE_KERNEL: c_int = 0;
 /// # Safety
 /// `node` points to a `CUDA_KERNEL_NODE_PARAMS` of `size` bytes (v1 or v2).
 unsafe fn node_params(node: *const u8, size: usize) -> Option<(Vec<u64>, Pre)> {
-    if node.is_null() || !on() {
+    if node.is_null() || (!on() && super::hot::generation() == 0) {
         return None;
     }
     let word = |o: usize| {
         // SAFETY: `o + 8 <= size` for every offset read below (caller's contract).
         unsafe { (node.add(o) as *const u64).read_unaligned() }
     };
-    let mut f = word(NODE_FUNC) as Handle;
-    if f.is_null() && size >= NODE_V2 {
-        f = word(NODE_KERN) as Handle;
+    let mut at = NODE_FUNC;
+    if word(NODE_FUNC) == 0 && size >= NODE_V2 {
+        at = NODE_KERN;
     }
+    let original = word(at) as Handle;
+    // A hot change moves the node to the function's newly instrumented module.
+    let f = super::hot::function(original);
     // SAFETY: the node's own parameter arrays, as the driver would read them.
     let mut pre = unsafe {
         prepare(
@@ -399,10 +402,11 @@ unsafe fn node_params(node: *const u8, size: usize) -> Option<(Vec<u64>, Pre)> {
             false,
         )
     };
-    if pre.params.is_empty() && pre.extra.is_empty() {
+    if pre.params.is_empty() && pre.extra.is_empty() && f == original {
         return None;
     }
     let mut copy: Vec<u64> = (0..size / 8).map(word).collect();
+    copy[at / 8] = f as u64;
     let (p, e) = pre.args(
         word(NODE_PARAMS) as *mut *mut c_void,
         word(NODE_EXTRA) as *mut *mut c_void,
@@ -455,8 +459,11 @@ unsafe fn with_node<R>(p: *const u8, size: usize, call: impl FnOnce(*const u8) -
 /// # Safety
 /// `p` points to a `CUgraphNodeParams`.
 unsafe fn with_generic<R>(p: *const u8, call: impl FnOnce(*const u8) -> R) -> R {
+    if p.is_null() || (!on() && super::hot::generation() == 0) {
+        return call(p);
+    }
     // SAFETY: `type` is the struct's first field.
-    if p.is_null() || !on() || unsafe { (p as *const c_int).read_unaligned() } != TYPE_KERNEL {
+    if unsafe { (p as *const c_int).read_unaligned() } != TYPE_KERNEL {
         return call(p);
     }
     // SAFETY: a kernel node's parameters (v3 = v2 layout) follow at GENERIC_KERNEL.

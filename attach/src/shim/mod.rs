@@ -17,6 +17,7 @@ pub mod clock;
 pub mod devmaps;
 pub mod driver;
 pub mod hooks;
+pub mod hot;
 pub mod launch;
 pub mod memtrace;
 pub mod uprobes;

@@ -148,7 +148,7 @@ CUresult cuDevicePrimaryCtxRelease_v2(int d) { (void)d; primary_active = 0; logz
 CUresult cuDevicePrimaryCtxReset_v2(int d) { (void)d; primary_active = 0; logz("cuDevicePrimaryCtxReset", d); return 0; }
 CUresult cuCtxDestroy_v2(H c) { (void)c; primary_active = 0; logf_("cuCtxDestroy%s%s", "", ""); return 0; }
 /* Functions: name and parameter count, from their module's PTX. */
-static struct fn { char name[256]; int nparams; } fns[256];
+static struct fn { char name[256]; int nparams; H mod; } fns[256];
 static int nfns;
 static struct fn *fn_of(H f) { return (struct fn *)f >= fns && (struct fn *)f < fns + nfns ? (struct fn *)f : 0; }
 CUresult cuModuleGetFunction(H *f, H m, const char *name) {
@@ -157,8 +157,9 @@ CUresult cuModuleGetFunction(H *f, H m, const char *name) {
 	char *at = strstr(md->text, pat); if (!at) return 500;
 	char *end = strchr(at, ')'); int n = 0;
 	for (char *q = at; (q = strstr(q, ".param")) && q < end; q++) n++;
-	struct fn *fp = &fns[nfns++]; snprintf(fp->name, sizeof fp->name, "%s", name); fp->nparams = n;
+	struct fn *fp = &fns[nfns++]; snprintf(fp->name, sizeof fp->name, "%s", name); fp->nparams = n; fp->mod = m;
 	*f = fp; return 0; }
+CUresult cuFuncGetModule(H *m, H f) { struct fn *fp = fn_of(f); if (!fp) return 400; *m = fp->mod; return 0; }
 CUresult cuFuncGetName(const char **name, H f) { struct fn *fp = fn_of(f); if (!fp) return 400; *name = fp->name; return 0; }
 CUresult cuFuncGetParamInfo(H f, size_t i, size_t *off, size_t *size) {
 	struct fn *fp = fn_of(f); if (!fp) return 400; if (i >= (size_t)fp->nparams) return 1; *off = 8 * i; *size = 8; return 0; }
@@ -222,7 +223,7 @@ static const struct entry table[] = {
 	{"cuMemcpyHtoD", cuMemcpyHtoD_v2}, {"cuMemcpyDtoH", cuMemcpyDtoH_v2}, {"cuMemcpy", cuMemcpy},
 	{"cuMemAllocHost", cuMemAllocHost_v2}, {"cuMemFreeHost", cuMemFreeHost}, {"cuCtxSynchronize", cuCtxSynchronize},
 	{"cuPointerGetAttribute", cuPointerGetAttribute}, {"cuModuleGetFunction", cuModuleGetFunction},
-	{"cuFuncGetName", cuFuncGetName}, {"cuFuncGetParamInfo", cuFuncGetParamInfo}, {"cuMemHostAlloc", cuMemHostAlloc},
+	{"cuFuncGetName", cuFuncGetName}, {"cuFuncGetModule", cuFuncGetModule}, {"cuFuncGetParamInfo", cuFuncGetParamInfo}, {"cuMemHostAlloc", cuMemHostAlloc},
 	{"cuGraphAddKernelNode", cuGraphAddKernelNode_v2},
 	{0, 0}};
 CUresult cuGetProcAddress_v2(const char *sym, void **pfn, int ver, uint64_t flags, int *status) {

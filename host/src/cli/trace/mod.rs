@@ -8,6 +8,7 @@
 //!   CMD exits (or Ctrl-C: CMD gets the signal) ──▶ final maps, unmatched probes ──▶ CMD's exit code
 //! ```
 
+mod hot;
 mod print;
 mod prom;
 mod report;
@@ -97,6 +98,14 @@ pub struct TraceArgs {
     /// kernel, on one clock (the GPU's calibrated against CLOCK_MONOTONIC).
     #[arg(long, value_name = "FILE")]
     timeline: Option<PathBuf>,
+    /// Session name: `bpftime-super load/unload/list --name NAME` attach or detach probe
+    /// objects while CMD runs (effective at each kernel's next launch). Default
+    /// `bpftime-trace-<pid>`.
+    #[arg(long)]
+    name: Option<String>,
+    /// MiB of the session's shared memory kept for the maps of objects loaded later.
+    #[arg(long, default_value_t = 16)]
+    hot_reserve_mib: u64,
 }
 
 /// `trace --maps`.
@@ -166,7 +175,15 @@ struct Trace {
     session: Session,
     kernels: KernelNames,
     sites: SiteNames,
-    matched: Vec<bool>,
+    /// Names of the probe programs that attached somewhere.
+    matched: std::collections::BTreeSet<String>,
+    /// Hot attach: the session's objects now, the objects file the shim polls, its
+    /// generation, where loaded objects are written, and every stem ever used.
+    objects: Vec<String>,
+    hot_file: PathBuf,
+    generation: u64,
+    hot_dir: PathBuf,
+    stems: std::collections::BTreeSet<String>,
     report: PathBuf,
     offset: u64,
     json: bool,
@@ -217,11 +234,7 @@ impl Trace {
                     .map(|(b, _)| b)
                     .unwrap_or(demangled);
                 self.kernels.insert(*kernel_id, base.to_string());
-                for (i, p) in self.probes.probes.iter().enumerate() {
-                    if &p.program.name == probe {
-                        self.matched[i] = true;
-                    }
-                }
+                self.matched.insert(probe.clone());
             }
             if let ReportLine::HostFunction { name, ip } = &ev {
                 self.kernels.insert(*ip, name.clone());
@@ -303,6 +316,12 @@ impl Trace {
                     eprintln!("api log: {events} calls written to {path}")
                 }
                 ReportLine::Warning { what } => eprintln!("warning: {what}"),
+                ReportLine::Hot {
+                    generation,
+                    objects,
+                } if !self.quiet => eprintln!(
+                    "hot attach: generation {generation} ({objects} objects) in effect; kernels take it at their next launch"
+                ),
                 ReportLine::Clock {
                     when,
                     offset_ns,
@@ -406,6 +425,129 @@ impl Trace {
 }
 
 impl Trace {
+    /// Answers one control request of `load`/`unload`/`list --name` (hot attach).
+    fn control(&mut self, req: host::protocol::Request) -> host::protocol::Reply {
+        use host::protocol::Request;
+        match req {
+            Request::Load {
+                file, object_hex, ..
+            } => match self.hot_load(&file, &object_hex) {
+                Ok(v) => hot::ok(v),
+                Err(e) => hot::error(format!("{e:#}")),
+            },
+            Request::Unload { prog } => match self.hot_unload(&prog) {
+                Ok(v) => hot::ok(v),
+                Err(e) => hot::error(format!("{e:#}")),
+            },
+            Request::List => hot::ok(serde_json::json!(
+                (0..self.probes.objects.len())
+                    .map(|i| hot::info(&self.probes, i, self.generation as u32))
+                    .collect::<Vec<_>>()
+            )),
+            other => hot::error(format!(
+                "a trace session serves load, unload and list; not `{}`",
+                serde_json::to_value(&other)
+                    .ok()
+                    .and_then(|v| v["cmd"].as_str().map(str::to_string))
+                    .unwrap_or_default()
+            )),
+        }
+    }
+
+    /// Verifies an object with the session's, creates its maps, and publishes the new set.
+    fn hot_load(&mut self, file: &str, object_hex: &str) -> Result<serde_json::Value> {
+        let bytes = host::hex::decode(object_hex).map_err(|e| anyhow::anyhow!(e))?;
+        let path = hot::object_path(&self.hot_dir, self.generation + 1, file);
+        if let Some(d) = path.parent() {
+            std::fs::create_dir_all(d).with_context(|| format!("create {}", d.display()))?;
+        }
+        std::fs::write(&path, &bytes).with_context(|| format!("write {}", path.display()))?;
+        let mut objects = self.objects.clone();
+        objects.push(path.display().to_string());
+        let probes =
+            ProbeSet::load(&objects).map_err(|e| anyhow::anyhow!(super::instrument::chain(&e)))?;
+        let new = probes.objects.len() - 1;
+        let stem = probes.objects[new].stem.clone();
+        if self.stems.contains(&stem) || stem != attach::probes::stem_of_path(&file_name(file)) {
+            anyhow::bail!(
+                "an object named `{}` was already loaded in this session: rename the file",
+                attach::probes::stem_of_path(&file_name(file))
+            );
+        }
+        if probes
+            .probes
+            .iter()
+            .any(|p| p.object == new && !p.site.on_gpu())
+        {
+            anyhow::bail!(
+                "{file}: host probes (uprobe/, uretprobe/) cannot be attached to a running program; pass the object to trace"
+            );
+        }
+        self.session
+            .add_object(&probes, new)
+            .map_err(|e| anyhow::anyhow!(super::instrument::chain(&e)))?;
+        self.generation += 1;
+        attach::session::HotObjects {
+            generation: self.generation,
+            objects: objects.clone(),
+        }
+        .write(&self.hot_file.display().to_string())
+        .with_context(|| format!("write {}", self.hot_file.display()))?;
+        self.objects = objects;
+        self.stems.insert(stem);
+        self.probes = Arc::new(probes);
+        Ok(serde_json::to_value(hot::info(
+            &self.probes,
+            new,
+            self.generation as u32,
+        ))?)
+    }
+
+    /// Publishes the set without the object named `prog` (its stem, or one of its
+    /// programs).
+    fn hot_unload(&mut self, prog: &str) -> Result<serde_json::Value> {
+        let i = self
+            .probes
+            .objects
+            .iter()
+            .enumerate()
+            .find(|(i, o)| {
+                o.stem == prog
+                    || self
+                        .probes
+                        .probes
+                        .iter()
+                        .any(|p| p.object == *i && p.program.name == prog)
+            })
+            .map(|(i, _)| i)
+            .with_context(|| {
+                format!(
+                    "no object or program `{prog}` in this session (loaded: {})",
+                    self.probes
+                        .objects
+                        .iter()
+                        .map(|o| o.stem.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )
+            })?;
+        let info = hot::info(&self.probes, i, self.generation as u32 + 1);
+        let mut objects = self.objects.clone();
+        objects.remove(i);
+        let probes =
+            ProbeSet::load(&objects).map_err(|e| anyhow::anyhow!(super::instrument::chain(&e)))?;
+        self.generation += 1;
+        attach::session::HotObjects {
+            generation: self.generation,
+            objects: objects.clone(),
+        }
+        .write(&self.hot_file.display().to_string())
+        .with_context(|| format!("write {}", self.hot_file.display()))?;
+        self.objects = objects;
+        self.probes = Arc::new(probes);
+        Ok(serde_json::to_value(info)?)
+    }
+
     /// Writes the `--timeline` file from the API log, the probe's spans and the clocks.
     fn write_timeline(&mut self, file: &Path, log: &Path) -> Result<timeline::Counts> {
         let events = attach::apilog::read(log)
@@ -543,9 +685,23 @@ pub fn run(a: TraceArgs) -> Result<ExitCode> {
                 .to_string()
         })
         .collect();
+    let session_name = a
+        .name
+        .clone()
+        .unwrap_or_else(|| format!("bpftime-trace-{pid}"));
+    std::fs::create_dir_all(&report_dir)
+        .with_context(|| format!("create {}", report_dir.display()))?;
+    let hot_file = report_dir.join("objects.json");
+    attach::session::HotObjects {
+        generation: 0,
+        objects: objects.clone(),
+    }
+    .write(&hot_file.display().to_string())
+    .with_context(|| format!("write {}", hot_file.display()))?;
+    let (control, _socket) = hot::serve(&session_name)?;
     let config = SessionConfig {
-        region: format!("bpftime-trace-{pid}"),
-        objects,
+        region: session_name.clone(),
+        objects: objects.clone(),
         report: report.display().to_string(),
         threads: a.threads,
         device_maps: a.maps == MapPlacement::Device,
@@ -558,6 +714,8 @@ pub fn run(a: TraceArgs) -> Result<ExitCode> {
         mem_trace: mem_trace.as_ref().map(|p| p.display().to_string()),
         mem_trace_records: a.mem_trace_records,
         api_log: api_log.as_ref().map(|p| p.display().to_string()),
+        hot_objects: Some(hot_file.display().to_string()),
+        hot_reserve: a.hot_reserve_mib << 20,
         // Copies at least as often as the prints; with prints only at exit, every second
         // (a run killed by a signal keeps what the last copy saw).
         flush_ms: match a.interval.as_millis() as u64 {
@@ -619,7 +777,12 @@ pub fn run(a: TraceArgs) -> Result<ExitCode> {
         session,
         kernels: KernelNames::new(),
         sites: SiteNames::new(),
-        matched: vec![false; probes.probes.len()],
+        matched: Default::default(),
+        objects: objects.clone(),
+        hot_file: hot_file.clone(),
+        generation: 0,
+        hot_dir: report_dir.join("hot"),
+        stems: probes.objects.iter().map(|o| o.stem.clone()).collect(),
         report: report.clone(),
         offset: 0,
         json: a.json,
@@ -654,6 +817,9 @@ pub fn run(a: TraceArgs) -> Result<ExitCode> {
             forwarded = true;
         }
         t.drain_report();
+        while let Ok((req, reply)) = control.try_recv() {
+            let _ = reply.send(t.control(req));
+        }
         if !a.interval.is_zero() && Instant::now() >= next {
             t.print_maps(false);
             next += a.interval;
@@ -701,8 +867,8 @@ pub fn run(a: TraceArgs) -> Result<ExitCode> {
             }
         }
     }
-    for (i, p) in probes.probes.iter().enumerate() {
-        if p.site.on_gpu() && !t.matched[i] {
+    for p in t.probes.clone().probes.iter() {
+        if p.site.on_gpu() && !t.matched.contains(&p.program.name) {
             let what = format!(
                 "probe `{}` ({}) matched no kernel with PTX",
                 p.program.name, p.program.section
@@ -718,6 +884,14 @@ pub fn run(a: TraceArgs) -> Result<ExitCode> {
     let _ = std::fs::remove_file(&report);
     let _ = std::fs::remove_dir_all(&report_dir);
     Ok(exit_code(status))
+}
+
+/// The last component of a path.
+fn file_name(file: &str) -> String {
+    Path::new(file)
+        .file_name()
+        .map(|f| f.to_string_lossy().to_string())
+        .unwrap_or_else(|| file.to_string())
 }
 
 /// The exit status to pass on: CMD's code, or 128 + its signal.
