@@ -34,6 +34,8 @@ struct State {
     current: std::sync::RwLock<Option<Arc<Instrumenter>>>,
     /// Where the region's first byte is mapped on the device (set up with `inst`).
     device_base: OnceLock<u64>,
+    /// The application's context at setup: the hot-attach thread makes it current.
+    ctx: OnceLock<usize>,
     region: Option<shm_maps::ShmRegion>,
     /// Instrumented images stay alive for the process (lazy loading may read them later).
     keep: Mutex<Vec<Arc<CString>>>,
@@ -72,6 +74,15 @@ pub(crate) fn keep(image: Arc<CString>) {
 
 /// Polls the hot objects file every 50 ms (a thread of the shim).
 fn hot_watch(path: String) {
+    // A change may start the clock (its kernel runs in the application's context).
+    if let Some(st) = state()
+        && let Some(&ctx) = st.ctx.get()
+        // SAFETY: the real cuCtxSetCurrent's slot holds that signature.
+        && let Ok(set) = unsafe { fn_of::<driver::CtxSetCurrent>(Hook::CtxSetCurrent) }
+    {
+        // SAFETY: the application's live context, made current on this thread.
+        unsafe { set(ctx as Handle) };
+    }
     loop {
         std::thread::sleep(std::time::Duration::from_millis(50));
         let Some(st) = state() else { return };
@@ -162,6 +173,7 @@ fn init() -> Option<State> {
         inst: OnceLock::new(),
         current: std::sync::RwLock::new(None),
         device_base: OnceLock::new(),
+        ctx: OnceLock::new(),
         region,
         keep: Mutex::new(Vec::new()),
     })
@@ -324,6 +336,12 @@ impl State {
             let mut d: u64 = 0;
             check(devptr(&mut d, base, 0), "cuMemHostGetDevicePointer")?;
             let _ = self.device_base.set(d);
+            if let Ok(cur) = fn_of::<driver::CtxGetCurrent>(Hook::CtxGetCurrent) {
+                let mut c: Handle = std::ptr::null_mut();
+                if cur(&mut c) == CUDA_SUCCESS && !c.is_null() {
+                    let _ = self.ctx.set(c as usize);
+                }
+            }
             let mut bindings =
                 session::bindings(region, &self.probes, d).map_err(|e| e.to_string())?;
             let mut traced: Option<crate::instrument::TraceRing> = None;

@@ -2,15 +2,25 @@
 // trace sees launches from an idle GPU over a long run (clock drift, launch latency).
 //   tick [seconds=12] [period_ms=10]
 // Output: `tick launches=L checksum=C ok`
+// Built with -DDEVICE_VAR the kernel counts into a `__device__` variable read back with
+// cudaMemcpyFromSymbol: module state that a module loaded again would not share.
 #include <cstdio>
 #include <cstdlib>
 #include <chrono>
 #include <thread>
 #include <cuda_runtime.h>
 
+#ifdef DEVICE_VAR
+__device__ unsigned long long counted;
+#endif
+
 __global__ void tickKernel(unsigned long long *acc, int n) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
+#ifdef DEVICE_VAR
+    if (i < n) atomicAdd(&counted, 1ull);
+#else
     if (i < n) atomicAdd(acc, 1ull);
+#endif
 }
 
 int main(int argc, char **argv) {
@@ -26,7 +36,11 @@ int main(int argc, char **argv) {
         if (cudaDeviceSynchronize()) return 2;
         std::this_thread::sleep_for(std::chrono::milliseconds(period));
     }
+#ifdef DEVICE_VAR
+    if (cudaMemcpyFromSymbol(&host, counted, 8)) return 2;
+#else
     if (cudaMemcpy(&host, acc, 8, cudaMemcpyDeviceToHost)) return 2;
+#endif
     bool ok = host == 1000ull * launches;
     printf("tick launches=%d checksum=%llu %s\n", launches, host, ok ? "ok" : "MISMATCH");
     return ok ? 0 : 1;
