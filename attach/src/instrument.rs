@@ -189,6 +189,9 @@ pub struct Instrumenter {
     next_site: Mutex<u32>,
     launch_params: bool,
     inline_kernel: bool,
+    /// Kernels this instrumenter attached probes to: a cubin the driver's JIT linker made
+    /// from our PTX holds them again, as SASS, and is not warned about.
+    attached: Mutex<std::collections::HashSet<String>>,
 }
 
 impl Instrumenter {
@@ -206,6 +209,7 @@ impl Instrumenter {
             next_site: Mutex::new(0),
             launch_params: true,
             inline_kernel: true,
+            attached: Mutex::new(Default::default()),
         }
     }
 
@@ -278,6 +282,11 @@ impl Instrumenter {
             return (o, false);
         }
         let out = Arc::new(self.image_uncached(bytes));
+        if let Outcome::Instrumented { report, .. } = &*out
+            && let Ok(mut a) = self.attached.lock()
+        {
+            a.extend(report.attached.iter().map(|p| p.kernel.clone()));
+        }
         if let Ok(mut c) = self.cache.lock() {
             c.insert(key, out.clone());
         }
@@ -340,8 +349,12 @@ impl Instrumenter {
             {
                 continue;
             }
+            let ours = self.attached.lock().map(|a| a.clone()).unwrap_or_default();
             for k in &c.kernels {
-                if seen.kernels.iter().any(|s| s == k) || named.contains(&k.as_str()) {
+                if seen.kernels.iter().any(|s| s == k)
+                    || named.contains(&k.as_str())
+                    || ours.contains(k)
+                {
                     continue;
                 }
                 let wanted: Vec<&str> = self

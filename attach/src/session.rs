@@ -87,6 +87,11 @@ pub struct SessionConfig {
     /// Arena bytes kept free in the region for the maps of objects loaded later.
     #[serde(default)]
     pub hot_reserve: u64,
+    /// `dlsym(…, "nvJitLinkVersion")` answers null in the application: Numba then takes
+    /// nvJitLink as missing and compiles kernels to PTX (probes can attach) instead of
+    /// LTO-IR (they cannot).
+    #[serde(default)]
+    pub hide_nvjitlink: bool,
 }
 
 impl SessionConfig {

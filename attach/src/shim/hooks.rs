@@ -1308,6 +1308,14 @@ pub unsafe extern "C" fn get_proc_address_v1(
 /// # Safety
 /// As `dlsym(3)`.
 pub unsafe fn dlsym(handle: *mut c_void, symbol: *const c_char) -> *mut c_void {
+    // `trace --numba-ptx`: nvJitLink's version is not found, so Numba emits PTX.
+    if !symbol.is_null()
+        // SAFETY: forwarded contract: `symbol` is NUL-terminated.
+        && unsafe { CStr::from_ptr(symbol) }.to_bytes() == b"nvJitLinkVersion"
+        && state().is_some_and(|st| st.config.hide_nvjitlink)
+    {
+        return std::ptr::null_mut();
+    }
     // SAFETY: forwarded contract.
     let mut f = unsafe { driver::real_dlsym(handle, symbol) };
     if !f.is_null() && !symbol.is_null() {

@@ -49,10 +49,10 @@ def final_map(stdout, name):
     return None
 
 
-def check(name, cmd, expect_launches=None, expect_threads=None, env=None, sass_only=False, kernel=None):
+def check(name, cmd, expect_launches=None, expect_threads=None, env=None, sass_only=False, kernel=None, opts=()):
     global failures
     rc0, o0, e0, t0 = run(cmd, env)
-    rc1, o1, e1, t1 = trace([f"{carry}/kernel_count.bpf.o"], cmd, env)
+    rc1, o1, e1, t1 = trace([f"{carry}/kernel_count.bpf.o"], cmd, env, opts)
     app_out = "\n".join(l for l in o1.splitlines() if not l.startswith("{"))
     m = re.search(r"launches=(\d+) threads=(\d+)", o0)
     launches = int(m.group(1)) if m else expect_launches
@@ -143,7 +143,8 @@ check("sgemm", [f"{a}/sgemm", "512", "2"])
 check("graph (stream capture, 2 kernel nodes)", [f"{a}/graph", "100000", "5"])
 check("coop (cudaLaunchCooperativeKernel)", [f"{a}/coop"])
 check("driver_api (7 load paths x 3 launch calls)", [f"{a}/driver_api", f"{a}/vecadd.ptx", f"{a}/vecadd.fatbin"])
-check("numba", ["python3", f"{a}/numba_app.py", "100000", "3"], kernel="saxpy")
+# Numba emits LTO-IR (no probes possible) when nvJitLink is installed: --numba-ptx makes it emit PTX.
+check("numba (--numba-ptx)", ["python3", f"{a}/numba_app.py", "100000", "3"], kernel="saxpy", opts=("--numba-ptx",))
 check("cupy RawKernel", ["python3", f"{a}/cupy_app.py", "100000", "3"], kernel="scale_add")
 check("pytorch (SASS-only kernels)", ["python3", f"{a}/torch_app.py"], sass_only=True)
 

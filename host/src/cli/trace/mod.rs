@@ -103,6 +103,12 @@ pub struct TraceArgs {
     /// `bpftime-trace-<pid>`.
     #[arg(long)]
     name: Option<String>,
+    /// Make Numba (numba-cuda) compile kernels to PTX, which probes can attach to: by
+    /// default it emits LTO-IR when nvJitLink is installed, and such kernels run without
+    /// probes. The application's lookups of `nvJitLinkVersion` answer "not found" (anything
+    /// else that needs nvJitLink's version then sees none).
+    #[arg(long)]
+    numba_ptx: bool,
     /// MiB of the session's shared memory kept for the maps of objects loaded later.
     #[arg(long, default_value_t = 16)]
     hot_reserve_mib: u64,
@@ -716,6 +722,7 @@ pub fn run(a: TraceArgs) -> Result<ExitCode> {
         api_log: api_log.as_ref().map(|p| p.display().to_string()),
         hot_objects: Some(hot_file.display().to_string()),
         hot_reserve: a.hot_reserve_mib << 20,
+        hide_nvjitlink: a.numba_ptx,
         // Copies at least as often as the prints; with prints only at exit, every second
         // (a run killed by a signal keeps what the last copy saw).
         flush_ms: match a.interval.as_millis() as u64 {
