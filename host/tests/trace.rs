@@ -1143,6 +1143,12 @@ fn hot_attach_loads_and_unloads_probes_while_the_app_runs() {
         wait_report(tpid, "\"event\":\"hot\"", 1),
         "the shim never took generation 1"
     );
+    // The change started the clock (launchlate reads launch times): wait for a calibration
+    // (a first one that timed out on a loaded machine is redone a second later).
+    assert!(
+        wait_report(tpid, "\"event\":\"clock\"", 1),
+        "no calibration"
+    );
     std::fs::write(go(1), b"").unwrap();
     assert!(wait_for(&ready(2)), "phase 2 never ended");
     let (ok, out) = cli(&["unload", "--name", &name, "launchlate"]);

@@ -20,7 +20,8 @@
 //!
 //! The kernel gives up after 200 ms of `%globaltimer` and on a stop word, so a host
 //! that stops answering never leaves it running; if it cannot start (a GPU full of the
-//! application's blocks), the round times out, the calibration is reported as failed,
+//! application's blocks), the round times out (500 ms for the first, which includes the
+//! launch; 50 ms for the others), the calibration is reported as failed,
 //! and launch times stay 0 until one succeeds. Our calls run in relaxed stream-capture
 //! mode, on our own non-blocking stream, so an application capturing a graph is not
 //! disturbed.
@@ -37,8 +38,10 @@ use std::time::Duration;
 pub const CLOCK_ROUNDS: u32 = 64;
 /// Time between re-checks.
 pub const PERIOD: Duration = Duration::from_secs(1);
-/// How long a round waits for the GPU's answer (the first one includes the launch).
+/// How long a round waits for the GPU's answer; the first one includes the kernel's
+/// launch and start, which a busy GPU (or a loaded host) may delay.
 const ROUND_TIMEOUT: Duration = Duration::from_millis(50);
+const FIRST_ROUND_TIMEOUT: Duration = Duration::from_millis(500);
 /// The stop word.
 const STOP: u64 = u64::MAX;
 /// Mailbox word offsets (bytes): the host's ping, and the GPU's answer a line away.
@@ -306,12 +309,17 @@ impl Clock {
         check(r, "cuLaunchKernel of the clock kernel")?;
         let mut rounds = Vec::with_capacity(CLOCK_ROUNDS as usize);
         let mut failed = None;
-        for _ in 0..CLOCK_ROUNDS {
+        for round in 0..CLOCK_ROUNDS {
             self.seq += 1;
             let k = self.seq;
             let t1 = ebpf::interp::monotonic_ns();
             self.word(PING).store(k, Ordering::Release);
-            let deadline = std::time::Instant::now() + ROUND_TIMEOUT;
+            let wait = if round == 0 {
+                FIRST_ROUND_TIMEOUT
+            } else {
+                ROUND_TIMEOUT
+            };
+            let deadline = std::time::Instant::now() + wait;
             loop {
                 if self.word(PONG_SEQ).load(Ordering::Acquire) == k {
                     break;
@@ -319,7 +327,7 @@ impl Clock {
                 if std::time::Instant::now() > deadline {
                     failed = Some(format!(
                         "the clock kernel did not answer within {} ms (is the GPU full?)",
-                        ROUND_TIMEOUT.as_millis()
+                        wait.as_millis()
                     ));
                     break;
                 }
