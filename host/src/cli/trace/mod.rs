@@ -492,16 +492,8 @@ impl Trace {
         self.session
             .add_object(&probes, new)
             .map_err(|e| anyhow::anyhow!(super::instrument::chain(&e)))?;
-        self.generation += 1;
-        attach::session::HotObjects {
-            generation: self.generation,
-            objects: objects.clone(),
-        }
-        .write(&self.hot_file.display().to_string())
-        .with_context(|| format!("write {}", self.hot_file.display()))?;
-        self.objects = objects;
+        self.publish(objects, probes)?;
         self.stems.insert(stem);
-        self.probes = Arc::new(probes);
         Ok(serde_json::to_value(hot::info(
             &self.probes,
             new,
@@ -542,16 +534,23 @@ impl Trace {
         objects.remove(i);
         let probes =
             ProbeSet::load(&objects).map_err(|e| anyhow::anyhow!(super::instrument::chain(&e)))?;
-        self.generation += 1;
+        self.publish(objects, probes)?;
+        Ok(serde_json::to_value(info)?)
+    }
+
+    /// Makes `objects` (verified as `probes`) the session's next generation: written to
+    /// the file the shim polls.
+    fn publish(&mut self, objects: Vec<String>, probes: ProbeSet) -> Result<()> {
         attach::session::HotObjects {
-            generation: self.generation,
+            generation: self.generation + 1,
             objects: objects.clone(),
         }
         .write(&self.hot_file.display().to_string())
         .with_context(|| format!("write {}", self.hot_file.display()))?;
+        self.generation += 1;
         self.objects = objects;
         self.probes = Arc::new(probes);
-        Ok(serde_json::to_value(info)?)
+        Ok(())
     }
 
     /// Writes the `--timeline` file from the API log, the probe's spans and the clocks.
