@@ -189,9 +189,9 @@ pub struct Instrumenter {
     next_site: Mutex<u32>,
     launch_params: bool,
     inline_kernel: bool,
-    /// Kernels this instrumenter attached probes to: a cubin the driver's JIT linker made
-    /// from our PTX holds them again, as SASS, and is not warned about.
-    attached: Mutex<std::collections::HashSet<String>>,
+    /// Kernels of instrumented PTX handed to a JIT linker ([`Instrumenter::note_linked`]):
+    /// the cubin it makes holds them again, as SASS, and is not warned about.
+    linked: Mutex<std::collections::HashSet<String>>,
 }
 
 impl Instrumenter {
@@ -209,7 +209,7 @@ impl Instrumenter {
             next_site: Mutex::new(0),
             launch_params: true,
             inline_kernel: true,
-            attached: Mutex::new(Default::default()),
+            linked: Mutex::new(Default::default()),
         }
     }
 
@@ -238,6 +238,14 @@ impl Instrumenter {
     /// The probes.
     pub fn probes(&self) -> &ProbeSet {
         &self.probes
+    }
+
+    /// Records that `report`'s instrumented kernels went to a JIT linker (`cuLink*`,
+    /// `nvJitLink*`): the cubin it produces is ours, not SASS-only code to warn about.
+    pub fn note_linked(&self, report: &Report) {
+        if let Ok(mut l) = self.linked.lock() {
+            l.extend(report.attached.iter().map(|p| p.kernel.clone()));
+        }
     }
 
     /// The device's SM (90 for 9.0).
@@ -282,11 +290,6 @@ impl Instrumenter {
             return (o, false);
         }
         let out = Arc::new(self.image_uncached(bytes));
-        if let Outcome::Instrumented { report, .. } = &*out
-            && let Ok(mut a) = self.attached.lock()
-        {
-            a.extend(report.attached.iter().map(|p| p.kernel.clone()));
-        }
         if let Ok(mut c) = self.cache.lock() {
             c.insert(key, out.clone());
         }
@@ -349,7 +352,7 @@ impl Instrumenter {
             {
                 continue;
             }
-            let ours = self.attached.lock().map(|a| a.clone()).unwrap_or_default();
+            let ours = self.linked.lock().map(|a| a.clone()).unwrap_or_default();
             for k in &c.kernels {
                 if seen.kernels.iter().any(|s| s == k)
                     || named.contains(&k.as_str())

@@ -480,6 +480,9 @@ impl State {
         let t = std::time::Instant::now();
         let (outcome, fresh) = inst.image_fresh(bytes);
         launch::register(&outcome.report().hidden);
+        if call.starts_with("cuLink") || call.starts_with("nvJitLink") {
+            inst.note_linked(outcome.report());
+        }
         if fresh {
             let micros = t.elapsed().as_micros() as u64;
             let instrumented = matches!(*outcome, Outcome::Instrumented { .. });
