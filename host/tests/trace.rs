@@ -727,8 +727,9 @@ fn api_log_records_every_call_on_every_path() {
 fn host_probes_on_driver_calls_read_their_arguments_and_results() {
     // cuda_uprobe.bpf.c is written with libbpf's BPF_KPROBE/BPF_KRETPROBE: on app_copies,
     // cuMemcpyHtoD_v2 runs twice (4096 bytes, then 16 bytes that fail with 1), and one
-    // launch has grid x 2 and block x 128. The ctx is pt_regs: the arguments must land in
-    // PARM1..5, the result in RC, and the maps must reach `trace` from the app's thread.
+    // launch has grid x 2 and block x 128 on stream 5. The ctx is pt_regs: the arguments
+    // must land in PARM1..5, those past the sixth on the stack at PT_REGS_SP, the result in
+    // RC, and the maps must reach `trace` from the app's thread.
     let (Some(probe), Some(_)) = (bpftime_tests::compile("cuda_uprobe"), shim()) else {
         return;
     };
@@ -749,7 +750,9 @@ fn host_probes_on_driver_calls_read_their_arguments_and_results() {
             ("0".to_string(), 4112),
             ("1".to_string(), 2),
             ("2".to_string(), 1),
-            ("3".to_string(), 256)
+            ("3".to_string(), 256),
+            // The stream, argument 9, read from the stack image at PT_REGS_SP.
+            ("4".to_string(), 5)
         ],
         "{out}"
     );

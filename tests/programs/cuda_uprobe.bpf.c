@@ -1,6 +1,7 @@
 // Host probes on the CUDA driver, written as for Linux uprobes with libbpf's macros:
 // cuMemcpyHtoD's calls and bytes by size, its failed calls (from the return value), and the
-// threads of the last cuLaunchKernel (grid x times block x: arguments 2 and 5).
+// threads of the last cuLaunchKernel (grid x times block x: arguments 2 and 5), and its
+// stream: argument 9, on the stack as the x86-64 ABI has it (sp + 8 * (9 - 6)).
 #define __TARGET_ARCH_x86
 #include <linux/bpf.h>
 #include <linux/ptrace.h>
@@ -19,10 +20,10 @@ struct {
 	__type(value, __u64);
 } htod_by_size SEC(".maps");
 
-// 0: bytes, 1: calls, 2: failed calls, 3: threads of the last launch
+// 0: bytes, 1: calls, 2: failed calls, 3: threads of the last launch, 4: its stream
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 4);
+	__uint(max_entries, 5);
 	__type(key, __u32);
 	__type(value, __u64);
 } totals SEC(".maps");
@@ -61,6 +62,10 @@ int BPF_KPROBE(on_launch, void *f, unsigned int gx, unsigned int gy, unsigned in
 	__u32 k = 3;
 	__u64 v = (__u64)gx * bx;
 	bpf_map_update_elem(&totals, &k, &v, BPF_ANY);
+	__u64 stream = 0;
+	bpf_probe_read_user(&stream, sizeof(stream), (void *)(PT_REGS_SP(ctx) + 8 * (9 - 6)));
+	k = 4;
+	bpf_map_update_elem(&totals, &k, &stream, BPF_ANY);
 	return 0;
 }
 

@@ -27,6 +27,10 @@ pub const ARG_OFFSETS: [usize; 6] = [112, 104, 96, 88, 72, 64];
 pub const AX: usize = 80;
 /// Offset of `ip`.
 pub const IP: usize = 128;
+/// Offset of `sp`.
+pub const SP: usize = 152;
+/// Arguments past the sixth a wrapped function has at most (`cuLaunchKernel`: 11).
+const STACK_ARGS: usize = 10;
 /// Bytes of a host probe's ctx: laid out as [`ebpf::ProbeCtx`] (`struct
 /// bpftime_probe_ctx`), whose first 168 bytes are the `pt_regs` above, so libbpf's
 /// `PT_REGS_*` macros read the arguments; `correlation_id` holds the calling thread's
@@ -197,6 +201,17 @@ pub fn run(a: Api, args: &[u64], ip: u64, rc: Option<i32>) {
         regs[off..off + 8].copy_from_slice(&v.to_le_bytes());
     }
     regs[IP..IP + 8].copy_from_slice(&ip.to_le_bytes());
+    // Arguments past the sixth sit where the x86-64 ABI puts them at the function's entry:
+    // `sp` points to a return address, argument 7 at `sp + 8`, 8 at `sp + 16`, …; a probe
+    // reads them with `bpf_probe_read_user(&v, 8, (void *)(PT_REGS_SP(ctx) + 8 * (n - 6)))`.
+    // The image lives on this frame, which outlives the probes' runs below.
+    let mut stack = [0u64; STACK_ARGS + 1];
+    stack[0] = ip;
+    for (slot, v) in stack[1..].iter_mut().zip(args.iter().skip(6)) {
+        *slot = *v;
+    }
+    let sp = stack.as_ptr() as u64;
+    regs[SP..SP + 8].copy_from_slice(&sp.to_le_bytes());
     if let Some(r) = rc {
         regs[AX..AX + 8].copy_from_slice(&(r as i64 as u64).to_le_bytes());
     }
@@ -248,6 +263,7 @@ mod tests {
         // orig_ax ip cs flags sp ss, 8 bytes each.
         let at = |i: usize| i * 8;
         assert_eq!(ARG_OFFSETS, [at(14), at(13), at(12), at(11), at(9), at(8)]);
+        assert_eq!(SP, at(19));
         assert_eq!((AX, IP, PT_REGS_SIZE), (at(10), at(16), at(21)));
     }
 }
