@@ -9,7 +9,8 @@ const PROGRAMS: &[(&str, &[&str])] = &[
     ("add", &["add"]),
     ("calls", &["calls", "calls2"]),
     ("counter", &["counter"]),
-    ("cuda_uprobe", &["on_htod", "on_htod_ret", "on_launch"]),
+    // on_launch reads a stack argument with bpf_probe_read_user: host only.
+    ("cuda_uprobe", &["on_htod", "on_htod_ret"]),
     ("filter", &["filter"]),
     ("globals", &["globals"]),
     ("gpu_helpers", &["gpu_probe"]),
@@ -31,6 +32,7 @@ const PROGRAMS: &[(&str, &[&str])] = &[
     ("printk", &["printk"]),
     ("reject_unchecked", &["unchecked_read"]),
     ("ringbuf", &["ringbuf"]),
+    ("uprobe_corr", &["launch_corr"]),
     ("vec_add", &["vec_add"]),
     ("void_call", &["void_call"]),
 ];
