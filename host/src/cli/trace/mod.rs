@@ -365,6 +365,15 @@ impl Trace {
                 continue;
             }
             let style = print::style_of(short, m.def.kind, m.def.max_entries);
+            // Two objects' maps of one name print under their full names (`obj:map`).
+            let shared = self
+                .session
+                .maps
+                .iter()
+                .filter(|o| o.name.split_once(':').map(|(_, n)| n) == Some(short))
+                .count()
+                > 1;
+            let shown = if shared { m.name.as_str() } else { short };
             let entries: Vec<(Vec<u8>, Vec<u8>)> = if style == print::Style::Records {
                 m.ops
                     .drain_ringbuf()
@@ -412,9 +421,9 @@ impl Trace {
                     })
                 );
             } else if style == print::Style::Sites {
-                out.push_str(&print::sites(short, &entries, &self.sites));
+                out.push_str(&print::sites(shown, &entries, &self.sites));
             } else {
-                out.push_str(&print::map(short, style, &entries, &self.kernels));
+                out.push_str(&print::map(shown, style, &entries, &self.kernels));
             }
         }
         if !self.json && !out.is_empty() {

@@ -305,7 +305,11 @@ pub fn map(
             let mut rows: Vec<(String, String, u64)> = entries
                 .iter()
                 .filter(|(_, v)| v.iter().any(|&b| b != 0))
-                .map(|(k, v)| (key_for(name, k, kernels), value_text(v), value_num(v)))
+                .map(|(k, v)| {
+                    // Keys follow the map's own name, not its object's (`obj:map`).
+                    let own = name.rsplit(':').next().unwrap_or(name);
+                    (key_for(own, k, kernels), value_text(v), value_num(v))
+                })
                 .collect();
             rows.sort_by(|a, b| a.2.cmp(&b.2).then_with(|| a.0.cmp(&b.0)));
             if rows.is_empty() {
