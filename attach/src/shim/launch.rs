@@ -201,11 +201,12 @@ fn identify(f: Handle) -> Option<(u32, u32)> {
 pub struct Pre {
     corr: u64,
     captured: bool,
-    /// The hidden values: correlation id, launch time (their addresses go in `params`).
-    values: Box<[u64; 2]>,
+    /// The hidden values: correlation id, launch time (their addresses go in `params`);
+    /// boxed, so that moving the `Pre` leaves them in place (no allocation without them).
+    values: Option<Box<[u64; 2]>>,
     params: Vec<*mut c_void>,
     buffer: Vec<u8>,
-    buffer_size: Box<usize>,
+    buffer_size: Option<Box<usize>>,
     extra: Vec<*mut c_void>,
 }
 
@@ -214,10 +215,10 @@ impl Pre {
         Pre {
             corr: 0,
             captured: false,
-            values: Box::new([0; 2]),
+            values: None,
             params: Vec::new(),
             buffer: Vec::new(),
-            buffer_size: Box::new(0),
+            buffer_size: None,
             extra: Vec::new(),
         }
     }
@@ -295,14 +296,14 @@ pub unsafe fn prepare(
     let Some((n, offset)) = resolve(f) else {
         return pre;
     };
-    pre.values[0] = pre.corr;
     pre.captured = time && capturing(stream);
-    pre.values[1] = if time && !pre.captured {
+    let launched = if time && !pre.captured {
         super::clock::to_gpu(ebpf::interp::monotonic_ns()).unwrap_or(0)
     } else {
         0
     };
-    let vp = pre.values.as_mut_ptr();
+    let values = pre.values.insert(Box::new([pre.corr, launched]));
+    let vp = values.as_mut_ptr();
     if !params.is_null() {
         // SAFETY: the driver reads `n` entries of `params` for this function's own
         // parameters (its contract with the application).
@@ -346,14 +347,15 @@ pub unsafe fn prepare(
     // SAFETY: the application's buffer holds `size` bytes.
     let own = unsafe { std::slice::from_raw_parts(buf, size.min(offset)) };
     pre.buffer[..own.len()].copy_from_slice(own);
-    pre.buffer[offset..offset + 8].copy_from_slice(&pre.values[0].to_le_bytes());
-    pre.buffer[offset + 8..].copy_from_slice(&pre.values[1].to_le_bytes());
-    *pre.buffer_size = pre.buffer.len();
+    pre.buffer[offset..offset + 8].copy_from_slice(&pre.corr.to_le_bytes());
+    pre.buffer[offset + 8..].copy_from_slice(&launched.to_le_bytes());
+    let size = pre.buffer_size.insert(Box::new(pre.buffer.len()));
+    let size_ptr: *mut usize = &mut **size;
     pre.extra = vec![
         PARAM_BUFFER_POINTER as *mut c_void,
         pre.buffer.as_mut_ptr().cast(),
         PARAM_BUFFER_SIZE as *mut c_void,
-        (&mut *pre.buffer_size as *mut usize).cast(),
+        size_ptr.cast(),
         PARAM_END as *mut c_void,
     ];
     pre
