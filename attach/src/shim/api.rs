@@ -372,20 +372,9 @@ fn classify(dst: u64, src: u64) -> Kind {
 type PointerGetAttribute = unsafe extern "C" fn(*mut c_void, c_int, u64) -> CuResult;
 
 fn on_device(p: u64) -> bool {
-    static F: OnceLock<usize> = OnceLock::new();
-    let f = *F.get_or_init(|| {
-        let lib = driver::libcuda();
-        if lib.is_null() {
-            return 0;
-        }
-        // SAFETY: a live handle and a NUL-terminated name.
-        unsafe { driver::real_dlsym(lib, c"cuPointerGetAttribute".as_ptr()) as usize }
-    });
-    if f == 0 {
+    let Some(get) = driver::export_fn!(c"cuPointerGetAttribute", PointerGetAttribute) else {
         return false;
-    }
-    // SAFETY: the driver's cuPointerGetAttribute has this signature.
-    let get = unsafe { std::mem::transmute::<usize, PointerGetAttribute>(f) };
+    };
     let mut t: c_uint = 0;
     // SAFETY: `t` is a valid out-pointer for this attribute (an unsigned int).
     let r = unsafe { get((&mut t as *mut c_uint).cast(), ATTR_MEMORY_TYPE, p) };

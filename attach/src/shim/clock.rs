@@ -29,7 +29,7 @@
 use super::driver::{self, CUDA_SUCCESS, CuResult, Handle, Hook};
 use super::hooks::{RelaxedCapture, check, fn_of};
 use crate::session::ReportLine;
-use std::ffi::{CStr, c_uint, c_void};
+use std::ffi::{c_uint, c_void};
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
@@ -210,34 +210,23 @@ unsafe impl Send for Clock {}
 
 static CLOCK: OnceLock<Option<Mutex<Clock>>> = OnceLock::new();
 
-fn driver_fn<F: Copy>(name: &CStr) -> Result<F, String> {
-    let lib = driver::libcuda();
-    let p = if lib.is_null() {
-        std::ptr::null_mut()
-    } else {
-        // SAFETY: a live handle and a NUL-terminated name.
-        unsafe { driver::real_dlsym(lib, name.as_ptr()) }
-    };
-    if p.is_null() {
-        return Err(format!("{} not found", name.to_string_lossy()));
-    }
-    // SAFETY: `F` is the entry's signature (callers name it with its type).
-    Ok(unsafe { std::mem::transmute_copy::<*mut c_void, F>(&p) })
-}
-
 impl Clock {
     /// Loads the kernel and the mailbox in the current context.
     fn new() -> Result<Clock, String> {
         let _relaxed = RelaxedCapture::enter();
+        let missing = |n: &str| format!("{n} not found");
+        let host_alloc = driver::export_fn!(c"cuMemHostAlloc", MemHostAlloc)
+            .ok_or_else(|| missing("cuMemHostAlloc"))?;
+        let get_function = driver::export_fn!(c"cuModuleGetFunction", ModuleGetFunction)
+            .ok_or_else(|| missing("cuModuleGetFunction"))?;
+        let launch = driver::export_fn!(c"cuLaunchKernel", LaunchKernel)
+            .ok_or_else(|| missing("cuLaunchKernel"))?;
         // SAFETY: real driver entries with their signatures; out-pointers are locals.
         unsafe {
             let current: driver::CtxGetCurrent = fn_of(Hook::CtxGetCurrent)?;
             let load: driver::ModuleLoadData = fn_of(Hook::ModuleLoadData)?;
             let devptr: driver::MemHostGetDevicePointer = fn_of(Hook::MemHostGetDevicePointer)?;
             let stream_create: driver::StreamCreate = fn_of(Hook::StreamCreate)?;
-            let host_alloc: MemHostAlloc = driver_fn(c"cuMemHostAlloc")?;
-            let get_function: ModuleGetFunction = driver_fn(c"cuModuleGetFunction")?;
-            let launch: LaunchKernel = driver_fn(c"cuLaunchKernel")?;
             let mut ctx: Handle = std::ptr::null_mut();
             check(current(&mut ctx), "cuCtxGetCurrent")?;
             let ptx = std::ffi::CString::new(KERNEL_PTX).map_err(|e| e.to_string())?;

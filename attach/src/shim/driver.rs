@@ -470,6 +470,29 @@ pub fn libcuda() -> *mut c_void {
     p
 }
 
+/// The address of `libcuda.so.1`'s export `name` (loading the library if the application
+/// has not), bypassing any interposed `dlsym`; 0 when there is none.
+pub fn export(name: &CStr) -> usize {
+    let lib = libcuda();
+    if lib.is_null() {
+        return 0;
+    }
+    // SAFETY: a live handle and a NUL-terminated name.
+    unsafe { real_dlsym(lib, name.as_ptr()) as usize }
+}
+
+/// The driver export `$name` as a function of type `$ty`, looked up once per use site:
+/// `None` when this driver lacks it. The caller names the export's C signature as `$ty`.
+macro_rules! export_fn {
+    ($name:literal, $ty:ty) => {{
+        static F: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+        let f = *F.get_or_init(|| $crate::shim::driver::export($name));
+        // SAFETY: the driver's export of that name has the signature `$ty` names.
+        (f != 0).then(|| unsafe { std::mem::transmute::<usize, $ty>(f) })
+    }};
+}
+pub(crate) use export_fn;
+
 /// Whether `f` is code of the library that holds `ours` (the shim itself).
 pub fn same_object(f: *const c_void, ours: *const c_void) -> bool {
     let base = |p: *const c_void| {

@@ -29,7 +29,7 @@ use super::hooks::{RelaxedCapture, fn_of, report};
 use crate::instrument::Outcome;
 use crate::session::ReportLine;
 use std::collections::{HashMap, HashSet};
-use std::ffi::{CStr, CString, c_char};
+use std::ffi::{CString, c_char};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -70,26 +70,7 @@ fn registry() -> &'static Mutex<Registry> {
     R.get_or_init(Default::default)
 }
 
-fn lookup(name: &CStr) -> usize {
-    let lib = driver::libcuda();
-    if lib.is_null() {
-        return 0;
-    }
-    // SAFETY: a live handle and a NUL-terminated name.
-    unsafe { driver::real_dlsym(lib, name.as_ptr()) as usize }
-}
-
-macro_rules! driver_fn {
-    ($name:literal, $ty:ty) => {{
-        static F: OnceLock<usize> = OnceLock::new();
-        let f = *F.get_or_init(|| lookup($name));
-        // SAFETY: the driver's entry of that name has this signature.
-        (f != 0).then(|| unsafe { std::mem::transmute::<usize, $ty>(f) })
-    }};
-}
-
 type GetHandle = unsafe extern "C" fn(*mut Handle, Handle) -> CuResult;
-type GetName = unsafe extern "C" fn(*mut *const c_char, Handle) -> CuResult;
 type GetFunction = unsafe extern "C" fn(*mut Handle, Handle, *const c_char) -> CuResult;
 
 /// Remembers the image of a module (or library) the application loaded, so that its
@@ -101,7 +82,7 @@ pub(crate) fn record(handle: Handle, image: &[u8], library: bool) {
     let image = Arc::new(image.to_vec());
     let generation = generation();
     let mut keys = vec![handle as usize];
-    if library && let Some(get) = driver_fn!(c"cuLibraryGetModule", GetHandle) {
+    if library && let Some(get) = driver::export_fn!(c"cuLibraryGetModule", GetHandle) {
         let mut m: Handle = std::ptr::null_mut();
         // SAFETY: a library the driver just loaded and a local out-pointer.
         if unsafe { get(&mut m, handle) } == driver::CUDA_SUCCESS && !m.is_null() {
@@ -147,28 +128,21 @@ pub fn function(f: Handle) -> Handle {
 /// Where `f` came from: the recorded module or library, and its name.
 fn origin(f: Handle) -> Option<(usize, String)> {
     let r = registry().lock().ok()?;
-    let name_of = |get: Option<GetName>| -> Option<String> {
-        let mut p: *const c_char = std::ptr::null();
-        // SAFETY: a local out-pointer; the driver checks the handle.
-        let ok = get.is_some_and(|g| unsafe { g(&mut p, f) } == driver::CUDA_SUCCESS);
-        // SAFETY: the driver's own NUL-terminated name.
-        (ok && !p.is_null()).then(|| unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned())
-    };
     let mut m: Handle = std::ptr::null_mut();
-    if let Some(get) = driver_fn!(c"cuFuncGetModule", GetHandle)
+    if let Some(get) = driver::export_fn!(c"cuFuncGetModule", GetHandle)
         // SAFETY: a local out-pointer; the driver checks the handle.
         && unsafe { get(&mut m, f) } == driver::CUDA_SUCCESS
         && r.loaded.contains_key(&(m as usize))
-        && let Some(n) = name_of(driver_fn!(c"cuFuncGetName", GetName))
+        && let Some(n) = super::launch::function_name(f)
     {
         return Some((m as usize, n));
     }
     let mut lib: Handle = std::ptr::null_mut();
-    if let Some(get) = driver_fn!(c"cuKernelGetLibrary", GetHandle)
+    if let Some(get) = driver::export_fn!(c"cuKernelGetLibrary", GetHandle)
         // SAFETY: as above.
         && unsafe { get(&mut lib, f) } == driver::CUDA_SUCCESS
         && r.loaded.contains_key(&(lib as usize))
-        && let Some(n) = name_of(driver_fn!(c"cuKernelGetName", GetName))
+        && let Some(n) = super::launch::function_name(f)
     {
         return Some((lib as usize, n));
     }
@@ -258,7 +232,7 @@ fn moved(f: Handle, g: u64) -> Option<Handle> {
             m
         }
     };
-    let get = driver_fn!(c"cuModuleGetFunction", GetFunction)?;
+    let get = driver::export_fn!(c"cuModuleGetFunction", GetFunction)?;
     let cname = CString::new(name).ok()?;
     let mut nf: Handle = std::ptr::null_mut();
     // SAFETY: a module we loaded, a NUL-terminated name, a local out-pointer.

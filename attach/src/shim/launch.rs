@@ -113,34 +113,36 @@ pub fn current() -> u64 {
 type FuncGetName = unsafe extern "C" fn(*mut *const c_char, Handle) -> CuResult;
 type FuncGetParamInfo = unsafe extern "C" fn(Handle, usize, *mut usize, *mut usize) -> CuResult;
 
-fn lookup(name: &CStr) -> usize {
-    let lib = driver::libcuda();
-    if lib.is_null() {
-        return 0;
-    }
-    // SAFETY: a live handle and a NUL-terminated name.
-    unsafe { driver::real_dlsym(lib, name.as_ptr()) as usize }
-}
-
 fn name_fn() -> Option<FuncGetName> {
-    static F: OnceLock<usize> = OnceLock::new();
-    let f = *F.get_or_init(|| lookup(c"cuFuncGetName"));
-    // SAFETY: the driver's cuFuncGetName has this signature.
-    (f != 0).then(|| unsafe { std::mem::transmute::<usize, FuncGetName>(f) })
+    driver::export_fn!(c"cuFuncGetName", FuncGetName)
 }
 
 fn kernel_name_fn() -> Option<FuncGetName> {
-    static F: OnceLock<usize> = OnceLock::new();
-    let f = *F.get_or_init(|| lookup(c"cuKernelGetName"));
-    // SAFETY: cuKernelGetName(const char **, CUkernel) has the same shape.
-    (f != 0).then(|| unsafe { std::mem::transmute::<usize, FuncGetName>(f) })
+    // cuKernelGetName(const char **, CUkernel) has the same shape.
+    driver::export_fn!(c"cuKernelGetName", FuncGetName)
 }
 
 fn param_info_fn() -> Option<FuncGetParamInfo> {
-    static F: OnceLock<usize> = OnceLock::new();
-    let f = *F.get_or_init(|| lookup(c"cuFuncGetParamInfo"));
-    // SAFETY: the driver's cuFuncGetParamInfo has this signature.
-    (f != 0).then(|| unsafe { std::mem::transmute::<usize, FuncGetParamInfo>(f) })
+    driver::export_fn!(c"cuFuncGetParamInfo", FuncGetParamInfo)
+}
+
+/// The mangled name of a launched function: a `CUfunction` (`cuFuncGetName`) or a
+/// `CUkernel` (`cuKernelGetName`).
+pub(crate) fn function_name(f: Handle) -> Option<String> {
+    let mut name: *const c_char = std::ptr::null();
+    let named = [name_fn(), kernel_name_fn()]
+        .into_iter()
+        .flatten()
+        .any(|get| {
+            // SAFETY: `name` is a valid out-pointer; the driver checks the handle.
+            unsafe { get(&mut name, f) == driver::CUDA_SUCCESS && !name.is_null() }
+        });
+    if !named {
+        return None;
+    }
+    // SAFETY: the driver returned a NUL-terminated name it owns.
+    let name = unsafe { CStr::from_ptr(name) };
+    Some(name.to_string_lossy().into_owned())
 }
 
 /// The hidden-parameter layout of the function `f`, if it is one of ours.
@@ -165,20 +167,8 @@ fn identify(f: Handle) -> Option<(u32, u32)> {
     if kernels.is_empty() {
         return None;
     }
-    let mut name: *const c_char = std::ptr::null();
-    let named = [name_fn(), kernel_name_fn()]
-        .into_iter()
-        .flatten()
-        .any(|get| {
-            // SAFETY: `name` is a valid out-pointer; the driver checks the handle.
-            unsafe { get(&mut name, f) == driver::CUDA_SUCCESS && !name.is_null() }
-        });
-    if !named {
-        return None;
-    }
-    // SAFETY: the driver returned a NUL-terminated name it owns.
-    let name = unsafe { CStr::from_ptr(name) }.to_str().ok()?;
-    let (params, offset) = *kernels.get(name)?;
+    let name = function_name(f)?;
+    let (params, offset) = *kernels.get(&name)?;
     if let Some(info) = param_info_fn() {
         let (mut off, mut size) = (0usize, 0usize);
         // SAFETY: valid out-pointers; the driver checks the handle and the index.
@@ -262,13 +252,9 @@ type StreamIsCapturing = unsafe extern "C" fn(Handle, *mut c_int) -> CuResult;
 /// Whether `stream` is capturing a graph: a captured launch runs at every replay of the
 /// graph, so it gets no launch time.
 fn capturing(stream: Handle) -> bool {
-    static F: OnceLock<usize> = OnceLock::new();
-    let f = *F.get_or_init(|| lookup(c"cuStreamIsCapturing"));
-    if f == 0 {
+    let Some(is) = driver::export_fn!(c"cuStreamIsCapturing", StreamIsCapturing) else {
         return false;
-    }
-    // SAFETY: the driver's cuStreamIsCapturing has this signature.
-    let is = unsafe { std::mem::transmute::<usize, StreamIsCapturing>(f) };
+    };
     let mut status: c_int = 0;
     // SAFETY: the application's stream and a local out-pointer.
     unsafe { is(stream, &mut status) == driver::CUDA_SUCCESS && status != 0 }
