@@ -58,8 +58,8 @@ fn runtime_compiles_and_assembles() {
         "kernel entry missing"
     );
     assert!(
-        ptx.contains("ld.acquire.sys"),
-        "the poll must be an acquire load"
+        ptx.contains("fence.acq_rel.sys"),
+        "a job seen by the relaxed poll must be acquired with a fence"
     );
     assert!(
         ptx.contains("st.release.sys"),

@@ -20,7 +20,7 @@
 use crate::protocol::{MapDump, ProgramInfo, Reply, Request, StatusInfo};
 use crate::service::socket_path;
 use shm_maps::client::{ClientId, attach, detach};
-use shm_maps::layout::{completion_state, state, status};
+use shm_maps::layout::{INLINE_MAX, INLINE_WORDS, completion_state, job_flags, state, status};
 use shm_maps::region::monotonic_ns;
 use shm_maps::{JobDesc, ShmRegion};
 use std::io::{BufRead, BufReader, Write};
@@ -256,6 +256,12 @@ pub struct JobResult {
     pub queued_ns: u64,
     /// Run time in ns.
     pub run_ns: u64,
+    /// When the job finished (the service's CLOCK_MONOTONIC ns; on the GPU, its clock
+    /// calibrated against the host's at start).
+    pub finished_ns: u64,
+    /// CUDA backend, one-record jobs: the dispatcher's poll round trip that found the job
+    /// and its acquire fence, ns (`Completion::gpu_hops`); zeros elsewhere.
+    pub gpu_hops: [u32; 2],
 }
 
 impl JobResult {
@@ -665,6 +671,31 @@ impl Client {
         Ok((d, slot, tag))
     }
 
+    /// A copy of `d`'s input for its queue slot when it is small enough
+    /// (`job_flags::INLINE`): the GPU then reads it with the descriptor, one PCIe round trip
+    /// sooner. The arena copy stays the input of record (programs cannot write it).
+    fn inline_input(&self, d: &mut JobDesc) -> [u64; INLINE_WORDS] {
+        let mut w = [0u64; INLINE_WORDS];
+        let bytes = d.n.saturating_mul(d.in_rec_size as u64);
+        if d.flags & (job_flags::DEVICE_INPUT | job_flags::VARLEN) != 0
+            || bytes == 0
+            || bytes > INLINE_MAX as u64
+            || bytes > d.input_len
+        {
+            return w;
+        }
+        let Some(p) = self.region.arena_ptr(d.input_off, bytes) else {
+            return w; // outside the arena: the service reports it
+        };
+        // SAFETY: `bytes` (<= INLINE_MAX) arena bytes at `p`, checked by `arena_ptr`; the
+        // client owns its input buffer while submitting; `w` has room for INLINE_MAX bytes.
+        unsafe {
+            std::ptr::copy_nonoverlapping(p.as_ptr(), w.as_mut_ptr().cast::<u8>(), bytes as usize)
+        };
+        d.flags |= job_flags::INLINE;
+        w
+    }
+
     /// Submits one job.
     pub fn submit(&mut self, job: &Job, wait: Wait) -> Result<Ticket, ClientError> {
         let mut v = self.submit_batch(std::slice::from_ref(job), wait)?;
@@ -685,9 +716,11 @@ impl Client {
             ));
         }
         let mut descs = Vec::with_capacity(jobs.len());
+        let mut inline = Vec::with_capacity(jobs.len());
         let mut tickets = Vec::with_capacity(jobs.len());
         for j in jobs {
-            let (d, slot, tag) = self.prepare(j)?;
+            let (mut d, slot, tag) = self.prepare(j)?;
+            inline.push(self.inline_input(&mut d));
             descs.push(d);
             tickets.push(Ticket { slot, tag });
         }
@@ -703,7 +736,7 @@ impl Client {
         let mut done = 0;
         let mut checked = Instant::now();
         loop {
-            done += q.push_batch(&descs[done..]);
+            done += q.push_batch_inline(&descs[done..], &inline[done..]);
             if done == descs.len() {
                 break;
             }
@@ -787,6 +820,8 @@ impl Client {
             latency_ns: c.finished_ns.saturating_sub(c.submitted_ns),
             queued_ns: c.started_ns.saturating_sub(c.submitted_ns),
             run_ns: c.finished_ns.saturating_sub(c.started_ns),
+            finished_ns: c.finished_ns,
+            gpu_hops: c.gpu_hops,
         };
         self.release(t.slot);
         Some(r)

@@ -7,7 +7,7 @@
 //! ```text
 //! offset 0          RegionHeader (4 KiB): magic, version, sizes, offsets of every part
 //! queue_off         QueueHeader (head and tail on their own 128-byte lines)
-//!                   QueueSlot[queue_capacity]            128 bytes each
+//!                   QueueSlot[queue_capacity]            256 bytes each
 //! clients_off       ClientSlot[max_clients]               64 bytes each
 //! completions_off   Completion[max_clients * per_client]  128 bytes each
 //! messages_off      Message[message_slots]                256 bytes each (error texts)
@@ -21,8 +21,9 @@ use crate::sync::{AtomicU32, AtomicU64};
 
 /// `"BPFTSHM\x01"` read as a little-endian u64.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"BPFTSHM\x01");
-/// Bumped on every incompatible layout change (2: the checkpoint area).
-pub const LAYOUT_VERSION: u32 = 2;
+/// Bumped on every incompatible layout change (2: the checkpoint area; 3: 256-byte queue
+/// slots with a descriptor check word).
+pub const LAYOUT_VERSION: u32 = 3;
 /// `"BPFTCKP\x01"`: the magic of a written [`CheckpointHeader`].
 pub const CHECKPOINT_MAGIC: u64 = u64::from_le_bytes(*b"BPFTCKP\x01");
 /// Size of the header page.
@@ -162,12 +163,40 @@ impl Default for QueueHeader {
 /// For a slot at index `i = pos & mask`: `seq == pos` means free for the producer of `pos`;
 /// `seq == pos + 1` means it holds the job of `pos`, ready for a consumer; after consuming,
 /// the consumer sets `seq = pos + capacity`, freeing it for the producer one lap later.
+///
+/// `check` is [`slot_check`] of the sequence word and the descriptor, written by the
+/// producer before `seq`. A consumer on the far side of PCIe (the GPU dispatcher) reads
+/// `seq`, `check` and the descriptor with one burst of loads that are not ordered among
+/// themselves; the check tells it whether the descriptor words it got belong to the `seq`
+/// it got. CPU consumers, whose acquire load of `seq` orders the rest, ignore it.
 #[repr(C, align(128))]
 pub struct QueueSlot {
     /// The sequence word described above.
     pub seq: AtomicU64,
+    /// [`slot_check`]`(pos + 1, &desc, &inline)` of the job this slot holds.
+    pub check: AtomicU64,
     /// The job.
     pub desc: JobDesc,
+    /// With [`job_flags::INLINE`]: a copy of the job's input bytes (see [`inline_words`]).
+    pub inline: [u64; INLINE_WORDS],
+}
+
+/// Input bytes a job may carry in its queue slot ([`job_flags::INLINE`]).
+pub const INLINE_MAX: usize = 8 * INLINE_WORDS;
+/// The inline area of a queue slot in u64 words.
+pub const INLINE_WORDS: usize = 15;
+
+/// How many words of the slot's inline area belong to `desc` (and to its check word):
+/// `ceil(n * in_rec_size / 8)` with [`job_flags::INLINE`] and at most [`INLINE_MAX`] bytes,
+/// else 0 (an over-long inline job simply reads the arena).
+pub fn inline_words(d: &JobDesc) -> usize {
+    if d.flags & job_flags::INLINE == 0 {
+        return 0;
+    }
+    match d.n.checked_mul(d.in_rec_size as u64) {
+        Some(b) if b <= INLINE_MAX as u64 => (b as usize).div_ceil(8),
+        _ => 0,
+    }
 }
 
 impl QueueSlot {
@@ -175,9 +204,69 @@ impl QueueSlot {
     pub fn new(seq: u64) -> Self {
         QueueSlot {
             seq: AtomicU64::new(seq),
+            check: AtomicU64::new(0),
             desc: JobDesc::default(),
+            inline: [0; INLINE_WORDS],
         }
     }
+}
+
+/// Constants of [`slot_check`]; the GPU side is generated from them
+/// (`device::cuda::source::layout_header`).
+pub const CHECK_SEQ_MUL: u64 = 0x9e37_79b9_7f4a_7c15;
+/// Added once per descriptor word index (word `i` gets `(i + 1) * CHECK_WORD_MUL`).
+pub const CHECK_WORD_MUL: u64 = 0xd6e8_feb8_6659_fd93;
+
+/// The multipliers of [`check_mix`].
+pub const CHECK_MIX_MUL: [u64; 2] = [0xbf58_476d_1ce4_e5b9, 0x94d0_49bb_1331_11eb];
+
+/// The splitmix64 finalizer: a bijection of u64 whose output bits each depend on every
+/// input bit.
+pub const fn check_mix(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(CHECK_MIX_MUL[0]);
+    z = (z ^ (z >> 27)).wrapping_mul(CHECK_MIX_MUL[1]);
+    z ^ (z >> 31)
+}
+
+/// The check word of a queue slot holding `desc` (and `inline`) under sequence `seq`: the
+/// XOR over the descriptor's 15 words, then the [`inline_words`] inline words, `w[i]`, of
+/// `check_mix(w[i] + seq * CHECK_SEQ_MUL + (i + 1) * CHECK_WORD_MUL)`. A read that mixes
+/// words of two jobs, or a check word left from the slot's previous lap, matches only by
+/// a 64-bit coincidence.
+pub fn slot_check(seq: u64, desc: &JobDesc, inline: &[u64; INLINE_WORDS]) -> u64 {
+    let words = desc_words(desc);
+    let s = seq.wrapping_mul(CHECK_SEQ_MUL);
+    let mut h = 0;
+    let n = inline_words(desc);
+    for (i, w) in words.iter().chain(&inline[..n]).enumerate() {
+        h ^= check_mix(
+            w.wrapping_add(s)
+                .wrapping_add((i as u64 + 1).wrapping_mul(CHECK_WORD_MUL)),
+        );
+    }
+    h
+}
+
+/// The descriptor as the 15 little-endian u64 words it occupies in memory.
+pub fn desc_words(d: &JobDesc) -> [u64; 15] {
+    let pair = |lo: u32, hi: u32| lo as u64 | (hi as u64) << 32;
+    [
+        pair(d.prog_id, d.flags),
+        d.n,
+        d.input_off,
+        d.input_len,
+        d.output_off,
+        d.output_len,
+        pair(d.in_rec_size, d.out_rec_size),
+        d.offsets_off,
+        d.results_off,
+        d.args[0],
+        d.args[1],
+        d.args[2],
+        d.args[3],
+        pair(d.client, d.completion),
+        d.tag,
+    ]
 }
 
 /// Flags of [`JobDesc::flags`].
@@ -193,6 +282,12 @@ pub mod job_flags {
     pub const DEVICE_INPUT: u32 = 1 << 3;
     /// `output_off` is an offset into the device-resident buffer arena.
     pub const DEVICE_OUTPUT: u32 = 1 << 4;
+    /// The job's input (`n * in_rec_size` bytes, at most [`super::INLINE_MAX`]) is copied
+    /// into its queue slot too, so the GPU reads it with the descriptor instead of making
+    /// another PCIe round trip to the arena. The arena copy stays the input of record
+    /// (programs cannot write their input); CPU consumers read that. Set by the client
+    /// library.
+    pub const INLINE: u32 = 1 << 5;
     /// Benchmark: the GPU runtime writes `n` records into its host mailbox and waits for
     /// the host's answer to each; r0 = the total round-trip ns (CUDA backend only).
     pub const MAILBOX_PING: u32 = 1 << 14;
@@ -310,6 +405,9 @@ pub struct Completion {
     pub started_ns: u64,
     /// Monotonic ns when it finished.
     pub finished_ns: u64,
+    /// CUDA backend, one-record jobs: ns of the dispatcher's poll round trip that found the
+    /// job, and from its loads' return to `started_ns` (the acquire fence). 0 elsewhere.
+    pub gpu_hops: [u32; 2],
 }
 
 /// Client slot states.
@@ -396,11 +494,11 @@ pub const FIELDS: &[(&str, &str, usize)] = fields! {
     RegionHeader: magic, version, state, queue_capacity, max_clients, completions_per_client,
         max_records, queue_off, clients_off, completions_off, arena_off, arena_size;
     QueueHeader: head, tail;
-    QueueSlot: seq, desc;
+    QueueSlot: seq, check, desc, inline;
     JobDesc: prog_id, flags, n, input_off, input_len, output_off, output_len, in_rec_size,
         out_rec_size, offsets_off, results_off, args, client, completion, tag;
     Completion: state, status, message, prog_version, prog_id, err_pc, records_done,
-        records_failed, r0, tag, submitted_ns, started_ns, finished_ns;
+        records_failed, r0, tag, submitted_ns, started_ns, finished_ns, gpu_hops;
 };
 
 /// Sizes of the structures in [`FIELDS`], as `(struct, size)`.
@@ -421,8 +519,10 @@ const _: () = {
     assert!(size_of::<QueueHeader>() == 256);
     assert!(offset_of!(QueueHeader, tail) == 128);
     assert!(size_of::<JobDesc>() == 120);
-    assert!(size_of::<QueueSlot>() == 128);
-    assert!(offset_of!(QueueSlot, desc) == 8);
+    assert!(size_of::<QueueSlot>() == 256);
+    assert!(offset_of!(QueueSlot, check) == 8);
+    assert!(offset_of!(QueueSlot, desc) == 16);
+    assert!(offset_of!(QueueSlot, inline) == 136);
     assert!(size_of::<Completion>() == 128);
     assert!(size_of::<ClientSlot>() == 64);
     assert!(size_of::<Message>() == 256);
@@ -430,3 +530,93 @@ const _: () = {
     assert!(offset_of!(MapEntry, name) == 48);
     assert!(size_of::<CheckpointHeader>() == 32);
 };
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> JobDesc {
+        JobDesc {
+            prog_id: 7,
+            flags: job_flags::RESULTS,
+            n: 3,
+            input_off: 4096,
+            input_len: 192,
+            output_off: 8192,
+            output_len: 24,
+            in_rec_size: 64,
+            out_rec_size: 8,
+            offsets_off: 0,
+            results_off: 12288,
+            args: [1, 2, 3, 4],
+            client: 2,
+            completion: 9,
+            tag: 0x1234_5678_9abc,
+        }
+    }
+
+    #[test]
+    fn desc_words_are_the_descriptor_bytes() {
+        let d = sample();
+        // SAFETY: JobDesc is repr(C), 120 bytes of plain integers with no padding.
+        let bytes: [u8; 120] = unsafe { core::mem::transmute(d) };
+        let words: Vec<u64> = bytes
+            .chunks(8)
+            .map(|c| u64::from_le_bytes(c.try_into().unwrap()))
+            .collect();
+        assert_eq!(words, desc_words(&d));
+    }
+
+    #[test]
+    fn the_check_word_depends_on_every_word_and_on_seq() {
+        let d = sample();
+        let z = [0u64; INLINE_WORDS];
+        let base = slot_check(101, &d, &z);
+        assert_ne!(base, slot_check(102, &d, &z), "seq");
+        // The same descriptor one lap later (another seq) checks differently.
+        assert_ne!(base, slot_check(101 + 4096, &d, &z));
+        let mut seen = std::collections::HashSet::new();
+        seen.insert(base);
+        for i in 0..15 {
+            for bit in [0, 17, 63] {
+                // SAFETY: as above; flipping a bit of a plain integer field.
+                let mut bytes: [u8; 120] = unsafe { core::mem::transmute(d) };
+                bytes[i * 8 + bit / 8] ^= 1 << (bit % 8);
+                let e: JobDesc = unsafe { core::mem::transmute(bytes) };
+                assert!(seen.insert(slot_check(101, &e, &z)), "word {i} bit {bit}");
+            }
+        }
+        // Swapping two words is seen too (the word index is mixed in).
+        let mut e = d;
+        e.input_off = d.output_off;
+        e.output_off = d.input_off;
+        assert_ne!(slot_check(101, &e, &z), base);
+        // Inline words count only with INLINE, and only the job's own bytes.
+        let mut il = z;
+        il[0] = 42;
+        assert_eq!(
+            slot_check(101, &d, &il),
+            base,
+            "no INLINE: the area is ignored"
+        );
+        let mut e = d;
+        e.flags |= job_flags::INLINE;
+        e.n = 1;
+        e.in_rec_size = 12; // two words
+        assert_eq!(inline_words(&e), 2);
+        let with = slot_check(101, &e, &il);
+        assert_ne!(
+            with,
+            slot_check(101, &e, &z),
+            "the inline bytes are checked"
+        );
+        il[2] = 7;
+        assert_eq!(
+            with,
+            slot_check(101, &e, &il),
+            "words past the input are not"
+        );
+        e.in_rec_size = 121;
+        assert_eq!(inline_words(&e), 0, "too long to be inline");
+    }
+}

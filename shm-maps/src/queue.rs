@@ -15,7 +15,7 @@
 //! every shared word is an atomic in the mapping. The GPU dispatcher follows the same
 //! protocol with `ld.acquire.sys`/`st.release.sys`.
 
-use crate::layout::{JobDesc, QueueHeader, QueueSlot};
+use crate::layout::{INLINE_WORDS, JobDesc, QueueHeader, QueueSlot, inline_words};
 use crate::sync::Ordering;
 
 /// The queue was full; the job comes back.
@@ -149,6 +149,13 @@ impl<'a> JobQueue<'a> {
     /// Queues as many of `descs` as fit, in order, claiming them with as few CASes as
     /// possible. Returns how many were queued.
     pub fn push_batch(&self, descs: &[JobDesc]) -> usize {
+        self.push_batch_inline(descs, &[])
+    }
+
+    /// [`JobQueue::push_batch`], with each job's inline input words (`inline[i]` for
+    /// `descs[i]`; jobs past `inline.len()` carry none). Only the
+    /// [`crate::layout::inline_words`] of a job are copied.
+    pub fn push_batch_inline(&self, descs: &[JobDesc], inline: &[[u64; INLINE_WORDS]]) -> usize {
         let mut done = 0;
         while done < descs.len() {
             let pos = self.hdr.tail.load(Ordering::Relaxed);
@@ -183,13 +190,32 @@ impl<'a> JobQueue<'a> {
             }
             for i in 0..free {
                 let slot = self.slot(pos + i);
-                let d = descs[done + i as usize];
+                let mut d = descs[done + i as usize];
+                let words = match inline.get(done + i as usize) {
+                    Some(w) => *w,
+                    None => {
+                        // No inline copy given (a job queued again by recovery, say): the
+                        // GPU reads the arena, which is the input of record anyway.
+                        d.flags &= !crate::layout::job_flags::INLINE;
+                        [0; INLINE_WORDS]
+                    }
+                };
                 // SAFETY: the CAS on `tail` gave this producer exclusive ownership of the slot
                 // at `pos + i` until it publishes `seq = pos + i + 1`; no consumer reads the
                 // descriptor before that, and the previous consumer released it (acquire above).
                 unsafe { std::ptr::write_volatile(std::ptr::addr_of!(slot.desc).cast_mut(), d) };
-                // ORDERING: release publishes the descriptor; pairs with the consumer's
-                // acquire load of `seq` in `pop_batch`.
+                for (k, w) in words.iter().take(inline_words(&d)).enumerate() {
+                    // SAFETY: as above (the slot is this producer's until `seq` is stored).
+                    unsafe {
+                        std::ptr::write_volatile(std::ptr::addr_of!(slot.inline[k]).cast_mut(), *w)
+                    };
+                }
+                slot.check.store(
+                    crate::layout::slot_check(pos + i + 1, &d, &words),
+                    Ordering::Relaxed,
+                );
+                // ORDERING: release publishes the descriptor and its check word; pairs with
+                // the consumer's acquire load of `seq` in `pop_batch` (and the GPU's).
                 slot.seq.store(pos + i + 1, Ordering::Release);
             }
             done += free as usize;

@@ -740,6 +740,7 @@ impl ShmRegion {
             std::ptr::addr_of_mut!((*p).tag).write(o.tag);
             std::ptr::addr_of_mut!((*p).started_ns).write(o.started_ns);
             std::ptr::addr_of_mut!((*p).finished_ns).write(o.finished_ns);
+            std::ptr::addr_of_mut!((*p).gpu_hops).write([0; 2]);
         }
         // ORDERING: release publishes the fields above; pairs with the acquire load in
         // `read_completion`.
@@ -773,6 +774,7 @@ impl ShmRegion {
                 submitted_ns: std::ptr::addr_of!((*p).submitted_ns).read(),
                 started_ns: std::ptr::addr_of!((*p).started_ns).read(),
                 finished_ns: std::ptr::addr_of!((*p).finished_ns).read(),
+                gpu_hops: std::ptr::addr_of!((*p).gpu_hops).read(),
             })
         }
     }
@@ -1049,6 +1051,8 @@ pub struct CompletionData {
     pub started_ns: u64,
     /// Finish time.
     pub finished_ns: u64,
+    /// The GPU dispatcher's hops (see `Completion::gpu_hops`); read back only.
+    pub gpu_hops: [u32; 2],
 }
 
 /// Checks that every table the header describes lies inside the object, in order, aligned

@@ -128,3 +128,146 @@ pub fn copy_bandwidths(ordinal: i32, bytes: usize, reps: usize) -> Result<(f64, 
     };
     Ok((med(d2d), med(h2d)))
 }
+
+/// The bare cross-process mailbox of `shared/probes/gpu1` (GPU-FACTS §1): one GPU thread
+/// polls a request word in a shared mapping with volatile loads, answers `arg + 1`, fences
+/// (`__threadfence_system`) and writes the done word. The job round trip of the persistent
+/// service is compared with it in the same run.
+const MAILBOX_CU: &str = r#"
+struct bpft_mb {
+    volatile unsigned long long seq_req, seq_done;
+    volatile int arg, result;
+    volatile int stop;
+};
+struct bpft_mb_params { unsigned long long mb; };
+extern "C" __global__ void bpft_persistent(bpft_mb_params p) {
+    bpft_mb *mb = (bpft_mb *)p.mb;
+    if (threadIdx.x != 0 || blockIdx.x != 0) return;
+    unsigned long long last = 0;
+    for (;;) {
+        unsigned long long s;
+        do {
+            s = mb->seq_req;
+            if (mb->stop) return;
+        } while (s == last);
+        last = s;
+        mb->result = mb->arg + 1;
+        __threadfence_system();
+        mb->seq_done = s;
+    }
+}
+extern "C" __global__ void bpft_empty(unsigned long long *out, unsigned long long v) {}
+"#;
+
+/// Offsets in the bare mailbox's line: request seq, done seq, argument, result, stop.
+pub mod mailbox {
+    /// Request sequence (client writes).
+    pub const SEQ_REQ: usize = 0;
+    /// Done sequence (GPU writes).
+    pub const SEQ_DONE: usize = 8;
+    /// Argument (client writes, i32).
+    pub const ARG: usize = 16;
+    /// Result (GPU writes, i32): `arg + 1`.
+    pub const RESULT: usize = 20;
+    /// Nonzero: the kernel exits.
+    pub const STOP: usize = 24;
+}
+
+/// A running bare mailbox kernel over a caller-owned shared mapping.
+pub struct BareMailbox {
+    gpu: Gpu,
+    lib: Option<super::driver::Library>,
+    stream: super::driver::Stream,
+    host: *mut u8,
+}
+
+impl BareMailbox {
+    /// Registers `host` (a page-aligned shared mapping of at least 4096 bytes, zeroed, that
+    /// outlives this value) and launches the polling kernel. Another process that maps the
+    /// same file submits by writing plain memory (see [`mailbox`]).
+    pub fn start(ordinal: i32, host: *mut u8) -> Result<BareMailbox, DeviceError> {
+        let gpu = Gpu::open(ordinal)?;
+        let sm = super::device_sm(ordinal)?;
+        let opts = cudarc::nvrtc::CompileOptions {
+            arch: Some(if sm >= 90 { "compute_90" } else { "compute_80" }),
+            ..Default::default()
+        };
+        let ptx = cudarc::nvrtc::compile_ptx_with_opts(MAILBOX_CU, opts)
+            .map_err(|e| DeviceError::Call {
+                call: "nvrtc",
+                code: format!("{e:?}"),
+                log: String::new(),
+            })?
+            .to_src();
+        let cubin = gpu.link(&[("mailbox.ptx", &ptx)])?;
+        let mut lib = gpu.load_library(&cubin)?;
+        let stream = gpu.stream()?;
+        let dev = gpu.register(host, 4096)?;
+        #[repr(C)]
+        struct Params {
+            mb: u64,
+        }
+        gpu.launch_persistent(&mut lib, stream, 1, 32, &Params { mb: dev })?;
+        Ok(BareMailbox {
+            gpu,
+            lib: Some(lib),
+            stream,
+            host,
+        })
+    }
+
+    /// Stops the kernel and releases the registration.
+    pub fn stop(mut self) -> Result<(), DeviceError> {
+        // SAFETY: `host` is the live mapping `start` registered; STOP is an aligned u32.
+        let stop =
+            unsafe { &*(self.host.add(mailbox::STOP) as *const std::sync::atomic::AtomicU32) };
+        stop.store(1, std::sync::atomic::Ordering::Release);
+        self.gpu.sync(self.stream)?;
+        self.gpu.unregister(self.host);
+        if let Some(l) = self.lib.take() {
+            self.gpu.unload(l);
+        }
+        Ok(())
+    }
+}
+
+/// The client side of [`BareMailbox`]: `n` round trips (after `warm` unmeasured ones) over
+/// the mapping at `host`, as the probe does them; returns the latencies in µs, or an error
+/// when an answer is wrong or takes longer than two seconds.
+pub fn mailbox_round_trips(host: *mut u8, warm: usize, n: usize) -> Result<Vec<f64>, String> {
+    use std::sync::atomic::{AtomicI32, AtomicU64, Ordering, fence};
+    // SAFETY: the caller passes a live shared mapping of at least 4096 bytes; the words
+    // are naturally aligned and shared with the GPU through atomics only.
+    let (req, done, arg, res) = unsafe {
+        (
+            &*(host.add(mailbox::SEQ_REQ) as *const AtomicU64),
+            &*(host.add(mailbox::SEQ_DONE) as *const AtomicU64),
+            &*(host.add(mailbox::ARG) as *const AtomicI32),
+            &*(host.add(mailbox::RESULT) as *const AtomicI32),
+        )
+    };
+    let start = done.load(Ordering::Acquire);
+    let mut out = Vec::with_capacity(n);
+    for i in 1..=(warm + n) as u64 {
+        let seq = start + i;
+        let t = Instant::now();
+        arg.store(seq as i32, Ordering::Relaxed);
+        // ORDERING: the argument is visible before the request (the probe's seq_cst fence).
+        fence(Ordering::SeqCst);
+        req.store(seq, Ordering::Relaxed);
+        while done.load(Ordering::Acquire) != seq {
+            if t.elapsed().as_secs() >= 2 {
+                return Err(format!("round trip {i}: no answer in 2 s"));
+            }
+            std::hint::spin_loop();
+        }
+        let el = t.elapsed().as_secs_f64() * 1e6;
+        if res.load(Ordering::Relaxed) != (seq as i32).wrapping_add(1) {
+            return Err(format!("round trip {i}: wrong answer"));
+        }
+        if i as usize > warm {
+            out.push(el);
+        }
+    }
+    Ok(out)
+}

@@ -64,7 +64,51 @@ pub fn layout_header() -> String {
         }
     }
     s.push_str("};\n");
+    let _ = writeln!(
+        s,
+        "#define BPFT_INLINE_WORDS {}",
+        shm_maps::layout::INLINE_WORDS
+    );
+    s.push_str(&check_c());
     s
+}
+
+/// `bpft_inline_words(w)` and `bpft_slot_check(seq, w, iw)`: `shm_maps::layout`'s
+/// `inline_words` and `slot_check` in C, generated from their constants (`w`: the 15
+/// descriptor words, `iw`: the slot's inline words). Plain C, so a test compiles it with the
+/// host compiler and compares it with the Rust functions; the runtime defines `BPFT_FN` as
+/// a device function.
+pub fn check_c() -> String {
+    use shm_maps::layout::{
+        CHECK_MIX_MUL, CHECK_SEQ_MUL, CHECK_WORD_MUL, INLINE_MAX, INLINE_WORDS, job_flags,
+    };
+    format!(
+        "#ifndef BPFT_FN\n#define BPFT_FN static inline\n#endif\n\
+         BPFT_FN unsigned long long bpft_check_mix(unsigned long long z) {{\n\
+         \x20   z = (z ^ (z >> 30)) * {m0:#x}ull;\n\
+         \x20   z = (z ^ (z >> 27)) * {m1:#x}ull;\n\
+         \x20   return z ^ (z >> 31);\n}}\n\
+         BPFT_FN int bpft_inline_words(const unsigned long long *w) {{\n\
+         \x20   unsigned long long flags = w[0] >> 32, n = w[1], rec = w[6] & 0xffffffffull;\n\
+         \x20   if (!(flags & {inline_flag}ull) || n > {max}ull || n * rec > {max}ull) return 0;\n\
+         \x20   return (int)((n * rec + 7) / 8);\n}}\n\
+         BPFT_FN unsigned long long bpft_slot_check(unsigned long long seq, const unsigned long long *w,\n\
+         \x20                                          const unsigned long long *iw) {{\n\
+         \x20   unsigned long long s = seq * {seq:#x}ull, h = 0;\n\
+         \x20   for (int i = 0; i < 15; i++)\n\
+         \x20       h ^= bpft_check_mix(w[i] + s + (unsigned long long)(i + 1) * {word:#x}ull);\n\
+         \x20   int m = bpft_inline_words(w);\n\
+         \x20   for (int i = 0; i < {iwords}; i++)\n\
+         \x20       if (i < m) h ^= bpft_check_mix(iw[i] + s + (unsigned long long)(i + 16) * {word:#x}ull);\n\
+         \x20   return h;\n}}\n",
+        m0 = CHECK_MIX_MUL[0],
+        m1 = CHECK_MIX_MUL[1],
+        seq = CHECK_SEQ_MUL,
+        word = CHECK_WORD_MUL,
+        inline_flag = job_flags::INLINE,
+        max = INLINE_MAX,
+        iwords = INLINE_WORDS,
+    )
 }
 
 /// The whole translation unit NVRTC compiles: layout macros, interpreter, runtime.
@@ -72,7 +116,7 @@ pub fn runtime_source() -> String {
     // The interpreter stays a function of its own: its register needs must not set the
     // kernel's, nor spill around the native path's calls.
     format!(
-        "{}\n#define BPF_INTERP_API static __noinline__ __device__\n#line 1 \"bpf_interp.cuh\"\n{}\n#line 1 \"runtime.cu\"\n{}",
+        "#define BPFT_FN static __device__ __forceinline__\n{}\n#define BPF_INTERP_API static __noinline__ __device__\n#line 1 \"bpf_interp.cuh\"\n{}\n#line 1 \"runtime.cu\"\n{}",
         layout_header(),
         INTERP_CUH,
         RUNTIME_CU
@@ -116,7 +160,14 @@ pub fn compile_runtime(sm: u32) -> Result<String, DeviceError> {
         name: Some("bpftime_runtime.cu".into()),
         ..Default::default()
     };
-    cudarc::nvrtc::compile_ptx_with_opts(runtime_source(), opts)
+    // A tuning knob for measurements: C text put before the runtime (e.g. a different
+    // `BPFT_COMPLETION_FENCE`). Logged, so a figure taken with it says so.
+    let mut src = runtime_source();
+    if let Ok(pre) = std::env::var("BPFTIME_CUDA_PRELUDE") {
+        tracing::warn!(prelude = %pre, "runtime compiled with BPFTIME_CUDA_PRELUDE");
+        src = format!("{pre}\n{src}");
+    }
+    cudarc::nvrtc::compile_ptx_with_opts(src, opts)
         .map(|p| p.to_src())
         .map_err(|e| DeviceError::Call {
             call: "nvrtcCompileProgram",
@@ -208,7 +259,8 @@ mod tests {
     #[test]
     fn layout_header_names_every_field_with_its_offset() {
         let h = layout_header();
-        assert!(h.contains("#define BPFT_OFF_QueueSlot_desc 8\n"));
+        assert!(h.contains("#define BPFT_OFF_QueueSlot_desc 16\n"));
+        assert!(h.contains("#define BPFT_OFF_QueueSlot_check 8\n"));
         assert!(h.contains("#define BPFT_SIZE_JobDesc 120\n"));
         assert!(h.contains("#define BPFT_SIZE_Completion 128\n"));
         let off = std::mem::offset_of!(shm_maps::layout::Completion, finished_ns);
@@ -216,6 +268,72 @@ mod tests {
         for (st, f, _) in shm_maps::layout::FIELDS {
             assert_eq!(h.matches(&format!("BPFT_OFF_{st}_{f} ")).count(), 1);
         }
+    }
+
+    /// The generated C copy of the slot check, compiled by the host's C compiler, against
+    /// `shm_maps::layout::{inline_words, slot_check}` on descriptors of random words, half
+    /// of them inline jobs.
+    #[test]
+    fn the_generated_slot_check_equals_the_rust_one() {
+        let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+        let dir = std::env::temp_dir().join(format!("bpft-check-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut rng = 0x2545_f491_4f6c_dd1du64;
+        let mut next = || {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng
+        };
+        let mut src = check_c();
+        src.push_str("#include <stdio.h>\nint main(void) {\n");
+        let mut want = String::new();
+        for case in 0..64 {
+            let seq = if case == 0 { 1 } else { next() };
+            let mut w: [u64; 15] = std::array::from_fn(|_| if case == 1 { 0 } else { next() });
+            if case >= 32 {
+                // Inline jobs of 0..=130 bytes (n records of rec bytes), some too long.
+                let flags = shm_maps::layout::job_flags::INLINE as u64 | (next() & 0x11);
+                w[0] = (w[0] & 0xffff_ffff) | flags << 32;
+                w[1] = 1 + next() % 3;
+                w[6] = (w[6] & !0xffff_ffff) | (next() % 50);
+            }
+            let iw: [u64; 15] = std::array::from_fn(|_| next());
+            // SAFETY: JobDesc is 15 plain u64-sized words with no padding.
+            let d: shm_maps::JobDesc = unsafe { std::mem::transmute(w) };
+            let list = |v: &[u64]| {
+                v.iter()
+                    .map(|x| format!("{x}ull"))
+                    .collect::<Vec<_>>()
+                    .join(",")
+            };
+            let _ = writeln!(
+                src,
+                "  {{ unsigned long long w[15] = {{{}}}, iw[15] = {{{}}}; printf(\"%d %llu\\n\", bpft_inline_words(w), bpft_slot_check({seq}ull, w, iw)); }}",
+                list(&w),
+                list(&iw)
+            );
+            let _ = writeln!(
+                want,
+                "{} {}",
+                shm_maps::layout::inline_words(&d),
+                shm_maps::layout::slot_check(seq, &d, &iw)
+            );
+        }
+        src.push_str("  return 0;\n}\n");
+        std::fs::write(dir.join("check.c"), src).unwrap();
+        let st = std::process::Command::new(&cc)
+            .args(["-O2", "-o"])
+            .arg(dir.join("check"))
+            .arg(dir.join("check.c"))
+            .status()
+            .unwrap_or_else(|e| panic!("the C compiler `{cc}` runs: {e}"));
+        assert!(st.success(), "the generated check compiles as C");
+        let out = std::process::Command::new(dir.join("check"))
+            .output()
+            .unwrap();
+        assert_eq!(String::from_utf8_lossy(&out.stdout), want);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

@@ -69,13 +69,17 @@ pub struct Ctl {
     pub head: AtomicU64,
     /// GPU: jobs taken in this generation.
     pub jobs_taken: AtomicU64,
-    /// GPU: idle polls.
-    pub polls: AtomicU64,
+    /// GPU: queue slots whose check word did not match the descriptor words read with it
+    /// (a read that raced the producer); each was read again in order.
+    pub torn_reads: AtomicU64,
     /// GPU: 1 while the dispatcher runs.
     pub running: AtomicU32,
     /// GPU: generation number once drained.
     pub exited: AtomicU32,
-    _pad2: [u64; 12],
+    /// GPU: polls that took at least one job, in this generation (with `jobs_taken`, the
+    /// mean batch; refreshed every 256 batches and at exit).
+    pub batches: AtomicU64,
+    _pad2: [u64; 11],
 }
 
 /// `struct bpft_done`: a job the GPU finished.
@@ -217,6 +221,17 @@ pub struct CudaStatus {
     pub worker_pid: u32,
     /// Trace-ring records the host consumed since the worker started.
     pub trace_records: u64,
+    /// Queue slots whose one-burst read raced the producer and were read again in order
+    /// (see `shm_maps::layout::slot_check`), since the worker started.
+    #[serde(default)]
+    pub torn_reads: u64,
+    /// Jobs the dispatcher took from the queue, and in how many polls, in this generation
+    /// (refreshed every 256 polls that took jobs).
+    #[serde(default)]
+    pub jobs_taken: u64,
+    /// See `jobs_taken`.
+    #[serde(default)]
+    pub batches: u64,
 }
 
 /// Times of the last generation build.

@@ -50,6 +50,8 @@ pub const FAULT_EXIT: i32 = 3;
 const TIER_INTERP: u32 = 1;
 const TIER_NATIVE: u32 = 2;
 const TIER_HOST: u32 = 3;
+/// Device scratch of the dispatcher: one 128-byte line per lane for inline job input.
+const SCRATCH_BYTES: usize = 32 * 128;
 const STATE_BYTES: usize = 128;
 /// `sizeof(struct bpft_djob)` rounded up.
 const DJOB_BYTES: usize = 320;
@@ -87,6 +89,7 @@ struct Params {
     trace_buf: u64,
     time_offset: u64,
     max_insns: u64,
+    scratch: u64,
     queue_mask: u32,
     max_progs: u32,
     completions_total: u32,
@@ -103,7 +106,7 @@ const _: () = {
     use std::mem::{offset_of, size_of};
     assert!(size_of::<ProgEntry>() == 64);
     assert!(offset_of!(ProgEntry, interp) == 16);
-    assert!(size_of::<Params>() == 17 * 8 + 10 * 4);
+    assert!(size_of::<Params>() == 18 * 8 + 10 * 4);
 };
 
 fn as_bytes<T: Copy>(v: &T) -> &[u8] {
@@ -284,6 +287,7 @@ impl Worker {
         let jobs = gpu.alloc(JOB_RING as usize * DJOB_BYTES)?;
         let code = gpu.alloc(CODE_ARENA as usize)?;
         let dev_arena = gpu.alloc(args.cfg.device_arena as usize)?;
+        let scratch = gpu.alloc(SCRATCH_BYTES)?;
         gpu.memset32(copy, state, 0, STATE_BYTES / 4)?;
         gpu.memset32(copy, prog_index, 0, MAX_PROGS as usize)?;
         gpu.memset32(copy, progs, 0, MAX_ENTRIES as usize * 16)?;
@@ -314,6 +318,7 @@ impl Worker {
             trace_buf: mb + TRACE_OFF,
             time_offset: monotonic_ns().wrapping_sub(wall),
             max_insns: args.cfg.max_insns,
+            scratch,
             queue_mask: h.queue_capacity - 1,
             max_progs: MAX_PROGS,
             completions_total: h.max_clients * h.completions_per_client,
@@ -418,6 +423,9 @@ impl Worker {
             swaps: self.swaps,
             last_swap_pause_ns: self.last_pause,
             worker_pid: std::process::id(),
+            torn_reads: self.ctl().torn_reads.load(Ordering::Relaxed),
+            jobs_taken: self.ctl().jobs_taken.load(Ordering::Relaxed),
+            batches: self.ctl().batches.load(Ordering::Relaxed),
             ..Default::default()
         }
     }

@@ -33,6 +33,12 @@ typedef unsigned char u8;
 
 #define FULL_MASK 0xffffffffu
 
+// The fence between a completion's fields and its DONE word (a tuning knob: the host may
+// define it, e.g. "fence.sc.sys;", to compare).
+#ifndef BPFT_COMPLETION_FENCE
+#define BPFT_COMPLETION_FENCE "fence.acq_rel.sys;"
+#endif
+
 // ---- memory-order primitives (generic addresses; host-mapped memory is global) ----
 
 __device__ __forceinline__ void ld_acq_sys_v2(const void *p, u64 &a, u64 &b) {
@@ -64,6 +70,34 @@ __device__ __forceinline__ void st_rel_sys32(void *p, u32 v) {
 }
 __device__ __forceinline__ void st_rlx_sys(void *p, u64 v) {
     asm volatile("st.relaxed.sys.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+__device__ __forceinline__ void st_rlx_sys_v2(void *p, u64 a, u64 b) {
+    asm volatile("st.relaxed.sys.v2.u64 [%0], {%1, %2};" ::"l"(p), "l"(a), "l"(b) : "memory");
+}
+__device__ __forceinline__ void st_rlx_sys32_v2(void *p, u32 a, u32 b) {
+    asm volatile("st.relaxed.sys.v2.u32 [%0], {%1, %2};" ::"l"(p), "r"(a), "r"(b) : "memory");
+}
+// Plain (weak) stores for data that a later fence and strong store publish: they are not
+// serialized the way strong system-scope stores are (a tuning knob: 0 makes them strong).
+#ifndef BPFT_FIELD_WEAK
+#define BPFT_FIELD_WEAK 1
+#endif
+#if BPFT_FIELD_WEAK
+#define BPFT_ST_FIELD "st"
+#else
+#define BPFT_ST_FIELD "st.relaxed.sys"
+#endif
+__device__ __forceinline__ void st_fld(void *p, u64 v) {
+    asm volatile(BPFT_ST_FIELD ".u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+__device__ __forceinline__ void st_fld_v2(void *p, u64 a, u64 b) {
+    asm volatile(BPFT_ST_FIELD ".v2.u64 [%0], {%1, %2};" ::"l"(p), "l"(a), "l"(b) : "memory");
+}
+__device__ __forceinline__ void st_fld32(void *p, u32 v) {
+    asm volatile(BPFT_ST_FIELD ".u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+__device__ __forceinline__ void st_fld32_v2(void *p, u32 a, u32 b) {
+    asm volatile(BPFT_ST_FIELD ".v2.u32 [%0], {%1, %2};" ::"l"(p), "r"(a), "r"(b) : "memory");
 }
 __device__ __forceinline__ void st_rlx_sys32(void *p, u32 v) {
     asm volatile("st.relaxed.sys.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
@@ -97,8 +131,11 @@ __device__ __forceinline__ u64 globaltimer() {
 // `struct bpft_job_desc` is generated with the layout macros (device/src/cuda/source.rs),
 // from the same table whose offsets a Rust test compares with shm-maps' FIELDS.
 static_assert(sizeof(bpft_job_desc) == BPFT_SIZE_JobDesc, "JobDesc size");
-static_assert(BPFT_OFF_QueueSlot_desc == 8, "QueueSlot.desc");
-static_assert(BPFT_SIZE_QueueSlot == 128, "QueueSlot size");
+static_assert(BPFT_OFF_QueueSlot_check == 8, "QueueSlot.check");
+static_assert(BPFT_OFF_QueueSlot_desc == 16, "QueueSlot.desc");
+static_assert(BPFT_SIZE_QueueSlot == 256, "QueueSlot size");
+static_assert(BPFT_OFF_QueueSlot_inline == 136 && BPFT_INLINE_WORDS == 15,
+              "the dispatcher's 16-byte loads of a slot");
 
 // ---- host-shared control structures (device/src/cuda/runtime.rs mirrors these) ----
 
@@ -134,6 +171,7 @@ struct bpft_params {
     u64 trace_buf;       // trace ring, pinned (0: dropped)
     u64 time_offset;     // host CLOCK_MONOTONIC ns - %globaltimer ns (two's complement)
     u64 max_insns;       // interpreter budget per record
+    u64 scratch;         // device, 128 bytes per dispatcher lane: inline job input
     u32 queue_mask, max_progs;
     u32 completions_total, max_records;
     u32 job_mask, done_mask, fwd_mask, flags;
@@ -151,10 +189,11 @@ struct bpft_ctl {
     u64 pad1[12];
     u64 head;            // GPU: queue head at exit
     u64 jobs_taken;      // GPU: jobs taken from the queue in this generation
-    u64 polls;           // GPU: idle polls (approximate)
+    u64 torn_reads;      // GPU: slots whose check word did not match (read again in order)
     u32 running;         // GPU: 1 while the dispatcher runs
     u32 exited;          // GPU: generation number once the kernel has drained
-    u64 pad2[12];
+    u64 batches;         // GPU: polls that took jobs (with jobs_taken: the mean batch)
+    u64 pad2[11];
 };
 static_assert(sizeof(struct bpft_ctl) == 256, "bpft_ctl size");
 
@@ -327,28 +366,27 @@ __device__ __forceinline__ int run_record(const bpft_params &P, const bpft_prog 
 }
 
 // Writes the completion of a finished job and its done-log entry with one system-scope
-// fence: fields first (relaxed), then `fence.sc.sys`, then the log entry's seq and, for OK
+// fence: fields first (relaxed), then the fence, then the log entry's seq and, for OK
 // jobs, DONE (relaxed stores the fence orders after every field). With an error status
 // the host finalizes it (writes the message text, then publishes DONE). Waits while the
 // done log is a whole ring ahead of the host.
 __device__ void finish_job(const bpft_params &P, const bpft_job_desc &d, const bpft_prog &p,
                            s32 status, u64 done, u64 failed, u64 r0, u32 err_pc, u64 err_record,
-                           u32 err_code, u64 started) {
+                           u32 err_code, u64 started, u32 hop_poll = 0, u32 hop_fence = 0) {
     bpft_state *S = (bpft_state *)P.state;
     bpft_ctl *C = (bpft_ctl *)P.ctl;
     char *c = completion_ptr(P, d.completion);
     u64 fin = now_ns(P);
-    // 4-byte fields are stored as 4-byte words (status sits at offset 4: no wider store).
-    st_rlx_sys32(c + BPFT_OFF_Completion_status, (u32)status);
-    st_rlx_sys32(c + BPFT_OFF_Completion_message, 0);
-    st_rlx_sys32(c + BPFT_OFF_Completion_prog_version, p.version);
-    st_rlx_sys32(c + BPFT_OFF_Completion_prog_id, d.prog_id);
-    st_rlx_sys32(c + BPFT_OFF_Completion_err_pc, err_pc);
-    st_rlx_sys((u64 *)(c + BPFT_OFF_Completion_records_done), done);
-    st_rlx_sys((u64 *)(c + BPFT_OFF_Completion_records_failed), failed);
-    st_rlx_sys((u64 *)(c + BPFT_OFF_Completion_r0), r0);
-    st_rlx_sys((u64 *)(c + BPFT_OFF_Completion_started_ns), started);
-    st_rlx_sys((u64 *)(c + BPFT_OFF_Completion_finished_ns), fin);
+    // Fields in as few stores as the layout allows (asserted below): status alone (offset
+    // 4), then pairs, each as wide as its alignment permits (8 bytes for two u32, 16 for
+    // two u64). The client's tag and submit time (48..64) are not touched.
+    st_fld32(c + BPFT_OFF_Completion_status, (u32)status);
+    st_fld32_v2(c + BPFT_OFF_Completion_message, 0, p.version);
+    st_fld32_v2(c + BPFT_OFF_Completion_prog_id, d.prog_id, err_pc);
+    st_fld((u64 *)(c + BPFT_OFF_Completion_records_done), done);
+    st_fld_v2(c + BPFT_OFF_Completion_records_failed, failed, r0);  // 16-byte aligned
+    st_fld_v2(c + BPFT_OFF_Completion_started_ns, started, fin);
+    st_fld32_v2(c + BPFT_OFF_Completion_gpu_hops, hop_poll, hop_fence);
     u64 pos = atomicAdd(&S->done_pos, 1ull);
     // Read the host's position over PCIe only when the cached one says the log is full.
     if (pos - ld_rlx_gpu(&S->done_seen) > P.done_mask) {
@@ -358,21 +396,25 @@ __device__ void finish_job(const bpft_params &P, const bpft_job_desc &d, const b
     }
     bpft_done *slot = (bpft_done *)P.done_log + (pos & P.done_mask);
     u64 *dst = (u64 *)slot;
-    st_rlx_sys((u64 *)((char *)slot + 8), (u64)d.completion | ((u64)d.client << 32));
-    st_rlx_sys((u64 *)((char *)slot + 16), (u64)(u32)status | ((u64)err_pc << 32));
-    st_rlx_sys(dst + 3, err_record);
-    st_rlx_sys(dst + 4, (u64)err_code | ((u64)(status != ST_OK) << 32));
-    st_rlx_sys(dst + 5, fin - started);
-    st_rlx_sys(dst + 6, done);
-    st_rlx_sys(dst + 7, failed);
-    asm volatile("fence.sc.sys;" ::: "memory");
+    st_fld(dst + 1, (u64)d.completion | ((u64)d.client << 32));
+    st_fld_v2(dst + 2, (u64)(u32)status | ((u64)err_pc << 32), err_record);
+    st_fld_v2(dst + 4, (u64)err_code | ((u64)(status != ST_OK) << 32), fin - started);
+    st_fld_v2(dst + 6, done, failed);
+    asm volatile(BPFT_COMPLETION_FENCE ::: "memory");
     st_rlx_sys(&slot->seq, pos + 1);
     if (status == ST_OK) st_rlx_sys32(c + BPFT_OFF_Completion_state, CS_DONE);
 }
 static_assert(sizeof(struct bpft_done) == 64 && BPFT_OFF_Completion_state == 0, "done entry words");
-static_assert(BPFT_OFF_Completion_records_done % 8 == 0 && BPFT_OFF_Completion_r0 % 8 == 0 &&
-                  BPFT_OFF_Completion_started_ns % 8 == 0 && BPFT_OFF_Completion_finished_ns % 8 == 0,
-              "8-byte completion fields are 8-byte aligned");
+static_assert(BPFT_OFF_Completion_status == 4 && BPFT_OFF_Completion_message == 8 &&
+                  BPFT_OFF_Completion_prog_version == 12 && BPFT_OFF_Completion_prog_id == 16 &&
+                  BPFT_OFF_Completion_err_pc == 20 && BPFT_OFF_Completion_records_done == 24 &&
+                  BPFT_OFF_Completion_records_failed == 32 && BPFT_OFF_Completion_r0 == 40 &&
+                  BPFT_OFF_Completion_started_ns == 64 && BPFT_OFF_Completion_finished_ns == 72,
+              "the paired completion stores");
+static_assert(BPFT_SIZE_Completion % 128 == 0 && BPFT_OFF_Completion_message % 8 == 0 &&
+                  BPFT_OFF_Completion_prog_id % 8 == 0 && BPFT_OFF_Completion_records_failed % 16 == 0 &&
+                  BPFT_OFF_Completion_started_ns % 16 == 0 && BPFT_OFF_Completion_gpu_hops % 8 == 0,
+              "vector stores need their width's alignment (a misaligned one kills the context)");
 
 // Hands a job to the host runner.
 __device__ void forward(const bpft_params &P, const bpft_job_desc &d) {
@@ -391,13 +433,14 @@ __device__ void forward(const bpft_params &P, const bpft_job_desc &d) {
 
 // The short path: one record, run by the dispatcher lane that took the job.
 __device__ void run_short(const bpft_params &P, const bpft_job_desc &d, const bpft_prog &p,
-                          u64 in_base, u64 out_base, u64 res_base, u64 started) {
+                          u64 in_base, u64 out_base, u64 res_base, u64 started, u32 hop_poll,
+                          u32 hop_fence) {
     u64 r0 = 0;
     u32 err_pc = 0;
     int e = run_record(P, p, d, in_base, out_base, 0, &r0, &err_pc);
     if (res_base) st_rlx_sys((u64 *)res_base, e ? ~0ull : r0);
     finish_job(P, d, p, e ? ST_RUNTIME_ERROR : ST_OK, e ? 0 : 1, e ? 1 : 0, e ? 0 : r0, err_pc,
-               0, (u32)e, started);
+               0, (u32)e, started, hop_poll, hop_fence);
 }
 
 // Publishes a multi-record job to the ring. Reusing a slot waits until its previous job
@@ -466,64 +509,102 @@ __device__ void dispatcher(const bpft_params &P) {
     const u64 cap = (u64)P.queue_mask + 1;
     u64 *head_word = (u64 *)(P.queue_hdr + BPFT_OFF_QueueHeader_head);
     u64 pos = ld_acq_sys(head_word);
-    u64 taken = 0;
-    u32 idle = 0;
-    u32 batches = 0;
+    u64 taken = 0, batches = 0, torn = ld_rlx_sys(&C->torn_reads);
+    // Slot staging: 32 slots of 32 words (256 bytes), one per lane.
+    __shared__ u64 stage[32][32];
+    u32 width = 1;  // lanes that read a slot in the next poll
     if (lane == 0) st_rlx_sys32(&C->running, 1);
     for (;;) {
-        int ready = 0;
-        if (lane == 0) {
-            u64 seq, w1;
-            ld_acq_sys_v2((const void *)(P.slots + (pos & P.queue_mask) * BPFT_SIZE_QueueSlot), seq, w1);
-            ready = seq == pos + 1;
-        }
-        ready = __shfl_sync(FULL_MASK, ready, 0);
-        if (!ready) {
-            if (++idle >= 32) {
-                idle = 0;
-                u32 stop = lane == 0 ? ld_acq_sys32(&C->stop) : 0;
-                if (__shfl_sync(FULL_MASK, stop, 0)) break;
-            }
-            continue;
-        }
-        idle = 0;
-        // Under steady load the queue is never empty: look at the stop word every 8th
-        // batch too, so a generation swap never waits for the clients to pause.
-        if ((++batches & 7) == 0) {
-            u32 stop = lane == 0 ? ld_acq_sys32(&C->stop) : 0;
-            if (__shfl_sync(FULL_MASK, stop, 0)) break;
-        }
-        // Take every consecutive ready slot, one per lane. Lane 0's slot is known ready:
-        // it reads its descriptor while the other lanes look at their slots' seq words, so
-        // a lone job costs one PCIe round trip here, not two.
+        // One poll is one burst of loads per lane below `width`, all in flight at once:
+        // the slot's descriptor words (relaxed), then its seq and check words (acquire,
+        // issued last so it does not hold the others back). Lane 31 reads the stop word in
+        // the same round. A job costs one PCIe round trip to find and read, not two.
         const u64 my = pos + lane;
         char *slot = (char *)(P.slots + (my & P.queue_mask) * BPFT_SIZE_QueueSlot);
+        const char *src = slot + BPFT_OFF_QueueSlot_desc;
+        const char *isrc = slot + BPFT_OFF_QueueSlot_inline;
         bpft_job_desc d;
         u64 *dw = (u64 *)&d;
-        const char *src = slot + BPFT_OFF_QueueSlot_desc;
-        int mine = 1;
-        if (lane == 0) {
-            dw[0] = ld_rlx_sys(src);
+        u64 iw[BPFT_INLINE_WORDS];  // the slot's inline input words
+        u64 seq = 0, chk = 0;
+        u32 stop = 0;
+        // The slot bodies (bytes 16..256) with coalesced loads: one instruction reads two
+        // slots, each lane 16 bytes (lanes 0..15 the first slot, 16..31 the second), so a
+        // slot costs two 128-byte PCIe reads, not 15 small ones. All are in flight before
+        // any is used; they land in shared memory, where each lane picks up its own slot.
+        const u32 half = lane >> 4, chunk = lane & 15;
+        u64 body[16][2];
+        // seq and check first, relaxed: an acquire load would hold back every load after it
+        // (one more round trip), and one issued last waited for all before it (measured:
+        // bench/results/gpu_service.md). Acquire comes from one fence once a job is ready.
+        const u64 t_poll = globaltimer();
+        if (lane < width) ld_rlx_sys_v2(slot, seq, chk);
 #pragma unroll
-            for (int i = 1; i < 15; i += 2) ld_rlx_sys_v2(src + 8 * i, dw[i], dw[i + 1]);
-        } else {
-            mine = ld_acq_sys(slot) == my + 1;
+        for (u32 i = 0; i < 16; i++) {
+            const u32 j = 2 * i + half;
+            if (chunk != 0 && j < width)
+                ld_rlx_sys_v2((const void *)(P.slots + ((pos + j) & P.queue_mask) * BPFT_SIZE_QueueSlot + 16 * chunk),
+                              body[i][0], body[i][1]);
         }
-        u32 mask = __ballot_sync(FULL_MASK, mine);
-        u32 k = (~mask == 0) ? 32 : (__ffs(~mask) - 1);
-        u64 started = now_ns(P);
-        if (lane < k) {
-            if (lane != 0) {
-                dw[0] = ld_rlx_sys(src);
+        if (lane == 31) stop = ld_acq_sys32(&C->stop);
 #pragma unroll
-                for (int i = 1; i < 15; i += 2) ld_rlx_sys_v2(src + 8 * i, dw[i], dw[i + 1]);
+        for (u32 i = 0; i < 16; i++) {
+            const u32 j = 2 * i + half;
+            if (chunk != 0 && j < width) {
+                stage[j][2 * chunk] = body[i][0];
+                stage[j][2 * chunk + 1] = body[i][1];
             }
-            if (d.completion < P.completions_total)
-                st_rlx_sys32(completion_ptr(P, d.completion) + BPFT_OFF_Completion_state, CS_RUNNING);
         }
+        __syncwarp();
+        if (lane < width) {
+#pragma unroll
+            for (int i = 0; i < 15; i++) dw[i] = stage[lane][2 + i];
+#pragma unroll
+            for (int i = 0; i < BPFT_INLINE_WORDS; i++) iw[i] = stage[lane][17 + i];
+        }
+        __syncwarp();
+        int ready = 0, retry = 0;
+        if (lane < width && seq == my + 1) {
+            ready = 1;
+            if (chk != bpft_slot_check(seq, dw, iw)) {
+                // The burst raced the producer (or the producer wrote no check word): the
+                // loads were not ordered after the seq load. These are.
+                asm volatile("fence.acq_rel.sys;" ::: "memory");
+#pragma unroll
+                for (int i = 0; i < 15; i++) dw[i] = ld_rlx_sys(src + 8 * i);
+#pragma unroll
+                for (int i = 0; i < BPFT_INLINE_WORDS; i++) iw[i] = ld_rlx_sys(isrc + 8 * i);
+                retry = 1;
+            }
+        }
+        const u32 retried = __ballot_sync(FULL_MASK, retry);
+        if (retried) {
+            torn += __popc(retried);
+            if (lane == 0) st_rlx_sys(&C->torn_reads, torn);
+        }
+        if (__shfl_sync(FULL_MASK, stop, 31)) break;
+        // Take the ready slots from the head on, one per lane.
+        const u32 mask = __ballot_sync(FULL_MASK, ready);
+        const u32 k = (~mask == 0) ? 32 : (__ffs(~mask) - 1);
+        width = k == width ? (width < 16 ? 2 * width : 32) : k + 1;
+        if (k == 0) continue;
+        // The seq loads were relaxed: order what the clients wrote before submitting (a
+        // relaxed load that saw their release store, then a fence: an acquire pattern).
+        const u64 t_seen = globaltimer();
+        asm volatile("fence.acq_rel.sys;" ::: "memory");
+        u64 started = now_ns(P);
+        const u32 hop_poll = (u32)(t_seen - t_poll), hop_fence = (u32)(started - P.time_offset - t_seen);
+        if (lane < k && d.completion < P.completions_total)
+            st_fld32(completion_ptr(P, d.completion) + BPFT_OFF_Completion_state, CS_RUNNING);
         pos += k;
         taken += k;
-        if (lane == 0) st_rlx_sys(head_word, pos);
+        if (lane == 0) {
+            st_rlx_sys(head_word, pos);
+            if ((++batches & 255) == 0) {
+                st_rlx_sys(&C->jobs_taken, taken);
+                st_rlx_sys(&C->batches, batches);
+            }
+        }
         // Classify and run, lane by lane in queue order for ring publication.
         bpft_prog p;
         u64 in_base = 0, out_base = 0, res_base = 0;
@@ -536,7 +617,18 @@ __device__ void dispatcher(const bpft_params &P) {
                 kind = 3;
             }
         }
-        if (kind == 1) run_short(P, d, p, in_base, out_base, res_base, started);
+        if (kind == 1) {
+            // Inline input: run it from this lane's device scratch line, not over PCIe.
+            const int m = bpft_inline_words(dw);
+            if (m > 0) {
+                u64 *line = (u64 *)(P.scratch + 128 * lane);
+#pragma unroll
+                for (int i = 0; i < BPFT_INLINE_WORDS; i++)
+                    if (i < m) line[i] = iw[i];
+                in_base = (u64)line;
+            }
+            run_short(P, d, p, in_base, out_base, res_base, started, hop_poll, hop_fence);
+        }
         if (kind == 4) mailbox_ping(P, d, p, started);
         for (u32 l = 0; l < k; l++) {
             if (lane == l) {
@@ -572,6 +664,7 @@ __device__ void dispatcher(const bpft_params &P) {
         __threadfence();
         st_rlx_sys(&C->head, pos);
         st_rlx_sys(&C->jobs_taken, taken);
+        st_rlx_sys(&C->batches, batches);
         st_rlx_sys32(&C->running, 0);
     }
     __syncwarp();
