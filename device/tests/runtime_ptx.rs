@@ -71,6 +71,29 @@ fn runtime_compiles_and_assembles() {
     ptxas("dispatch", &dispatch);
 }
 
+/// The measured alternatives kept as knobs still compile and assemble: the one-burst poll
+/// and the sequentially consistent completion fence.
+#[test]
+fn the_runtime_knobs_compile_and_assemble() {
+    if !tools_or_skip() {
+        return;
+    }
+    for (name, pre) in [
+        ("one_burst", "#define BPFT_TWO_PHASE 0"),
+        (
+            "sc_fence",
+            "#define BPFT_COMPLETION_FENCE \"fence.sc.sys;\"",
+        ),
+    ] {
+        let ptx = source::compile_runtime_with(90, pre).expect("NVRTC compiles the variant");
+        assert!(
+            ptx.contains("fence.acq_rel.sys"),
+            "{name}: the acquire fence"
+        );
+        ptxas(name, &ptx);
+    }
+}
+
 #[test]
 fn a_layout_the_kernel_disagrees_with_does_not_compile() {
     if !tools_or_skip() {

@@ -582,6 +582,7 @@ mod tests {
                 // SAFETY: as above; flipping a bit of a plain integer field.
                 let mut bytes: [u8; 120] = unsafe { core::mem::transmute(d) };
                 bytes[i * 8 + bit / 8] ^= 1 << (bit % 8);
+                // SAFETY: any 120 bytes are a valid JobDesc (plain integers, no padding).
                 let e: JobDesc = unsafe { core::mem::transmute(bytes) };
                 assert!(seen.insert(slot_check(101, &e, &z)), "word {i} bit {bit}");
             }

@@ -316,6 +316,48 @@ mod tests {
         }
     }
 
+    /// What a GPU consumer sees in a published slot: the check word matches the descriptor
+    /// and the inline words it holds, which are the job's input bytes; a job pushed without
+    /// inline words loses its INLINE flag (the arena stays its input).
+    #[test]
+    fn slots_carry_their_check_word_and_inline_input() {
+        use crate::layout::{job_flags, slot_check};
+        let o = owned(4);
+        let q = JobQueue::new(&o.hdr, &o.slots);
+        let mut d = JobDesc {
+            n: 1,
+            in_rec_size: 12,
+            flags: job_flags::INLINE,
+            tag: 5,
+            ..Default::default()
+        };
+        let mut words = [0u64; INLINE_WORDS];
+        words[0] = 0x1111;
+        words[1] = 0x2222;
+        words[2] = 0x3333; // past the 12 input bytes: not copied
+        assert_eq!(q.push_batch_inline(&[d, d], &[words]), 2);
+        let s0 = &o.slots[0];
+        assert_eq!(s0.seq.load(Ordering::Acquire), 1);
+        assert_eq!(s0.inline[..3], [0x1111, 0x2222, 0]);
+        let mut copied = [0u64; INLINE_WORDS];
+        copied[..2].copy_from_slice(&words[..2]);
+        assert_eq!(
+            s0.check.load(Ordering::Relaxed),
+            slot_check(1, &s0.desc, &copied)
+        );
+        assert_eq!(s0.desc.flags, job_flags::INLINE);
+        // The second job had no inline words: not inline, and checked as such.
+        let s1 = &o.slots[1];
+        assert_eq!(s1.desc.flags, 0);
+        assert_eq!(
+            s1.check.load(Ordering::Relaxed),
+            slot_check(2, &s1.desc, &[0; INLINE_WORDS])
+        );
+        // A check word names its lap: the same job one lap later checks differently.
+        d.flags = 0;
+        assert_ne!(slot_check(1, &d, &copied), slot_check(5, &d, &copied));
+    }
+
     #[test]
     fn fifo_full_and_empty() {
         let o = owned(4);

@@ -581,7 +581,7 @@ impl Shared {
             // The client may have read and reused the slot already; count what is there.
             // A sample (every 16th job, and every failure): reading the completion is a
             // cache miss on a line the GPU just wrote.
-            if (pos % 16 == 0 || e.status != status::OK)
+            if (pos.is_multiple_of(16) || e.status != status::OK)
                 && let Some(c) = self.region.read_completion(comp)
                 && c.tag != 0
             {

@@ -232,12 +232,18 @@ impl BareMailbox {
 }
 
 /// The client side of [`BareMailbox`]: `n` round trips (after `warm` unmeasured ones) over
-/// the mapping at `host`, as the probe does them; returns the latencies in µs, or an error
-/// when an answer is wrong or takes longer than two seconds.
-pub fn mailbox_round_trips(host: *mut u8, warm: usize, n: usize) -> Result<Vec<f64>, String> {
+/// `map` (the shared mapping, page-aligned, 4096 bytes or more), as the probe does them;
+/// returns the latencies in µs, or an error when an answer is wrong or takes longer than
+/// two seconds.
+pub fn mailbox_round_trips(map: &[u8], warm: usize, n: usize) -> Result<Vec<f64>, String> {
     use std::sync::atomic::{AtomicI32, AtomicU64, Ordering, fence};
-    // SAFETY: the caller passes a live shared mapping of at least 4096 bytes; the words
-    // are naturally aligned and shared with the GPU through atomics only.
+    if map.len() < 4096 || !(map.as_ptr() as usize).is_multiple_of(4096) {
+        return Err("the mailbox mapping must be page-aligned and at least 4096 bytes".into());
+    }
+    let host = map.as_ptr();
+    // SAFETY: `map` is at least 4096 bytes and page-aligned (checked), so every word is in
+    // bounds and naturally aligned; the GPU and the other process change them, so they are
+    // accessed only through atomics (interior mutability, no `&mut` aliasing).
     let (req, done, arg, res) = unsafe {
         (
             &*(host.add(mailbox::SEQ_REQ) as *const AtomicU64),

@@ -143,8 +143,19 @@ fn compute_arch(sm: u32) -> &'static str {
     }
 }
 
-/// Compiles the runtime to relocatable PTX for `sm` with NVRTC.
+/// Compiles the runtime to relocatable PTX for `sm` with NVRTC (with
+/// `$BPFTIME_CUDA_PRELUDE` first, when set: a measurement knob).
 pub fn compile_runtime(sm: u32) -> Result<String, DeviceError> {
+    let prelude = std::env::var("BPFTIME_CUDA_PRELUDE").ok();
+    if let Some(pre) = &prelude {
+        tracing::warn!(prelude = %pre, "runtime compiled with BPFTIME_CUDA_PRELUDE");
+    }
+    compile_runtime_with(sm, prelude.as_deref().unwrap_or(""))
+}
+
+/// [`compile_runtime`] with `prelude` (C text, e.g. `#define BPFT_TWO_PHASE 0`) put before
+/// the runtime's source.
+pub fn compile_runtime_with(sm: u32, prelude: &str) -> Result<String, DeviceError> {
     if !nvrtc_present() {
         return Err(DeviceError::Call {
             call: "nvrtc",
@@ -160,13 +171,7 @@ pub fn compile_runtime(sm: u32) -> Result<String, DeviceError> {
         name: Some("bpftime_runtime.cu".into()),
         ..Default::default()
     };
-    // A tuning knob for measurements: C text put before the runtime (e.g. a different
-    // `BPFT_COMPLETION_FENCE`). Logged, so a figure taken with it says so.
-    let mut src = runtime_source();
-    if let Ok(pre) = std::env::var("BPFTIME_CUDA_PRELUDE") {
-        tracing::warn!(prelude = %pre, "runtime compiled with BPFTIME_CUDA_PRELUDE");
-        src = format!("{pre}\n{src}");
-    }
+    let src = format!("{prelude}\n{}", runtime_source());
     cudarc::nvrtc::compile_ptx_with_opts(src, opts)
         .map(|p| p.to_src())
         .map_err(|e| DeviceError::Call {

@@ -1,20 +1,21 @@
 // bpftime-super persistent GPU runtime.
 //
 // Compiled by NVRTC (-rdc) when the CUDA backend starts. The host prepends, in order:
-// the layout macros generated from shm-maps' `FIELDS` (device/src/cuda/layout.rs) and the
+// the layout macros and the slot check generated from shm-maps' layout (device/src/cuda/source.rs) and the
 // eBPF interpreter (bpf_interp.cuh). Each generation links this module with the JIT's PTX
 // of every native program and a generated `bpft_native` dispatch function.
 //
 // Roles inside one launch (grid = one block per SM, BPFT_THREADS threads per block):
-//   block 0, warp 0   the dispatcher: polls the shared-memory queue with one
-//                     ld.acquire.sys.v2 per poll, takes up to 32 ready jobs at once (one per
-//                     lane), runs one-record jobs itself (short path) and publishes larger
-//                     ones to the device job ring;
+//   block 0, warp 0   the dispatcher: polls the shared-memory queue with one burst of
+//                     loads per poll (each slot's seq and check words, descriptor and
+//                     inline input), takes up to 32 ready jobs at once (one per lane),
+//                     runs one-record jobs itself (short path) and publishes larger ones
+//                     to the device job ring;
 //   every other warp  a worker: walks the job ring in order, claims record chunks with
 //                     atomicAdd, runs them; the warp finishing a job's last chunk writes its
 //                     completion.
 //
-// Completions are written field by field and published with st.release.sys of DONE; a
+// Completions are written with plain paired stores, a system fence, then DONE; a
 // record of each finished job goes to the done log (pinned host memory) first, where a host
 // thread keeps the counters. A job that the GPU cannot or must not run (bad descriptor,
 // unknown program, host-tier program, variable-length records) goes to the forward ring,
@@ -35,15 +36,18 @@ typedef unsigned char u8;
 
 // The fence between a completion's fields and its DONE word (a tuning knob: the host may
 // define it, e.g. "fence.sc.sys;", to compare).
+// 1: the poll reads the seq and check words only, and a ready lane reads its descriptor
+// after the acquire fence; 0: one burst reads whole slots (the check word vouches for them).
+// A tuning knob, compared in bench/results/gpu_service.md.
+#ifndef BPFT_TWO_PHASE
+#define BPFT_TWO_PHASE 1
+#endif
 #ifndef BPFT_COMPLETION_FENCE
 #define BPFT_COMPLETION_FENCE "fence.acq_rel.sys;"
 #endif
 
 // ---- memory-order primitives (generic addresses; host-mapped memory is global) ----
 
-__device__ __forceinline__ void ld_acq_sys_v2(const void *p, u64 &a, u64 &b) {
-    asm volatile("ld.acquire.sys.v2.u64 {%0, %1}, [%2];" : "=l"(a), "=l"(b) : "l"(p) : "memory");
-}
 __device__ __forceinline__ u64 ld_acq_sys(const void *p) {
     u64 v;
     asm volatile("ld.acquire.sys.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
@@ -70,12 +74,6 @@ __device__ __forceinline__ void st_rel_sys32(void *p, u32 v) {
 }
 __device__ __forceinline__ void st_rlx_sys(void *p, u64 v) {
     asm volatile("st.relaxed.sys.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
-}
-__device__ __forceinline__ void st_rlx_sys_v2(void *p, u64 a, u64 b) {
-    asm volatile("st.relaxed.sys.v2.u64 [%0], {%1, %2};" ::"l"(p), "l"(a), "l"(b) : "memory");
-}
-__device__ __forceinline__ void st_rlx_sys32_v2(void *p, u32 a, u32 b) {
-    asm volatile("st.relaxed.sys.v2.u32 [%0], {%1, %2};" ::"l"(p), "r"(a), "r"(b) : "memory");
 }
 // Plain (weak) stores for data that a later fence and strong store publish: they are not
 // serialized the way strong system-scope stores are (a tuning knob: 0 makes them strong).
@@ -510,8 +508,10 @@ __device__ void dispatcher(const bpft_params &P) {
     u64 *head_word = (u64 *)(P.queue_hdr + BPFT_OFF_QueueHeader_head);
     u64 pos = ld_acq_sys(head_word);
     u64 taken = 0, batches = 0, torn = ld_rlx_sys(&C->torn_reads);
+#if !BPFT_TWO_PHASE
     // Slot staging: 32 slots of 32 words (256 bytes), one per lane.
     __shared__ u64 stage[32][32];
+#endif
     u32 width = 1;  // lanes that read a slot in the next poll
     if (lane == 0) st_rlx_sys32(&C->running, 1);
     for (;;) {
@@ -528,6 +528,52 @@ __device__ void dispatcher(const bpft_params &P) {
         u64 iw[BPFT_INLINE_WORDS];  // the slot's inline input words
         u64 seq = 0, chk = 0;
         u32 stop = 0;
+#if BPFT_TWO_PHASE
+        // Two phases: the seq and check words of `width` slots (one 16-byte load each, with
+        // the stop word: one round trip), then, once a job is ready and after the acquire
+        // fence, each ready lane reads its own slot: the descriptor (8 loads, the last one
+        // bringing the first inline word) and only the inline words its job has. Strong
+        // system-scope loads from one warp are served one after another, so what counts is
+        // how many there are (bench/results/gpu_service.md).
+        const u64 t_poll = globaltimer();
+        if (lane < width) ld_rlx_sys_v2(slot, seq, chk);
+        if (lane == 31) stop = ld_acq_sys32(&C->stop);
+        const int ready = lane < width && seq == my + 1;
+        if (__shfl_sync(FULL_MASK, stop, 31)) break;
+        const u32 mask = __ballot_sync(FULL_MASK, ready);
+        const u32 k = (~mask == 0) ? 32 : (__ffs(~mask) - 1);
+        width = k == width ? (width < 16 ? 2 * width : 32) : k + 1;
+        if (k == 0) continue;
+        // A relaxed load that saw the client's release store of seq, then a fence: every
+        // load below is ordered after it (an acquire pattern).
+        const u64 t_seen = globaltimer();
+        asm volatile("fence.acq_rel.sys;" ::: "memory");
+        int retry = 0;
+        if (lane < k) {
+#pragma unroll
+            for (int i = 0; i < 14; i += 2) ld_rlx_sys_v2(src + 8 * i, dw[i], dw[i + 1]);
+            ld_rlx_sys_v2(src + 8 * 14, dw[14], iw[0]);
+            const int m = bpft_inline_words(dw);
+#pragma unroll
+            for (int i = 1; i < BPFT_INLINE_WORDS; i += 2)
+                if (i < m) ld_rlx_sys_v2(isrc + 8 * i, iw[i], iw[i + 1]);
+            // Reads ordered after the fence cannot race the client: a mismatch means a
+            // client that writes no (or a wrong) check word. Read again one word at a time,
+            // counted.
+            retry = chk != bpft_slot_check(seq, dw, iw);
+            if (retry) {
+#pragma unroll
+                for (int i = 0; i < 15; i++) dw[i] = ld_rlx_sys(src + 8 * i);
+#pragma unroll
+                for (int i = 0; i < BPFT_INLINE_WORDS; i++) iw[i] = ld_rlx_sys(isrc + 8 * i);
+            }
+        }
+        const u32 retried = __ballot_sync(FULL_MASK, retry);
+        if (retried) {
+            torn += __popc(retried);
+            if (lane == 0) st_rlx_sys(&C->torn_reads, torn);
+        }
+#else
         // The slot bodies (bytes 16..256) with coalesced loads: one instruction reads two
         // slots, each lane 16 bytes (lanes 0..15 the first slot, 16..31 the second), so a
         // slot costs two 128-byte PCIe reads, not 15 small ones. All are in flight before
@@ -592,6 +638,7 @@ __device__ void dispatcher(const bpft_params &P) {
         // relaxed load that saw their release store, then a fence: an acquire pattern).
         const u64 t_seen = globaltimer();
         asm volatile("fence.acq_rel.sys;" ::: "memory");
+#endif
         u64 started = now_ns(P);
         const u32 hop_poll = (u32)(t_seen - t_poll), hop_fence = (u32)(started - P.time_offset - t_seen);
         if (lane < k && d.completion < P.completions_total)
