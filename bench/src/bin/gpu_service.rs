@@ -756,7 +756,11 @@ fn main() {
     res.insert(
         "run".into(),
         json!({"date": date, "commit": std::env::var("BPFTIME_COMMIT").unwrap_or_else(|_| "unknown".into()),
-               "device": st.gpu.as_ref().map(|g| g["device"].clone()), "driver": st.gpu.as_ref().map(|g| g["driver"].clone()),
+               "device": st.gpu.as_ref().map(|g| g["device"].clone()),
+               // The kernel module's version (580.x); the driver API gives only CUDA's (13.0).
+               "driver": format!("{} (CUDA {})",
+                   std::fs::read_to_string("/sys/module/nvidia/version").map(|v| v.trim().to_string()).unwrap_or_else(|_| "?".into()),
+                   st.gpu.as_ref().and_then(|g| g["driver"].as_str().map(str::to_string)).unwrap_or_default()),
                "rows": rows.clone().unwrap_or_else(|| "all".into())}),
     );
     save(&res);

@@ -89,6 +89,9 @@ struct Shared {
     /// The worker's device address of the region (to read trace format strings).
     region_dev: AtomicU64,
     last_status: Mutex<CudaStatus>,
+    /// Held while the done log or the forward ring is drained: the mailbox thread drains
+    /// them, and during a restart a helper does (`recover`); never both at once.
+    drain: Mutex<()>,
 }
 
 /// A running CUDA backend.
@@ -312,6 +315,7 @@ impl Shared {
             link: Mutex::new(None),
             standby: Mutex::new(None),
             standby_starting: AtomicBool::new(false),
+            drain: Mutex::new(()),
             last_restart: Mutex::new((0.0, false)),
             control,
             stats: Arc::new(WorkerStats::default()),
@@ -526,6 +530,7 @@ impl Shared {
 
     /// Processes up to `max` done-log entries.
     fn drain_done(&self, max: usize) -> usize {
+        let _one = lock(&self.drain);
         let ctl = self.ctl();
         let h = self.region.header();
         let mut pos = ctl.done_consumed.load(Ordering::Relaxed);
@@ -616,6 +621,7 @@ impl Shared {
 
     /// Runs forwarded jobs on the host runner.
     fn drain_fwd(&self, max: usize) -> usize {
+        let _one = lock(&self.drain);
         let ctl = self.ctl();
         let mut pos = ctl.fwd_consumed.load(Ordering::Relaxed);
         let mut n = 0;
@@ -795,7 +801,24 @@ impl Shared {
         let n = self.fail_taken(why);
         self.region_dev.store(0, Ordering::Release);
         self.clear_mailbox();
-        self.restart(n);
+        // While the new worker starts and receives the programs, this thread waits on the
+        // worker's replies. Its kernel serves the queue meanwhile and, at a million jobs a
+        // second, fills the done log (or the forward ring) within tens of milliseconds,
+        // then waits for room; a worker that waits for that kernel (a generation swap)
+        // would then wait forever. A helper drains both until the restart is over, so GPU
+        // progress never depends on the restart's requests.
+        let done = std::sync::atomic::AtomicBool::new(false);
+        std::thread::scope(|sc| {
+            sc.spawn(|| {
+                while !done.load(Ordering::Acquire) {
+                    if self.drain_done(4096) + self.drain_fwd(64) == 0 {
+                        std::thread::sleep(Duration::from_micros(50));
+                    }
+                }
+            });
+            self.restart(n);
+            done.store(true, Ordering::Release);
+        });
     }
 
     /// The accounting half of recovery, with no worker running: finishes what the dead
