@@ -257,11 +257,18 @@ mod tests {
                 gbps: Some(1.0),
             },
         );
-        let t = Instant::now();
-        for _ in 0..40 {
-            m.lookup(&0u32.to_le_bytes(), 0);
+        // The cap is an upper bound every time; how close a run comes to it depends on
+        // the machine's load (CI shares two cores), so the best of three must be within 10%.
+        let mut best = 0.0f64;
+        for _ in 0..3 {
+            let t = Instant::now();
+            for _ in 0..40 {
+                m.lookup(&0u32.to_le_bytes(), 0);
+            }
+            let gbps = 40.0 * 65536.0 / t.elapsed().as_nanos() as f64;
+            assert!(gbps <= 1.0, "{gbps} GB/s is over the 1 GB/s cap");
+            best = best.max(gbps);
         }
-        let gbps = 40.0 * 65536.0 / t.elapsed().as_nanos() as f64;
-        assert!((0.9..=1.0).contains(&gbps), "{gbps} GB/s");
+        assert!(best >= 0.9, "{best} GB/s: the cap is not reached");
     }
 }
