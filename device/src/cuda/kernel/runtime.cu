@@ -500,6 +500,24 @@ __device__ void mailbox_ping(const bpft_params &P, const bpft_job_desc &d, const
     finish_job(P, d, p, ST_OK, d.n, 0, total, 0, 0, 0, started);
 }
 
+// How many consecutive slots from the head are ready (one per lane), and the next poll's
+// width: doubled while every slot read was ready, else one past this batch.
+__device__ __forceinline__ u32 take_count(int ready, u32 &width) {
+    const u32 mask = __ballot_sync(FULL_MASK, ready);
+    const u32 k = (~mask == 0) ? 32 : (__ffs(~mask) - 1);
+    width = k == width ? (width < 16 ? 2 * width : 32) : k + 1;
+    return k;
+}
+
+// Counts the lanes whose slot had to be read again (`torn_reads` in the control block).
+__device__ __forceinline__ void count_torn(int retry, u64 &torn, bpft_ctl *C, u32 lane) {
+    const u32 retried = __ballot_sync(FULL_MASK, retry);
+    if (retried) {
+        torn += __popc(retried);
+        if (lane == 0) st_rlx_sys(&C->torn_reads, torn);
+    }
+}
+
 __device__ void dispatcher(const bpft_params &P) {
     bpft_state *S = (bpft_state *)P.state;
     bpft_ctl *C = (bpft_ctl *)P.ctl;
@@ -540,9 +558,7 @@ __device__ void dispatcher(const bpft_params &P) {
         if (lane == 31) stop = ld_acq_sys32(&C->stop);
         const int ready = lane < width && seq == my + 1;
         if (__shfl_sync(FULL_MASK, stop, 31)) break;
-        const u32 mask = __ballot_sync(FULL_MASK, ready);
-        const u32 k = (~mask == 0) ? 32 : (__ffs(~mask) - 1);
-        width = k == width ? (width < 16 ? 2 * width : 32) : k + 1;
+        const u32 k = take_count(ready, width);
         if (k == 0) continue;
         // A relaxed load that saw the client's release store of seq, then a fence: every
         // load below is ordered after it (an acquire pattern).
@@ -568,11 +584,7 @@ __device__ void dispatcher(const bpft_params &P) {
                 for (int i = 0; i < BPFT_INLINE_WORDS; i++) iw[i] = ld_rlx_sys(isrc + 8 * i);
             }
         }
-        const u32 retried = __ballot_sync(FULL_MASK, retry);
-        if (retried) {
-            torn += __popc(retried);
-            if (lane == 0) st_rlx_sys(&C->torn_reads, torn);
-        }
+        count_torn(retry, torn, C, lane);
 #else
         // The slot bodies (bytes 16..256) with coalesced loads: one instruction reads two
         // slots, each lane 16 bytes (lanes 0..15 the first slot, 16..31 the second), so a
@@ -623,16 +635,9 @@ __device__ void dispatcher(const bpft_params &P) {
                 retry = 1;
             }
         }
-        const u32 retried = __ballot_sync(FULL_MASK, retry);
-        if (retried) {
-            torn += __popc(retried);
-            if (lane == 0) st_rlx_sys(&C->torn_reads, torn);
-        }
+        count_torn(retry, torn, C, lane);
         if (__shfl_sync(FULL_MASK, stop, 31)) break;
-        // Take the ready slots from the head on, one per lane.
-        const u32 mask = __ballot_sync(FULL_MASK, ready);
-        const u32 k = (~mask == 0) ? 32 : (__ffs(~mask) - 1);
-        width = k == width ? (width < 16 ? 2 * width : 32) : k + 1;
+        const u32 k = take_count(ready, width);
         if (k == 0) continue;
         // The seq loads were relaxed: order what the clients wrote before submitting (a
         // relaxed load that saw their release store, then a fence: an acquire pattern).
