@@ -9,6 +9,7 @@
 //! | `memprobe.load/<pattern>` | loads and `cp.async` copies only |
 //! | `memprobe.store/<pattern>` | stores only |
 //! | `uprobe/libcuda.so:<function>` | on the host, when the application calls a driver function the shim wraps ([`crate::shim::uprobes`]); the ctx is x86-64 `struct pt_regs` |
+//! | `uprobe/<library>:<function>` | on the host, when the application (or a library) calls that export of another shared library ([`crate::shim::symprobes`]); same ctx |
 //! | `uretprobe/libcuda.so:<function>` | on the host, when it returns (`PT_REGS_RC` = its `CUresult`) |
 //!
 //! A pattern is a mangled name (`_Z9vectorAddPKfS0_Pfi`), a demangled name with or without
@@ -87,6 +88,8 @@ pub struct Probe {
     pub ctx_loads: std::collections::BTreeMap<usize, Option<i64>>,
     /// For host probes: the driver functions (one, or every wrapped one for `*`).
     pub host_fns: Vec<crate::shim::api::Api>,
+    /// For host probes on another library: `(library, function)`.
+    pub host_sym: Option<(String, String)>,
 }
 
 /// One object file's maps.
@@ -145,16 +148,20 @@ impl ProbeSet {
                     ProgKind::Uretprobe(t) => (SiteKind::HostExit, t.clone()),
                     _ => continue,
                 };
-                let host_fns = if site.on_gpu() {
-                    Vec::new()
+                let (host_fns, host_sym) = if site.on_gpu() {
+                    (Vec::new(), None)
                 } else {
-                    crate::shim::uprobes::resolve(&pattern).map_err(|what| {
+                    use crate::shim::uprobes::Target;
+                    match crate::shim::uprobes::target(&pattern).map_err(|what| {
                         AttachError::Section {
                             path: path.clone(),
                             section: info.section.clone(),
                             what,
                         }
-                    })?
+                    })? {
+                        Target::Driver(f) => (f, None),
+                        Target::Symbol { lib, func } => (Vec::new(), Some((lib, func))),
+                    }
                 };
                 found += 1;
                 if pattern.is_empty() {
@@ -201,6 +208,7 @@ impl ProbeSet {
                     mem: (site == SiteKind::Memory).then(|| mem_options(&info.section)),
                     ctx_loads: v.ctx_loads.clone(),
                     host_fns,
+                    host_sym,
                     program,
                 });
             }

@@ -92,6 +92,10 @@ pub struct SessionConfig {
     /// LTO-IR (they cannot).
     #[serde(default)]
     pub hide_nvjitlink: bool,
+    /// Some host probe names a function of a library other than libcuda: the shim patches
+    /// the application's calls to it when it loads ([`crate::shim::symprobes`]).
+    #[serde(default)]
+    pub symbol_probes: bool,
 }
 
 impl SessionConfig {

@@ -762,6 +762,121 @@ fn host_probes_on_driver_calls_read_their_arguments_and_results() {
     );
 }
 
+/// Builds `libbpftsym.so.1` (and its `libbpftsym.so` link) and `app_sym`, which calls it.
+fn sym_app(f: &Fake) {
+    let src = root().join("host/tests/fake_cuda");
+    let d = f.dir.display().to_string();
+    bpftime_tests::fake_cuda::cc(&[
+        "-shared",
+        "-fPIC",
+        "-O1",
+        "-Wl,-soname,libbpftsym.so.1",
+        "-o",
+        &format!("{d}/libbpftsym.so.1"),
+        &src.join("libbpftsym.c").display().to_string(),
+    ]);
+    let _ = std::fs::remove_file(f.dir.join("libbpftsym.so"));
+    std::os::unix::fs::symlink(f.dir.join("libbpftsym.so.1"), f.dir.join("libbpftsym.so"))
+        .expect("link libbpftsym.so");
+    bpftime_tests::fake_cuda::cc(&[
+        "-O1",
+        "-o",
+        &format!("{d}/app_sym"),
+        &src.join("app_sym.c").display().to_string(),
+        &format!("-L{d}"),
+        "-lbpftsym",
+        "-ldl",
+    ]);
+    bpftime_tests::fake_cuda::cc(&[
+        "-O1",
+        "-o",
+        &format!("{d}/app_sym_late"),
+        &src.join("app_sym_late.c").display().to_string(),
+        "-ldl",
+    ]);
+}
+
+#[test]
+fn host_probes_on_a_library_loaded_at_run_time_start_when_it_appears() {
+    // app_sym_late dlopens libbpftsym.so after start and calls sym_add three times through
+    // dlsym (i and 10 * i for i = 1..3): the probes wait for the library, say so, and then
+    // see every call.
+    let (Some(probe), Some(_)) = (bpftime_tests::compile("uprobe_sym"), shim()) else {
+        return;
+    };
+    let f = fake("uprobe_sym_late");
+    sym_app(&f);
+    let (code, out, err) = f.run(&[&probe], &["app_sym_late"]);
+    assert_eq!(code, 0, "{err}\n{out}");
+    assert!(out.contains("app_sym_late ok 66"), "{out}\n{err}");
+    assert!(
+        err.contains("is not loaded yet") || out.contains("is not loaded yet"),
+        "{err}\n{out}"
+    );
+    let totals = printed_rows(&out, "uprobe_sym:sym_totals");
+    assert_eq!(
+        totals,
+        [
+            ("0".to_string(), 3),
+            ("1".to_string(), 6),
+            ("2".to_string(), 60),
+            ("3".to_string(), 66),
+            ("4".to_string(), 3)
+        ],
+        "{out}\n{err}"
+    );
+}
+
+#[test]
+fn host_probes_on_a_library_function_read_arguments_stack_arguments_and_results() {
+    // uprobe_sym.bpf.c on libbpftsym.so's sym_add: ten calls through the PLT (i, 2, 3, 4,
+    // 5, 6, 100 + i, 8 for i = 1..10) and one through dlsym (1000, 0, …, 7, 0). The
+    // application's own results must not change (2397, and 10.25 from a function taking
+    // and returning doubles through the same library).
+    let (Some(probe), Some(_)) = (bpftime_tests::compile("uprobe_sym"), shim()) else {
+        return;
+    };
+    let f = fake("uprobe_sym");
+    sym_app(&f);
+    let (code, out, err) = f.run(&[&probe], &["app_sym"]);
+    assert_eq!(code, 0, "{err}\n{out}");
+    assert!(out.contains("app_sym ok 2397 10.25"), "{out}\n{err}");
+    let totals = printed_rows(&out, "uprobe_sym:sym_totals");
+    assert_eq!(
+        totals,
+        [
+            ("0".to_string(), 11),
+            ("1".to_string(), 55 + 1000),
+            ("2".to_string(), (101..=110).sum::<u64>() + 7),
+            ("3".to_string(), 2397),
+            ("4".to_string(), 11)
+        ],
+        "{out}\n{err}"
+    );
+}
+
+#[test]
+fn a_host_probe_on_a_missing_library_function_stops_the_app_naming_it() {
+    let Some(probe) = bpftime_tests::compile_with(
+        "uprobe_sym",
+        &["SYM_FN=\"sym_nothere\""],
+        "uprobe_sym_missing",
+    ) else {
+        return;
+    };
+    if shim().is_none() {
+        return;
+    }
+    let f = fake("uprobe_sym_missing");
+    sym_app(&f);
+    let (code, out, err) = f.run(&[&probe], &["app_sym"]);
+    assert_ne!(code, 0, "{out}");
+    assert!(
+        err.contains("libbpftsym.so:sym_nothere") && !out.contains("app_sym ok"),
+        "{err}\n{out}"
+    );
+}
+
 #[test]
 fn a_host_probe_on_a_function_the_shim_does_not_wrap_is_refused_before_the_app_starts() {
     let Some(probe) = bpftime_tests::compile_with(

@@ -33,6 +33,8 @@ const PROGRAMS: &[(&str, &[&str])] = &[
     ("reject_unchecked", &["unchecked_read"]),
     ("ringbuf", &["ringbuf"]),
     ("uprobe_corr", &["launch_corr"]),
+    // on_add reads a stack argument with bpf_probe_read_user: host only.
+    ("uprobe_sym", &["on_add_ret"]),
     ("vec_add", &["vec_add"]),
     ("void_call", &["void_call"]),
 ];

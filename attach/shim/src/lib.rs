@@ -7,6 +7,16 @@
 use attach::shim::{driver::CuResult, driver::Handle, hooks};
 use std::ffi::{c_char, c_int, c_uint, c_void};
 
+/// Runs when the shim is loaded, before the application's `main`: host probes on library
+/// functions patch the calls to them now (`attach::shim::symprobes`).
+extern "C" fn bpftime_shim_init() {
+    attach::shim::symprobes::install();
+}
+
+#[used]
+#[unsafe(link_section = ".init_array")]
+static INIT: extern "C" fn() = bpftime_shim_init;
+
 /// Interposed `dlsym`: the real lookup, with wrapped driver entries swapped in.
 ///
 /// # Safety

@@ -121,6 +121,8 @@ macro_rules! api_table {
                     let $pp = params_out;
                     $( let $pe = _extra_out; )?
                 )?
+                // Libraries loaded since the last look get their symbol probes.
+                super::symprobes::poll();
                 let probed = super::uprobes::active(Api::$variant);
                 if !probed && !logging() {
                     // SAFETY: the application's arguments, forwarded.

@@ -1331,5 +1331,13 @@ pub unsafe fn dlsym(handle: *mut c_void, symbol: *const c_char) -> *mut c_void {
             unsafe { swap(symbol, p, 0, 0) };
         }
     }
+    // A library function with host probes: the caller gets its stub
+    // (`super::symprobes`; a library loaded since the last look is looked at first).
+    super::symprobes::poll_now();
+    if !f.is_null()
+        && let Some(stub) = super::symprobes::stub_for(f)
+    {
+        return stub;
+    }
     f
 }

@@ -20,5 +20,6 @@ pub mod hooks;
 pub mod hot;
 pub mod launch;
 pub mod memtrace;
+pub mod symprobes;
 pub mod uprobes;
 pub mod userstack;

@@ -10,8 +10,10 @@
 //! `di, si, dx, cx, r8, r9`, the result from `ax`; `ip` holds the driver function's
 //! address. Arguments past the sixth (`cuLaunchKernel` has eleven) are not in the ctx.
 //!
-//! Only the wrapped functions can be probed: a section naming another function, or another
-//! library, is refused when `trace` loads the probes, before the application starts.
+//! In libcuda.so only the wrapped functions can be probed: a section naming another driver
+//! function is refused when `trace` loads the probes, before the application starts.
+//! Sections naming another library (`uprobe/libfoo.so:function`) go to
+//! [`super::symprobes`], which patches the application's calls to that export.
 
 use super::api::Api;
 use ebpf::interp::Env;
@@ -38,12 +40,54 @@ const STACK_ARGS: usize = 10;
 /// launch entry point), the number the kernel's own probes read; the other fields are 0.
 pub const HOST_CTX_SIZE: usize = ebpf::ProbeCtx::SIZE;
 
+/// What a host probe's `library:function` names.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Target {
+    /// Driver functions the shim wraps (`libcuda.so`).
+    Driver(Vec<Api>),
+    /// An exported function of another shared library the application uses
+    /// ([`super::symprobes`]).
+    Symbol {
+        /// The library: a file name (`libfoo.so`, matching `libfoo.so.1` too) or a path.
+        lib: String,
+        /// The exported function.
+        func: String,
+    },
+}
+
+/// [`resolve`] for `libcuda.so`; for any other library, the exported function it names
+/// (found, or refused with the library and the symbol named, when the application starts).
+pub fn target(pattern: &str) -> Result<Target, String> {
+    let (lib, func) = pattern.rsplit_once(':').unwrap_or(("libcuda.so", pattern));
+    if is_driver_lib(lib) {
+        return resolve(pattern).map(Target::Driver);
+    }
+    let ident = !func.is_empty()
+        && !func.starts_with(|c: char| c.is_ascii_digit())
+        && func
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.' || c == '@');
+    if lib.is_empty() || !ident {
+        return Err(format!(
+            "`{lib}:{func}`: a host probe names one exported function of a library (`uprobe/libfoo.so:function`); wildcards reach only libcuda.so"
+        ));
+    }
+    Ok(Target::Symbol {
+        lib: lib.to_string(),
+        func: func.to_string(),
+    })
+}
+
+fn is_driver_lib(lib: &str) -> bool {
+    matches!(lib, "libcuda.so" | "libcuda.so.1" | "libcuda")
+}
+
 /// The wrapped functions a probe's `library:function` names. `libcuda.so` (or `.so.1`) is
 /// the library, and may be left out; the function is an export (`cuMemAlloc_v2`), the
 /// name `cuda.h` gives it (`cuMemAlloc`), or `*`: every function the shim wraps.
 pub fn resolve(pattern: &str) -> Result<Vec<Api>, String> {
     let (lib, func) = pattern.rsplit_once(':').unwrap_or(("libcuda.so", pattern));
-    if !matches!(lib, "libcuda.so" | "libcuda.so.1" | "libcuda") {
+    if !is_driver_lib(lib) {
         return Err(format!(
             "`{lib}:{func}`: host probes reach the functions of libcuda.so that the shim wraps, not library `{lib}`"
         ));
@@ -100,33 +144,10 @@ fn load() -> Option<Loaded> {
     };
     for p in &probes.probes {
         if p.host_fns.is_empty() {
-            continue;
+            continue; // GPU probes, and symbol probes (`super::symprobes`)
         }
-        let maps: Result<Vec<_>, String> = p
-            .program
-            .maps
-            .iter()
-            .map(|m| {
-                let name = probes.map_name(p.object, &m.name);
-                let e = region
-                    .find_map(&name)
-                    .ok_or_else(|| format!("map `{name}` is not in the region"))?;
-                shm_maps::maps::open_in(&region, e.data_off, m, e.threads.max(1))
-                    .map_err(|err| format!("map `{name}`: {err}"))
-            })
-            .collect();
-        let probe = maps.and_then(|maps| {
-            HostProbe::new(&p.program, maps, HOST_CTX_SIZE, Engine::Jit)
-                .map_err(|e| super::hooks::error_chain(&e))
-        });
-        match probe {
-            Ok(hp) => {
-                let hp = Arc::new(hp);
-                let walks = p.program.insns.iter().any(|i| {
-                    // `call imm` of a helper (src 0), or `callx`: walk to be safe.
-                    (i.code == 0x85 && i.src == 0 && i.imm == ebpf::helpers::GET_STACK)
-                        || i.code == 0x8d
-                });
+        match compile(&probes, p, &region) {
+            Ok((hp, walks)) => {
                 for &api in &p.host_fns {
                     l.stacks[api as usize] |= walks;
                     let list = if p.site == crate::probes::SiteKind::HostExit {
@@ -141,6 +162,61 @@ fn load() -> Option<Loaded> {
         }
     }
     Some(l)
+}
+
+/// Compiles host probe `p` (CPU JIT) on the session's maps in `region`; the flag says
+/// whether it may walk the user stack (`get_stack`), which is then captured first.
+pub(super) fn compile(
+    probes: &crate::probes::ProbeSet,
+    p: &crate::probes::Probe,
+    region: &Arc<shm_maps::ShmRegion>,
+) -> Result<(Arc<HostProbe>, bool), String> {
+    let maps: Result<Vec<_>, String> = p
+        .program
+        .maps
+        .iter()
+        .map(|m| {
+            let name = probes.map_name(p.object, &m.name);
+            let e = region
+                .find_map(&name)
+                .ok_or_else(|| format!("map `{name}` is not in the region"))?;
+            shm_maps::maps::open_in(region, e.data_off, m, e.threads.max(1))
+                .map_err(|err| format!("map `{name}`: {err}"))
+        })
+        .collect();
+    let hp = maps.and_then(|maps| {
+        HostProbe::new(&p.program, maps, HOST_CTX_SIZE, Engine::Jit)
+            .map_err(|e| super::hooks::error_chain(&e))
+    })?;
+    let walks = p.program.insns.iter().any(|i| {
+        // `call imm` of a helper (src 0), or `callx`: walk to be safe.
+        (i.code == 0x85 && i.src == 0 && i.imm == ebpf::helpers::GET_STACK) || i.code == 0x8d
+    });
+    Ok((Arc::new(hp), walks))
+}
+
+/// Runs `list` in the calling thread on `regs` (whose correlation id this fills in);
+/// a probe whose helper re-enters an intercepted function runs no nested probes.
+pub(super) fn run_on(list: &[Arc<HostProbe>], regs: &mut [u8; HOST_CTX_SIZE], stacks: bool) {
+    if stacks {
+        super::userstack::capture();
+    }
+    let corr = super::launch::current();
+    let at = ebpf::ProbeCtx::CORRELATION_ID;
+    regs[at..at + 8].copy_from_slice(&corr.to_le_bytes());
+    let _ = ENV.try_with(|env| {
+        let Ok(mut env) = env.try_borrow_mut() else {
+            return;
+        };
+        for p in list {
+            // The verifier proved the program safe on this ctx; a runtime error (the
+            // instruction budget) only ends this run.
+            let _ = p.call(regs, &mut env);
+        }
+    });
+    // What the probes wrote into maps the GPU probes only read reaches the GPU before the
+    // probed call returns (an allocation a probe recorded, before the kernel that uses it).
+    super::devmaps::sync_inbound();
 }
 
 fn loaded() -> Option<&'static Loaded> {
@@ -190,13 +266,7 @@ pub fn run(a: Api, args: &[u64], ip: u64, rc: Option<i32>) {
         return;
     }
     name_address(a, ip);
-    if l.stacks[a as usize] {
-        super::userstack::capture();
-    }
     let mut regs = [0u8; HOST_CTX_SIZE];
-    let corr = super::launch::current();
-    let at = ebpf::ProbeCtx::CORRELATION_ID;
-    regs[at..at + 8].copy_from_slice(&corr.to_le_bytes());
     for (v, off) in args.iter().zip(ARG_OFFSETS) {
         regs[off..off + 8].copy_from_slice(&v.to_le_bytes());
     }
@@ -215,19 +285,7 @@ pub fn run(a: Api, args: &[u64], ip: u64, rc: Option<i32>) {
     if let Some(r) = rc {
         regs[AX..AX + 8].copy_from_slice(&(r as i64 as u64).to_le_bytes());
     }
-    let _ = ENV.try_with(|env| {
-        let Ok(mut env) = env.try_borrow_mut() else {
-            return; // a probe's helper re-entered the driver: no nested probes
-        };
-        for p in list {
-            // The verifier proved the program safe on this ctx; a runtime error (the
-            // instruction budget) only ends this run.
-            let _ = p.call(&mut regs, &mut env);
-        }
-    });
-    // What the probes wrote into maps the GPU probes only read reaches the GPU before the
-    // wrapped call returns (an allocation a probe recorded, before the kernel that uses it).
-    super::devmaps::sync_inbound();
+    run_on(list, &mut regs, l.stacks[a as usize]);
 }
 
 #[cfg(test)]
@@ -255,6 +313,26 @@ mod tests {
         );
         let e = resolve("libcudart.so:cudaMalloc").unwrap_err();
         assert!(e.contains("not library `libcudart.so`"), "{e}");
+        assert_eq!(
+            target("libcudart.so:cudaMalloc"),
+            Ok(Target::Symbol {
+                lib: "libcudart.so".into(),
+                func: "cudaMalloc".into()
+            })
+        );
+        assert_eq!(
+            target("libcuda.so:cuMemAlloc"),
+            Ok(Target::Driver(vec![Api::MemAlloc]))
+        );
+        for bad in [
+            "libfoo.so:*",
+            "libfoo.so:",
+            ":f",
+            "libfoo.so:a b",
+            "libfoo.so:9f",
+        ] {
+            assert!(target(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

@@ -731,6 +731,7 @@ pub fn run(a: TraceArgs) -> Result<ExitCode> {
         hot_objects: Some(hot_file.display().to_string()),
         hot_reserve: a.hot_reserve_mib << 20,
         hide_nvjitlink: a.numba_ptx,
+        symbol_probes: probes.probes.iter().any(|p| p.host_sym.is_some()),
         // Copies at least as often as the prints; with prints only at exit, every second
         // (a run killed by a signal keeps what the last copy saw).
         flush_ms: match a.interval.as_millis() as u64 {

@@ -1,0 +1,682 @@
+//! Host probes on the exported functions of any shared library the application uses:
+//! `uprobe/libfoo.so:function` and `uretprobe/libfoo.so:function` (libcudart.so, libc,
+//! the application's own libraries). They get the same ctx as the driver probes of
+//! [`super::uprobes`] (`pt_regs` first, so libbpf's `BPF_KPROBE` and `PT_REGS_*` macros
+//! work), run in the calling thread through the CPU JIT, on the session's maps.
+//!
+//! | step | how |
+//! |------|-----|
+//! | find the function | the loaded object whose file name is `libfoo.so` or starts with `libfoo.so.`, or whose path is the one given; `dlopen(RTLD_NOLOAD)` and `dlsym` |
+//! | reach its calls | every GOT slot (`R_X86_64_JUMP_SLOT`, `R_X86_64_GLOB_DAT`) of every loaded object that imports the name and resolves it to that function is pointed at a stub; `dlsym` hands out the stub too |
+//! | the stub ([`bpft_sym_stubs`]) | saves the argument registers, runs the entry probes on a `pt_regs` of them (`sp` at the return address, so stack arguments are at `sp + 8`, …), and when exit probes exist swaps the return address for the return stub (the real one goes on a per-thread shadow stack); then jumps to the function |
+//! | the return stub | saves `rax`, `rdx`, `xmm0`, `xmm1`, runs the exit probes with `ax` = `rax`, and returns to the real return address |
+//!
+//! All of this is set up by the shim's constructor, before `main`. A library or function
+//! that is not there stops the application right there, with an error naming both.
+//!
+//! Limits, said where they apply: x86-64 only; libraries `dlopen`ed after start are not
+//! patched (their functions are found only through `dlsym`); calls that do not go through a
+//! GOT (a library's direct calls to itself, an executable's calls to its own functions) are
+//! not seen; at most [`MAX_SYMBOLS`] functions; a thread that leaves a probed function with
+//! `longjmp` drops its pending exit probes; processes with user shadow stacks (CET) cannot
+//! take exit probes (the return address is swapped).
+
+use super::uprobes::{ARG_OFFSETS, AX, HOST_CTX_SIZE, IP, SP};
+use jit::cpu::HostProbe;
+use std::cell::RefCell;
+use std::ffi::{CStr, CString, c_void};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+
+/// Functions that can be probed at once (the number of stubs).
+pub const MAX_SYMBOLS: usize = 32;
+
+/// One probed function.
+struct Sym {
+    lib: String,
+    func: String,
+    /// The function's address; 0 while its library is not loaded.
+    addr: AtomicU64,
+    entry: Vec<Arc<HostProbe>>,
+    exit: Vec<Arc<HostProbe>>,
+    stacks: bool,
+}
+
+static SYMS: OnceLock<Vec<Sym>> = OnceLock::new();
+
+/// Symbols whose library was not loaded yet, and what the last look at the loaded objects
+/// saw (see [`poll`]).
+struct Scan {
+    pending: usize,
+    /// Objects whose GOT was patched for every resolved symbol (load biases).
+    seen: Vec<u64>,
+    /// (count, sum of load biases) of the loaded objects at the last look.
+    sig: (usize, u64),
+    last: Option<std::time::Instant>,
+}
+
+static SCAN: Mutex<Scan> = Mutex::new(Scan {
+    pending: 0,
+    seen: Vec::new(),
+    sig: (0, 0),
+    last: None,
+});
+/// Symbol probes exist (the fast test of [`poll`]).
+static ACTIVE: AtomicBool = AtomicBool::new(false);
+
+#[cfg(target_arch = "x86_64")]
+std::arch::global_asm!(
+    // MAX_SYMBOLS entry stubs of 16 bytes: the symbol's index in r11, then the common part.
+    ".pushsection .text.bpft_sym, \"ax\", @progbits",
+    ".balign 16",
+    ".globl bpft_sym_stubs",
+    ".hidden bpft_sym_stubs",
+    "bpft_sym_stubs:",
+    ".set bpft_sym_i, 0",
+    ".rept 32",
+    "endbr64",
+    "mov r11d, bpft_sym_i",
+    "jmp 2f",
+    ".balign 16",
+    ".set bpft_sym_i, bpft_sym_i + 1",
+    ".endr",
+    // The common entry: argument registers (and rax, the vector count of a variadic call;
+    // r10, a static chain) saved in a 16-byte aligned block.
+    "2:",
+    "push rbp",
+    "mov rbp, rsp",
+    "sub rsp, 208",
+    "and rsp, -16",
+    "mov [rsp], rdi",
+    "mov [rsp + 8], rsi",
+    "mov [rsp + 16], rdx",
+    "mov [rsp + 24], rcx",
+    "mov [rsp + 32], r8",
+    "mov [rsp + 40], r9",
+    "mov [rsp + 48], rax",
+    "mov [rsp + 56], r10",
+    "movdqu [rsp + 64], xmm0",
+    "movdqu [rsp + 80], xmm1",
+    "movdqu [rsp + 96], xmm2",
+    "movdqu [rsp + 112], xmm3",
+    "movdqu [rsp + 128], xmm4",
+    "movdqu [rsp + 144], xmm5",
+    "movdqu [rsp + 160], xmm6",
+    "movdqu [rsp + 176], xmm7",
+    "mov edi, r11d",
+    "mov rsi, rsp",
+    "lea rdx, [rbp + 8]",
+    "call {enter}",
+    "mov r11, rax",
+    "mov rdi, [rsp]",
+    "mov rsi, [rsp + 8]",
+    "mov rdx, [rsp + 16]",
+    "mov rcx, [rsp + 24]",
+    "mov r8, [rsp + 32]",
+    "mov r9, [rsp + 40]",
+    "mov rax, [rsp + 48]",
+    "mov r10, [rsp + 56]",
+    "movdqu xmm0, [rsp + 64]",
+    "movdqu xmm1, [rsp + 80]",
+    "movdqu xmm2, [rsp + 96]",
+    "movdqu xmm3, [rsp + 112]",
+    "movdqu xmm4, [rsp + 128]",
+    "movdqu xmm5, [rsp + 144]",
+    "movdqu xmm6, [rsp + 160]",
+    "movdqu xmm7, [rsp + 176]",
+    "mov rsp, rbp",
+    "pop rbp",
+    "jmp r11",
+    // The return stub: the probed function returned here instead of to its caller.
+    ".balign 16",
+    ".globl bpft_sym_return",
+    ".hidden bpft_sym_return",
+    "bpft_sym_return:",
+    "endbr64",
+    "sub rsp, 8",
+    "push rbp",
+    "mov rbp, rsp",
+    "sub rsp, 64",
+    "and rsp, -16",
+    "mov [rsp], rax",
+    "mov [rsp + 8], rdx",
+    "movdqu [rsp + 16], xmm0",
+    "movdqu [rsp + 32], xmm1",
+    "mov rdi, rsp",
+    "lea rsi, [rbp + 8]",
+    "call {leave}",
+    "mov [rbp + 8], rax",
+    "mov rax, [rsp]",
+    "mov rdx, [rsp + 8]",
+    "movdqu xmm0, [rsp + 16]",
+    "movdqu xmm1, [rsp + 32]",
+    "mov rsp, rbp",
+    "pop rbp",
+    "ret",
+    ".popsection",
+    enter = sym bpft_sym_enter,
+    leave = sym bpft_sym_leave,
+);
+
+#[cfg(target_arch = "x86_64")]
+unsafe extern "C" {
+    /// The first of the [`MAX_SYMBOLS`] entry stubs, 16 bytes apart.
+    fn bpft_sym_stubs();
+    /// The return stub.
+    fn bpft_sym_return();
+}
+
+const _: () = assert!(MAX_SYMBOLS == 32, "the stub table's .rept count");
+
+/// The entry stub of symbol `i`.
+#[cfg(target_arch = "x86_64")]
+fn stub(i: usize) -> u64 {
+    bpft_sym_stubs as *const () as u64 + 16 * i as u64
+}
+
+thread_local! {
+    /// Calls with exit probes pending: (the return address's slot, the real return
+    /// address, the symbol), innermost last.
+    static SHADOW: RefCell<Vec<(u64, u64, u32)>> = const { RefCell::new(Vec::new()) };
+}
+
+/// The `pt_regs` ctx of a call: arguments from the saved registers, `sp` at the slot of the
+/// return address (the stack arguments above it are the caller's, read in place).
+fn ctx_of(saved: &[u64; 8], ip: u64, sp: u64) -> [u8; HOST_CTX_SIZE] {
+    let mut regs = [0u8; HOST_CTX_SIZE];
+    for (v, off) in saved.iter().zip(ARG_OFFSETS) {
+        regs[off..off + 8].copy_from_slice(&v.to_le_bytes());
+    }
+    regs[IP..IP + 8].copy_from_slice(&ip.to_le_bytes());
+    regs[SP..SP + 8].copy_from_slice(&sp.to_le_bytes());
+    regs
+}
+
+/// Called by the entry stub of symbol `i` with the saved registers and the address of the
+/// return address's slot; returns the function's address.
+///
+/// # Safety
+/// Called only by the stub: `saved` points to its 8 saved registers, `slot` to the live
+/// return address of the call being made.
+unsafe extern "C" fn bpft_sym_enter(i: u32, saved: *const [u64; 8], slot: *mut u64) -> u64 {
+    let Some(s) = SYMS.get().and_then(|v| v.get(i as usize)) else {
+        // Unreachable: stubs are handed out only after SYMS is set. Nothing to run to.
+        std::process::abort();
+    };
+    // SAFETY: the stub's block of saved registers, alive for this call.
+    let saved = unsafe { &*saved };
+    let addr = s.addr.load(Ordering::Acquire);
+    if !s.entry.is_empty() {
+        let mut regs = ctx_of(saved, addr, slot as u64);
+        super::uprobes::run_on(&s.entry, &mut regs, s.stacks);
+    }
+    #[cfg(target_arch = "x86_64")]
+    if !s.exit.is_empty() {
+        // SAFETY: `slot` holds this call's return address (the stub's contract).
+        let ret = unsafe { slot.read() };
+        let pushed = SHADOW
+            .try_with(|sh| sh.borrow_mut().push((slot as u64, ret, i)))
+            .is_ok();
+        if pushed {
+            // SAFETY: as above; the return stub puts the real address back.
+            unsafe { slot.write(bpft_sym_return as *const () as u64) };
+        }
+    }
+    addr
+}
+
+/// Called by the return stub with the saved `rax`, `rdx` (and `xmm0`, `xmm1`) and the slot
+/// the real return address goes back into; runs the exit probes and returns that address.
+///
+/// # Safety
+/// Called only by the return stub, `saved` pointing to its saved registers.
+unsafe extern "C" fn bpft_sym_leave(saved: *const [u64; 2], slot: u64) -> u64 {
+    // SAFETY: the return stub's saved registers.
+    let rax = unsafe { (*saved)[0] };
+    let found = SHADOW.try_with(|sh| {
+        let mut sh = sh.borrow_mut();
+        // Entries below this slot belong to calls a longjmp left: they never return.
+        while let Some(&(at, ret, i)) = sh.last() {
+            sh.pop();
+            if at == slot {
+                return Some((ret, i));
+            }
+        }
+        None
+    });
+    let Ok(Some((ret, i))) = found else {
+        // The return address is lost: nothing safe is left to do.
+        eprintln!("bpftime-super shim: a probed function returned to an unknown caller");
+        std::process::abort();
+    };
+    if let Some(s) = SYMS.get().and_then(|v| v.get(i as usize)) {
+        let mut regs = ctx_of(&[0; 8], s.addr.load(Ordering::Acquire), slot);
+        regs[AX..AX + 8].copy_from_slice(&rax.to_le_bytes());
+        super::uprobes::run_on(&s.exit, &mut regs, s.stacks);
+    }
+    ret
+}
+
+/// The stub that stands for the function at `f`, if it is probed (for `dlsym`).
+pub fn stub_for(f: *mut c_void) -> Option<*mut c_void> {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let syms = SYMS.get()?;
+        syms.iter()
+            .position(|s| s.addr.load(Ordering::Acquire) == f as u64)
+            .map(|i| stub(i) as *mut c_void)
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = f;
+        None
+    }
+}
+
+/// A loaded object: its path (empty for the executable), load bias and program headers.
+struct Object {
+    name: String,
+    base: u64,
+    phdrs: Vec<libc::Elf64_Phdr>,
+}
+
+fn objects() -> Vec<Object> {
+    unsafe extern "C" fn each(
+        info: *mut libc::dl_phdr_info,
+        _size: libc::size_t,
+        out: *mut c_void,
+    ) -> libc::c_int {
+        // SAFETY: the loader passes a valid info for this call; `out` is our Vec.
+        unsafe {
+            let info = &*info;
+            let out = &mut *(out as *mut Vec<Object>);
+            let name = if info.dlpi_name.is_null() {
+                String::new()
+            } else {
+                CStr::from_ptr(info.dlpi_name)
+                    .to_string_lossy()
+                    .into_owned()
+            };
+            let phdrs = std::slice::from_raw_parts(info.dlpi_phdr, info.dlpi_phnum as usize);
+            out.push(Object {
+                name,
+                base: info.dlpi_addr,
+                phdrs: phdrs.to_vec(),
+            });
+        }
+        0
+    }
+    let mut v: Vec<Object> = Vec::new();
+    // SAFETY: the callback only reads what the loader hands it, into `v`.
+    unsafe { libc::dl_iterate_phdr(Some(each), &mut v as *mut _ as *mut c_void) };
+    v
+}
+
+/// Whether object `name` is library `lib` (`libfoo.so` matches `libfoo.so.1`; a path
+/// matches itself).
+fn is_lib(name: &str, lib: &str) -> bool {
+    if lib.contains('/') {
+        return name == lib;
+    }
+    let file = name.rsplit('/').next().unwrap_or(name);
+    file == lib || file.strip_prefix(lib).is_some_and(|r| r.starts_with('.'))
+}
+
+/// The address of `func` in the loaded library `lib`: `Ok(None)` while no such library is
+/// loaded, an error when it is and has no such export.
+fn find(lib: &str, func: &str, objs: &[Object]) -> Result<Option<u64>, String> {
+    let Some(obj) = objs
+        .iter()
+        .find(|o| !o.name.is_empty() && is_lib(&o.name, lib))
+    else {
+        return Ok(None);
+    };
+    let path = CString::new(obj.name.clone()).map_err(|e| e.to_string())?;
+    let name = CString::new(func).map_err(|e| e.to_string())?;
+    // SAFETY: RTLD_NOLOAD only looks the loaded object up; closed below.
+    let h = unsafe { libc::dlopen(path.as_ptr(), libc::RTLD_NOLOAD | libc::RTLD_LAZY) };
+    if h.is_null() {
+        return Err(format!("uprobe `{lib}:{func}`: cannot open {}", obj.name));
+    }
+    // SAFETY: a live handle and a NUL-terminated name; the real dlsym (not ours).
+    let f = unsafe { super::driver::real_dlsym(h, name.as_ptr()) };
+    // SAFETY: the handle from dlopen above.
+    unsafe { libc::dlclose(h) };
+    if f.is_null() {
+        return Err(format!(
+            "uprobe `{lib}:{func}`: {} has no exported function `{func}`",
+            obj.name
+        ));
+    }
+    Ok(Some(f as u64))
+}
+
+/// The dynamic section's tables of `o`.
+struct Dynamic {
+    symtab: u64,
+    strtab: u64,
+    relocs: Vec<(u64, u64)>, // (address, size) of RELA tables
+}
+
+fn dynamic(o: &Object) -> Option<Dynamic> {
+    let ph = o.phdrs.iter().find(|p| p.p_type == libc::PT_DYNAMIC)?;
+    let mut d = Dynamic {
+        symtab: 0,
+        strtab: 0,
+        relocs: Vec::new(),
+    };
+    let (mut jmprel, mut pltsz, mut rela, mut relasz) = (0, 0, 0, 0);
+    // Elf64_Dyn: a tag and a value, 8 bytes each.
+    let mut p = (o.base + ph.p_vaddr) as *const [u64; 2];
+    // The loader relocates these pointers in place on x86-64; an unrelocated one (below
+    // the load bias) gets the bias added.
+    let fix = |v: u64| if v < o.base { v + o.base } else { v };
+    loop {
+        // SAFETY: PT_DYNAMIC of a loaded object: an array of Elf64_Dyn ending in DT_NULL.
+        let [tag, val] = unsafe { p.read() };
+        match tag {
+            0 => break,
+            5 => d.strtab = fix(val), // DT_STRTAB
+            6 => d.symtab = fix(val), // DT_SYMTAB
+            23 => jmprel = fix(val),  // DT_JMPREL
+            2 => pltsz = val,         // DT_PLTRELSZ
+            7 => rela = fix(val),     // DT_RELA
+            8 => relasz = val,        // DT_RELASZ
+            _ => {}
+        }
+        // SAFETY: still inside the array (DT_NULL not reached).
+        p = unsafe { p.add(1) };
+    }
+    if d.symtab == 0 || d.strtab == 0 {
+        return None;
+    }
+    d.relocs.push((jmprel, pltsz));
+    d.relocs.push((rela, relasz));
+    Some(d)
+}
+
+/// Points every GOT slot of `o` that imports `func` (and holds `addr`, or a lazy stub of
+/// this object while the global lookup gives `addr`) at `to`. Returns the slots changed.
+fn patch(o: &Object, func: &str, addr: u64, global: u64, to: u64) -> usize {
+    let Some(d) = dynamic(o) else { return 0 };
+    let relro = o
+        .phdrs
+        .iter()
+        .find(|p| p.p_type == libc::PT_GNU_RELRO)
+        .map(|p| (o.base + p.p_vaddr, o.base + p.p_vaddr + p.p_memsz));
+    let in_object = |v: u64| {
+        o.phdrs.iter().any(|p| {
+            p.p_type == libc::PT_LOAD
+                && v >= o.base + p.p_vaddr
+                && v < o.base + p.p_vaddr + p.p_memsz
+        })
+    };
+    let mut n = 0;
+    for &(table, size) in &d.relocs {
+        if table == 0 {
+            continue;
+        }
+        for k in 0..size / 24 {
+            // SAFETY: a RELA table of a loaded object, `size` bytes long.
+            let r = unsafe { ((table + 24 * k) as *const libc::Elf64_Rela).read() };
+            let kind = (r.r_info & 0xffff_ffff) as u32;
+            if kind != 7 && kind != 6 {
+                continue; // R_X86_64_JUMP_SLOT, R_X86_64_GLOB_DAT only
+            }
+            let si = r.r_info >> 32;
+            // SAFETY: the symbol table entry the relocation names, and its NUL-terminated
+            // name in the string table.
+            let name = unsafe {
+                let sym = ((d.symtab + 24 * si) as *const libc::Elf64_Sym).read();
+                CStr::from_ptr((d.strtab + sym.st_name as u64) as *const libc::c_char)
+            };
+            if name.to_bytes() != func.as_bytes() {
+                continue;
+            }
+            let at = o.base + r.r_offset;
+            // SAFETY: the GOT slot the relocation names, inside the object.
+            let cur = unsafe { (at as *const u64).read_volatile() };
+            if !(cur == addr || (global == addr && in_object(cur))) {
+                continue; // bound to another definition of the name
+            }
+            let page = at & !4095;
+            // SAFETY: the GOT page of a loaded object; made writable for the store, and read
+            // only again when it lies in the object's RELRO range (the loader's choice).
+            unsafe {
+                if libc::mprotect(
+                    page as *mut c_void,
+                    4096,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                ) != 0
+                {
+                    continue;
+                }
+                (at as *mut u64).write_volatile(to);
+                if relro.is_some_and(|(lo, hi)| at >= lo && at < hi) {
+                    libc::mprotect(page as *mut c_void, 4096, libc::PROT_READ);
+                }
+            }
+            n += 1;
+        }
+    }
+    n
+}
+
+/// Sets the symbol probes up (the shim's constructor calls this before `main`). A probe
+/// naming a library or a function that is not there ends the process with an error naming
+/// both; one that cannot be compiled is reported and left out.
+pub fn install() {
+    let Ok(Some(cfg)) = crate::session::SessionConfig::from_env() else {
+        return;
+    };
+    if !cfg.symbol_probes {
+        return;
+    }
+    let fail = |what: String| -> ! {
+        eprintln!("bpftime-super: {what}");
+        super::hooks::report(&[crate::session::ReportLine::Warning { what }]);
+        std::process::exit(127);
+    };
+    if cfg!(not(target_arch = "x86_64")) {
+        fail("host probes on library functions need x86-64".into());
+    }
+    let Some((probes, region_name)) = super::hooks::host_probe_inputs() else {
+        return; // the session itself is off (reported by `hooks`)
+    };
+    let region = match shm_maps::ShmRegion::open(&region_name) {
+        Ok(r) => Arc::new(r),
+        Err(e) => fail(format!("host probes: region `{region_name}`: {e}")),
+    };
+    let objs = objects();
+    let mut syms: Vec<Sym> = Vec::new();
+    for p in &probes.probes {
+        let Some((lib, func)) = &p.host_sym else {
+            continue;
+        };
+        let i = match syms.iter().position(|s| &s.lib == lib && &s.func == func) {
+            Some(i) => i,
+            None => {
+                if syms.len() == MAX_SYMBOLS {
+                    fail(format!(
+                        "uprobe `{lib}:{func}`: at most {MAX_SYMBOLS} library functions can be probed at once"
+                    ));
+                }
+                let addr = match find(lib, func, &objs) {
+                    Ok(Some(a)) => a,
+                    Ok(None) => {
+                        super::hooks::report(&[crate::session::ReportLine::Warning {
+                            what: format!(
+                                "uprobe `{lib}:{func}`: `{lib}` is not loaded yet; its calls are probed from the first driver call or dlsym after it is"
+                            ),
+                        }]);
+                        0
+                    }
+                    Err(e) => fail(e),
+                };
+                syms.push(Sym {
+                    lib: lib.clone(),
+                    func: func.clone(),
+                    addr: AtomicU64::new(addr),
+                    entry: Vec::new(),
+                    exit: Vec::new(),
+                    stacks: false,
+                });
+                syms.len() - 1
+            }
+        };
+        match super::uprobes::compile(&probes, p, &region) {
+            Ok((hp, walks)) => {
+                let s = &mut syms[i];
+                s.stacks |= walks;
+                if p.site == crate::probes::SiteKind::HostExit {
+                    s.exit.push(hp);
+                } else {
+                    s.entry.push(hp);
+                }
+            }
+            Err(what) => super::hooks::report(&[crate::session::ReportLine::Warning {
+                what: format!("host probe `{}` disabled: {what}", p.program.name),
+            }]),
+        }
+    }
+    let pending = syms
+        .iter()
+        .filter(|s| s.addr.load(Ordering::Relaxed) == 0)
+        .count();
+    if syms.is_empty() || SYMS.set(syms).is_err() {
+        return;
+    }
+    lock_scan().pending = pending;
+    ACTIVE.store(true, Ordering::Release);
+    rescan(true, false);
+    // The region stays mapped for the probes' maps (they hold offsets into it).
+    std::mem::forget(region);
+}
+
+fn lock_scan() -> std::sync::MutexGuard<'static, Scan> {
+    SCAN.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Looks again at the loaded objects when they changed (at most every 10 ms): resolves
+/// symbols whose library has appeared, and patches the GOTs of objects not patched yet.
+/// The shim calls this from every wrapped driver call and from `dlsym`; it costs an atomic
+/// load when there are no symbol probes.
+pub fn poll() {
+    if ACTIVE.load(Ordering::Relaxed) {
+        rescan(false, true);
+    }
+}
+
+/// [`poll`] without the 10 ms spacing: `dlsym` is rare, and often follows the `dlopen` of
+/// the very library a probe waits for.
+pub fn poll_now() {
+    if ACTIVE.load(Ordering::Relaxed) {
+        rescan(false, false);
+    }
+}
+
+fn rescan(force: bool, spaced: bool) {
+    let Ok(mut sc) = SCAN.try_lock() else {
+        return; // another thread is at it (or this one, from a probe's helper)
+    };
+    let now = std::time::Instant::now();
+    if spaced
+        && sc
+            .last
+            .is_some_and(|t| now.duration_since(t).as_millis() < 10)
+    {
+        return;
+    }
+    sc.last = Some(now);
+    let objs = objects();
+    let sig = (
+        objs.len(),
+        objs.iter().fold(0u64, |a, o| a.wrapping_add(o.base)),
+    );
+    if !force && sig == sc.sig {
+        return;
+    }
+    sc.sig = sig;
+    let Some(syms) = SYMS.get() else { return };
+    if sc.pending > 0 {
+        for s in syms.iter().filter(|s| s.addr.load(Ordering::Relaxed) == 0) {
+            match find(&s.lib, &s.func, &objs) {
+                Ok(Some(a)) => {
+                    s.addr.store(a, Ordering::Release);
+                    sc.pending -= 1;
+                    sc.seen.clear(); // every object may import it: patch them all again
+                }
+                Ok(None) => {}
+                Err(what) => {
+                    // The library came with no such export: its probes stay off.
+                    super::hooks::report(&[crate::session::ReportLine::Warning { what }]);
+                    sc.pending -= 1;
+                }
+            }
+        }
+    }
+    #[cfg(target_arch = "x86_64")]
+    {
+        // Our own object keeps its real calls (the probes' helpers may call libc).
+        let me = own_object(&objs);
+        for o in objs.iter().filter(|o| Some(o.base) != me) {
+            if sc.seen.contains(&o.base) {
+                continue;
+            }
+            sc.seen.push(o.base);
+            for (i, s) in syms.iter().enumerate() {
+                let addr = s.addr.load(Ordering::Acquire);
+                if addr == 0 {
+                    continue;
+                }
+                let global = CString::new(s.func.as_str()).map_or(0, |c| {
+                    // SAFETY: RTLD_DEFAULT lookup of a NUL-terminated name (the real dlsym).
+                    unsafe { super::driver::real_dlsym(libc::RTLD_DEFAULT, c.as_ptr()) as u64 }
+                });
+                patch(o, &s.func, addr, global, stub(i));
+            }
+        }
+    }
+}
+
+/// The load bias of the object holding this code (the shim), to leave its GOT alone.
+fn own_object(objs: &[Object]) -> Option<u64> {
+    let here = own_object as *const () as u64;
+    objs.iter()
+        .find(|o| {
+            o.phdrs.iter().any(|p| {
+                p.p_type == libc::PT_LOAD
+                    && here >= o.base + p.p_vaddr
+                    && here < o.base + p.p_vaddr + p.p_memsz
+            })
+        })
+        .map(|o| o.base)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn library_names_match_their_versions_and_paths() {
+        assert!(is_lib("/usr/lib/libfoo.so.1", "libfoo.so"));
+        assert!(is_lib("/usr/lib/libfoo.so", "libfoo.so"));
+        assert!(!is_lib("/usr/lib/libfoobar.so", "libfoo.so"));
+        assert!(!is_lib("/usr/lib/libfoo.so1", "libfoo.so"));
+        assert!(is_lib("/opt/x/libfoo.so.2", "/opt/x/libfoo.so.2"));
+        assert!(!is_lib("/opt/y/libfoo.so.2", "/opt/x/libfoo.so.2"));
+    }
+
+    #[test]
+    fn libc_functions_are_found_and_missing_ones_named() {
+        let objs = objects();
+        let a = find("libc.so", "getpid", &objs).expect("getpid in libc");
+        assert_eq!(a, Some(libc::getpid as *const () as u64));
+        let e = find("libc.so", "no_such_function_here", &objs).unwrap_err();
+        assert!(
+            e.contains("libc.so:no_such_function_here") && e.contains("no exported function"),
+            "{e}"
+        );
+        assert_eq!(find("libnotloaded.so", "f", &objs), Ok(None));
+    }
+}

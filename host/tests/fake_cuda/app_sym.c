@@ -1,0 +1,25 @@
+// Calls libbpftsym.so through its PLT ten times, and once through dlsym. Prints the total
+// of the results and a floating-point result; both must be what they are without probes.
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <stdio.h>
+
+long sym_add(long a, long b, long c, long d, long e, long f, long g, long h);
+double sym_scale(double x, double y);
+
+int main(void)
+{
+	long t = 0;
+	for (long i = 1; i <= 10; i++)
+		t += sym_add(i, 2, 3, 4, 5, 6, 100 + i, 8);
+	long (*f)(long, long, long, long, long, long, long, long) =
+		(long (*)(long, long, long, long, long, long, long, long))dlsym(RTLD_DEFAULT, "sym_add");
+	if (!f) {
+		printf("app_sym: no sym_add\n");
+		return 1;
+	}
+	t += f(1000, 0, 0, 0, 0, 0, 7, 0);
+	double s = sym_scale(4.0, 0.25);
+	printf("app_sym ok %ld %.2f\n", t, s);
+	return 0;
+}
