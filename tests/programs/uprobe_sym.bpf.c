@@ -14,10 +14,11 @@
 #endif
 
 // 0: calls, 1: sum of argument 1, 2: sum of argument 7 (stack), 3: sum of the results,
-// 4: returns seen
+// 4: returns seen; the executable's own app_mul: 5 calls, 6 sum of argument 2, 7 sum of
+// the results
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 5);
+	__uint(max_entries, 8);
 	__type(key, __u32);
 	__type(value, __u64);
 } sym_totals SEC(".maps");
@@ -45,6 +46,22 @@ int BPF_KRETPROBE(on_add_ret, long rc)
 {
 	add(3, rc);
 	add(4, 1);
+	return 0;
+}
+
+// A function of the application itself (not exported, called directly).
+SEC("uprobe/app_sym:app_mul")
+int BPF_KPROBE(on_mul, long a, long b)
+{
+	add(5, 1);
+	add(6, b);
+	return 0;
+}
+
+SEC("uretprobe/app_sym:app_mul")
+int BPF_KRETPROBE(on_mul_ret, long rc)
+{
+	add(7, rc);
 	return 0;
 }
 

@@ -6,7 +6,7 @@
 //!
 //! | step | how |
 //! |------|-----|
-//! | find the function | the loaded object whose file name is `libfoo.so` or starts with `libfoo.so.`, or whose path is the one given; `dlopen(RTLD_NOLOAD)` and `dlsym` |
+//! | find the function | the loaded object whose file name is `libfoo.so` or starts with `libfoo.so.`, or whose path is the one given; `dlopen(RTLD_NOLOAD)` and `dlsym`; for the executable, its symbol tables |
 //! | reach its calls | every GOT slot (`R_X86_64_JUMP_SLOT`, `R_X86_64_GLOB_DAT`) of every loaded object that imports the name and resolves it to that function is pointed at a stub; `dlsym` hands out the stub too |
 //! | the stub ([`bpft_sym_stubs`]) | saves the argument registers, runs the entry probes on a `pt_regs` of them (`sp` at the return address, so stack arguments are at `sp + 8`, …), and when exit probes exist swaps the return address for the return stub (the real one goes on a per-thread shadow stack); then jumps to the function |
 //! | the return stub | saves `rax`, `rdx`, `xmm0`, `xmm1`, runs the exit probes with `ax` = `rax`, and returns to the real return address |
@@ -14,10 +14,15 @@
 //! All of this is set up by the shim's constructor, before `main`. A library or function
 //! that is not there stops the application right there, with an error naming both.
 //!
-//! Limits, said where they apply: x86-64 only; libraries `dlopen`ed after start are not
-//! patched (their functions are found only through `dlsym`); calls that do not go through a
-//! GOT (a library's direct calls to itself, an executable's calls to its own functions) are
-//! not seen; at most [`MAX_SYMBOLS`] functions; a thread that leaves a probed function with
+//! Functions of the executable itself (`uprobe/APP:function`, APP its file name or path)
+//! are found in its symbol tables, local ones included, and reached by a `jmp` written at
+//! their entry to a trampoline near the executable; the instructions it covers run from a
+//! thunk (only position-independent prologue instructions are moved: anything else is
+//! refused by name before `main`).
+//!
+//! Limits, said where they apply: x86-64 only; a library loaded after start is patched at
+//! the next wrapped driver call or `dlsym` after it appears; a library's direct calls to
+//! itself are not seen; at most [`MAX_SYMBOLS`] functions; a thread that leaves a probed function with
 //! `longjmp` drops its pending exit probes; processes with user shadow stacks (CET) cannot
 //! take exit probes (the return address is swapped).
 
@@ -35,8 +40,14 @@ pub const MAX_SYMBOLS: usize = 32;
 struct Sym {
     lib: String,
     func: String,
-    /// The function's address; 0 while its library is not loaded.
+    /// Where the stub jumps to run the function: its address, or for a function of the
+    /// executable its relocated first instructions ([`patch_entry`]); 0 while its library
+    /// is not loaded.
     addr: AtomicU64,
+    /// The function's address (the probes' `PT_REGS_IP`).
+    ip: AtomicU64,
+    /// A function of the executable, reached by a jump written at its entry.
+    inline: bool,
     entry: Vec<Arc<HostProbe>>,
     exit: Vec<Arc<HostProbe>>,
     stacks: bool,
@@ -207,7 +218,7 @@ unsafe extern "C" fn bpft_sym_enter(i: u32, saved: *const [u64; 8], slot: *mut u
     let saved = unsafe { &*saved };
     let addr = s.addr.load(Ordering::Acquire);
     if !s.entry.is_empty() {
-        let mut regs = ctx_of(saved, addr, slot as u64);
+        let mut regs = ctx_of(saved, s.ip.load(Ordering::Acquire), slot as u64);
         super::uprobes::run_on(&s.entry, &mut regs, s.stacks);
     }
     #[cfg(target_arch = "x86_64")]
@@ -250,7 +261,7 @@ unsafe extern "C" fn bpft_sym_leave(saved: *const [u64; 2], slot: u64) -> u64 {
         std::process::abort();
     };
     if let Some(s) = SYMS.get().and_then(|v| v.get(i as usize)) {
-        let mut regs = ctx_of(&[0; 8], s.addr.load(Ordering::Acquire), slot);
+        let mut regs = ctx_of(&[0; 8], s.ip.load(Ordering::Acquire), slot);
         regs[AX..AX + 8].copy_from_slice(&rax.to_le_bytes());
         super::uprobes::run_on(&s.exit, &mut regs, s.stacks);
     }
@@ -263,7 +274,7 @@ pub fn stub_for(f: *mut c_void) -> Option<*mut c_void> {
     {
         let syms = SYMS.get()?;
         syms.iter()
-            .position(|s| s.addr.load(Ordering::Acquire) == f as u64)
+            .position(|s| !s.inline && s.addr.load(Ordering::Acquire) == f as u64)
             .map(|i| stub(i) as *mut c_void)
     }
     #[cfg(not(target_arch = "x86_64"))]
@@ -489,6 +500,8 @@ pub fn install() {
     };
     let objs = objects();
     let mut syms: Vec<Sym> = Vec::new();
+    // Functions of the executable: (entry, thunk), patched once the stubs can run.
+    let mut entries: Vec<(u64, u64)> = Vec::new();
     for p in &probes.probes {
         let Some((lib, func)) = &p.host_sym else {
             continue;
@@ -501,7 +514,19 @@ pub fn install() {
                         "uprobe `{lib}:{func}`: at most {MAX_SYMBOLS} library functions can be probed at once"
                     ));
                 }
-                let addr = match find(lib, func, &objs) {
+                let i = syms.len();
+                let exe = exe_match(lib);
+                let found = if exe {
+                    find_in_exe(lib, func, &objs).and_then(|f| {
+                        near_thunk(i, f, &objs).map(|t| {
+                            entries.push((f, t));
+                            Some(t)
+                        })
+                    })
+                } else {
+                    find(lib, func, &objs)
+                };
+                let addr = match found {
                     Ok(Some(a)) => a,
                     Ok(None) => {
                         super::hooks::report(&[crate::session::ReportLine::Warning {
@@ -513,10 +538,13 @@ pub fn install() {
                     }
                     Err(e) => fail(e),
                 };
+                let ip = entries.last().filter(|_| exe).map_or(addr, |e| e.0);
                 syms.push(Sym {
                     lib: lib.clone(),
                     func: func.clone(),
                     addr: AtomicU64::new(addr),
+                    ip: AtomicU64::new(ip),
+                    inline: exe,
                     entry: Vec::new(),
                     exit: Vec::new(),
                     stacks: false,
@@ -547,6 +575,12 @@ pub fn install() {
         return;
     }
     lock_scan().pending = pending;
+    #[cfg(target_arch = "x86_64")]
+    for (f, thunk) in entries {
+        if let Err(e) = patch_entry(f, thunk) {
+            fail(e);
+        }
+    }
     ACTIVE.store(true, Ordering::Release);
     rescan(true, false);
     // The region stays mapped for the probes' maps (they hold offsets into it).
@@ -602,6 +636,7 @@ fn rescan(force: bool, spaced: bool) {
         for s in syms.iter().filter(|s| s.addr.load(Ordering::Relaxed) == 0) {
             match find(&s.lib, &s.func, &objs) {
                 Ok(Some(a)) => {
+                    s.ip.store(a, Ordering::Release);
                     s.addr.store(a, Ordering::Release);
                     sc.pending -= 1;
                     sc.seen.clear(); // every object may import it: patch them all again
@@ -626,8 +661,8 @@ fn rescan(force: bool, spaced: bool) {
             sc.seen.push(o.base);
             for (i, s) in syms.iter().enumerate() {
                 let addr = s.addr.load(Ordering::Acquire);
-                if addr == 0 {
-                    continue;
+                if addr == 0 || s.inline {
+                    continue; // not loaded yet, or reached at its entry
                 }
                 let global = CString::new(s.func.as_str()).map_or(0, |c| {
                     // SAFETY: RTLD_DEFAULT lookup of a NUL-terminated name (the real dlsym).
@@ -637,6 +672,211 @@ fn rescan(force: bool, spaced: bool) {
             }
         }
     }
+}
+
+/// Whether `lib` names the executable itself (its path, or its file name).
+fn exe_match(lib: &str) -> bool {
+    let Ok(exe) = std::fs::read_link("/proc/self/exe") else {
+        return false;
+    };
+    let exe = exe.display().to_string();
+    if lib.contains('/') {
+        exe == lib
+    } else {
+        exe.rsplit('/').next() == Some(lib)
+    }
+}
+
+/// The address of function `func` of the executable, from its symbol tables (local
+/// functions included, as long as it is not stripped).
+fn find_in_exe(lib: &str, func: &str, objs: &[Object]) -> Result<u64, String> {
+    use object::{Object as _, ObjectSymbol};
+    let bytes =
+        std::fs::read("/proc/self/exe").map_err(|e| format!("uprobe `{lib}:{func}`: {e}"))?;
+    let file = object::File::parse(&*bytes).map_err(|e| format!("uprobe `{lib}:{func}`: {e}"))?;
+    let value = file
+        .symbols()
+        .chain(file.dynamic_symbols())
+        .find(|s| s.name() == Ok(func) && s.kind() == object::SymbolKind::Text && s.is_definition())
+        .map(|s| s.address())
+        .ok_or_else(|| {
+            format!("uprobe `{lib}:{func}`: the executable has no function `{func}` in its symbol tables (stripped?)")
+        })?;
+    let base = objs
+        .iter()
+        .find(|o| o.name.is_empty())
+        .map_or(0, |o| o.base);
+    Ok(base + value)
+}
+
+/// Bytes from a ModRM byte to the end of its displacement (SIB included), or `None` for a
+/// RIP-relative operand, which would not survive the move.
+fn modrm_len(c: &[u8]) -> Option<usize> {
+    let m = *c.first()?;
+    let (md, rm) = (m >> 6, m & 7);
+    let sib = rm == 4 && md != 3;
+    let base5 = sib && c.get(1).is_some_and(|s| s & 7 == 5);
+    Some(match md {
+        3 => 1,
+        0 if rm == 5 => return None, // [rip + disp32]
+        0 => 1 + sib as usize + if base5 { 4 } else { 0 },
+        1 => 2 + sib as usize,
+        _ => 5 + sib as usize,
+    })
+}
+
+/// How many bytes of whole instructions at the start of `code` cover the 5 a `jmp rel32`
+/// needs, for the prologues compilers emit: `endbr64`, pushes, moves, arithmetic and
+/// `lea` on registers and on stack or register-based memory, nops. Anything else (a
+/// RIP-relative operand, a branch) is refused, naming the byte.
+fn prologue_len(code: &[u8]) -> Result<usize, String> {
+    let mut at = 0;
+    while at < 5 {
+        let c = &code[at..];
+        let refuse = || {
+            format!(
+                "byte {:#04x} at +{at} starts an instruction the shim does not relocate",
+                c[0]
+            )
+        };
+        let o = usize::from(matches!(c[0], 0x40..=0x4f)); // a REX prefix
+        let op = c[o];
+        let len = match (c[0], op) {
+            (0xf3, _) if c[1..4] == [0x0f, 0x1e, 0xfa] => 4, // endbr64
+            (0x90, _) => 1,
+            (0x66, _) if c[1] == 0x90 => 2, // xchg ax, ax (other 0x66 forms: refused)
+            (0x0f, _) if c[1] == 0x1f && c[2] == 0x44 && c[3] == 0 => 5, // nopl 0(rax,rax)
+            (0x0f, _) if c[1] == 0x1f && c[2] == 0x40 => 4, // nopl 0(rax)
+            (_, 0x50..=0x57) => o + 1,      // push reg
+            (_, 0xb8..=0xbf) => o + if c[0] & 0x48 == 0x48 { 9 } else { 5 }, // mov reg, imm
+            // reg <-> r/m moves and arithmetic, lea, movsxd
+            (
+                _,
+                0x01 | 0x03 | 0x09 | 0x0b | 0x21 | 0x23 | 0x29 | 0x2b | 0x31 | 0x33 | 0x39 | 0x3b
+                | 0x63 | 0x85 | 0x89 | 0x8b | 0x8d,
+            ) => o + 1 + modrm_len(&c[o + 1..]).ok_or_else(refuse)?,
+            (_, 0x83 | 0xc6) => o + 2 + modrm_len(&c[o + 1..]).ok_or_else(refuse)?, // imm8
+            (_, 0x81 | 0xc7) => o + 5 + modrm_len(&c[o + 1..]).ok_or_else(refuse)?, // imm32
+            (_, 0x0f) if c[o + 1] == 0xaf => o + 2 + modrm_len(&c[o + 2..]).ok_or_else(refuse)?,
+            _ => return Err(refuse()),
+        };
+        at += len;
+    }
+    Ok(at)
+}
+
+/// Writes, into a page within ±2 GB of `f` (one 128-byte slot per symbol `i`), a jump to
+/// stub `i` and, after it, the thunk that runs `f`'s relocated first instructions and jumps
+/// back to the rest of `f`. Returns the thunk's address.
+#[cfg(target_arch = "x86_64")]
+fn near_thunk(i: usize, f: u64, objs: &[Object]) -> Result<u64, String> {
+    static PAGE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    // SAFETY: `f` is the entry of a function of the executable: its first bytes are mapped
+    // (16 cover the longest prologue run the decoder accepts).
+    let code = unsafe { std::slice::from_raw_parts(f as *const u8, 16) };
+    let n = prologue_len(code).map_err(|e| format!("function at {f:#x}: {e}"))?;
+    let mut page = PAGE.load(Ordering::Relaxed);
+    if page == 0 {
+        page = near_page(f, objs).ok_or("no free page within 2 GB of the executable")?;
+        PAGE.store(page, Ordering::Relaxed);
+    }
+    let slot = page + 128 * i as u64;
+    let abs_jmp = |to: u64| {
+        let mut v = vec![0xff, 0x25, 0, 0, 0, 0];
+        v.extend_from_slice(&to.to_le_bytes());
+        v
+    };
+    let mut bytes = abs_jmp(stub(i));
+    bytes.resize(16, 0xcc);
+    bytes.extend_from_slice(&code[..n]);
+    bytes.extend(abs_jmp(f + n as u64));
+    // SAFETY: our own page (writable until `patch_entry` seals it); the slot is 128 bytes.
+    unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), slot as *mut u8, bytes.len()) };
+    Ok(slot + 16)
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn near_thunk(_: usize, _: u64, _: &[Object]) -> Result<u64, String> {
+    Err("x86-64 only".into())
+}
+
+/// A fresh read-write page within ±2 GB of `f`: after the executable's last segment, or
+/// before its first.
+#[cfg(target_arch = "x86_64")]
+fn near_page(f: u64, objs: &[Object]) -> Option<u64> {
+    let exe = objs.iter().find(|o| o.name.is_empty())?;
+    let loads = exe.phdrs.iter().filter(|p| p.p_type == libc::PT_LOAD);
+    let end = loads
+        .clone()
+        .map(|p| exe.base + p.p_vaddr + p.p_memsz)
+        .max()?;
+    let start = loads.map(|p| exe.base + p.p_vaddr).min()?;
+    let step = 1u64 << 16;
+    let up = (0..4096u64).map(|k| ((end + step - 1) & !(step - 1)) + k * step);
+    let down = (1..4096u64).filter_map(|k| (start & !(step - 1)).checked_sub(k * step));
+    for at in up.chain(down) {
+        if at.abs_diff(f) > (1 << 31) - 4096 {
+            continue;
+        }
+        // SAFETY: a fresh anonymous mapping at a free address (NOREPLACE); unmapped never.
+        let p = unsafe {
+            libc::mmap(
+                at as *mut c_void,
+                4096,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED_NOREPLACE,
+                -1,
+                0,
+            )
+        };
+        if p != libc::MAP_FAILED {
+            if p as u64 == at {
+                return Some(at);
+            }
+            // SAFETY: the mapping just made (an old kernel ignored NOREPLACE).
+            unsafe { libc::munmap(p, 4096) };
+        }
+    }
+    None
+}
+
+/// Seals the trampoline page and writes `jmp rel32` to it at `f`'s entry (the rest of the
+/// relocated instructions becomes `int3`). Runs before `main`, with one thread.
+#[cfg(target_arch = "x86_64")]
+fn patch_entry(f: u64, thunk: u64) -> Result<(), String> {
+    let slot = thunk - 16; // the jump to the stub
+    let page = slot & !4095;
+    // SAFETY: the trampoline page is ours.
+    if unsafe { libc::mprotect(page as *mut c_void, 4096, libc::PROT_READ | libc::PROT_EXEC) } != 0
+    {
+        return Err("cannot make the trampoline page executable".into());
+    }
+    // SAFETY: `f`'s first bytes, decoded above; read only here.
+    let code = unsafe { std::slice::from_raw_parts(f as *const u8, 16) };
+    let n = prologue_len(code).map_err(|e| format!("function at {f:#x}: {e}"))?;
+    let rel = slot as i64 - (f as i64 + 5);
+    let rel = i32::try_from(rel).map_err(|_| "the trampoline is out of jump range".to_string())?;
+    let mut bytes = vec![0xe9];
+    bytes.extend_from_slice(&rel.to_le_bytes());
+    bytes.resize(n, 0xcc);
+    let lo = f & !4095;
+    let hi = (f + n as u64 - 1) & !4095;
+    let len = (hi - lo + 4096) as usize;
+    // SAFETY: the executable's text pages holding `f`'s entry, writable for the store and
+    // executable again after; no other thread runs yet (the shim's constructor).
+    unsafe {
+        if libc::mprotect(
+            lo as *mut c_void,
+            len,
+            libc::PROT_READ | libc::PROT_WRITE | libc::PROT_EXEC,
+        ) != 0
+        {
+            return Err(format!("cannot write the entry of the function at {f:#x}"));
+        }
+        std::ptr::copy_nonoverlapping(bytes.as_ptr(), f as *mut u8, n);
+        libc::mprotect(lo as *mut c_void, len, libc::PROT_READ | libc::PROT_EXEC);
+    }
+    Ok(())
 }
 
 /// The load bias of the object holding this code (the shim), to leave its GOT alone.
@@ -656,6 +896,44 @@ fn own_object(objs: &[Object]) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn prologues_are_measured_in_whole_instructions_or_refused() {
+        // endbr64; push rbp; mov rbp, rsp
+        assert_eq!(
+            prologue_len(&[0xf3, 0x0f, 0x1e, 0xfa, 0x55, 0x48, 0x89, 0xe5, 0, 0]),
+            Ok(5)
+        );
+        // push r15; push r14; push rbx; sub rsp, 0x20
+        assert_eq!(
+            prologue_len(&[0x41, 0x57, 0x41, 0x56, 0x53, 0x48, 0x83, 0xec, 0x20, 0]),
+            Ok(5)
+        );
+        // lea rax, [rip + x] (RIP-relative): refused, naming the byte
+        let e = prologue_len(&[0x48, 0x8d, 0x05, 1, 2, 3, 4, 0, 0, 0]).unwrap_err();
+        assert!(e.contains("0x48") && e.contains("+0"), "{e}");
+        // push rbp; jmp: the branch is refused
+        assert!(prologue_len(&[0x55, 0xe9, 0, 0, 0, 0, 0, 0, 0, 0]).is_err());
+        // -O0: push rbp; mov rbp, rsp; mov [rbp - 8], rdi
+        assert_eq!(
+            prologue_len(&[0x55, 0x48, 0x89, 0xe5, 0x48, 0x89, 0x7d, 0xf8, 0, 0]),
+            Ok(8)
+        );
+        // mov rax, rdi; imul rax, rsi
+        assert_eq!(
+            prologue_len(&[0x48, 0x89, 0xf8, 0x48, 0x0f, 0xaf, 0xc6, 0, 0, 0]),
+            Ok(7)
+        );
+        // sub rsp, 0x1000 (imm32); mov [rsp + 8], rbx (SIB)
+        assert_eq!(
+            prologue_len(&[
+                0x48, 0x81, 0xec, 0, 0x10, 0, 0, 0x48, 0x89, 0x5c, 0x24, 0x08
+            ]),
+            Ok(7)
+        );
+        // mov rax, [rip + x]: refused
+        assert!(prologue_len(&[0x48, 0x8b, 0x05, 1, 2, 3, 4, 0, 0, 0]).is_err());
+    }
 
     #[test]
     fn library_names_match_their_versions_and_paths() {

@@ -7,6 +7,12 @@
 long sym_add(long a, long b, long c, long d, long e, long f, long g, long h);
 double sym_scale(double x, double y);
 
+// The application's own function, called directly (no PLT): probed at its entry.
+static __attribute__((noinline, noipa)) long app_mul(long a, long b)
+{
+	return a * b;
+}
+
 int main(void)
 {
 	long t = 0;
@@ -20,6 +26,9 @@ int main(void)
 	}
 	t += f(1000, 0, 0, 0, 0, 0, 7, 0);
 	double s = sym_scale(4.0, 0.25);
-	printf("app_sym ok %ld %.2f\n", t, s);
+	long m = 0;
+	for (long i = 1; i <= 4; i++)
+		m += app_mul(i, i + 1);
+	printf("app_sym ok %ld %.2f %ld\n", t, s, m);
 	return 0;
 }
