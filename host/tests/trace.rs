@@ -857,7 +857,9 @@ fn host_probes_on_a_library_function_read_arguments_stack_arguments_and_results(
             // The executable's own function, entered through the jump at its entry.
             ("5".to_string(), 4),
             ("6".to_string(), 2 + 3 + 4 + 5),
-            ("7".to_string(), 40)
+            ("7".to_string(), 40),
+            // `libcudart.so:cudaFakeSync`, found in the executable (no libcudart.so).
+            ("8".to_string(), 2)
         ],
         "{out}\n{err}"
     );
@@ -881,6 +883,28 @@ fn a_host_probe_on_a_missing_library_function_stops_the_app_naming_it() {
     assert_ne!(code, 0, "{out}");
     assert!(
         err.contains("libbpftsym.so:sym_nothere") && !out.contains("app_sym ok"),
+        "{err}\n{out}"
+    );
+}
+
+#[test]
+fn an_executable_function_too_short_to_patch_stops_the_app_naming_it() {
+    let Some(probe) =
+        bpftime_tests::compile_with("uprobe_sym", &["APP_FN=\"tiny_inc\""], "uprobe_sym_tiny")
+    else {
+        return;
+    };
+    if shim().is_none() {
+        return;
+    }
+    let f = fake("uprobe_sym_tiny");
+    sym_app(&f);
+    let (code, out, err) = f.run(&[&probe], &["app_sym"]);
+    assert_ne!(code, 0, "{out}");
+    assert!(
+        err.contains("app_sym:tiny_inc")
+            && err.contains("does not relocate")
+            && !out.contains("app_sym ok"),
         "{err}\n{out}"
     );
 }

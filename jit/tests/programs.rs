@@ -34,7 +34,10 @@ const PROGRAMS: &[(&str, &[&str])] = &[
     ("ringbuf", &["ringbuf"]),
     ("uprobe_corr", &["launch_corr"]),
     // on_add reads a stack argument with bpf_probe_read_user: host only.
-    ("uprobe_sym", &["on_add_ret", "on_mul", "on_mul_ret"]),
+    (
+        "uprobe_sym",
+        &["on_add_ret", "on_mul", "on_mul_ret", "on_fake_sync"],
+    ),
     ("vec_add", &["vec_add"]),
     ("void_call", &["void_call"]),
 ];

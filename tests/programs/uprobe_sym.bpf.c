@@ -8,17 +8,21 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
 
-// The tests swap in a function the library does not have, which must stop the app.
+// The tests swap in a function the library does not have, and an executable function too
+// short to patch, each of which must stop the app.
 #ifndef SYM_FN
 #define SYM_FN "sym_add"
+#endif
+#ifndef APP_FN
+#define APP_FN "app_mul"
 #endif
 
 // 0: calls, 1: sum of argument 1, 2: sum of argument 7 (stack), 3: sum of the results,
 // 4: returns seen; the executable's own app_mul: 5 calls, 6 sum of argument 2, 7 sum of
-// the results
+// the results; 8: calls of cudaFakeSync, which the executable links statically
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 8);
+	__uint(max_entries, 9);
 	__type(key, __u32);
 	__type(value, __u64);
 } sym_totals SEC(".maps");
@@ -50,7 +54,7 @@ int BPF_KRETPROBE(on_add_ret, long rc)
 }
 
 // A function of the application itself (not exported, called directly).
-SEC("uprobe/app_sym:app_mul")
+SEC("uprobe/app_sym:" APP_FN)
 int BPF_KPROBE(on_mul, long a, long b)
 {
 	add(5, 1);
@@ -62,6 +66,15 @@ SEC("uretprobe/app_sym:app_mul")
 int BPF_KRETPROBE(on_mul_ret, long rc)
 {
 	add(7, rc);
+	return 0;
+}
+
+// Named as in libcudart.so; with no libcudart.so loaded, the executable's own copy (cudart
+// is linked statically by default).
+SEC("uprobe/libcudart.so:cudaFakeSync")
+int BPF_KPROBE(on_fake_sync)
+{
+	add(8, 1);
 	return 0;
 }
 

@@ -14,8 +14,10 @@
 //! All of this is set up by the shim's constructor, before `main`. A library or function
 //! that is not there stops the application right there, with an error naming both.
 //!
-//! Functions of the executable itself (`uprobe/APP:function`, APP its file name or path)
-//! are found in its symbol tables, local ones included, and reached by a `jmp` written at
+//! Functions of the executable itself (`uprobe/APP:function`, APP its file name or path;
+//! also `uprobe/libcudart.so:function` when no libcudart.so is loaded and the executable
+//! has the function, as nvcc links cudart statically by default) are found in its symbol
+//! tables, local ones included, and reached by a `jmp` written at
 //! their entry to a trampoline near the executable; the instructions it covers run from a
 //! thunk (only position-independent prologue instructions are moved: anything else is
 //! refused by name before `main`).
@@ -515,13 +517,29 @@ pub fn install() {
                     ));
                 }
                 let i = syms.len();
-                let exe = exe_match(lib);
+                // cudart is linked statically by default (nvcc): with no libcudart.so
+                // loaded, its functions are the executable's own.
+                let static_cudart = lib.starts_with("libcudart")
+                    && !objs
+                        .iter()
+                        .any(|o| !o.name.is_empty() && is_lib(&o.name, lib))
+                    && find_in_exe(lib, func, &objs).is_ok();
+                if static_cudart {
+                    super::hooks::report(&[crate::session::ReportLine::Warning {
+                        what: format!(
+                            "uprobe `{lib}:{func}`: no {lib} is loaded; probing the executable's statically linked `{func}`"
+                        ),
+                    }]);
+                }
+                let exe = static_cudart || exe_match(lib);
                 let found = if exe {
                     find_in_exe(lib, func, &objs).and_then(|f| {
-                        near_thunk(i, f, &objs).map(|t| {
-                            entries.push((f, t));
-                            Some(t)
-                        })
+                        near_thunk(i, f, &objs)
+                            .map(|t| {
+                                entries.push((f, t));
+                                Some(t)
+                            })
+                            .map_err(|e| format!("uprobe `{lib}:{func}`: {e}"))
                     })
                 } else {
                     find(lib, func, &objs)

@@ -13,6 +13,19 @@ static __attribute__((noinline, noipa)) long app_mul(long a, long b)
 	return a * b;
 }
 
+// Stands for a function of a statically linked cudart.
+__attribute__((noinline, noipa)) long cudaFakeSync(long x)
+{
+	volatile long v = x;
+	return v + 1;
+}
+
+// Four bytes and a ret at -O1: too short for the jump a probe at its entry needs.
+__attribute__((noinline, noipa)) long tiny_inc(long x)
+{
+	return x + 1;
+}
+
 int main(void)
 {
 	long t = 0;
@@ -29,6 +42,7 @@ int main(void)
 	long m = 0;
 	for (long i = 1; i <= 4; i++)
 		m += app_mul(i, i + 1);
+	m += cudaFakeSync(0) + cudaFakeSync(1) - 3 + tiny_inc(-1);
 	printf("app_sym ok %ld %.2f %ld\n", t, s, m);
 	return 0;
 }
