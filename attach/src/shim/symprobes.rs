@@ -227,9 +227,15 @@ unsafe extern "C" fn bpft_sym_enter(i: u32, saved: *const [u64; 8], slot: *mut u
     if !s.exit.is_empty() {
         // SAFETY: `slot` holds this call's return address (the stub's contract).
         let ret = unsafe { slot.read() };
+        // A signal handler calling a probed function while this thread is inside its own
+        // push or pop finds the stack borrowed: that call runs without exit probes.
         let pushed = SHADOW
-            .try_with(|sh| sh.borrow_mut().push((slot as u64, ret, i)))
-            .is_ok();
+            .try_with(|sh| {
+                sh.try_borrow_mut()
+                    .map(|mut sh| sh.push((slot as u64, ret, i)))
+                    .is_ok()
+            })
+            .unwrap_or(false);
         if pushed {
             // SAFETY: as above; the return stub puts the real address back.
             unsafe { slot.write(bpft_sym_return as *const () as u64) };
@@ -247,7 +253,9 @@ unsafe extern "C" fn bpft_sym_leave(saved: *const [u64; 2], slot: u64) -> u64 {
     // SAFETY: the return stub's saved registers.
     let rax = unsafe { (*saved)[0] };
     let found = SHADOW.try_with(|sh| {
-        let mut sh = sh.borrow_mut();
+        let Ok(mut sh) = sh.try_borrow_mut() else {
+            return None;
+        };
         // Entries below this slot belong to calls a longjmp left: they never return.
         while let Some(&(at, ret, i)) = sh.last() {
             sh.pop();
