@@ -1248,8 +1248,23 @@ fn hot_attach_loads_and_unloads_probes_while_the_app_runs() {
     .unwrap();
     let name = format!("bpftime-hot-test-{}", std::process::id());
     let wait = f.dir.join("wait");
+    // `--prometheus` too: an object loaded later has its maps served as well.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
     let mut c = Command::new(bin());
-    c.args(["trace", "--interval", "0", "--json", "--name", &name]);
+    c.args([
+        "trace",
+        "--interval",
+        "0",
+        "--json",
+        "--name",
+        &name,
+        "--prometheus",
+    ])
+    .arg(format!("127.0.0.1:{port}"));
     if let Some(s) = shim() {
         c.arg("--shim").arg(s);
     }
@@ -1301,6 +1316,34 @@ fn hot_attach_loads_and_unloads_probes_while_the_app_runs() {
     );
     std::fs::write(go(1), b"").unwrap();
     assert!(wait_for(&ready(2)), "phase 2 never ended");
+    // The loaded object's maps reach the exporter (a histogram is served whole, zeros
+    // included).
+    let scrape = || -> Option<String> {
+        use std::io::{Read, Write};
+        let mut s = match std::net::TcpStream::connect(("127.0.0.1", port)) {
+            Ok(s) => s,
+            Err(e) => return Some(format!("connect: {e}")),
+        };
+        s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").ok()?;
+        let mut body = String::new();
+        if let Err(e) = s.read_to_string(&mut body) {
+            return Some(format!("read: {e}"));
+        }
+        Some(body)
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let mut last = String::new();
+    while std::time::Instant::now() < deadline {
+        last = scrape().unwrap_or_default();
+        if last.contains("map=\"launchlate:launch_ns_hist\"") {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    assert!(
+        last.contains("map=\"launchlate:launch_ns_hist\""),
+        "the loaded object's map is not served:\n{last}"
+    );
     let (ok, out) = cli(&["unload", "--name", &name, "launchlate"]);
     assert!(ok, "{out}");
     assert!(

@@ -501,6 +501,16 @@ impl Trace {
         self.session
             .add_object(&probes, new)
             .map_err(|e| anyhow::anyhow!(super::instrument::chain(&e)))?;
+        // `--prometheus` serves the new object's maps from now on.
+        if let Some(Ok(mut p)) = self.prom.as_ref().map(|p| p.lock()) {
+            for m in self.session.maps.iter().filter(|m| m.object == new) {
+                p.maps.push(prom::Map {
+                    name: m.name.clone(),
+                    def: m.def.clone(),
+                    ops: m.ops.clone(),
+                });
+            }
+        }
         self.publish(objects, probes)?;
         self.stems.insert(stem);
         Ok(serde_json::to_value(hot::info(
@@ -766,7 +776,6 @@ pub fn run(a: TraceArgs) -> Result<ExitCode> {
     let start = Instant::now();
     let prom = match a.prometheus {
         Some(addr) => {
-            let shared = Arc::new(std::sync::Mutex::new(prom::Shared::default()));
             let maps = session
                 .maps
                 .iter()
@@ -777,7 +786,11 @@ pub fn run(a: TraceArgs) -> Result<ExitCode> {
                     ops: m.ops.clone(),
                 })
                 .collect();
-            let bound = prom::serve(addr, maps, shared.clone(), start)
+            let shared = Arc::new(std::sync::Mutex::new(prom::Shared {
+                maps,
+                ..Default::default()
+            }));
+            let bound = prom::serve(addr, shared.clone(), start)
                 .with_context(|| format!("--prometheus {addr}"))?;
             if !a.quiet {
                 eprintln!("serving Prometheus metrics on http://{bound}/metrics");

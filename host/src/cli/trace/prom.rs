@@ -10,7 +10,8 @@
 //! | `bpftime_trace_records_total`, `bpftime_trace_dropped_total` | | `--mem-trace` records written and dropped (at exit) |
 //! | `bpftime_trace_uptime_seconds` | | since trace started |
 //!
-//! Maps are read at scrape time, as of the shim's last copy-out (`--interval`). A scrape
+//! Maps are read at scrape time, as of the shim's last copy-out (`--interval`); objects that
+//! `load --name` attaches later are served from then on. A scrape
 //! runs on the exporter's own thread with a read and write timeout: a stuck client never
 //! holds up the application or trace's printing.
 
@@ -38,6 +39,8 @@ pub struct Shared {
     pub trace_records: u64,
     /// `--mem-trace` drops.
     pub trace_dropped: u64,
+    /// The maps it serves: the session's, then those of objects `load --name` added.
+    pub maps: Vec<Map>,
 }
 
 /// One map the exporter reads.
@@ -51,7 +54,8 @@ pub struct Map {
 }
 
 /// Renders the metrics text.
-pub fn render(maps: &[Map], shared: &Shared, start: Instant) -> String {
+pub fn render(shared: &Shared, start: Instant) -> String {
+    let maps = &shared.maps;
     // The recorder first: gauges set before it is installed go nowhere.
     let h = host::service::metrics::handle();
     for m in maps {
@@ -99,13 +103,12 @@ pub fn render(maps: &[Map], shared: &Shared, start: Instant) -> String {
 /// ([`host::service::metrics::serve_text`]); returns the bound address.
 pub fn serve(
     addr: SocketAddr,
-    maps: Vec<Map>,
     shared: Arc<Mutex<Shared>>,
     start: Instant,
 ) -> std::io::Result<SocketAddr> {
     host::service::metrics::serve_text(addr, "bpftime-prometheus", move || match shared.lock() {
-        Ok(s) => render(&maps, &s, start),
-        Err(p) => render(&maps, &p.into_inner(), start),
+        Ok(s) => render(&s, start),
+        Err(p) => render(&p.into_inner(), start),
     })
 }
 
@@ -131,12 +134,12 @@ mod tests {
         let mut shared = Shared::default();
         shared.kernels.insert(7, "vectorAdd".into());
         shared.modules_instrumented = 2;
-        let maps = vec![Map {
+        shared.maps = vec![Map {
             name: "kernel_count:launches".into(),
             def,
             ops,
         }];
-        let text = render(&maps, &shared, Instant::now());
+        let text = render(&shared, Instant::now());
         assert!(
             text.contains(r#"bpftime_map_value{map="kernel_count:launches",key="vectorAdd"} 3"#),
             "{text}"
