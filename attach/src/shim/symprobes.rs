@@ -680,21 +680,31 @@ fn rescan(force: bool, spaced: bool) {
     {
         // Our own object keeps its real calls (the probes' helpers may call libc).
         let me = own_object(&objs);
+        // Per symbol: its address, and what the global lookup gives for its name (a lazy
+        // GOT slot is patched only when that is the probed definition).
+        let targets: Vec<(usize, u64, u64)> = syms
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| !s.inline) // reached at its entry instead
+            .filter_map(|(i, s)| {
+                let addr = s.addr.load(Ordering::Acquire);
+                (addr != 0).then(|| {
+                    let global = CString::new(s.func.as_str()).map_or(0, |c| {
+                        // SAFETY: RTLD_DEFAULT lookup of a NUL-terminated name (the real
+                        // dlsym).
+                        unsafe { super::driver::real_dlsym(libc::RTLD_DEFAULT, c.as_ptr()) as u64 }
+                    });
+                    (i, addr, global)
+                })
+            })
+            .collect();
         for o in objs.iter().filter(|o| Some(o.base) != me) {
             if sc.seen.contains(&o.base) {
                 continue;
             }
             sc.seen.push(o.base);
-            for (i, s) in syms.iter().enumerate() {
-                let addr = s.addr.load(Ordering::Acquire);
-                if addr == 0 || s.inline {
-                    continue; // not loaded yet, or reached at its entry
-                }
-                let global = CString::new(s.func.as_str()).map_or(0, |c| {
-                    // SAFETY: RTLD_DEFAULT lookup of a NUL-terminated name (the real dlsym).
-                    unsafe { super::driver::real_dlsym(libc::RTLD_DEFAULT, c.as_ptr()) as u64 }
-                });
-                patch(o, &s.func, addr, global, stub(i));
+            for &(i, addr, global) in &targets {
+                patch(o, &syms[i].func, addr, global, stub(i));
             }
         }
     }
