@@ -576,6 +576,16 @@ fn mem_trace_writes_a_file_and_reports_drops() {
     assert!(f.assemble_loaded() >= 1);
 }
 
+/// One `GET /metrics` of the exporter on `port`: the whole response.
+fn scrape(port: u16) -> std::io::Result<String> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port))?;
+    s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n")?;
+    let mut body = String::new();
+    s.read_to_string(&mut body)?;
+    Ok(body)
+}
+
 #[test]
 fn prometheus_serves_the_maps_and_counters_while_the_app_runs() {
     // The fake launches add 5 × 128 to count:entries (see the device-map test); the shim
@@ -613,19 +623,11 @@ fn prometheus_serves_the_maps_and_counters_while_the_app_runs() {
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped());
     let child = c.spawn().unwrap();
-    let scrape = || -> Option<String> {
-        use std::io::{Read, Write};
-        let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
-        s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").ok()?;
-        let mut body = String::new();
-        s.read_to_string(&mut body).ok()?;
-        Some(body)
-    };
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
     let mut last = String::new();
     let mut seen = false;
     while std::time::Instant::now() < deadline {
-        if let Some(b) = scrape() {
+        if let Ok(b) = scrape(port) {
             if b.contains("bpftime_map_value{map=\"count:entries\",key=\"0\"} 640") {
                 seen = true;
                 last = b;
@@ -1318,23 +1320,10 @@ fn hot_attach_loads_and_unloads_probes_while_the_app_runs() {
     assert!(wait_for(&ready(2)), "phase 2 never ended");
     // The loaded object's maps reach the exporter (a histogram is served whole, zeros
     // included).
-    let scrape = || -> Option<String> {
-        use std::io::{Read, Write};
-        let mut s = match std::net::TcpStream::connect(("127.0.0.1", port)) {
-            Ok(s) => s,
-            Err(e) => return Some(format!("connect: {e}")),
-        };
-        s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").ok()?;
-        let mut body = String::new();
-        if let Err(e) = s.read_to_string(&mut body) {
-            return Some(format!("read: {e}"));
-        }
-        Some(body)
-    };
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     let mut last = String::new();
     while std::time::Instant::now() < deadline {
-        last = scrape().unwrap_or_default();
+        last = scrape(port).unwrap_or_else(|e| format!("scrape: {e}"));
         if last.contains("map=\"launchlate:launch_ns_hist\"") {
             break;
         }
