@@ -417,9 +417,9 @@ fn dynamic(o: &Object) -> Option<Dynamic> {
 }
 
 /// Points every GOT slot of `o` that imports `func` (and holds `addr`, or a lazy stub of
-/// this object while the global lookup gives `addr`) at `to`. Returns the slots changed.
-fn patch(o: &Object, func: &str, addr: u64, global: u64, to: u64) -> usize {
-    let Some(d) = dynamic(o) else { return 0 };
+/// this object while the global lookup gives `addr`) at `to`.
+fn patch(o: &Object, func: &str, addr: u64, global: u64, to: u64) {
+    let Some(d) = dynamic(o) else { return };
     let relro = o
         .phdrs
         .iter()
@@ -432,7 +432,6 @@ fn patch(o: &Object, func: &str, addr: u64, global: u64, to: u64) -> usize {
                 && v < o.base + p.p_vaddr + p.p_memsz
         })
     };
-    let mut n = 0;
     for &(table, size) in &d.relocs {
         if table == 0 {
             continue;
@@ -477,10 +476,8 @@ fn patch(o: &Object, func: &str, addr: u64, global: u64, to: u64) -> usize {
                     libc::mprotect(page as *mut c_void, 4096, libc::PROT_READ);
                 }
             }
-            n += 1;
         }
     }
-    n
 }
 
 /// Sets the symbol probes up (the shim's constructor calls this before `main`). A probe
@@ -511,7 +508,7 @@ pub fn install() {
     let objs = objects();
     let mut syms: Vec<Sym> = Vec::new();
     // Functions of the executable: (entry, thunk), patched once the stubs can run.
-    let mut entries: Vec<(u64, u64)> = Vec::new();
+    let mut entries: Vec<Entry> = Vec::new();
     for p in &probes.probes {
         let Some((lib, func)) = &p.host_sym else {
             continue;
@@ -543,8 +540,9 @@ pub fn install() {
                 let found = if exe {
                     find_in_exe(lib, func, &objs).and_then(|f| {
                         near_thunk(i, f, &objs)
-                            .map(|t| {
-                                entries.push((f, t));
+                            .map(|e| {
+                                let t = e.thunk;
+                                entries.push(e);
                                 Some(t)
                             })
                             .map_err(|e| format!("uprobe `{lib}:{func}`: {e}"))
@@ -564,7 +562,7 @@ pub fn install() {
                     }
                     Err(e) => fail(e),
                 };
-                let ip = entries.last().filter(|_| exe).map_or(addr, |e| e.0);
+                let ip = entries.last().filter(|_| exe).map_or(addr, |e| e.f);
                 syms.push(Sym {
                     lib: lib.clone(),
                     func: func.clone(),
@@ -602,8 +600,8 @@ pub fn install() {
     }
     lock_scan().pending = pending;
     #[cfg(target_arch = "x86_64")]
-    for (f, thunk) in entries {
-        if let Err(e) = patch_entry(f, thunk) {
+    for e in &entries {
+        if let Err(e) = patch_entry(e) {
             fail(e);
         }
     }
@@ -801,11 +799,21 @@ fn prologue_len(code: &[u8]) -> Result<usize, String> {
     Ok(at)
 }
 
+/// A function of the executable reached by a jump at its entry.
+struct Entry {
+    /// The function.
+    f: u64,
+    /// Its thunk: the relocated first instructions, then a jump back.
+    thunk: u64,
+    /// Bytes of whole instructions moved (at least the jump's 5).
+    len: usize,
+}
+
 /// Writes, into a page within ±2 GB of `f` (one 128-byte slot per symbol `i`), a jump to
 /// stub `i` and, after it, the thunk that runs `f`'s relocated first instructions and jumps
-/// back to the rest of `f`. Returns the thunk's address.
+/// back to the rest of `f`.
 #[cfg(target_arch = "x86_64")]
-fn near_thunk(i: usize, f: u64, objs: &[Object]) -> Result<u64, String> {
+fn near_thunk(i: usize, f: u64, objs: &[Object]) -> Result<Entry, String> {
     static PAGE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     // SAFETY: `f` is the entry of a function of the executable: its first bytes are mapped
     // (16 cover the longest prologue run the decoder accepts).
@@ -828,11 +836,15 @@ fn near_thunk(i: usize, f: u64, objs: &[Object]) -> Result<u64, String> {
     bytes.extend(abs_jmp(f + n as u64));
     // SAFETY: our own page (writable until `patch_entry` seals it); the slot is 128 bytes.
     unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), slot as *mut u8, bytes.len()) };
-    Ok(slot + 16)
+    Ok(Entry {
+        f,
+        thunk: slot + 16,
+        len: n,
+    })
 }
 
 #[cfg(not(target_arch = "x86_64"))]
-fn near_thunk(_: usize, _: u64, _: &[Object]) -> Result<u64, String> {
+fn near_thunk(_: usize, _: u64, _: &[Object]) -> Result<Entry, String> {
     Err("x86-64 only".into())
 }
 
@@ -879,17 +891,15 @@ fn near_page(f: u64, objs: &[Object]) -> Option<u64> {
 /// Seals the trampoline page and writes `jmp rel32` to it at `f`'s entry (the rest of the
 /// relocated instructions becomes `int3`). Runs before `main`, with one thread.
 #[cfg(target_arch = "x86_64")]
-fn patch_entry(f: u64, thunk: u64) -> Result<(), String> {
-    let slot = thunk - 16; // the jump to the stub
+fn patch_entry(e: &Entry) -> Result<(), String> {
+    let (f, n) = (e.f, e.len);
+    let slot = e.thunk - 16; // the jump to the stub
     let page = slot & !4095;
     // SAFETY: the trampoline page is ours.
     if unsafe { libc::mprotect(page as *mut c_void, 4096, libc::PROT_READ | libc::PROT_EXEC) } != 0
     {
         return Err("cannot make the trampoline page executable".into());
     }
-    // SAFETY: `f`'s first bytes, decoded above; read only here.
-    let code = unsafe { std::slice::from_raw_parts(f as *const u8, 16) };
-    let n = prologue_len(code).map_err(|e| format!("function at {f:#x}: {e}"))?;
     let rel = slot as i64 - (f as i64 + 5);
     let rel = i32::try_from(rel).map_err(|_| "the trampoline is out of jump range".to_string())?;
     let mut bytes = vec![0xe9];

@@ -296,7 +296,7 @@ fn main() {
         device::cuda::baseline::copy_bandwidths(0, GIB as usize, 5).expect("copy baseline");
     let launch50 = pct(&mut launch, 0.5);
     let graph50 = pct(&mut graph, 0.5);
-    let mailbox = bare_mailbox(&out_dir);
+    let mailbox = bare_mailbox();
     let mailbox50 = mailbox["p50_us"].as_f64().unwrap_or(f64::NAN);
     res.insert(
         "baseline".into(),
@@ -784,8 +784,7 @@ fn main() {
 
 /// The bare mailbox baseline: the kernel in this process, the client in a child process
 /// that maps the same `/dev/shm` file (GPU-FACTS §1).
-fn bare_mailbox(out_dir: &str) -> Value {
-    let _ = out_dir;
+fn bare_mailbox() -> Value {
     let path = format!("/dev/shm/bpftime-gpubench-mb-{}", std::process::id());
     let run = || -> Result<Value, String> {
         let f = std::fs::OpenOptions::new()

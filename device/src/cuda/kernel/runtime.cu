@@ -34,14 +34,14 @@ typedef unsigned char u8;
 
 #define FULL_MASK 0xffffffffu
 
-// The fence between a completion's fields and its DONE word (a tuning knob: the host may
-// define it, e.g. "fence.sc.sys;", to compare).
 // 1: the poll reads the seq and check words only, and a ready lane reads its descriptor
 // after the acquire fence; 0: one burst reads whole slots (the check word vouches for them).
 // A tuning knob, compared in bench/results/gpu_service.md.
 #ifndef BPFT_TWO_PHASE
 #define BPFT_TWO_PHASE 1
 #endif
+// The fence between a completion's fields and its DONE word (a tuning knob: the host may
+// define it, e.g. "fence.sc.sys;", to compare).
 #ifndef BPFT_COMPLETION_FENCE
 #define BPFT_COMPLETION_FENCE "fence.acq_rel.sys;"
 #endif
@@ -500,6 +500,15 @@ __device__ void mailbox_ping(const bpft_params &P, const bpft_job_desc &d, const
     finish_job(P, d, p, ST_OK, d.n, 0, total, 0, 0, 0, started);
 }
 
+// Reads a slot's descriptor (`src`) and inline words (`isrc`) one strong load at a time:
+// after a fence that ordered them after the slot's seq, they belong to that seq.
+__device__ __forceinline__ void reread_slot(const char *src, const char *isrc, u64 *dw, u64 *iw) {
+#pragma unroll
+    for (int i = 0; i < 15; i++) dw[i] = ld_rlx_sys(src + 8 * i);
+#pragma unroll
+    for (int i = 0; i < BPFT_INLINE_WORDS; i++) iw[i] = ld_rlx_sys(isrc + 8 * i);
+}
+
 // How many consecutive slots from the head are ready (one per lane), and the next poll's
 // width: doubled while every slot read was ready, else one past this batch.
 __device__ __forceinline__ u32 take_count(int ready, u32 &width) {
@@ -533,10 +542,8 @@ __device__ void dispatcher(const bpft_params &P) {
     u32 width = 1;  // lanes that read a slot in the next poll
     if (lane == 0) st_rlx_sys32(&C->running, 1);
     for (;;) {
-        // One poll is one burst of loads per lane below `width`, all in flight at once:
-        // the slot's descriptor words (relaxed), then its seq and check words (acquire,
-        // issued last so it does not hold the others back). Lane 31 reads the stop word in
-        // the same round. A job costs one PCIe round trip to find and read, not two.
+        // Lane l looks at slot pos + l (lanes below `width`); lane 31 reads the stop word in
+        // the same round. How the slot is read depends on BPFT_TWO_PHASE (below).
         const u64 my = pos + lane;
         char *slot = (char *)(P.slots + (my & P.queue_mask) * BPFT_SIZE_QueueSlot);
         const char *src = slot + BPFT_OFF_QueueSlot_desc;
@@ -577,12 +584,7 @@ __device__ void dispatcher(const bpft_params &P) {
             // client that writes no (or a wrong) check word. Read again one word at a time,
             // counted.
             retry = chk != bpft_slot_check(seq, dw, iw);
-            if (retry) {
-#pragma unroll
-                for (int i = 0; i < 15; i++) dw[i] = ld_rlx_sys(src + 8 * i);
-#pragma unroll
-                for (int i = 0; i < BPFT_INLINE_WORDS; i++) iw[i] = ld_rlx_sys(isrc + 8 * i);
-            }
+            if (retry) reread_slot(src, isrc, dw, iw);
         }
         count_torn(retry, torn, C, lane);
 #else
@@ -628,10 +630,7 @@ __device__ void dispatcher(const bpft_params &P) {
                 // The burst raced the producer (or the producer wrote no check word): the
                 // loads were not ordered after the seq load. These are.
                 asm volatile("fence.acq_rel.sys;" ::: "memory");
-#pragma unroll
-                for (int i = 0; i < 15; i++) dw[i] = ld_rlx_sys(src + 8 * i);
-#pragma unroll
-                for (int i = 0; i < BPFT_INLINE_WORDS; i++) iw[i] = ld_rlx_sys(isrc + 8 * i);
+                reread_slot(src, isrc, dw, iw);
                 retry = 1;
             }
         }
