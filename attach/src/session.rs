@@ -373,6 +373,7 @@ impl Session {
             arena_size,
             // Trace sessions are not recovered.
             checkpoint_size: 0,
+            queues: 1,
         };
         let region = Arc::new(
             ShmRegion::create(

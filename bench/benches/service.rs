@@ -85,6 +85,7 @@ fn service_role(name: &str) {
         max_insns: 10_000_000,
         engine: engine(),
         cuda: Default::default(),
+        devices: Vec::new(),
     })
     .unwrap();
     svc.wait();

@@ -36,69 +36,91 @@ use std::sync::atomic::{AtomicBool, Ordering};
 /// service restarted, [`requeue_unstarted`] first puts back the jobs a CPU worker held
 /// and never started, and [`fail_orphaned`] afterwards ends any SUBMITTED job found
 /// nowhere.
-pub fn fail_taken(region: &ShmRegion, code: i32, text: &str) -> u64 {
-    let q = region.queue();
+pub fn fail_taken(region: &ShmRegion, queue: Option<u32>, code: i32, text: &str) -> u64 {
     let mut taken: Vec<u32> = Vec::new();
-    for (pos, d) in q.unreleased() {
-        taken.push(d.completion);
-        q.release(pos);
-    }
-    let mut head = q.head();
-    while let Some(d) = q.peek(head) {
-        let marked = region
-            .completion(d.completion)
-            .is_some_and(|c| c.state.load(Ordering::Acquire) == completion_state::RUNNING);
-        if !marked {
-            break;
+    for q in queues(region, queue) {
+        let q = region.queue_at(q).expect("listed by queues()");
+        for (pos, d) in q.unreleased() {
+            taken.push(d.completion);
+            q.release(pos);
         }
-        taken.push(d.completion);
-        q.release(head);
-        head += 1;
-        q.set_head(head);
+        let mut head = q.head();
+        while let Some(d) = q.peek(head) {
+            let marked = region
+                .completion(d.completion)
+                .is_some_and(|c| c.state.load(Ordering::Acquire) == completion_state::RUNNING);
+            if !marked {
+                break;
+            }
+            taken.push(d.completion);
+            q.release(head);
+            head += 1;
+            q.set_head(head);
+        }
     }
     end_where(region, code, text, |i, st| {
-        st == completion_state::RUNNING || (st == completion_state::SUBMITTED && taken.contains(&i))
+        queue.is_none_or(|q| region.completion_queue(i) == q)
+            && (st == completion_state::RUNNING
+                || (st == completion_state::SUBMITTED && taken.contains(&i)))
     })
+}
+
+/// Queue `only`, or every queue of the region.
+fn queues(region: &ShmRegion, only: Option<u32>) -> std::ops::Range<u32> {
+    match only {
+        Some(q) => q..q + 1,
+        None => 0..region.queue_count(),
+    }
 }
 
 /// After the whole service restarted: queues again every job a dead CPU worker had taken
 /// with [`shm_maps::JobQueue::pop_batch_held`] and not started (its slot still held, its
-/// completion still SUBMITTED), at the tail. Call it before [`fail_taken`], which would
-/// end them. Returns how many went back.
+/// completion still SUBMITTED), at the tail of its queue. Call it before [`fail_taken`],
+/// which would end them. Returns how many went back.
 pub fn requeue_unstarted(region: &ShmRegion) -> u64 {
-    let q = region.queue();
-    let mut again = Vec::new();
-    for (pos, d) in q.unreleased() {
-        let unstarted = region
-            .completion(d.completion)
-            .is_some_and(|c| c.state.load(Ordering::Acquire) == completion_state::SUBMITTED);
-        if unstarted {
-            again.push(d);
-            q.release(pos);
+    let mut total = 0;
+    for qi in queues(region, None) {
+        let q = region.queue_at(qi).expect("listed by queues()");
+        let mut again = Vec::new();
+        for (pos, d) in q.unreleased() {
+            let unstarted = region
+                .completion(d.completion)
+                .is_some_and(|c| c.state.load(Ordering::Acquire) == completion_state::SUBMITTED);
+            if unstarted {
+                again.push(d);
+                q.release(pos);
+            }
         }
-    }
-    // Releasing made room for each of them; what still does not fit (a producer took the
-    // room meanwhile) stays SUBMITTED outside the queue and `fail_orphaned` ends it.
-    let mut done = 0;
-    for _ in 0..1000 {
-        done += q.push_batch(&again[done..]);
-        if done == again.len() {
-            break;
+        // Releasing made room for each of them; what still does not fit (a producer took
+        // the room meanwhile) stays SUBMITTED outside the queue and `fail_orphaned` ends it.
+        let mut done = 0;
+        for _ in 0..1000 {
+            done += q.push_batch(&again[done..]);
+            if done == again.len() {
+                break;
+            }
+            std::thread::yield_now();
         }
-        std::thread::yield_now();
+        // Each went in twice; its first entry counts as finished, so the load stays right.
+        q.count_done(done as u64);
+        total += done as u64;
     }
-    done as u64
+    total
 }
 
-/// After the whole service restarted: ends every SUBMITTED job that is no longer in the
+/// After the whole service restarted: ends every SUBMITTED job that is no longer in any
 /// queue (a dead worker had popped it and never started it), with `code` and `text`.
 /// Call it after [`fail_taken`], before any worker runs.
 pub fn fail_orphaned(region: &ShmRegion, code: i32, text: &str) -> u64 {
-    let q = region.queue();
-    let queued: std::collections::HashSet<u32> = (q.head()..q.tail())
-        .filter_map(|pos| q.peek(pos))
-        .map(|d| d.completion)
-        .collect();
+    let mut queued = std::collections::HashSet::new();
+    for qi in queues(region, None) {
+        let q = region.queue_at(qi).expect("listed by queues()");
+        queued.extend(
+            (q.head()..q.tail())
+                .filter_map(|pos| q.peek(pos))
+                .map(|d| d.completion),
+        );
+    }
     end_where(region, code, text, |i, st| {
         st == completion_state::SUBMITTED && !queued.contains(&i)
     })
@@ -129,6 +151,7 @@ fn end_where(region: &ShmRegion, code: i32, text: &str, pick: impl Fn(u32, u32) 
                 std::ptr::addr_of!((*p).prog_id).read(),
             )
         };
+        let queue = region.completion_queue(i);
         region.finish_completion(
             i,
             &CompletionData {
@@ -144,6 +167,7 @@ fn end_where(region: &ShmRegion, code: i32, text: &str, pick: impl Fn(u32, u32) 
         if let Some(cl) = region.client(i / h.completions_per_client) {
             cl.in_flight.fetch_sub(1, Ordering::AcqRel);
         }
+        region.count_done(queue, 1);
         h.jobs_done.fetch_add(1, Ordering::Relaxed);
         h.jobs_failed.fetch_add(1, Ordering::Relaxed);
         n += 1;
@@ -302,8 +326,10 @@ impl JobRunner<'_> {
             .record(out.finished_ns.saturating_sub(submitted));
         self.stats.run_time.record(out.finished_ns - out.started_ns);
         region.header().jobs_done.fetch_add(1, Ordering::Relaxed);
+        let queue = region.completion_queue(d.completion);
         region.finish_completion(d.completion, &out);
         client.in_flight.fetch_sub(1, Ordering::AcqRel);
+        region.count_done(queue, 1);
     }
 
     /// Runs the records of `d`, stopping at the first record boundary after its client

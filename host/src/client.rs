@@ -76,6 +76,14 @@ pub enum ClientError {
         /// Queue capacity.
         capacity: u64,
     },
+    /// A job names a GPU the service does not run.
+    #[error("the job asks for GPU {device}, the service runs {devices} (devices 0..{devices})")]
+    NoSuchDevice {
+        /// The device asked for.
+        device: u32,
+        /// GPUs (job queues) the service has.
+        devices: u32,
+    },
     /// Every completion slot of this client is in use.
     #[error("{0} jobs already in flight from this client; wait for some first")]
     TooManyInFlight(u32),
@@ -125,6 +133,8 @@ pub struct DeviceBuffer {
     pub off: u64,
     /// Length.
     pub len: u64,
+    /// Which of the service's GPUs holds it (0 on a one-GPU service).
+    pub device: u32,
 }
 
 /// A job to submit. Built with [`Job::new`] and the builder methods.
@@ -162,21 +172,30 @@ impl Job {
         self
     }
 
-    /// Input records of `rec_size` bytes in a device-resident buffer.
+    /// Input records of `rec_size` bytes in a device-resident buffer. The job runs on the
+    /// GPU that holds it.
     pub fn device_input(mut self, buf: &DeviceBuffer, rec_size: u32) -> Job {
         self.desc.input_off = buf.off;
         self.desc.input_len = buf.len;
         self.desc.in_rec_size = rec_size;
         self.desc.flags |= shm_maps::job_flags::DEVICE_INPUT;
-        self
+        self.on_device(buf.device)
     }
 
-    /// Output records of `rec_size` bytes in a device-resident buffer.
+    /// Output records of `rec_size` bytes in a device-resident buffer. The job runs on the
+    /// GPU that holds it.
     pub fn device_output(mut self, buf: &DeviceBuffer, rec_size: u32) -> Job {
         self.desc.output_off = buf.off;
         self.desc.output_len = buf.len;
         self.desc.out_rec_size = rec_size;
         self.desc.flags |= shm_maps::job_flags::DEVICE_OUTPUT;
+        self.on_device(buf.device)
+    }
+
+    /// Run on the service's GPU `device` (an index into `run --devices`; 0 on a one-GPU
+    /// service). Without it, a job goes to the least loaded GPU.
+    pub fn on_device(mut self, device: u32) -> Job {
+        self.desc.flags = shm_maps::job_flags::on_device(self.desc.flags, device);
         self
     }
 
@@ -262,6 +281,8 @@ pub struct JobResult {
     /// CUDA backend, one-record jobs: the dispatcher's poll round trip that found the job
     /// and its acquire fence, ns (`Completion::gpu_hops`); zeros elsewhere.
     pub gpu_hops: [u32; 2],
+    /// The queue (GPU of a multi-GPU service) the job went to.
+    pub device: u32,
 }
 
 impl JobResult {
@@ -562,17 +583,28 @@ impl Client {
         Ok(Buffer { off, len })
     }
 
-    /// Allocates a device-resident buffer (CUDA backend only).
+    /// Allocates a device-resident buffer on the first GPU (CUDA backend only).
     pub fn device_alloc(&mut self, len: u64) -> Result<DeviceBuffer, ClientError> {
+        self.device_alloc_on(0, len)
+    }
+
+    /// Allocates a device-resident buffer on the service's GPU `device`.
+    pub fn device_alloc_on(&mut self, device: u32, len: u64) -> Result<DeviceBuffer, ClientError> {
         let v = self.request(&Request::DeviceAlloc {
             client: self.id.slot,
             generation: self.id.generation,
             len,
+            device,
         })?;
         let off = v["off"]
             .as_u64()
             .ok_or_else(|| ClientError::Protocol("device_alloc reply has no offset".into()))?;
-        Ok(DeviceBuffer { off, len })
+        Ok(DeviceBuffer { off, len, device })
+    }
+
+    /// GPUs (job queues) the service runs: 1 on a one-GPU or CPU service.
+    pub fn devices(&self) -> u32 {
+        self.region.queue_count()
     }
 
     /// Copies `len` bytes between the shared buffer `shm` (from its start) and the device
@@ -591,6 +623,7 @@ impl Client {
             shm_off: shm.off,
             dev_off: dev.off,
             len,
+            device: dev.device,
         })
         .map(|_| ())
     }
@@ -601,6 +634,7 @@ impl Client {
             client: self.id.slot,
             generation: self.id.generation,
             off: buf.off,
+            device: buf.device,
         })
         .map(|_| ())
     }
@@ -655,14 +689,14 @@ impl Client {
         self.free.len()
     }
 
-    fn prepare(&mut self, job: &Job) -> Result<(JobDesc, u32, u64), ClientError> {
+    fn prepare(&mut self, job: &Job, queue: u32) -> Result<(JobDesc, u32, u64), ClientError> {
         let slot = self.free.pop().ok_or(ClientError::TooManyInFlight(
             self.region.header().completions_per_client,
         ))?;
         let tag = self.next_tag;
         self.next_tag += 1;
         self.region
-            .begin_completion(slot, tag, monotonic_ns())
+            .begin_completion_on(slot, tag, monotonic_ns(), queue)
             .expect("own slot exists");
         let mut d = job.desc;
         d.client = self.id.slot;
@@ -715,67 +749,129 @@ impl Client {
                 self.region.header().completions_per_client,
             ));
         }
+        let queues = self.region.queue_count();
+        // One GPU: nothing to balance (and two fewer shared lines to read per submit).
+        let loads: Vec<u64> = if queues == 1 {
+            vec![0]
+        } else {
+            (0..queues)
+                .map(|q| self.region.queue_at(q).map_or(0, |q| q.load()))
+                .collect()
+        };
+        let asked: Vec<Option<u32>> = jobs
+            .iter()
+            .map(|j| shm_maps::job_flags::device_of(j.desc.flags))
+            .collect();
+        let routes = route(&asked, &loads)?;
         let mut descs = Vec::with_capacity(jobs.len());
         let mut inline = Vec::with_capacity(jobs.len());
         let mut tickets = Vec::with_capacity(jobs.len());
-        for j in jobs {
-            let (mut d, slot, tag) = self.prepare(j)?;
+        for (j, &q) in jobs.iter().zip(&routes) {
+            let (mut d, slot, tag) = self.prepare(j, q)?;
             inline.push(self.inline_input(&mut d));
             descs.push(d);
             tickets.push(Ticket { slot, tag });
         }
-        let q = self.region.queue();
         let client = self.region.client(self.id.slot).expect("own slot");
         client
             .in_flight
             .fetch_add(descs.len() as u32, Ordering::AcqRel);
         let deadline = match wait {
             Wait::No => None,
-            Wait::Block(t) => Some(Instant::now() + t),
+            Wait::Block(t) => Some((Instant::now() + t, t)),
         };
+        let mut queued = vec![false; jobs.len()];
+        let mut failure = None;
+        // One queue at a time, each with as few pushes as possible (jobs keep their order
+        // within a queue).
+        for q in 0..queues {
+            let idx: Vec<usize> = (0..jobs.len()).filter(|&i| routes[i] == q).collect();
+            if idx.is_empty() {
+                continue;
+            }
+            let queue = self.region.queue_at(q).expect("q < queue_count");
+            let (qd, qi): (Vec<JobDesc>, Vec<[u64; INLINE_WORDS]>) =
+                idx.iter().map(|&i| (descs[i], inline[i])).unzip();
+            let (done, err) = self.push_all(&queue, &qd, &qi, deadline);
+            for &i in &idx[..done] {
+                queued[i] = true;
+            }
+            if let Some(e) = err {
+                failure = Some(e);
+                break;
+            }
+        }
+        let left = queued.iter().filter(|q| !**q).count();
+        if left > 0 {
+            // Hand back what was not queued.
+            client.in_flight.fetch_sub(left as u32, Ordering::AcqRel);
+            let mut kept = Vec::with_capacity(jobs.len() - left);
+            for (t, q) in tickets.into_iter().zip(&queued) {
+                if *q {
+                    kept.push(t);
+                } else {
+                    self.release(t.slot);
+                }
+            }
+            tickets = kept;
+            let e = failure.expect("jobs are left only after a failure");
+            if tickets.is_empty()
+                || matches!(
+                    e,
+                    ClientError::ServiceDied { .. } | ClientError::NotRunning(_)
+                )
+            {
+                return Err(e);
+            }
+        }
+        shm_maps::wake::wake(self.region.header(), descs.len() > 1);
+        Ok(tickets)
+    }
+
+    /// Pushes `descs` into `q` until all are queued, the deadline passes (`None`: one
+    /// try), or the service is found dead or not ready. Returns how many were queued, and
+    /// the error when not all were.
+    fn push_all(
+        &self,
+        q: &shm_maps::JobQueue<'_>,
+        descs: &[JobDesc],
+        inline: &[[u64; INLINE_WORDS]],
+        deadline: Option<(Instant, Duration)>,
+    ) -> (usize, Option<ClientError>) {
         let mut done = 0;
         let mut checked = Instant::now();
         loop {
             done += q.push_batch_inline(&descs[done..], &inline[done..]);
             if done == descs.len() {
-                break;
+                return (done, None);
             }
             shm_maps::wake::wake(self.region.header(), true);
             // A full queue that never drains: is anyone draining it? (A service that
             // is recovering the region is not READY: stop pushing until it is.)
-            let dead = if checked.elapsed() >= Self::LIVENESS_PERIOD {
+            if checked.elapsed() >= Self::LIVENESS_PERIOD {
                 checked = Instant::now();
-                self.check_alive().err().or_else(|| {
+                if let Some(e) = self.check_alive().err().or_else(|| {
                     let st = self.region.header().state.load(Ordering::Acquire);
                     (st != state::READY).then_some(ClientError::NotRunning(st))
-                })
-            } else {
-                None
-            };
-            if dead.is_some() || deadline.is_none_or(|d| Instant::now() >= d) {
-                // Hand back what was not queued.
-                let left = descs.len() - done;
-                client.in_flight.fetch_sub(left as u32, Ordering::AcqRel);
-                let capacity = q.capacity();
-                for t in tickets.drain(done..) {
-                    self.release(t.slot);
+                }) {
+                    return (done, Some(e));
                 }
-                if let Some(e) = dead {
-                    return Err(e);
-                }
-                if done == 0 {
-                    return Err(if wait_is_block(wait) {
-                        ClientError::Timeout(block_time(wait))
-                    } else {
-                        ClientError::QueueFull { capacity }
-                    });
-                }
-                break;
             }
-            std::thread::yield_now();
+            match deadline {
+                None => {
+                    return (
+                        done,
+                        Some(ClientError::QueueFull {
+                            capacity: q.capacity(),
+                        }),
+                    );
+                }
+                Some((d, t)) if Instant::now() >= d => {
+                    return (done, Some(ClientError::Timeout(t)));
+                }
+                Some(_) => std::thread::yield_now(),
+            }
         }
-        shm_maps::wake::wake(self.region.header(), descs.len() > 1);
-        Ok(tickets)
     }
 
     /// How often a waiting client checks that the service process still runs.
@@ -822,6 +918,7 @@ impl Client {
             run_ns: c.finished_ns.saturating_sub(c.started_ns),
             finished_ns: c.finished_ns,
             gpu_hops: c.gpu_hops,
+            device: self.region.completion_queue(t.slot),
         };
         self.release(t.slot);
         Some(r)
@@ -884,19 +981,70 @@ impl Client {
     }
 }
 
-fn wait_is_block(w: Wait) -> bool {
-    matches!(w, Wait::Block(_))
-}
-
-fn block_time(w: Wait) -> Duration {
-    match w {
-        Wait::Block(t) => t,
-        Wait::No => Duration::ZERO,
-    }
+/// The queue each job goes to: the GPU it asks for, else the least loaded one, counting
+/// the jobs this call has already routed (ties go to the lower index). `loads` has one
+/// entry per queue: its jobs queued or running.
+pub fn route(asked: &[Option<u32>], loads: &[u64]) -> Result<Vec<u32>, ClientError> {
+    let devices = loads.len() as u32;
+    let mut load = loads.to_vec();
+    asked
+        .iter()
+        .map(|a| {
+            let q = match *a {
+                Some(d) if d >= devices => {
+                    return Err(ClientError::NoSuchDevice { device: d, devices });
+                }
+                Some(d) => d,
+                None => (0..devices).min_by_key(|&q| load[q as usize]).unwrap_or(0),
+            };
+            if let Some(l) = load.get_mut(q as usize) {
+                *l += 1;
+            }
+            Ok(q)
+        })
+        .collect()
 }
 
 impl Drop for Client {
     fn drop(&mut self) {
         detach(&self.region, self.id);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn named_jobs_go_where_they_ask() {
+        assert_eq!(
+            route(&[Some(1), Some(0), Some(1)], &[0, 100]).unwrap(),
+            [1, 0, 1]
+        );
+    }
+
+    #[test]
+    fn unnamed_jobs_fill_the_least_loaded_queue_first() {
+        // Queue 0 has 3 jobs more: the first three go to queue 1, then they alternate
+        // (ties to the lower index).
+        assert_eq!(route(&[None; 7], &[5, 2]).unwrap(), [1, 1, 1, 0, 1, 0, 1]);
+        // Named jobs count towards the load the unnamed ones see.
+        assert_eq!(
+            route(&[Some(0), Some(0), None, None], &[0, 0]).unwrap(),
+            [0, 0, 1, 1]
+        );
+        // One queue: everything goes there.
+        assert_eq!(route(&[None; 3], &[9]).unwrap(), [0, 0, 0]);
+    }
+
+    #[test]
+    fn a_gpu_the_service_lacks_is_an_error() {
+        match route(&[None, Some(2)], &[0, 0]) {
+            Err(ClientError::NoSuchDevice {
+                device: 2,
+                devices: 2,
+            }) => {}
+            other => panic!("expected NoSuchDevice, got {other:?}"),
+        }
     }
 }

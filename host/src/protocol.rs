@@ -85,6 +85,9 @@ pub enum Request {
         generation: u32,
         /// Bytes.
         len: u64,
+        /// Which of the service's GPUs (0 on a one-GPU service).
+        #[serde(default)]
+        device: u32,
     },
     /// Free a device-resident buffer.
     DeviceFree {
@@ -94,6 +97,9 @@ pub enum Request {
         generation: u32,
         /// Device arena offset.
         off: u64,
+        /// Which of the service's GPUs.
+        #[serde(default)]
+        device: u32,
     },
     /// Copy between a client's shared arena buffer and its device buffer.
     DeviceCopy {
@@ -109,6 +115,9 @@ pub enum Request {
         dev_off: u64,
         /// Bytes.
         len: u64,
+        /// Which of the service's GPUs holds the device buffer.
+        #[serde(default)]
+        device: u32,
     },
     /// Allocate an arena buffer for a client.
     Alloc {
@@ -263,6 +272,34 @@ pub struct StatusInfo {
     /// service started on a new region).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub recovered: Option<RecoveryInfo>,
+    /// One entry per job queue: per GPU on a multi-GPU service (`run --devices`), else
+    /// the one queue.
+    #[serde(default)]
+    pub queues: Vec<QueueInfo>,
+}
+
+/// One job queue in `status`: on a multi-GPU service, one GPU's share of the work.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct QueueInfo {
+    /// Queue index (the `device` a job names with `job_flags::on_device`).
+    pub queue: u32,
+    /// CUDA device ordinal serving it (CUDA backend).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device: Option<i32>,
+    /// Jobs waiting in it.
+    pub depth: u64,
+    /// Jobs queued or running (what clients route by).
+    pub load: u64,
+    /// Jobs submitted to it since start.
+    pub submitted: u64,
+    /// Jobs of it finished.
+    pub done: u64,
+    /// Jobs this GPU's backend completed (GPU and host runs).
+    #[serde(default)]
+    pub jobs_done: u64,
+    /// The GPU side of this device (as `gpu`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu: Option<serde_json::Value>,
 }
 
 /// What a service started with `--recover` found in the region it adopted.

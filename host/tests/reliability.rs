@@ -47,6 +47,7 @@ fn config(name: &str, recover: bool) -> ServiceConfig {
         max_insns: 100_000_000,
         engine: jit::cpu::Engine::default(),
         cuda: Default::default(),
+        devices: Vec::new(),
     }
 }
 

@@ -42,6 +42,7 @@ fn config(name: &str) -> ServiceConfig {
         max_insns: 10_000_000,
         engine: jit::cpu::Engine::default(),
         cuda: Default::default(),
+        devices: Vec::new(),
     }
 }
 
@@ -648,4 +649,81 @@ fn map_placement_on_the_cpu_backend() {
     // The per-thread array's default on the CPU backend is shared memory too.
     let p = c.load_file_as(&obj, None, Some("again")).unwrap();
     assert_eq!(p.maps[0].placement, "shm");
+}
+
+#[test]
+fn jobs_go_to_the_queue_they_name_else_to_the_least_loaded() {
+    // The routing of a multi-GPU service (`run --devices`), on a region with two queues
+    // that CPU workers serve: the client's choices are the same on either backend.
+    let name = unique("queues");
+    let mut cfg = config(&name);
+    cfg.region.queues = 2;
+    cfg.workers = 2;
+    let run = start(cfg);
+    let mut c = Client::connect(&name).unwrap();
+    assert_eq!(c.devices(), 2);
+    let v = c.load_bytes("v.bin", &versioned(1), Some("v")).unwrap();
+    let slow = c
+        .load_bytes("spin.bin", &spinner(300_000), Some("spin"))
+        .unwrap();
+    // Named jobs run from the queue they name.
+    for d in [1u32, 0, 1, 1] {
+        let job = one_record(&mut c, v.id, 7).on_device(d);
+        let r = c.run(&job, T).unwrap();
+        assert!(r.ok(), "{r:?}");
+        assert_eq!((r.device, r.r0), (d, 7 + (1 << 32)));
+    }
+    // Idle queues: a batch of unnamed jobs alternates between them.
+    let job = one_record(&mut c, v.id, 9);
+    let tickets = c.submit_batch(&[job; 8], Wait::Block(T)).unwrap();
+    let mut per = [0; 2];
+    for t in tickets {
+        let r = c.wait(t, T).unwrap();
+        assert!(r.ok());
+        per[r.device as usize] += 1;
+    }
+    assert_eq!(per, [4, 4]);
+    // Queue 0 busy with a long job: the next unnamed jobs go to queue 1 until the loads
+    // are even.
+    let b = c.alloc(8 * 2000).unwrap();
+    let big = c
+        .submit(&Job::new(slow.id, 2000).input(&b, 8).on_device(0), Wait::No)
+        .unwrap();
+    let tickets = c.submit_batch(&[job; 3], Wait::Block(T)).unwrap();
+    let devices: Vec<u32> = tickets
+        .into_iter()
+        .map(|t| c.wait(t, T).unwrap().device)
+        .collect();
+    assert_eq!(devices, [1, 0, 1]);
+    assert!(c.wait(big, T).unwrap().ok());
+    // A GPU the service lacks is refused before anything is queued.
+    match c.submit(&job.on_device(2), Wait::No) {
+        Err(ClientError::NoSuchDevice {
+            device: 2,
+            devices: 2,
+        }) => {}
+        other => panic!("expected NoSuchDevice, got {other:?}"),
+    }
+    // `status` reports each queue; every job was counted where it ran.
+    let st = run.svc.status();
+    assert_eq!(st.queues.len(), 2);
+    let submitted: Vec<u64> = st.queues.iter().map(|q| q.submitted).collect();
+    assert_eq!(submitted, [1 + 4 + 1 + 1, 3 + 4 + 2]);
+    for q in &st.queues {
+        assert_eq!((q.done, q.load, q.depth), (q.submitted, 0, 0), "{q:?}");
+    }
+}
+
+#[test]
+fn several_devices_need_the_cuda_backend() {
+    let name = unique("devcpu");
+    let mut cfg = config(&name);
+    cfg.devices = vec![0, 1];
+    match Service::start(cfg) {
+        Err(e) => assert!(
+            e.to_string().contains("--devices needs the CUDA backend"),
+            "{e}"
+        ),
+        Ok(_) => panic!("a CPU service with several devices started"),
+    }
 }

@@ -29,6 +29,7 @@ fn start(tag: &str) -> (Arc<Service>, String) {
         max_insns: 1_000_000,
         engine: jit::cpu::Engine::default(),
         cuda: Default::default(),
+        devices: Vec::new(),
     })
     .unwrap();
     (svc, name)

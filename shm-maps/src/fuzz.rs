@@ -53,6 +53,7 @@ fn template() -> &'static Template {
             max_records: 1024,
             arena_size: 64 << 10,
             checkpoint_size: 4096,
+            queues: 1,
         };
         let r = Arc::new(
             ShmRegion::create(&name, &cfg, 0o600, OnStale::Replace).expect("template region"),

@@ -23,7 +23,7 @@ use crate::sync::{AtomicU32, AtomicU64};
 pub const MAGIC: u64 = u64::from_le_bytes(*b"BPFTSHM\x01");
 /// Bumped on every incompatible layout change (2: the checkpoint area; 3: 256-byte queue
 /// slots with a descriptor check word).
-pub const LAYOUT_VERSION: u32 = 3;
+pub const LAYOUT_VERSION: u32 = 4;
 /// `"BPFTCKP\x01"`: the magic of a written [`CheckpointHeader`].
 pub const CHECKPOINT_MAGIC: u64 = u64::from_le_bytes(*b"BPFTCKP\x01");
 /// Size of the header page.
@@ -112,6 +112,20 @@ pub struct RegionHeader {
     pub helper_pid: AtomicU32,
     /// Start time of the helper process (clock ticks since boot).
     pub helper_start: AtomicU64,
+    /// Number of job queues, one per GPU of a multi-GPU service (1 otherwise). Queue `i`
+    /// starts at `queue_off + i * queue_stride()`.
+    pub queue_count: u32,
+}
+
+/// Most job queues a region may have (GPUs of one service).
+pub const MAX_QUEUES: u32 = 16;
+
+impl RegionHeader {
+    /// Bytes from one queue's header to the next: the header and its slots.
+    pub fn queue_stride(&self) -> u64 {
+        core::mem::size_of::<QueueHeader>() as u64
+            + self.queue_capacity as u64 * core::mem::size_of::<QueueSlot>() as u64
+    }
 }
 
 /// The head of one checkpoint half. The service writes the inactive half, then publishes
@@ -129,7 +143,8 @@ pub struct CheckpointHeader {
     pub hash: u64,
 }
 
-/// The queue's control block. Head and tail sit on their own 128-byte lines.
+/// The queue's control block. Head, tail and the finished count sit on their own
+/// 128-byte lines.
 #[repr(C, align(128))]
 pub struct QueueHeader {
     /// Next position a consumer takes. Written by consumers (CAS).
@@ -138,6 +153,11 @@ pub struct QueueHeader {
     /// Next position a producer fills. Written by producers (CAS).
     pub tail: AtomicU64,
     _pad1: [u8; 120],
+    /// Jobs of this queue that finished (any status), counted by the service where it
+    /// accounts for them. `tail - done` is the queue's load: jobs queued or running, which
+    /// a client routes by on a multi-GPU service.
+    pub done: AtomicU64,
+    _pad2: [u8; 120],
 }
 
 impl QueueHeader {
@@ -148,6 +168,8 @@ impl QueueHeader {
             _pad0: [0; 120],
             tail: AtomicU64::new(0),
             _pad1: [0; 120],
+            done: AtomicU64::new(0),
+            _pad2: [0; 120],
         }
     }
 }
@@ -295,6 +317,22 @@ pub mod job_flags {
     /// context. Honoured only by a service started with `--allow-fault-injection`; refused
     /// (`BAD_DESCRIPTOR`) otherwise.
     pub const INJECT_FAULT: u32 = 1 << 15;
+    /// Bits 16..24: the GPU the job must run on, plus one (0: any; the client routes it
+    /// by load). See [`on_device`] and [`device_of`].
+    pub const DEVICE_MASK: u32 = 0xff << 16;
+
+    /// `flags` asking for GPU `device` (an index into the service's devices, below 255).
+    pub const fn on_device(flags: u32, device: u32) -> u32 {
+        (flags & !DEVICE_MASK) | ((device + 1) & 0xff) << 16
+    }
+
+    /// The GPU `flags` ask for, if any.
+    pub const fn device_of(flags: u32) -> Option<u32> {
+        match (flags & DEVICE_MASK) >> 16 {
+            0 => None,
+            d => Some(d - 1),
+        }
+    }
 }
 
 /// A job descriptor: what a client puts in the queue.
@@ -408,6 +446,9 @@ pub struct Completion {
     /// CUDA backend, one-record jobs: ns of the dispatcher's poll round trip that found the
     /// job, and from its loads' return to `started_ns` (the acquire fence). 0 elsewhere.
     pub gpu_hops: [u32; 2],
+    /// The queue the job was submitted to (the GPU of a multi-GPU service), written by the
+    /// client at submit: a fault on one GPU ends only that GPU's jobs.
+    pub queue: u32,
 }
 
 /// Client slot states.
@@ -498,7 +539,7 @@ pub const FIELDS: &[(&str, &str, usize)] = fields! {
     JobDesc: prog_id, flags, n, input_off, input_len, output_off, output_len, in_rec_size,
         out_rec_size, offsets_off, results_off, args, client, completion, tag;
     Completion: state, status, message, prog_version, prog_id, err_pc, records_done,
-        records_failed, r0, tag, submitted_ns, started_ns, finished_ns, gpu_hops;
+        records_failed, r0, tag, submitted_ns, started_ns, finished_ns, gpu_hops, queue;
 };
 
 /// Sizes of the structures in [`FIELDS`], as `(struct, size)`.
@@ -516,8 +557,9 @@ const _: () = {
     assert!(size_of::<RegionHeader>() <= HEADER_SIZE);
     assert!(offset_of!(RegionHeader, magic) == 0);
     assert!(offset_of!(RegionHeader, version) == 8);
-    assert!(size_of::<QueueHeader>() == 256);
+    assert!(size_of::<QueueHeader>() == 384);
     assert!(offset_of!(QueueHeader, tail) == 128);
+    assert!(offset_of!(QueueHeader, done) == 256);
     assert!(size_of::<JobDesc>() == 120);
     assert!(size_of::<QueueSlot>() == 256);
     assert!(offset_of!(QueueSlot, check) == 8);

@@ -54,6 +54,7 @@ impl<'a> JobQueue<'a> {
     pub fn init(&self) {
         self.hdr.head.store(0, Ordering::Relaxed);
         self.hdr.tail.store(0, Ordering::Relaxed);
+        self.hdr.done.store(0, Ordering::Relaxed);
         for (i, s) in self.slots.iter().enumerate() {
             s.seq.store(i as u64, Ordering::Relaxed);
         }
@@ -72,6 +73,23 @@ impl<'a> JobQueue<'a> {
         let tail = self.hdr.tail.load(Ordering::Relaxed);
         let head = self.hdr.head.load(Ordering::Relaxed);
         tail.saturating_sub(head)
+    }
+
+    /// Counts `n` jobs of this queue as finished.
+    pub fn count_done(&self, n: u64) {
+        self.hdr.done.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Jobs of this queue counted as finished.
+    pub fn finished(&self) -> u64 {
+        self.hdr.done.load(Ordering::Relaxed)
+    }
+
+    /// Jobs queued and not yet finished (approximate while others run): what a client
+    /// routes by on a multi-GPU service.
+    pub fn load(&self) -> u64 {
+        let tail = self.hdr.tail.load(Ordering::Relaxed);
+        tail.saturating_sub(self.hdr.done.load(Ordering::Relaxed))
     }
 
     /// Whether no job is waiting (approximate while others run).

@@ -53,6 +53,9 @@ pub struct RegionConfig {
     /// Bytes of each of the two checkpoint halves (the service's control-plane state for
     /// `run --recover`: programs, map placement, buffer allocations).
     pub checkpoint_size: u64,
+    /// Job queues: one per GPU of a multi-GPU service, else 1 (at most
+    /// [`layout::MAX_QUEUES`]).
+    pub queues: u32,
 }
 
 impl Default for RegionConfig {
@@ -66,6 +69,7 @@ impl Default for RegionConfig {
             max_records: 1 << 30,
             arena_size: 1 << 30,
             checkpoint_size: 1 << 20,
+            queues: 1,
         }
     }
 }
@@ -157,7 +161,9 @@ impl RegionConfig {
         let cap = self.queue_capacity.max(2).next_power_of_two() as u64;
         let queue = HEADER_SIZE as u64;
         let clients = align_up(
-            queue + size_of::<QueueHeader>() as u64 + cap * size_of::<QueueSlot>() as u64,
+            queue
+                + self.queue_count() as u64
+                    * (size_of::<QueueHeader>() as u64 + cap * size_of::<QueueSlot>() as u64),
             128,
         );
         let completions = align_up(
@@ -191,6 +197,11 @@ impl RegionConfig {
             arena,
             total,
         }
+    }
+
+    /// The number of queues laid out: `queues` within 1..=MAX_QUEUES.
+    fn queue_count(&self) -> u32 {
+        self.queues.clamp(1, layout::MAX_QUEUES)
     }
 
     /// One checkpoint half, rounded to pages and at least a header and a page of payload.
@@ -349,6 +360,7 @@ impl ShmRegion {
         h.header_size = size_of::<RegionHeader>() as u32;
         h.total_size = off.total;
         h.queue_capacity = cfg.queue_capacity.max(2).next_power_of_two();
+        h.queue_count = cfg.queue_count();
         h.max_clients = cfg.max_clients;
         h.completions_per_client = cfg.completions_per_client;
         h.message_slots = cfg.message_slots;
@@ -368,7 +380,9 @@ impl ShmRegion {
             process_start_time(std::process::id()).unwrap_or(0),
             Ordering::Relaxed,
         );
-        self.queue().init();
+        for q in 0..h.queue_count {
+            self.queue_at(q).expect("laid out above").init();
+        }
         self.heartbeat();
     }
 
@@ -647,19 +661,55 @@ impl ShmRegion {
         unsafe { self.map.as_ptr().add(off as usize) as *const T }
     }
 
-    /// The job queue.
+    /// The first (on a one-GPU or CPU service, the only) job queue.
     pub fn queue(&self) -> JobQueue<'_> {
+        self.queue_at(0).expect("a region has at least one queue")
+    }
+
+    /// Job queue `i` (the queue of the service's `i`-th GPU), if it exists.
+    pub fn queue_at(&self, i: u32) -> Option<JobQueue<'_>> {
         let h = self.header();
-        // SAFETY: the queue header and `queue_capacity` slots follow at `queue_off`, inside
-        // the mapping, aligned to 128 bytes (the layout guarantees it).
+        if i >= self.queue_count() {
+            return None;
+        }
+        let off = self.queue_off(i);
+        // SAFETY: `queue_count` queues, each a header and `queue_capacity` slots, follow at
+        // `queue_off` inside the mapping, aligned to 128 bytes (`check_layout` checked it).
         unsafe {
-            let hdr = &*self.at::<QueueHeader>(h.queue_off);
+            let hdr = &*self.at::<QueueHeader>(off);
             let slots = std::slice::from_raw_parts(
-                self.at::<QueueSlot>(h.queue_off + size_of::<QueueHeader>() as u64),
+                self.at::<QueueSlot>(off + size_of::<QueueHeader>() as u64),
                 h.queue_capacity as usize,
             );
-            JobQueue::new(hdr, slots)
+            Some(JobQueue::new(hdr, slots))
         }
+    }
+
+    /// How many job queues the region has (at least 1).
+    pub fn queue_count(&self) -> u32 {
+        self.header().queue_count.max(1)
+    }
+
+    /// Region offset of queue `i`'s header.
+    pub fn queue_off(&self, i: u32) -> u64 {
+        let h = self.header();
+        h.queue_off + i as u64 * h.queue_stride()
+    }
+
+    /// Counts `n` finished jobs of queue `q` (its load falls by `n`).
+    pub fn count_done(&self, q: u32, n: u64) {
+        if let Some(queue) = self.queue_at(q) {
+            queue.count_done(n);
+        }
+    }
+
+    /// The queue the job in completion slot `i` was submitted to (0 if out of range).
+    pub fn completion_queue(&self, i: u32) -> u32 {
+        self.completion_ptr(i).map_or(0, |p| {
+            // SAFETY: inside the table; the client wrote it before queueing the job and
+            // nobody changes it until the slot is reused.
+            unsafe { std::ptr::addr_of!((*p).queue).read() }
+        })
     }
 
     /// Client slot `i`, if it exists.
@@ -698,12 +748,24 @@ impl ShmRegion {
     /// Client side of submitting: stamps slot `i` with the job's tag and submit time and
     /// marks it SUBMITTED. The slot must be the caller's and FREE.
     pub fn begin_completion(&self, i: u32, tag: u64, submitted_ns: u64) -> Option<()> {
+        self.begin_completion_on(i, tag, submitted_ns, 0)
+    }
+
+    /// [`ShmRegion::begin_completion`] for a job going to queue `queue`.
+    pub fn begin_completion_on(
+        &self,
+        i: u32,
+        tag: u64,
+        submitted_ns: u64,
+        queue: u32,
+    ) -> Option<()> {
         let p = self.completion_ptr(i)?;
         // SAFETY: the slot is inside the table; the caller owns it (FREE, its own range), so
         // nobody else touches these plain fields until the descriptor naming it is queued.
         unsafe {
             std::ptr::addr_of_mut!((*p).tag).write(tag);
             std::ptr::addr_of_mut!((*p).submitted_ns).write(submitted_ns);
+            std::ptr::addr_of_mut!((*p).queue).write(queue);
         }
         self.completion(i)?.state.store(
             crate::layout::completion_state::SUBMITTED,
@@ -1072,13 +1134,21 @@ fn check_layout(h: &RegionHeader, len: u64) -> Result<(), String> {
         .checked_mul(h.completions_per_client as u64)
         .ok_or("completion count overflows")?;
     // (what, offset, alignment, bytes, where the next part starts)
+    if !(1..=crate::layout::MAX_QUEUES).contains(&h.queue_count) {
+        return Err(format!(
+            "{} job queues (1..={} allowed)",
+            h.queue_count,
+            crate::layout::MAX_QUEUES
+        ));
+    }
     let parts: [(&str, u64, u64, Option<u64>, u64); 6] = [
         (
-            "queue",
+            "queues",
             h.queue_off,
             128,
             cap.checked_mul(size_of::<QueueSlot>() as u64)
-                .and_then(|b| b.checked_add(size_of::<QueueHeader>() as u64)),
+                .and_then(|b| b.checked_add(size_of::<QueueHeader>() as u64))
+                .and_then(|b| b.checked_mul(h.queue_count as u64)),
             h.clients_off,
         ),
         (

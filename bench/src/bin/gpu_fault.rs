@@ -60,6 +60,7 @@ fn rounds(warm: bool) -> Value {
             warm_standby: warm,
             ..Default::default()
         },
+        devices: Vec::new(),
     })
     .expect("the CUDA service starts");
     let mut c = Client::connect(&name).expect("connect");

@@ -334,6 +334,7 @@ fn main() {
             allow_fault_injection: true,
             ..Default::default()
         },
+        devices: Vec::new(),
     })
     .expect("the CUDA service starts");
     let mut c = client(&name);

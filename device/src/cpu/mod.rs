@@ -1,7 +1,9 @@
-//! The CPU backend: worker threads that poll the region's queue.
+//! The CPU backend: worker threads that poll the region's queues.
 //!
-//! Each worker takes up to [`BATCH`] jobs with one CAS, runs them, and polls again. When
-//! the queue stays empty for [`SPIN_POLLS`] polls it parks on the region's futex word
+//! Each worker takes up to [`BATCH`] jobs with one CAS, runs them, and polls again. A
+//! region made for several GPUs has one queue per GPU; CPU workers serve them all, each
+//! worker starting its round at a different queue. When every queue stays empty for
+//! [`SPIN_POLLS`] polls it parks on the region's futex word
 //! ([`shm_maps::wake`] has the protocol); producers in any process wake it.
 
 use crate::job::JobRunner;
@@ -102,13 +104,19 @@ fn worker(
     runner.env.sink = TraceSink::Callback(Box::new(
         move |line| tracing::info!(target: "bpftime::trace", worker = id, "{line}"),
     ));
-    let queue = region.queue();
+    let queues: Vec<_> = (0..region.queue_count())
+        .filter_map(|q| region.queue_at(q))
+        .collect();
+    let all_empty = || queues.iter().all(|q| q.is_empty());
     let hdr = region.header();
     let mut buf = [JobDesc::default(); BATCH];
     let mut idle = 0u32;
+    let mut next = id % queues.len();
     loop {
         // Slots stay held until their job has started, so that a service killed with
         // jobs in this batch leaves them in the queue for `run --recover` to run.
+        let queue = &queues[next];
+        next = (next + 1) % queues.len();
         let (first, n) = queue.pop_batch_held(&mut buf);
         if n > 0 {
             idle = 0;
@@ -123,7 +131,7 @@ fn worker(
             }
             continue;
         }
-        if control.stop.load(Ordering::Acquire) && queue.is_empty() {
+        if control.stop.load(Ordering::Acquire) && all_empty() {
             break;
         }
         idle += 1;
@@ -132,7 +140,7 @@ fn worker(
             continue;
         }
         shm_maps::wake::park(hdr, PARK, || {
-            queue.is_empty() && !control.stop.load(Ordering::Acquire)
+            all_empty() && !control.stop.load(Ordering::Acquire)
         });
         idle = SPIN_POLLS / 2;
     }

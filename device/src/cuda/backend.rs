@@ -146,6 +146,18 @@ impl CudaBackend {
         if !super::driver_present() {
             return Err(DeviceError::NoDriver);
         }
+        if region.queue_at(cfg.queue).is_none() {
+            return Err(DeviceError::Call {
+                call: "start",
+                code: format!(
+                    "GPU {} was given queue {}, the region has {}",
+                    cfg.device,
+                    cfg.queue,
+                    region.queue_count()
+                ),
+                log: String::new(),
+            });
+        }
         let exe = worker_exe(&cfg)?;
         let control = Arc::new(Control::default());
         let shared = Shared::new(region, table, cfg, mailbox_off, exe, control.clone());
@@ -266,13 +278,14 @@ impl CudaBackend {
 
     /// Stops: waits until the queue is drained (or cancels it with `now`), stops the
     /// kernel and the worker, and finishes whatever is left on the host.
-    pub fn stop(mut self, region: &ShmRegion, now: bool) {
+    pub fn stop(mut self, now: bool) {
         let s = &self.shared;
         if now {
             self.control.cancel.store(true, Ordering::Relaxed);
         } else {
             let t = Instant::now();
-            while !region.queue().is_empty() && t.elapsed() < Duration::from_secs(60) {
+            let q = s.queue();
+            while !q.is_empty() && t.elapsed() < Duration::from_secs(60) {
                 std::thread::sleep(Duration::from_micros(200));
             }
         }
@@ -329,6 +342,13 @@ impl Shared {
         });
         s.clear_mailbox();
         s
+    }
+
+    /// The region queue this GPU serves.
+    fn queue(&self) -> shm_maps::JobQueue<'_> {
+        self.region
+            .queue_at(self.cfg.queue)
+            .expect("CudaBackend::start checked the queue index")
     }
 
     fn base(&self) -> *mut u8 {
@@ -608,6 +628,7 @@ impl Shared {
             ctl.done_consumed.store(pos, Ordering::Release);
             s.jobs_done.fetch_add(n as u64, Ordering::Relaxed);
             h.jobs_done.fetch_add(n as u64, Ordering::Relaxed);
+            self.queue().count_done(n as u64);
             if failed > 0 {
                 s.jobs_failed.fetch_add(failed, Ordering::Relaxed);
                 h.jobs_failed.fetch_add(failed, Ordering::Relaxed);
@@ -830,6 +851,7 @@ impl Shared {
         self.drain_fwd(usize::MAX);
         let n = crate::job::fail_taken(
             &self.region,
+            Some(self.cfg.queue),
             status::DEVICE_FAULT,
             &format!(
                 "the GPU failed while running this job ({why}); the service restarted the GPU \
@@ -898,7 +920,7 @@ impl Shared {
 
     /// After the kernel stopped: jobs still queued run (or are cancelled) on the host.
     fn drain_on_host(&self) {
-        let q = self.region.queue();
+        let q = self.queue();
         let mut runner = self.runner();
         let mut buf = [JobDesc::default(); 32];
         loop {
@@ -924,6 +946,11 @@ mod tests {
     use shm_maps::{CompletionData, RegionConfig};
 
     fn shared(name: &str) -> Arc<Shared> {
+        shared_on(name, 1, 0)
+    }
+
+    /// The host side of the GPU serving queue `queue` of a region with `queues` queues.
+    fn shared_on(name: &str, queues: u32, queue: u32) -> Arc<Shared> {
         let region = Arc::new(
             ShmRegion::create(
                 name,
@@ -932,6 +959,7 @@ mod tests {
                     max_clients: 2,
                     completions_per_client: 16,
                     arena_size: 16 << 20,
+                    queues,
                     ..RegionConfig::default()
                 },
                 0o600,
@@ -943,7 +971,10 @@ mod tests {
         Shared::new(
             region,
             Arc::new(ProgramTable::default()),
-            CudaConfig::default(),
+            CudaConfig {
+                queue,
+                ..CudaConfig::default()
+            },
             0,
             PathBuf::from("/nonexistent"),
             Arc::new(Control::default()),
@@ -952,7 +983,14 @@ mod tests {
 
     /// A client's submit: stamp completion `c`, count it in flight, queue the job.
     fn submit(s: &Shared, c: u32, tag: u64, prog: u32) {
-        s.region.begin_completion(c, tag, monotonic_ns()).unwrap();
+        submit_to(s, 0, c, tag, prog)
+    }
+
+    /// [`submit`] into queue `q`.
+    fn submit_to(s: &Shared, q: u32, c: u32, tag: u64, prog: u32) {
+        s.region
+            .begin_completion_on(c, tag, monotonic_ns(), q)
+            .unwrap();
         s.region
             .client(0)
             .unwrap()
@@ -968,7 +1006,7 @@ mod tests {
             tag,
             ..Default::default()
         };
-        assert_eq!(s.region.queue().push_batch(&[d]), 1);
+        assert_eq!(s.region.queue_at(q).unwrap().push_batch(&[d]), 1);
     }
 
     /// What the kernel does on taking the job at the head: mark RUNNING, move the head.
@@ -1124,6 +1162,42 @@ mod tests {
         assert_eq!(c.status, status::BAD_DESCRIPTOR);
         let text = s.region.message(c.message).unwrap();
         assert!(text.contains("keeps map `counts` in GPU memory"), "{text}");
+    }
+
+    #[test]
+    fn a_fault_on_one_gpu_ends_only_that_gpus_jobs() {
+        // Two GPUs, two queues; this host side serves queue 1.
+        let s = shared_on(&format!("bpftime-test-fault2-{}", std::process::id()), 2, 1);
+        assert_eq!(s.queue().capacity(), 8);
+        // GPU 0 runs job 0 (RUNNING); GPU 1 runs job 1 (RUNNING) and has job 2 queued.
+        submit_to(&s, 0, 0, 100, 1);
+        let q0 = s.region.queue_at(0).unwrap();
+        let d0 = q0.peek(q0.head()).unwrap();
+        s.region.start_completion(d0.completion).unwrap();
+        q0.set_head(1);
+        submit_to(&s, 1, 1, 101, 1);
+        submit_to(&s, 1, 2, 102, 1);
+        let q1 = s.region.queue_at(1).unwrap();
+        let d1 = q1.peek(q1.head()).unwrap();
+        s.region.start_completion(d1.completion).unwrap();
+        q1.set_head(1);
+        assert_eq!((q0.load(), q1.load()), (1, 2));
+        assert_eq!(s.fail_taken("test fault"), 1, "only GPU 1's running job");
+        let r = s.region.read_completion(1).expect("ended");
+        assert_eq!(r.status, status::DEVICE_FAULT);
+        assert!(
+            s.region.read_completion(0).is_none(),
+            "GPU 0's job runs on, untouched"
+        );
+        assert!(
+            s.region.read_completion(2).is_none(),
+            "job 2 waits for GPU 1"
+        );
+        assert_eq!(
+            (q0.load(), q1.load()),
+            (1, 1),
+            "the ended job leaves GPU 1's load"
+        );
     }
 
     #[test]

@@ -153,6 +153,10 @@ pub struct CudaConfig {
     /// memory.
     #[serde(default = "yes")]
     pub warm_standby: bool,
+    /// The region queue this GPU serves (its index among the service's GPUs; 0 on a
+    /// one-GPU service).
+    #[serde(default)]
+    pub queue: u32,
 }
 
 fn yes() -> bool {
@@ -170,6 +174,7 @@ impl Default for CudaConfig {
             native: true,
             worker_exe: None,
             warm_standby: true,
+            queue: 0,
         }
     }
 }

@@ -267,6 +267,17 @@ impl Worker {
                     log: String::new(),
                 })?,
             );
+        if region.queue_at(args.cfg.queue).is_none() {
+            return Err(DeviceError::Call {
+                call: "shm open",
+                code: format!(
+                    "the region has {} job queues, this GPU was given queue {}",
+                    region.queue_count(),
+                    args.cfg.queue
+                ),
+                log: String::new(),
+            });
+        }
         let gpu = Gpu::open(args.cfg.device)?;
         let sm = super::device_sm(args.cfg.device)?;
         let t = Instant::now();
@@ -300,9 +311,9 @@ impl Worker {
             .unwrap_or(0);
         let params = Params {
             slots: region_dev
-                + h.queue_off
+                + region.queue_off(args.cfg.queue)
                 + std::mem::size_of::<shm_maps::layout::QueueHeader>() as u64,
-            queue_hdr: region_dev + h.queue_off,
+            queue_hdr: region_dev + region.queue_off(args.cfg.queue),
             completions: region_dev + h.completions_off,
             arena: region_dev + h.arena_off,
             arena_size: h.arena_size,

@@ -64,8 +64,13 @@ pub struct RunArgs {
     #[arg(long, default_value_t = jit::cpu::Engine::Jit, value_name = "interp|jit")]
     engine: jit::cpu::Engine,
     /// CUDA device ordinal (CUDA backend).
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 0, conflicts_with = "devices")]
     device: i32,
+    /// Several GPUs: `all`, or ordinals like `0,1`. One persistent kernel and one job
+    /// queue per GPU; a job runs on the GPU it names (`Job::on_device`), else on the least
+    /// loaded. Implies the CUDA backend.
+    #[arg(long, value_name = "all|N,M,..")]
+    devices: Option<String>,
     /// Device-resident buffer arena in MiB (CUDA backend).
     #[arg(long, default_value_t = 1280)]
     device_arena_mib: u64,
@@ -75,6 +80,34 @@ pub struct RunArgs {
     /// Testing: honour the INJECT_FAULT job flag, which kills the CUDA context.
     #[arg(long, hide = true)]
     allow_fault_injection: bool,
+}
+
+/// The ordinals `--devices` names (`all`: every GPU the driver reports); empty without it.
+fn devices(arg: Option<&str>) -> Result<Vec<i32>> {
+    let Some(arg) = arg else {
+        return Ok(Vec::new());
+    };
+    let list: Vec<i32> = if arg == "all" {
+        let n = device::cuda::Gpu::count();
+        if n == 0 {
+            bail!("--devices all: the CUDA driver reports no GPU on this machine");
+        }
+        (0..n).collect()
+    } else {
+        arg.split(',')
+            .map(|d| {
+                d.trim()
+                    .parse::<i32>()
+                    .ok()
+                    .filter(|d| *d >= 0)
+                    .with_context(|| format!("bad --devices `{arg}`: `{d}` is not a GPU ordinal"))
+            })
+            .collect::<Result<_>>()?
+    };
+    if list.is_empty() {
+        bail!("--devices `{arg}` names no GPU");
+    }
+    Ok(list)
 }
 
 /// Runs `run --persistent`.
@@ -113,6 +146,7 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
             native: !a.no_native,
             ..Default::default()
         },
+        devices: devices(a.devices.as_deref())?,
     };
     let svc = Service::start(cfg).with_context(|| format!("cannot start service `{}`", a.name))?;
     {
@@ -132,9 +166,14 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
     let st = svc.status();
     match &st.gpu {
         Some(g) => eprintln!(
-            "bpftime-super: serving `{}` on the cuda backend ({}, persistent kernel generation {}); control socket {}",
+            "bpftime-super: serving `{}` on the cuda backend ({}{}, persistent kernel generation {}); control socket {}",
             a.name,
             g.get("device").and_then(|d| d.as_str()).unwrap_or("GPU"),
+            if st.queues.len() > 1 {
+                format!(" and {} more GPUs, one queue each", st.queues.len() - 1)
+            } else {
+                String::new()
+            },
             g.get("generation").and_then(|d| d.as_u64()).unwrap_or(0),
             host::service::socket_path(&a.name).display()
         ),
@@ -529,10 +568,31 @@ pub fn status(a: CommonArgs) -> Result<ExitCode> {
             s.arena_used >> 20,
             s.arena_size >> 20
         );
-        if let Some(g) = &s.gpu {
+        // One line per GPU (with its queue when there are several).
+        let gpus: Vec<(Option<&host::protocol::QueueInfo>, &serde_json::Value)> =
+            if s.queues.len() > 1 {
+                s.queues
+                    .iter()
+                    .filter_map(|q| q.gpu.as_ref().map(|g| (Some(q), g)))
+                    .collect()
+            } else {
+                s.gpu.iter().map(|g| (None, g)).collect()
+            };
+        for (q, g) in gpus {
             let n = |k: &str| g.get(k).and_then(|v| v.as_u64()).unwrap_or(0);
+            let which = q.map_or(String::new(), |q| {
+                format!(
+                    " [device {} ordinal {}: queue {}, load {}, {} of {} jobs done]",
+                    q.queue,
+                    q.device.unwrap_or(-1),
+                    q.depth,
+                    q.load,
+                    q.done,
+                    q.submitted
+                )
+            });
             println!(
-                "gpu {} (driver {}): generation {}, {} swaps (last pause {:.0} µs), {} worker restarts, {} jobs failed by GPU faults",
+                "gpu {} (driver {}){which}: generation {}, {} swaps (last pause {:.0} µs), {} worker restarts, {} jobs failed by GPU faults",
                 g.get("device").and_then(|v| v.as_str()).unwrap_or("?"),
                 g.get("driver").and_then(|v| v.as_str()).unwrap_or("?"),
                 n("generation"),

@@ -277,7 +277,7 @@ pub(crate) fn restore(
          may have changed maps)"
     );
     info.requeued_jobs = device::job::requeue_unstarted(region);
-    info.ended_jobs = device::job::fail_taken(region, status::SERVICE_RESTARTED, &text);
+    info.ended_jobs = device::job::fail_taken(region, None, status::SERVICE_RESTARTED, &text);
     // A client that passed the READY check just before the crash may still be pushing the
     // job it stamped SUBMITTED; let it land before the scan for jobs no queue holds.
     std::thread::sleep(Duration::from_millis(20));

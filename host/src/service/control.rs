@@ -141,17 +141,16 @@ fn handle(svc: &Arc<Service>, req: Request) -> (Reply, After) {
         Request::List => ok(svc.programs()),
         Request::MapDump { map } => match find_map(svc, &map) {
             Ok((qualified, m)) => {
-                // A device map: bring the GPU's contents into the mirror first.
-                let synced = super::maps::device_span(svc, &qualified).map_or(Ok(()), |len| {
-                    svc.with_cuda(|b| b.map_sync(&qualified, false, 0, len))
-                        .unwrap_or_else(|| Err(NO_GPU.into()))
-                });
-                match synced {
-                    Err(e) => err(format!("cannot read map `{qualified}` from the GPU: {e}")),
-                    Ok(()) => ok(MapDump {
+                // A device map: its contents are on the GPUs, not in the mirror.
+                let entries = match super::maps::device_span(svc, &qualified) {
+                    Some(len) => super::maps::device_entries(svc, &qualified, &m, len),
+                    None => Ok(m.entries()),
+                };
+                match entries {
+                    Err(e) => err(e),
+                    Ok(entries) => ok(MapDump {
                         map: qualified,
-                        entries: m
-                            .entries()
+                        entries: entries
                             .into_iter()
                             .map(|(k, v)| (crate::hex::encode(&k), crate::hex::encode(&v)))
                             .collect(),
@@ -184,14 +183,16 @@ fn handle(svc: &Arc<Service>, req: Request) -> (Reply, After) {
             client,
             generation,
             len,
-        } => buffer_op(svc, client, generation, Pool::Device, |a, o| {
+            device,
+        } => buffer_op(svc, client, generation, Pool::Device(device), |a, o| {
             a.alloc(len, o).map(|off| serde_json::json!({ "off": off }))
         }),
         Request::DeviceFree {
             client,
             generation,
             off,
-        } => buffer_op(svc, client, generation, Pool::Device, |a, o| {
+            device,
+        } => buffer_op(svc, client, generation, Pool::Device(device), |a, o| {
             a.free(off, o).map(|_| serde_json::Value::Null)
         }),
         Request::DeviceCopy {
@@ -201,6 +202,7 @@ fn handle(svc: &Arc<Service>, req: Request) -> (Reply, After) {
             shm_off,
             dev_off,
             len,
+            device,
         } => match check_client(svc, client, generation) {
             Err(e) => err(e),
             Ok(owner) => {
@@ -212,16 +214,24 @@ fn handle(svc: &Arc<Service>, req: Request) -> (Reply, After) {
                     err(format!(
                         "shared buffer [{shm_off}, +{len}) is not one of this client's buffers"
                     ))
-                } else if !mine(&st.device_arena, dev_off) {
+                } else if !st
+                    .device_arena
+                    .get(device as usize)
+                    .is_some_and(|a| mine(a, dev_off))
+                {
                     err(format!(
-                        "device buffer [{dev_off}, +{len}) is not one of this client's device buffers"
+                        "device buffer [{dev_off}, +{len}) is not one of this client's device \
+                         buffers on GPU {device}"
                     ))
                 } else {
                     drop(st);
-                    match svc.with_cuda(|b| b.transfer(to_device, shm_off, dev_off, len)) {
-                        None => err(NO_GPU),
-                        Some(Ok(())) => ok(()),
-                        Some(Err(e)) => err(e),
+                    if svc.gpu_count() == 0 {
+                        err(NO_GPU)
+                    } else {
+                        match svc.on_gpu(device, |b| b.transfer(to_device, shm_off, dev_off, len)) {
+                            Ok(()) => ok(()),
+                            Err(e) => err(e),
+                        }
                     }
                 }
             }
@@ -246,8 +256,8 @@ fn handle(svc: &Arc<Service>, req: Request) -> (Reply, After) {
 enum Pool {
     /// The shared-memory arena.
     Shared,
-    /// The CUDA backend's device arena.
-    Device,
+    /// The device arena of one of the CUDA backend's GPUs.
+    Device(u32),
 }
 
 /// `alloc`/`free` of a client's buffer in one of the arenas.
@@ -265,13 +275,19 @@ fn buffer_op(
         Ok(o) => o,
         Err(e) => return err(e),
     };
-    if pool == Pool::Device && svc.with_cuda(|_| ()).is_none() {
-        return err(NO_GPU);
+    if let Pool::Device(d) = pool {
+        let gpus = svc.gpu_count();
+        if gpus == 0 {
+            return err(NO_GPU);
+        }
+        if d as usize >= gpus {
+            return err(format!("no GPU {d}: this service runs {gpus}"));
+        }
     }
     let mut st = svc.state.lock().unwrap_or_else(|p| p.into_inner());
     let (arena, what) = match pool {
         Pool::Shared => (&mut st.arena, "arena"),
-        Pool::Device => (&mut st.device_arena, "device arena"),
+        Pool::Device(d) => (&mut st.device_arena[d as usize], "device arena"),
     };
     match op(arena, owner) {
         Ok(v) => {
@@ -284,7 +300,7 @@ fn buffer_op(
                 error: None,
             }
         }
-        Err(e) if pool == Pool::Device => err(format!("{what}: {e}")),
+        Err(e) if pool != Pool::Shared => err(format!("{what}: {e}")),
         Err(e) => err(e.to_string()),
     }
 }

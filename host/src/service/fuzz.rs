@@ -32,11 +32,13 @@ fn service() -> &'static Arc<Service> {
                 max_records: 1024,
                 arena_size: 16 << 20,
                 checkpoint_size: 1 << 20,
+                queues: 1,
             },
             metrics: None,
             max_insns: 100_000,
             engine: jit::cpu::Engine::default(),
             cuda: Default::default(),
+            devices: Vec::new(),
         })
         .expect("the fuzz service starts")
     })

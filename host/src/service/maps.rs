@@ -84,21 +84,39 @@ fn requested(program: &Program, placement: &[String]) -> Result<Vec<(String, Ask
 }
 
 /// Whether `def` goes to GPU memory: as asked, else the default for its kind.
+///
+/// With several GPUs, every GPU holds its own copy of a map placed on the GPU. That is
+/// right for per-thread arrays only (each GPU's threads own their value sets; a dump
+/// lists every GPU's sets, GPU by GPU), so those stay on the GPUs and every other map is
+/// shared in host memory.
 fn placement_of(svc: &Service, def: &MapDef, asked: &[(String, Asked)]) -> Result<bool, String> {
-    let cuda = svc.with_cuda(|_| ()).is_some();
+    let gpus = svc.gpu_count();
+    let cuda = gpus > 0;
+    let per_thread = def.kind == ebpf::MapKind::PerThreadArray;
     match asked.iter().find(|(m, _)| *m == def.name).map(|(_, a)| *a) {
         Some(Asked::Device) if !cuda => Err(format!(
             "map `{}`: placement `device` needs the CUDA backend (this service runs on the CPU)",
             def.name
         )),
+        Some(Asked::Device) if gpus > 1 && !per_thread => Err(format!(
+            "map `{}`: placement `device` on a service of {gpus} GPUs would give each GPU its \
+             own copy; only per-thread arrays are placed per GPU. Leave it in host shared \
+             memory (placement `shm`, the default), which every GPU reads and writes",
+            def.name
+        )),
         Some(Asked::Device) => Ok(true),
+        Some(Asked::Shm) if gpus > 1 && per_thread => Err(format!(
+            "map `{}`: a per-thread array in host shared memory would be written by the same \
+             thread indices on each of the {gpus} GPUs; leave it on the GPUs (the default)",
+            def.name
+        )),
         Some(Asked::Shm) => Ok(false),
         Some(Asked::Tier(t)) if cuda => Err(format!(
             "map `{}`: placement `{t}` is emulated on the CPU backend only (this service runs the CUDA backend)",
             def.name
         )),
         Some(Asked::Tier(_)) => Ok(false),
-        None => Ok(cuda && def.kind == ebpf::MapKind::PerThreadArray),
+        None => Ok(cuda && per_thread),
     }
 }
 
@@ -335,6 +353,36 @@ pub(super) fn collect(svc: &Service, st: &mut ControlState) -> usize {
     freed
 }
 
+/// A map entry: key bytes, value bytes.
+type Entry = (Vec<u8>, Vec<u8>);
+
+/// The entries of device map `qualified` (`len` bytes of storage), read from every GPU:
+/// with one GPU, its copy; with several (per-thread arrays only), each key's value sets of
+/// GPU 0, then of GPU 1, and so on, as `bpftool` lists per-CPU values CPU by CPU.
+pub(super) fn device_entries(
+    svc: &Service,
+    qualified: &str,
+    m: &Arc<dyn MapOps>,
+    len: u64,
+) -> Result<Vec<Entry>, String> {
+    let gpus = svc.gpu_count().max(1) as u32;
+    let mut merged: Vec<Entry> = Vec::new();
+    for device in 0..gpus {
+        svc.on_gpu(device, |b| b.map_sync(qualified, false, 0, len))
+            .map_err(|e| format!("cannot read map `{qualified}` from GPU {device}: {e}"))?;
+        let entries = m.entries();
+        if device == 0 {
+            merged = entries;
+        } else {
+            for ((k, v), (k2, v2)) in merged.iter_mut().zip(entries) {
+                debug_assert_eq!(*k, k2, "arrays list their keys in order");
+                v.extend_from_slice(&v2);
+            }
+        }
+    }
+    Ok(merged)
+}
+
 /// The storage size of `qualified` (`program:map`) if it is a device map.
 pub(super) fn device_span(svc: &Service, qualified: &str) -> Option<u64> {
     let st = svc.state.lock().unwrap_or_else(|p| p.into_inner());
@@ -357,9 +405,26 @@ pub(super) fn update_device_map(
     value: &[u8],
     flags: u64,
 ) -> Result<(), String> {
+    for device in 0..svc.gpu_count() as u32 {
+        update_on(svc, device, qualified, m, len, key, value, flags)?;
+    }
+    Ok(())
+}
+
+/// [`update_device_map`] on GPU `device`'s copy.
+#[allow(clippy::too_many_arguments)]
+fn update_on(
+    svc: &Service,
+    device: u32,
+    qualified: &str,
+    m: &Arc<dyn MapOps>,
+    len: u64,
+    key: &[u8],
+    value: &[u8],
+    flags: u64,
+) -> Result<(), String> {
     let sync = |to_device: bool, off: u64, n: u64| {
-        svc.with_cuda(|b| b.map_sync(qualified, to_device, off, n))
-            .unwrap_or_else(|| Err("the CUDA backend is not running".into()))
+        svc.on_gpu(device, |b| b.map_sync(qualified, to_device, off, n))
     };
     let off = {
         let st = svc.state.lock().unwrap_or_else(|p| p.into_inner());

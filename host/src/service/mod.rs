@@ -19,7 +19,7 @@ pub mod metrics;
 
 use crate::protocol::{Latency, ProgramInfo, StatusInfo};
 use device::cpu::CpuBackend;
-use device::cuda::{CudaBackend, CudaConfig};
+use device::cuda::{CudaBackend, CudaConfig, CudaStatus};
 use device::programs::ProgramTable;
 use device::stats::Snapshot;
 use shm_maps::arena::{Arena, Owner};
@@ -44,7 +44,8 @@ pub enum BackendChoice {
 /// The running backend.
 pub(crate) enum Backend {
     Cpu(CpuBackend),
-    Cuda(CudaBackend),
+    /// One persistent kernel per GPU, each serving its own region queue (index = position).
+    Cuda(Vec<CudaBackend>),
 }
 
 /// Service settings.
@@ -72,6 +73,20 @@ pub struct ServiceConfig {
     pub engine: jit::cpu::Engine,
     /// CUDA backend settings (device ordinal, device arena, fault injection).
     pub cuda: CudaConfig,
+    /// Several GPUs (`run --devices`): one persistent kernel and one region queue per
+    /// ordinal listed. Empty: the one GPU `cuda.device`.
+    pub devices: Vec<i32>,
+}
+
+impl ServiceConfig {
+    /// The CUDA device ordinals to serve, one per region queue.
+    pub fn device_list(&self) -> Vec<i32> {
+        if self.devices.is_empty() {
+            vec![self.cuda.device]
+        } else {
+            self.devices.clone()
+        }
+    }
 }
 
 /// Service start-up failures.
@@ -86,6 +101,9 @@ pub enum ServiceError {
     /// `--recover` found a region it cannot adopt.
     #[error("{0}")]
     Recover(String),
+    /// The settings contradict each other (several devices on the CPU backend, say).
+    #[error("{0}")]
+    Config(String),
     /// A socket, thread or file operation failed.
     #[error("{what}")]
     Io {
@@ -112,8 +130,8 @@ pub(crate) struct ControlState {
     pub next_id: u32,
     pub arena: Arena,
     pub placed: Vec<maps::Placed>,
-    /// Device-resident buffers (CUDA backend).
-    pub device_arena: Arena,
+    /// Device-resident buffers (CUDA backend), one arena per GPU.
+    pub device_arena: Vec<Arena>,
     /// Program id → arena range of its object bytes (kept for `--recover`).
     pub objects: std::collections::HashMap<u32, (u64, u64)>,
 }
@@ -140,6 +158,30 @@ impl Service {
     /// starts the backend, the control socket and the reaper.
     pub fn start(cfg: ServiceConfig) -> Result<Arc<Service>, ServiceError> {
         let mut cfg = cfg;
+        let devices = cfg.device_list();
+        if devices.len() > 1 {
+            if cfg.backend == BackendChoice::Cpu {
+                return Err(ServiceError::Config(
+                    "--devices needs the CUDA backend (this service was asked for the CPU)".into(),
+                ));
+            }
+            let mut seen = devices.clone();
+            seen.sort_unstable();
+            seen.dedup();
+            if seen.len() != devices.len() {
+                return Err(ServiceError::Config(format!(
+                    "--devices lists a GPU twice: {devices:?}"
+                )));
+            }
+            if devices.len() > shm_maps::layout::MAX_QUEUES as usize {
+                return Err(ServiceError::Config(format!(
+                    "--devices lists {} GPUs; at most {} are served",
+                    devices.len(),
+                    shm_maps::layout::MAX_QUEUES
+                )));
+            }
+            cfg.region.queues = devices.len() as u32;
+        }
         let region = Arc::new(ShmRegion::create(
             &cfg.name,
             &cfg.region,
@@ -152,6 +194,14 @@ impl Service {
         )?);
         let table = Arc::new(ProgramTable::default());
         let adopted = match region.adopted_from() {
+            Some(_) if region.queue_count() != cfg.region.queues.max(1) => {
+                return Err(ServiceError::Recover(format!(
+                    "--recover: the dead service served {} job queues (GPUs), this one is \
+                     asked for {}; start it with the same --devices",
+                    region.queue_count(),
+                    cfg.region.queues.max(1)
+                )));
+            }
             Some(pid) => {
                 let cp = checkpoint::read(&region)?;
                 // Per-thread maps are laid out for the dead service's worker count.
@@ -183,7 +233,10 @@ impl Service {
             next_id: 1,
             arena: Arena::new(region.header().arena_size, ARENA_ALIGN),
             placed: Vec::new(),
-            device_arena: Arena::new(cfg.cuda.device_arena, 256),
+            device_arena: devices
+                .iter()
+                .map(|_| Arena::new(cfg.cuda.device_arena, 256))
+                .collect(),
             objects: Default::default(),
         };
         // Programs and the queue are put back before any worker can take a job. The CUDA
@@ -207,29 +260,19 @@ impl Service {
         }
         let mut cuda = None;
         if want_cuda {
-            let mailbox = st
-                .arena
-                .alloc(device::cuda::MAILBOX_BYTES, Owner::Service)
-                .map_err(|e| {
-                    ServiceError::Cuda(device::cuda::DeviceError::Call {
-                        call: "arena",
-                        code: format!("no room for the GPU mailboxes: {e}"),
-                        log: String::new(),
-                    })
-                })?;
-            match CudaBackend::start(region.clone(), table.clone(), cfg.cuda.clone(), mailbox) {
+            match Self::start_gpus(&region, &table, &cfg, &devices, &mut st.arena) {
                 Ok(b) => cuda = Some(b),
-                Err(e) if cfg.backend == BackendChoice::Auto => {
-                    let _ = st.arena.free(mailbox, Owner::Service);
+                Err(e) if cfg.backend == BackendChoice::Auto && devices.len() == 1 => {
                     tracing::warn!("the CUDA backend did not start ({e}): using the CPU backend");
                 }
-                Err(e) => return Err(ServiceError::Cuda(e)),
+                Err(e) => return Err(e),
             }
         }
         let (backend, stats, value_sets, backend_name) = match cuda {
-            Some(b) => {
-                let stats = b.stats.clone();
-                let sets = b.value_sets();
+            Some(gpus) => {
+                let stats = gpus.iter().flat_map(|b| b.stats.clone()).collect();
+                // Per-thread arrays are laid out once for every GPU: the most threads.
+                let sets = gpus.iter().map(|b| b.value_sets()).max().unwrap_or(1);
                 // A recovered program reaches the GPU worker now; per-thread maps laid out
                 // for another thread count cannot be reused.
                 if let Some(info) = recovered.as_mut() {
@@ -244,10 +287,12 @@ impl Service {
                         ));
                     }
                     for p in table.list() {
-                        b.sync_program(p.id);
+                        for b in &gpus {
+                            b.sync_program(p.id);
+                        }
                     }
                 }
-                (Backend::Cuda(b), stats, sets, "cuda")
+                (Backend::Cuda(gpus), stats, sets, "cuda")
             }
             None => {
                 let b =
@@ -303,6 +348,57 @@ impl Service {
         Ok(svc)
     }
 
+    /// Starts one CUDA backend per device, each with its mailbox block in the arena and
+    /// its region queue; on an error, those already started are stopped again.
+    fn start_gpus(
+        region: &Arc<ShmRegion>,
+        table: &Arc<ProgramTable>,
+        cfg: &ServiceConfig,
+        devices: &[i32],
+        arena: &mut Arena,
+    ) -> Result<Vec<CudaBackend>, ServiceError> {
+        let mut gpus: Vec<CudaBackend> = Vec::new();
+        let mut mailboxes = Vec::new();
+        let undo = |gpus: Vec<CudaBackend>, mailboxes: &[u64], arena: &mut Arena| {
+            for b in gpus {
+                b.stop(true);
+            }
+            for &m in mailboxes {
+                let _ = arena.free(m, Owner::Service);
+            }
+        };
+        for (queue, &device) in devices.iter().enumerate() {
+            let mailbox = match arena.alloc(device::cuda::MAILBOX_BYTES, Owner::Service) {
+                Ok(m) => m,
+                Err(e) => {
+                    undo(gpus, &mailboxes, arena);
+                    return Err(ServiceError::Cuda(device::cuda::DeviceError::Call {
+                        call: "arena",
+                        code: format!("no room for the GPU mailboxes: {e}"),
+                        log: String::new(),
+                    }));
+                }
+            };
+            mailboxes.push(mailbox);
+            let c = CudaConfig {
+                device,
+                queue: queue as u32,
+                ..cfg.cuda.clone()
+            };
+            match CudaBackend::start(region.clone(), table.clone(), c, mailbox) {
+                Ok(b) => gpus.push(b),
+                Err(e) => {
+                    undo(gpus, &mailboxes, arena);
+                    return Err(ServiceError::Cuda(e));
+                }
+            }
+        }
+        if gpus.len() > 1 {
+            tracing::info!(devices = ?devices, "one persistent kernel per GPU");
+        }
+        Ok(gpus)
+    }
+
     /// Blocks until the service has stopped.
     pub fn wait(&self) {
         let (lock, cv) = &self.stopped;
@@ -333,7 +429,12 @@ impl Service {
         {
             match b {
                 Backend::Cpu(b) => b.stop(&self.region, now),
-                Backend::Cuda(b) => b.stop(&self.region, now),
+                // In parallel: each waits for its own queue to drain.
+                Backend::Cuda(gpus) => std::thread::scope(|s| {
+                    for b in gpus {
+                        s.spawn(move || b.stop(now));
+                    }
+                }),
             }
         }
         self.region
@@ -387,11 +488,14 @@ impl Service {
                     }
                     n
                 };
-                self.state
+                for a in &mut self
+                    .state
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
                     .device_arena
-                    .free_where(|o| matches!(o, Owner::Client { slot: s, .. } if s == slot));
+                {
+                    a.free_where(|o| matches!(o, Owner::Client { slot: s, .. } if s == slot));
+                }
                 // Completion slots of the dead client go back to FREE for the next owner.
                 for i in self.region.completion_range(slot) {
                     if let Some(comp) = self.region.completion(i) {
@@ -408,8 +512,39 @@ impl Service {
 
     /// Current status.
     pub fn status(&self) -> StatusInfo {
-        // One request to the GPU worker serves both the tiers and the GPU section.
-        let gpu = self.with_cuda(|b| b.status());
+        // One request to each GPU worker serves the tiers, the GPU section and its queue.
+        let gpus: Vec<(CudaStatus, u64)> = self
+            .with_gpus(|g| {
+                g.iter()
+                    .map(|b| {
+                        let done = b
+                            .stats
+                            .iter()
+                            .map(|s| s.jobs_done.load(Ordering::Relaxed))
+                            .sum();
+                        (b.status(), done)
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        let gpu = gpus.first().map(|(g, _)| g.clone());
+        let ordinals = self.cfg.device_list();
+        let queues = (0..self.region.queue_count())
+            .filter_map(|i| self.region.queue_at(i).map(|q| (i, q)))
+            .map(|(i, q)| {
+                let g = gpus.get(i as usize);
+                crate::protocol::QueueInfo {
+                    queue: i,
+                    device: g.and(ordinals.get(i as usize).copied()),
+                    depth: q.len(),
+                    load: q.load(),
+                    submitted: q.tail(),
+                    done: q.finished(),
+                    jobs_done: g.map_or(0, |(_, d)| *d),
+                    gpu: g.and_then(|(s, _)| serde_json::to_value(s).ok()),
+                }
+            })
+            .collect();
         let snap = Snapshot::of(self.stats.iter().map(|s| &s.latency));
         let sum = |f: fn(&device::stats::WorkerStats) -> u64| self.stats.iter().map(|s| f(s)).sum();
         let q = self.region.queue();
@@ -434,7 +569,10 @@ impl Service {
             },
             uptime_s: self.started.elapsed().as_secs_f64(),
             programs: self.programs_with(gpu.as_ref().map_or(&[][..], |g| &g.programs)),
-            queue_depth: q.len(),
+            queue_depth: (0..self.region.queue_count())
+                .filter_map(|i| self.region.queue_at(i))
+                .map(|q| q.len())
+                .sum(),
             queue_capacity: q.capacity(),
             jobs_done: sum(|s| s.jobs_done.load(Ordering::Relaxed)),
             jobs_failed: sum(|s| s.jobs_failed.load(Ordering::Relaxed)),
@@ -450,38 +588,71 @@ impl Service {
                 p99_ns: snap.quantile(0.99),
                 p999_ns: snap.quantile(0.999),
             },
-            gpu: self
-                .with_cuda(|b| serde_json::to_value(b.status()).ok())
-                .flatten(),
+            gpu: gpu.and_then(|g| serde_json::to_value(g).ok()),
             recovered: self.recovered.clone(),
+            queues,
         }
     }
 
-    /// Runs `f` on the CUDA backend, if that is the one running.
+    /// Runs `f` on the first GPU's CUDA backend, if that is the backend running.
     pub(crate) fn with_cuda<T>(&self, f: impl FnOnce(&CudaBackend) -> T) -> Option<T> {
+        self.with_gpus(|g| g.first().map(f)).flatten()
+    }
+
+    /// Runs `f` on every GPU's CUDA backend (in queue order), if that is the backend
+    /// running.
+    pub(crate) fn with_gpus<T>(&self, f: impl FnOnce(&[CudaBackend]) -> T) -> Option<T> {
         match self
             .backend
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .as_ref()
         {
-            Some(Backend::Cuda(b)) => Some(f(b)),
+            Some(Backend::Cuda(g)) => Some(f(g)),
             _ => None,
         }
     }
 
-    /// CUDA backend: builds and swaps a native generation now, and returns its timings
-    /// (`None` on the CPU backend).
+    /// Runs `f` on GPU `device` (an index into the service's GPUs), or says why not.
+    pub(crate) fn on_gpu<T>(
+        &self,
+        device: u32,
+        f: impl FnOnce(&CudaBackend) -> Result<T, String>,
+    ) -> Result<T, String> {
+        self.with_gpus(|g| match g.get(device as usize) {
+            Some(b) => f(b),
+            None => Err(format!(
+                "no GPU {device}: this service runs {} (devices 0..{})",
+                g.len(),
+                g.len()
+            )),
+        })
+        .unwrap_or_else(|| Err("this service runs on the CPU backend, not on a GPU".into()))
+    }
+
+    /// How many GPUs serve (0 on the CPU backend).
+    pub fn gpu_count(&self) -> usize {
+        self.with_gpus(|g| g.len()).unwrap_or(0)
+    }
+
+    /// CUDA backend: builds and swaps a native generation now on every GPU, and returns
+    /// the first GPU's timings (`None` on the CPU backend).
     pub fn cuda_swap_now(&self) -> Option<Result<device::cuda::SwapTimes, String>> {
-        self.with_cuda(|b| b.swap_now())
+        self.with_gpus(|g| {
+            let all: Vec<_> = g.iter().map(|b| b.swap_now()).collect();
+            match all.iter().find(|r| r.is_err()) {
+                Some(Err(e)) => Err(e.clone()),
+                _ => all.into_iter().next().unwrap_or(Err("no GPU".into())),
+            }
+        })
     }
 
     /// Tells the backend that program `id` was installed, replaced or unloaded.
     pub(crate) fn program_changed(&self, id: u32) {
-        self.with_cuda(|b| b.sync_program(id));
+        self.with_gpus(|g| g.iter().for_each(|b| b.sync_program(id)));
     }
 
-    /// The installed programs (with their GPU tier on the CUDA backend).
+    /// The installed programs (with their GPU tier on the CUDA backend: the first GPU's).
     pub fn programs(&self) -> Vec<ProgramInfo> {
         let tiers = self.with_cuda(|b| b.status().programs).unwrap_or_default();
         self.programs_with(&tiers)
