@@ -98,3 +98,26 @@ fn maps_the_program_only_reads_are_reported() {
     let update = "r1 = map_idx[0] ll\nr2 = r10\nr2 += -4\nr3 = r7\nr4 = 0\ncall map_update_elem";
     assert_eq!(written(&prog(&read(7), update)), 0b01);
 }
+
+fn atomic(p: &Program) -> u64 {
+    verify(p, &VerifyOptions::default()).unwrap().maps_atomic
+}
+
+#[test]
+fn maps_changed_by_read_modify_writes_are_reported() {
+    // What a multi-GPU service without host-native atomics refuses on a shared map.
+    let read = |r: u8| format!("r2 = *(u64 *)(r{r} + 8)");
+    assert_eq!(atomic(&prog(&read(6), &read(7))), 0b00);
+    // A plain store writes the map but is no read-modify-write.
+    assert_eq!(atomic(&prog(&read(6), "*(u64 *)(r7 + 0) = r1")), 0b00);
+    for w in [
+        "lock *(u64 *)(r7 + 8) += r1",
+        "r1 = atomic_fetch_add((u64 *)(r7 + 0), r1)",
+        "r1 = map_idx[1] ll\nr2 = r10\nr2 += -4\ncall map_delete_elem",
+    ] {
+        assert_eq!(atomic(&prog(&read(6), w)), 0b10, "{w}");
+    }
+    // map_update_elem(map 0, key, map 1's value): map 0 changed under its locks, map 1 read.
+    let update = "r1 = map_idx[0] ll\nr2 = r10\nr2 += -4\nr3 = r7\nr4 = 0\ncall map_update_elem";
+    assert_eq!(atomic(&prog(&read(7), update)), 0b01);
+}

@@ -32,6 +32,7 @@ const PROGRAMS: &[(&str, &[&str])] = &[
     ("printk", &["printk"]),
     ("reject_unchecked", &["unchecked_read"]),
     ("ringbuf", &["ringbuf"]),
+    ("thread_count", &["thread_count"]),
     ("uprobe_corr", &["launch_corr"]),
     // on_add reads a stack argument with bpf_probe_read_user: host only.
     (

@@ -253,6 +253,12 @@ impl CudaBackend {
         }
     }
 
+    /// Whether this GPU's atomics on host memory are atomic with other devices' (known
+    /// from the worker's start, no request).
+    pub fn host_native_atomics(&self) -> bool {
+        lock(&self.shared.last_status).host_native_atomics
+    }
+
     /// GPU facts for `status` (the last known ones while the worker restarts).
     pub fn status(&self) -> CudaStatus {
         let s = &self.shared;

@@ -188,6 +188,22 @@ impl Gpu {
         )
     }
 
+    /// Whether the GPU's atomics on host memory are atomic with the host's and other
+    /// devices' (`CU_DEVICE_ATTRIBUTE_HOST_NATIVE_ATOMIC_SUPPORTED`). Without it, two GPUs
+    /// adding to one word of host memory lose updates (measured: `bench/results/gpu_multi.md`).
+    pub fn host_native_atomics(&self) -> bool {
+        let mut v = 0;
+        // SAFETY: a valid device handle and a local out-pointer.
+        let r = unsafe {
+            sys::cuDeviceGetAttribute(
+                &mut v,
+                sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_HOST_NATIVE_ATOMIC_SUPPORTED,
+                self.dev,
+            )
+        };
+        r == sys::CUresult::CUDA_SUCCESS && v != 0
+    }
+
     /// The device name.
     pub fn name(&self) -> String {
         let mut buf = [0 as std::ffi::c_char; 128];

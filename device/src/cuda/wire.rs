@@ -196,6 +196,10 @@ pub enum Tier {
 pub struct CudaStatus {
     /// Device name.
     pub device: String,
+    /// Whether this GPU's atomics on host memory are atomic with other devices' (see
+    /// `Gpu::host_native_atomics`).
+    #[serde(default)]
+    pub host_native_atomics: bool,
     /// Driver version.
     pub driver: String,
     /// Current generation (1 = the first launch of this worker).

@@ -172,6 +172,7 @@ struct Worker {
     runtime_ptx: Arc<String>,
     sm: u32,
     device_name: String,
+    host_atomics: bool,
 }
 
 /// Runs the worker; returns the process exit status.
@@ -342,6 +343,7 @@ impl Worker {
             lock_pid: std::process::id(),
         };
         let device_name = gpu.name();
+        let host_atomics = gpu.host_native_atomics();
         let mut w = Worker {
             args,
             region,
@@ -369,6 +371,7 @@ impl Worker {
             runtime_ptx,
             sm,
             device_name,
+            host_atomics,
         };
         // The first generation: the runtime alone (programs arrive as commands).
         let mut built = build(&w.gpu, &w.runtime_ptx, w.sm, &[], w.params.trace_buf);
@@ -427,6 +430,7 @@ impl Worker {
         programs.sort();
         CudaStatus {
             device: self.device_name.clone(),
+            host_native_atomics: self.host_atomics,
             driver: Gpu::driver_version(),
             generation: self.generation,
             grid: (self.grid, THREADS),

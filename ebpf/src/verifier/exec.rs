@@ -93,6 +93,8 @@ pub struct Explorer<'a> {
     map_values_other: std::cell::Cell<u64>,
     /// Maps whose values the program may write ([`Verified::maps_written`]).
     map_values_written: std::cell::Cell<u64>,
+    /// Maps the program changes with read-modify-writes ([`Verified::maps_atomic`]).
+    maps_atomic: std::cell::Cell<u64>,
     /// With a probe ctx: what each load instruction reads ([`Verified::ctx_loads`]); `None`
     /// for a load seen with another base, or at a varying ctx offset.
     ctx_loads: std::cell::RefCell<std::collections::BTreeMap<usize, Option<i64>>>,
@@ -167,6 +169,7 @@ impl<'a> Explorer<'a> {
             ctx_words_read: std::cell::Cell::new(0),
             map_values_other: std::cell::Cell::new(0),
             map_values_written: std::cell::Cell::new(0),
+            maps_atomic: std::cell::Cell::new(0),
             ctx_loads: Default::default(),
             other_loads: Default::default(),
         }
@@ -209,6 +212,13 @@ impl<'a> Explorer<'a> {
         let bit = if map < 64 { 1u64 << map } else { u64::MAX };
         self.map_values_written
             .set(self.map_values_written.get() | bit);
+    }
+
+    /// Records that map `map` is changed with a read-modify-write (an atomic on a value,
+    /// or a helper that updates the map under its locks). Maps past the 64th count.
+    pub(super) fn note_map_atomic(&self, map: usize) {
+        let bit = if map < 64 { 1u64 << map } else { u64::MAX };
+        self.maps_atomic.set(self.maps_atomic.get() | bit);
     }
 
     /// With a probe ctx, records the words a read through `p` (plus `off`, `size` bytes) may
@@ -567,6 +577,7 @@ impl<'a> Explorer<'a> {
                 all & !self.map_values_other.get()
             },
             maps_written: self.map_values_written.get(),
+            maps_atomic: self.maps_atomic.get(),
         })
     }
 
@@ -1652,6 +1663,7 @@ impl<'a> Explorer<'a> {
                     self.note_map_value_use(map as usize);
                 }
                 self.note_map_write(map as usize);
+                self.note_map_atomic(map as usize);
                 let m = &self.prog.maps[map as usize];
                 if !m.writable_by_prog() {
                     return Err(fail(

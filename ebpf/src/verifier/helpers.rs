@@ -138,6 +138,7 @@ impl Explorer<'_> {
                     if id != helpers::MAP_LOOKUP_ELEM {
                         self.note_map_value_use(m as usize);
                         self.note_map_write(m as usize);
+                        self.note_map_atomic(m as usize);
                     }
                     map = Some(m);
                 }

@@ -118,6 +118,12 @@ pub struct Verified {
     /// the map, so another party (the host) owns its contents. Maps past the 64th are
     /// always set.
     pub maps_written: u64,
+    /// Bit `m` is set when the program changes map `m` with a read-modify-write: an atomic
+    /// instruction on a value, or a helper that updates, deletes or reserves in the map
+    /// (those take the map's locks). Such updates are atomic only where every writer's
+    /// atomics are: not between two GPUs on host memory without PCIe atomics. Maps past the
+    /// 64th are always set.
+    pub maps_atomic: u64,
 }
 
 /// The class of a verification failure.

@@ -446,8 +446,8 @@ fn load(
         Ok(p) => p,
         Err(e) => return err(e.to_string()),
     };
-    let stack_depth = match verify(&program, &VerifyOptions::default()) {
-        Ok(v) => v.max_stack_depth as u32,
+    let (stack_depth, maps_atomic) = match verify(&program, &VerifyOptions::default()) {
+        Ok(v) => (v.max_stack_depth as u32, v.maps_atomic),
         Err(e) => return err(format!("verifier rejected the program: {e}")),
     };
     // One lock for the whole install, so two loads cannot race for a name.
@@ -486,6 +486,10 @@ fn load(
         Ok(m) => m,
         Err(e) => return err(e),
     };
+    // (Maps bound above and not installed are collected by the reaper.)
+    if let Err(e) = super::maps::check_shared_atomics(svc, &program, &device_maps, maps_atomic) {
+        return err(e);
+    }
     let vm = match Vm::new(&program, device::tier::view(&maps, &tiers)) {
         Ok(vm) => vm,
         Err(e) => return err(format!("cannot prepare the program: {e}")),

@@ -353,6 +353,59 @@ pub(super) fn collect(svc: &Service, st: &mut ControlState) -> usize {
     freed
 }
 
+/// Refuses a program that changes a map in host memory with read-modify-writes (atomics,
+/// update and delete helpers: `maps_atomic`, from the verifier) on a service of several
+/// GPUs whose atomics on host memory are not atomic with one another's (no PCIe atomics
+/// to the host: `CU_DEVICE_ATTRIBUTE_HOST_NATIVE_ATOMIC_SUPPORTED` is 0). There, two GPUs
+/// adding to one counter lose updates (measured on two H200s: 83,267 of 160,000 adds
+/// kept, `bench/results/gpu_multi.md`).
+pub(super) fn check_shared_atomics(
+    svc: &Service,
+    program: &Program,
+    on_gpu: &[bool],
+    maps_atomic: u64,
+) -> Result<(), String> {
+    let gpus = svc.gpu_count();
+    if gpus < 2 {
+        return Ok(());
+    }
+    let native = svc
+        .with_gpus(|g| g.iter().all(|b| b.host_native_atomics()))
+        .unwrap_or(true);
+    if native {
+        return Ok(());
+    }
+    let names: Vec<&str> = program.maps.iter().map(|d| d.name.as_str()).collect();
+    let bad = atomic_in_host_memory(&names, on_gpu, maps_atomic);
+    if bad.is_empty() {
+        return Ok(());
+    }
+    Err(format!(
+        "map(s) {} live in host memory and the program changes them atomically (atomic \
+         instructions or map update/delete helpers), but on this machine the {gpus} GPUs' \
+         atomics on host memory are not atomic with one another (no native host atomics): \
+         updates from different GPUs would be lost. Count in a per-thread array (placed per \
+         GPU and summed by `map dump`), or run the service on one GPU",
+        bad.iter()
+            .map(|n| format!("`{n}`"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    ))
+}
+
+/// The maps (by name, in program order) that live in host memory (`on_gpu` clear) and
+/// that the program changes with read-modify-writes (`maps_atomic` bit set; maps past the
+/// 64th always count).
+fn atomic_in_host_memory<'a>(names: &[&'a str], on_gpu: &[bool], maps_atomic: u64) -> Vec<&'a str> {
+    names
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| !on_gpu.get(*i).copied().unwrap_or(false))
+        .filter(|(i, _)| *i >= 64 || maps_atomic & (1 << i) != 0)
+        .map(|(_, n)| *n)
+        .collect()
+}
+
 /// A map entry: key bytes, value bytes.
 type Entry = (Vec<u8>, Vec<u8>);
 
@@ -454,4 +507,26 @@ fn update_on(
             .map_err(|e| format!("cannot write map `{qualified}` to the GPU: {e}"))?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_maps_in_host_memory_changed_atomically_are_named() {
+        // job_counter: `counts` (shm, atomic add), `per_worker` (on the GPUs, plain +=).
+        assert_eq!(
+            atomic_in_host_memory(&["counts", "per_worker"], &[false, true], 0b01),
+            ["counts"]
+        );
+        // The same atomics on a map placed on the GPUs are each GPU's own.
+        assert!(atomic_in_host_memory(&["counts"], &[true], 0b1).is_empty());
+        // Plain stores only: nothing to refuse.
+        assert!(atomic_in_host_memory(&["a", "b"], &[false, false], 0).is_empty());
+        // Past the 64th map nothing is known: counted.
+        let names: Vec<String> = (0..65).map(|i| format!("m{i}")).collect();
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        assert_eq!(atomic_in_host_memory(&names, &[], 0), ["m64"]);
+    }
 }
