@@ -582,7 +582,7 @@ pub fn status(a: CommonArgs) -> Result<ExitCode> {
             let n = |k: &str| g.get(k).and_then(|v| v.as_u64()).unwrap_or(0);
             let which = q.map_or(String::new(), |q| {
                 format!(
-                    " [device {} ordinal {}: queue {}, load {}, {} of {} jobs done]",
+                    " [device {} = ordinal {}: {} waiting, load {}, {} of {} jobs done]",
                     q.queue,
                     q.device.unwrap_or(-1),
                     q.depth,

@@ -259,6 +259,15 @@ impl Service {
             recovered = Some(checkpoint::restore(&ctx, &mut st, cp, *pid));
         }
         let mut cuda = None;
+        if want_cuda && devices.len() > 1 {
+            let n = device::cuda::Gpu::count();
+            if let Some(d) = devices.iter().find(|&&d| d < 0 || d >= n) {
+                return Err(ServiceError::Config(format!(
+                    "--devices names GPU {d}, but the CUDA driver reports {n} GPU(s) \
+                     (ordinals below {n})"
+                )));
+            }
+        }
         if want_cuda {
             match Self::start_gpus(&region, &table, &cfg, &devices, &mut st.arena) {
                 Ok(b) => cuda = Some(b),
