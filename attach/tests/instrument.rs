@@ -507,3 +507,18 @@ fn hidden_parameters_follow_the_kernels_own_layout() {
     assert_eq!((of("b").params, of("b").offset), (0, 0));
     assert_eq!((of("c").params, of("c").offset), (2, 16));
 }
+
+#[test]
+fn the_clock_kernel_assembles() {
+    // The shim loads it with cuModuleLoadData in the application's context; ptxas here
+    // checks it for its declared target and for the H100/H200 it runs on.
+    assemble(
+        attach::shim::clock::KERNEL_PTX,
+        "the clock calibration kernel",
+    );
+    common::assemble_for(
+        attach::shim::clock::KERNEL_PTX,
+        "the clock kernel (sm_90)",
+        "sm_90",
+    );
+}

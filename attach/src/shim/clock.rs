@@ -2,9 +2,10 @@
 //! host's `CLOCK_MONOTONIC` (what `bpf_ktime_get_ns` and the API log use).
 //!
 //! ```text
-//! host (our thread)                         GPU (__bpftime_clock, 1 thread, our stream)
-//! t1 = now; ping = k  ──── pinned, mapped ────▶ sees ping == k: g = %globaltimer;
-//!                                               pong_t = g; fence.sys; pong_seq = k
+//! host (our thread)                         GPU (__bpftime_clock, 8 polling warps, our stream)
+//! t1 = now; ping = k  ──── pinned, mapped ────▶ the first warp to see ping == k:
+//!                                               g = %globaltimer; {pong_seq, pong_t} = {k, g}
+//!                                               (one 16-byte store)
 //! sees pong_seq == k; t2 = now  ◀────────────
 //! offset = g − (t1 + t2)/2, uncertainty = (t2 − t1)/2; the round with the smallest
 //! t2 − t1 of CLOCK_ROUNDS wins
@@ -50,7 +51,19 @@ const PONG_SEQ: usize = 64;
 const PONG_TIME: usize = 72;
 const MAILBOX: usize = 128;
 
+/// Warps of the calibration kernel that poll the ping word, each with its own read in
+/// flight: a read over PCIe takes about 1.3 µs, so one poller notices a ping up to that
+/// late, and [`CLOCK_WARPS`] staggered ones about 1/[`CLOCK_WARPS`] of it.
+pub const CLOCK_WARPS: u32 = 8;
+
 /// The calibration kernel (PTX ISA 6.0 memory-model loads and stores; sm_70 and up).
+///
+/// Lane 0 of each of [`CLOCK_WARPS`] warps polls the ping word, the warps started
+/// `nanosleep`s apart. The first to see a new round number `k` (a shared-memory
+/// `atom.max` picks it) reads `%globaltimer` and answers with one 16-byte store of
+/// `{k, time}`: no fence between two stores on the round trip. The host takes the time
+/// only when it is later than every time it took before, so a store seen half-landed
+/// (the new `k` with an old time) is dropped, never used.
 pub const KERNEL_PTX: &str = r#"//
 // bpftime-super: clock calibration
 .version 7.0
@@ -59,8 +72,22 @@ pub const KERNEL_PTX: &str = r#"//
 
 .visible .entry __bpftime_clock(.param .u64 __bpftime_clock_mbox)
 {
-	.reg .pred %p<4>;
-	.reg .b64 %rd<10>;
+	.reg .pred %p<6>;
+	.reg .b32 %r<6>;
+	.reg .b64 %rd<12>;
+	.shared .align 8 .u64 answered;
+	mov.u32 %r1, %tid.x;
+	setp.ne.u32 %p4, %r1, 0;
+	@%p4 bra $L_sync;
+	st.shared.u64 [answered], 0;
+$L_sync:
+	bar.sync 0;
+	and.b32 %r2, %r1, 31;
+	setp.ne.u32 %p5, %r2, 0;
+	@%p5 bra $L_done;
+	shr.u32 %r3, %r1, 5;
+	mul.lo.u32 %r4, %r3, 160;
+	nanosleep.u32 %r4;
 	ld.param.u64 %rd1, [__bpftime_clock_mbox];
 	cvta.to.global.u64 %rd1, %rd1;
 	mov.u64 %rd2, 0;
@@ -73,14 +100,15 @@ $L_poll:
 	setp.eq.u64 %p2, %rd5, -1;
 	@%p2 bra $L_done;
 	mov.u64 %rd6, %globaltimer;
-	st.relaxed.sys.global.u64 [%rd1+72], %rd6;
-	fence.sc.sys;
-	st.relaxed.sys.global.u64 [%rd1+64], %rd5;
 	mov.u64 %rd2, %rd5;
+	atom.shared.max.u64 %rd8, [answered], %rd5;
+	setp.ge.u64 %p3, %rd8, %rd5;
+	@%p3 bra $L_check;
+	st.relaxed.sys.global.v2.u64 [%rd1+64], {%rd5, %rd6};
 $L_check:
 	mov.u64 %rd7, %globaltimer;
-	setp.lt.u64 %p3, %rd7, %rd4;
-	@%p3 bra $L_poll;
+	setp.lt.u64 %p1, %rd7, %rd4;
+	@%p1 bra $L_poll;
 $L_done:
 	ret;
 }
@@ -201,6 +229,8 @@ struct Clock {
     stream: Handle,
     launch: LaunchKernel,
     seq: u64,
+    /// The GPU time of the last round taken (answers must be later).
+    last_time: u64,
 }
 
 // SAFETY: the handles are driver objects usable from any thread with the context current
@@ -261,6 +291,7 @@ impl Clock {
                 stream,
                 launch,
                 seq: 0,
+                last_time: 0,
             })
         }
     }
@@ -286,7 +317,7 @@ impl Clock {
                 1,
                 1,
                 1,
-                1,
+                CLOCK_WARPS * 32,
                 1,
                 1,
                 0,
@@ -327,7 +358,12 @@ impl Clock {
             }
             let t2 = ebpf::interp::monotonic_ns();
             let g = self.word(PONG_TIME).load(Ordering::Acquire);
-            rounds.push((t1, g, t2));
+            // The answer is one 16-byte store; a time not later than the last one taken
+            // is the store half seen (or a stale one): dropped.
+            if g > self.last_time {
+                self.last_time = g;
+                rounds.push((t1, g, t2));
+            }
         }
         self.word(PING).store(STOP, Ordering::Release);
         // The kernel sees STOP and exits; the next launch on our stream waits for it.
