@@ -2,13 +2,14 @@
 //! host's `CLOCK_MONOTONIC` (what `bpf_ktime_get_ns` and the API log use).
 //!
 //! ```text
-//! host (our thread)                         GPU (__bpftime_clock, 8 polling warps, our stream)
+//! host (our thread)                         GPU (__bpftime_clock, one polling warp, our stream)
+//!                                               base = %globaltimer; fence.sys (once)
 //! t1 = now; ping = k  ──── pinned, mapped ────▶ the first warp to see ping == k:
-//!                                               g = %globaltimer; {pong_seq, pong_t} = {k, g}
-//!                                               (one 16-byte store)
-//! sees pong_seq == k; t2 = now  ◀────────────
+//!                                               g = %globaltimer; pong = k:24 | (g − base):40
+//!                                               (one 8-byte store, no fence)
+//! sees pong's k; t2 = now  ◀─────────────────    g = base + pong's low 40 bits
 //! offset = g − (t1 + t2)/2, uncertainty = (t2 − t1)/2; the round with the smallest
-//! t2 − t1 of CLOCK_ROUNDS wins
+//! t2 − t1 of CLOCK_ROUNDS (1,024) wins
 //! ```
 //!
 //! The first calibration runs when the shim sets up (the application's first module
@@ -35,8 +36,12 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
-/// Ping-pong rounds per calibration.
-pub const CLOCK_ROUNDS: u32 = 64;
+/// Ping-pong rounds per calibration by default (`BPFTIME_CLOCK_ROUNDS` overrides it, 1 to
+/// 4096). The best round decides, and more rounds find a luckier one. A round takes about
+/// 2 µs, so a calibration takes about 2 ms of one host thread and one GPU warp. On an
+/// H200, the uncertainty over 18 calibrations was: 64 rounds, median 1,020 ns (max
+/// 1,201); 256 rounds, 994 (1,269); 1,024 rounds, 822 (883), every one ≤ 1 µs.
+pub const CLOCK_ROUNDS: u32 = 1024;
 /// Time between re-checks.
 pub const PERIOD: Duration = Duration::from_secs(1);
 /// How long a round waits for the GPU's answer; the first one includes the kernel's
@@ -45,25 +50,42 @@ const ROUND_TIMEOUT: Duration = Duration::from_millis(50);
 const FIRST_ROUND_TIMEOUT: Duration = Duration::from_millis(500);
 /// The stop word.
 const STOP: u64 = u64::MAX;
-/// Mailbox word offsets (bytes): the host's ping, and the GPU's answer a line away.
+/// Mailbox word offsets (bytes): the host's ping; the GPU's answer a line away, one word
+/// ([`pong`]); and the kernel's `%globaltimer` at its start, which answers count from.
 const PING: usize = 0;
-const PONG_SEQ: usize = 64;
-const PONG_TIME: usize = 72;
+const PONG: usize = 64;
+const BASE: usize = 72;
 const MAILBOX: usize = 128;
+/// Bits of an answer that hold the GPU time since [`BASE`] (ns): 2^40 ns is 18 minutes, far
+/// more than the kernel's 200 ms life. The round number's low 24 bits sit above them.
+const TIME_BITS: u32 = 40;
 
-/// Warps of the calibration kernel that poll the ping word, each with its own read in
-/// flight: a read over PCIe takes about 1.3 µs, so one poller notices a ping up to that
-/// late, and [`CLOCK_WARPS`] staggered ones about 1/[`CLOCK_WARPS`] of it.
-pub const CLOCK_WARPS: u32 = 8;
+/// The answer word for round `k` at `dt` ns after the kernel's start.
+pub fn pong(k: u64, dt: u64) -> u64 {
+    (k & 0xff_ffff) << TIME_BITS | (dt & ((1 << TIME_BITS) - 1))
+}
+
+/// `(round low bits, ns since the kernel's start)` of an answer word.
+pub fn unpong(w: u64) -> (u64, u64) {
+    (w >> TIME_BITS, w & ((1 << TIME_BITS) - 1))
+}
+
+/// Warps of the calibration kernel that poll the ping word by default
+/// (`BPFTIME_CLOCK_WARPS` overrides it, 1 to 32). One: on an H200, more pollers made the
+/// round trip longer, not shorter (best-of-64 uncertainty, median of 18 calibrations:
+/// 990 ns with one warp, 1,350 with two, 4,216 with eight, 7,736 with sixteen;
+/// `bench/results/launch_clock.md`), as sys-scope reads of one line queue behind each
+/// other.
+pub const CLOCK_WARPS: u32 = 1;
 
 /// The calibration kernel (PTX ISA 6.0 memory-model loads and stores; sm_70 and up).
 ///
-/// Lane 0 of each of [`CLOCK_WARPS`] warps polls the ping word, the warps started
-/// `nanosleep`s apart. The first to see a new round number `k` (a shared-memory
-/// `atom.max` picks it) reads `%globaltimer` and answers with one 16-byte store of
-/// `{k, time}`: no fence between two stores on the round trip. The host takes the time
-/// only when it is later than every time it took before, so a store seen half-landed
-/// (the new `k` with an old time) is dropped, never used.
+/// It stores its start time in `BASE` with a fence once. Then lane 0 of each warp polls
+/// the ping word; the warps start `nanosleep`s apart. The first to see a new round number
+/// `k` reads `%globaltimer` and answers with one 8-byte store ([`pong`]: `k`'s low bits and
+/// the time since `BASE`). A shared-memory `atom.max` picks that warp, so each round gets
+/// exactly one answer. A single store cannot be seen half-written, and no fence is on the
+/// round trip.
 pub const KERNEL_PTX: &str = r#"//
 // bpftime-super: clock calibration
 .version 7.0
@@ -74,24 +96,29 @@ pub const KERNEL_PTX: &str = r#"//
 {
 	.reg .pred %p<6>;
 	.reg .b32 %r<6>;
-	.reg .b64 %rd<12>;
+	.reg .b64 %rd<14>;
 	.shared .align 8 .u64 answered;
+	.shared .align 8 .u64 base;
+	ld.param.u64 %rd1, [__bpftime_clock_mbox];
+	cvta.to.global.u64 %rd1, %rd1;
 	mov.u32 %r1, %tid.x;
 	setp.ne.u32 %p4, %r1, 0;
 	@%p4 bra $L_sync;
+	mov.u64 %rd3, %globaltimer;
 	st.shared.u64 [answered], 0;
+	st.shared.u64 [base], %rd3;
+	st.relaxed.sys.global.u64 [%rd1+72], %rd3;
+	fence.sc.sys;
 $L_sync:
 	bar.sync 0;
+	ld.shared.u64 %rd3, [base];
 	and.b32 %r2, %r1, 31;
 	setp.ne.u32 %p5, %r2, 0;
 	@%p5 bra $L_done;
 	shr.u32 %r3, %r1, 5;
 	mul.lo.u32 %r4, %r3, 160;
 	nanosleep.u32 %r4;
-	ld.param.u64 %rd1, [__bpftime_clock_mbox];
-	cvta.to.global.u64 %rd1, %rd1;
 	mov.u64 %rd2, 0;
-	mov.u64 %rd3, %globaltimer;
 	add.u64 %rd4, %rd3, 200000000;
 $L_poll:
 	ld.relaxed.sys.global.u64 %rd5, [%rd1];
@@ -104,7 +131,12 @@ $L_poll:
 	atom.shared.max.u64 %rd8, [answered], %rd5;
 	setp.ge.u64 %p3, %rd8, %rd5;
 	@%p3 bra $L_check;
-	st.relaxed.sys.global.v2.u64 [%rd1+64], {%rd5, %rd6};
+	sub.u64 %rd9, %rd6, %rd3;
+	and.b64 %rd9, %rd9, 1099511627775;
+	and.b64 %rd10, %rd5, 16777215;
+	shl.b64 %rd10, %rd10, 40;
+	or.b64 %rd10, %rd10, %rd9;
+	st.relaxed.sys.global.u64 [%rd1+64], %rd10;
 $L_check:
 	mov.u64 %rd7, %globaltimer;
 	setp.lt.u64 %p1, %rd7, %rd4;
@@ -113,6 +145,25 @@ $L_done:
 	ret;
 }
 "#;
+
+/// The polling warps to launch: `BPFTIME_CLOCK_WARPS` when it is 1 to 32, else
+/// [`CLOCK_WARPS`].
+fn clock_warps() -> u32 {
+    env_in("BPFTIME_CLOCK_WARPS", 1..=32).unwrap_or(CLOCK_WARPS)
+}
+
+/// Rounds per calibration: `BPFTIME_CLOCK_ROUNDS` when it is 1 to 4096, else
+/// [`CLOCK_ROUNDS`].
+fn clock_rounds() -> u32 {
+    env_in("BPFTIME_CLOCK_ROUNDS", 1..=4096).unwrap_or(CLOCK_ROUNDS)
+}
+
+fn env_in(name: &str, range: std::ops::RangeInclusive<u32>) -> Option<u32> {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|v| range.contains(v))
+}
 
 /// One calibration's result.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -229,8 +280,6 @@ struct Clock {
     stream: Handle,
     launch: LaunchKernel,
     seq: u64,
-    /// The GPU time of the last round taken (answers must be later).
-    last_time: u64,
 }
 
 // SAFETY: the handles are driver objects usable from any thread with the context current
@@ -291,7 +340,6 @@ impl Clock {
                 stream,
                 launch,
                 seq: 0,
-                last_time: 0,
             })
         }
     }
@@ -302,7 +350,7 @@ impl Clock {
         unsafe { AtomicU64::from_ptr(self.mailbox.add(off / 8)) }
     }
 
-    /// One calibration: launches the kernel and plays [`CLOCK_ROUNDS`] rounds.
+    /// One calibration: launches the kernel and plays [`clock_rounds`] rounds.
     fn calibrate(&mut self) -> Result<Calibration, String> {
         let _relaxed = RelaxedCapture::enter();
         // 0 is never a round's number: the new kernel (which starts with 0 as the last
@@ -317,7 +365,7 @@ impl Clock {
                 1,
                 1,
                 1,
-                CLOCK_WARPS * 32,
+                clock_warps() * 32,
                 1,
                 1,
                 0,
@@ -327,9 +375,10 @@ impl Clock {
             )
         };
         check(r, "cuLaunchKernel of the clock kernel")?;
-        let mut rounds = Vec::with_capacity(CLOCK_ROUNDS as usize);
+        let n = clock_rounds();
+        let mut rounds = Vec::with_capacity(n as usize);
         let mut failed = None;
-        for round in 0..CLOCK_ROUNDS {
+        for round in 0..n {
             self.seq += 1;
             let k = self.seq;
             let t1 = ebpf::interp::monotonic_ns();
@@ -340,30 +389,27 @@ impl Clock {
                 ROUND_TIMEOUT
             };
             let deadline = std::time::Instant::now() + wait;
-            loop {
-                if self.word(PONG_SEQ).load(Ordering::Acquire) == k {
-                    break;
+            let answer = loop {
+                let a = self.word(PONG).load(Ordering::Acquire);
+                if unpong(a).0 == k & 0xff_ffff {
+                    break a;
                 }
                 if std::time::Instant::now() > deadline {
                     failed = Some(format!(
                         "the clock kernel did not answer within {} ms (is the GPU full?)",
                         wait.as_millis()
                     ));
-                    break;
+                    break 0;
                 }
                 std::hint::spin_loop();
-            }
+            };
             if failed.is_some() {
                 break;
             }
             let t2 = ebpf::interp::monotonic_ns();
-            let g = self.word(PONG_TIME).load(Ordering::Acquire);
-            // The answer is one 16-byte store; a time not later than the last one taken
-            // is the store half seen (or a stale one): dropped.
-            if g > self.last_time {
-                self.last_time = g;
-                rounds.push((t1, g, t2));
-            }
+            // The kernel's fence put BASE before its first answer.
+            let g = self.word(BASE).load(Ordering::Acquire) + unpong(answer).1;
+            rounds.push((t1, g, t2));
         }
         self.word(PING).store(STOP, Ordering::Release);
         // The kernel sees STOP and exits; the next launch on our stream waits for it.
@@ -449,6 +495,19 @@ pub fn recheck_exit() {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_answer_word_carries_the_round_and_the_time() {
+        let w = pong(0x1234_5678, 987_654_321);
+        assert_eq!(
+            unpong(w),
+            (0x34_5678, 987_654_321),
+            "the round's low 24 bits"
+        );
+        // Times past 2^40 ns wrap (the kernel lives 200 ms).
+        assert_eq!(unpong(pong(1, (1 << 40) + 5)), (1, 5));
+        assert_ne!(pong(2, 0), pong(1, 0));
+    }
 
     #[test]
     fn the_tightest_round_wins() {
