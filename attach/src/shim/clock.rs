@@ -9,7 +9,8 @@
 //!                                               (one 8-byte store, no fence)
 //! sees pong's k; t2 = now  ◀─────────────────    g = base + pong's low 40 bits
 //! offset = g − (t1 + t2)/2, uncertainty = (t2 − t1)/2; the round with the smallest
-//! t2 − t1 of CLOCK_ROUNDS (1,024) wins
+//! t2 − t1 wins: rounds go on until one has an uncertainty ≤ CLOCK_GOOD_NS (800 ns)
+//! (at least 64, at most CLOCK_ROUNDS = 4,096)
 //! ```
 //!
 //! The first calibration runs when the shim sets up (the application's first module
@@ -36,12 +37,19 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
-/// Ping-pong rounds per calibration by default (`BPFTIME_CLOCK_ROUNDS` overrides it, 1 to
+/// Most ping-pong rounds per calibration (`BPFTIME_CLOCK_ROUNDS` overrides it, 1 to
 /// 4096). The best round decides, and more rounds find a luckier one. A round takes about
-/// 2 µs, so a calibration takes about 2 ms of one host thread and one GPU warp. On an
-/// H200, the uncertainty over 18 calibrations was: 64 rounds, median 1,020 ns (max
-/// 1,201); 256 rounds, 994 (1,269); 1,024 rounds, 822 (883), every one ≤ 1 µs.
-pub const CLOCK_ROUNDS: u32 = 1024;
+/// 2 µs, so a calibration takes at most about 8 ms of one host thread and one GPU warp.
+/// On an H200, over 18 calibrations each, the uncertainty was:
+/// - 64 rounds: median 1,020 ns (max 1,201);
+/// - 256 rounds: 994 ns (1,269);
+/// - 1,024 rounds: 822 ns (883), every one ≤ 1 µs.
+pub const CLOCK_ROUNDS: u32 = 4096;
+/// A calibration stops early, after [`CLOCK_MIN_ROUNDS`], once its best round's
+/// uncertainty is at most this.
+pub const CLOCK_GOOD_NS: u64 = 800;
+/// Rounds played before stopping early.
+pub const CLOCK_MIN_ROUNDS: u32 = 64;
 /// Time between re-checks.
 pub const PERIOD: Duration = Duration::from_secs(1);
 /// How long a round waits for the GPU's answer; the first one includes the kernel's
@@ -376,7 +384,8 @@ impl Clock {
         };
         check(r, "cuLaunchKernel of the clock kernel")?;
         let n = clock_rounds();
-        let mut rounds = Vec::with_capacity(n as usize);
+        let mut rounds = Vec::with_capacity(CLOCK_MIN_ROUNDS as usize);
+        let mut best = u64::MAX;
         let mut failed = None;
         for round in 0..n {
             self.seq += 1;
@@ -410,6 +419,10 @@ impl Clock {
             // The kernel's fence put BASE before its first answer.
             let g = self.word(BASE).load(Ordering::Acquire) + unpong(answer).1;
             rounds.push((t1, g, t2));
+            best = best.min(t2.saturating_sub(t1).div_ceil(2));
+            if round + 1 >= CLOCK_MIN_ROUNDS && best <= CLOCK_GOOD_NS {
+                break;
+            }
         }
         self.word(PING).store(STOP, Ordering::Release);
         // The kernel sees STOP and exits; the next launch on our stream waits for it.
