@@ -1,20 +1,25 @@
 #!/usr/bin/env bash
 # Issue 13: a counting uprobe on every CUDA driver call of a PyTorch training-step loop,
 # against the same loop without trace and under trace with no programs, RUNS rounds in a
-# random order within each round, paired ratios per round. Uses scripts/gpu-carry.
+# random order within each round, paired ratios per round. Uses scripts/gpu-carry (or
+# CARRY=dir with bpftime-super, libbpftime_attach.so and uprobe_all_count.bpf.o). Every run
+# is pinned to the same cores (PIN, default 2-5), so the three modes share one slice of the
+# machine. The figure is the ratio of the runs' median step times, paired within a round,
+# with a bootstrap 95% interval of its median over the rounds.
 set -u
-out=${OUT:?}; mkdir -p "$out"; d=target/gpu-carry
+out=${OUT:?}; mkdir -p "$out"; d=${CARRY:-target/gpu-carry}
+pin() { taskset -c "${PIN:-2-5}" "$@"; }
 res=$out/train_overhead.jsonl; : > "$res"
-plain() { p=$(python3 bench/gpu/train_step.py ${STEPS:-300} | tail -1); echo "{\"run\":$1,\"mode\":\"plain\",\"r\":$p}" >> "$res"; }
+plain() { p=$(pin python3 bench/gpu/train_step.py ${STEPS:-300} | tail -1); echo "{\"run\":$1,\"mode\":\"plain\",\"r\":$p}" >> "$res"; }
 traced() {
-	"$d/bpftime-super" trace --interval 0 --json --shim "$d/libbpftime_attach.so" "$d/uprobe_all_count.bpf.o" \
+	pin "$d/bpftime-super" trace --interval 0 --json --shim "$d/libbpftime_attach.so" "$d/uprobe_all_count.bpf.o" \
 		-- python3 bench/gpu/train_step.py ${STEPS:-300} > "$out/traced_$1.out" 2> "$out/traced_$1.err"
 	t=$(grep '"steps"' "$out/traced_$1.out" | tail -1)
 	echo "{\"run\":$1,\"mode\":\"traced\",\"r\":$t}" >> "$res"
 }
 # The shim without programs: what trace costs before any probe runs.
 shim() {
-	"$d/bpftime-super" trace --interval 0 --json --shim "$d/libbpftime_attach.so" \
+	pin "$d/bpftime-super" trace --interval 0 --json --shim "$d/libbpftime_attach.so" \
 		-- python3 bench/gpu/train_step.py ${STEPS:-300} > "$out/shim_$1.out" 2> "$out/shim_$1.err"
 	t=$(grep '"steps"' "$out/shim_$1.out" | tail -1)
 	echo "{\"run\":$1,\"mode\":\"shim\",\"r\":$t}" >> "$res"
@@ -28,7 +33,7 @@ for i in $(seq ${RUNS:-5}); do
 done
 cat "$res"
 python3 - "$res" "$out/traced_${RUNS:-5}.out" <<'PY'
-import json, statistics, sys
+import json, random, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 med = lambda m: statistics.median(r["r"]["seconds"] for r in rows if r["mode"] == m)
 p, t = med("plain"), med("traced")
@@ -47,9 +52,26 @@ for r in rows:
     by.setdefault(r["run"], {})[r["mode"]] = r["r"]["seconds"]
 pt = sorted(v["traced"] / v["plain"] for v in by.values() if "traced" in v and "plain" in v)
 ps = sorted(v["shim"] / v["plain"] for v in by.values() if "shim" in v and "plain" in v)
+# The same on the runs' median step times (the loop's steady state, without the hiccups).
+step = {}
+for r in rows:
+    if "step_median_s" in r["r"]:
+        step.setdefault(r["run"], {})[r["mode"]] = r["r"]["step_median_s"]
+st = sorted(v["traced"] / v["plain"] for v in step.values() if "traced" in v and "plain" in v)
+ss = sorted(v["shim"] / v["plain"] for v in step.values() if "shim" in v and "plain" in v)
+def ci(xs, n=10000):
+    if not xs:
+        return None
+    rng = random.Random(1)
+    meds = sorted(statistics.median(rng.choices(xs, k=len(xs))) for _ in range(n))
+    return [meds[int(0.025 * n)], meds[int(0.975 * n)]]
 print(json.dumps({"runs": len(rows) // 3, "plain_median_s": p, "shim_only_median_s": sh, "traced_median_s": t, "ratio": t / p, "shim_ratio": sh / p,
                   "paired_traced_ratios": pt, "paired_shim_ratios": ps,
                   "paired_traced_median": statistics.median(pt) if pt else None,
                   "paired_shim_median": statistics.median(ps) if ps else None,
+                  "paired_step_traced_ratios": st, "paired_step_shim_ratios": ss,
+                  "step_traced_median": statistics.median(st) if st else None, "step_traced_ci95": ci(st),
+                  "step_shim_median": statistics.median(ss) if ss else None, "step_shim_ci95": ci(ss),
+                  "traced_ci95": ci(pt),
                   "probed_calls_last_run": calls, "calls_per_step": calls / (30 + rows[0]["r"]["steps"])}))
 PY

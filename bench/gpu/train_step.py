@@ -1,6 +1,8 @@
 """A PyTorch training-step loop for the host-probe overhead benchmark (issue 13): a small
 MLP on the GPU, SGD, N steps after a warm-up, each step synchronised, so the driver sees a
-steady stream of launches, copies and syncs. Prints one JSON line: steps, seconds."""
+steady stream of launches, copies and syncs. Prints one JSON line: steps, seconds, and the
+median and 10th/90th percentiles of the per-step times (robust to the host's scheduling
+hiccups, which move the total by several percent from run to run)."""
 import json
 import sys
 import time
@@ -30,8 +32,15 @@ def step():
 for _ in range(30):
     step()
 torch.cuda.synchronize()
+times = []
 t = time.perf_counter()
 for _ in range(steps):
-    step()
+    t0 = time.perf_counter()
+    step()  # ends in loss.item(): the step's GPU work is done when it returns
+    times.append(time.perf_counter() - t0)
 torch.cuda.synchronize()
-print(json.dumps({"steps": steps, "seconds": time.perf_counter() - t}))
+total = time.perf_counter() - t
+times.sort()
+pick = lambda q: times[min(len(times) - 1, int(q * len(times)))]
+print(json.dumps({"steps": steps, "seconds": total, "step_median_s": pick(0.5),
+                  "step_p10_s": pick(0.1), "step_p90_s": pick(0.9)}))
