@@ -32,7 +32,7 @@ for i in $(seq ${RUNS:-5}); do
 	for m in $modes; do $m "$i"; done
 done
 cat "$res"
-python3 - "$res" "$out/traced_${RUNS:-5}.out" <<'PY'
+[ "${RUNS:-5}" -gt 0 ] && python3 - "$res" "$out/traced_${RUNS:-5}.out" <<'PY'
 import json, random, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 med = lambda m: statistics.median(r["r"]["seconds"] for r in rows if r["mode"] == m)
@@ -75,3 +75,10 @@ print(json.dumps({"runs": len(rows) // 3, "plain_median_s": p, "shim_only_median
                   "traced_ci95": ci(pt),
                   "probed_calls_last_run": calls, "calls_per_step": calls / (30 + rows[0]["r"]["steps"])}))
 PY
+# In one process: blocks with the counting probe running and paused (TOGGLE_PAIRS pairs of
+# TOGGLE_STEPS steps; 0 pairs: skipped).
+if [ "${TOGGLE_PAIRS:-0}" -gt 0 ]; then
+	pin "$d/bpftime-super" trace --interval 0 --json --shim "$d/libbpftime_attach.so" "$d/uprobe_all_count.bpf.o" \
+		-- python3 bench/gpu/train_step.py ${TOGGLE_STEPS:-200} "$TOGGLE_PAIRS" > "$out/toggle.out" 2> "$out/toggle.err"
+	grep '"pairs"' "$out/toggle.out" | tail -1
+fi

@@ -52,6 +52,7 @@ fn fake(name: &str) -> Fake {
             ("app_dlsym", false),
             ("app_leak", true),
             ("app_launch", true),
+            ("app_pause", true),
         ],
     );
     Fake { dir }
@@ -722,6 +723,36 @@ fn api_log_records_every_call_on_every_path() {
     assert!(
         e.contains("truncated record") && e.contains("offset"),
         "{e}"
+    );
+}
+
+#[test]
+fn the_application_can_pause_host_probes() {
+    // app_pause copies 100 bytes twice, pauses the probes through the shim's
+    // bpftime_host_probes_pause, copies 200 bytes five times, resumes, copies 300 bytes.
+    let (Some(probe), Some(_)) = (bpftime_tests::compile("cuda_uprobe"), shim()) else {
+        return;
+    };
+    let f = fake("pause");
+    let (code, out, err) = f.run(&[&probe], &["app_pause"]);
+    assert_eq!(code, 0, "{err}\n{out}");
+    assert!(out.contains("app_pause ok found=1 was=0 paused=1"), "{out}");
+    let mut by_size = printed_rows(&out, "cuda_uprobe:htod_by_size");
+    by_size.sort();
+    assert_eq!(
+        by_size,
+        [("100".to_string(), 2), ("300".to_string(), 1)],
+        "no probe ran while paused: {out}"
+    );
+    // Without the shim the switch is not there, and nothing else changes.
+    let plain = std::process::Command::new(f.dir.join("app_pause"))
+        .env("LD_LIBRARY_PATH", &f.dir)
+        .env("FAKE_CUDA_DIR", f.dir.join("rec"))
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&plain.stdout).contains("app_pause ok found=0"),
+        "{plain:?}"
     );
 }
 

@@ -122,6 +122,21 @@ struct Loaded {
 
 static LOADED: OnceLock<Option<Loaded>> = OnceLock::new();
 
+/// Host probes are paused: wrapped calls skip them (the wrappers themselves stay).
+static PAUSED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Pauses (`true`) or resumes every host probe, on driver functions and on library and
+/// executable functions alike; returns whether they were paused. The application (or a
+/// benchmark inside it) reaches it as the shim's C symbol `bpftime_host_probes_pause`, so
+/// a run can compare steps with and without probes in one process.
+pub fn set_paused(paused: bool) -> bool {
+    PAUSED.swap(paused, std::sync::atomic::Ordering::Relaxed)
+}
+
+fn paused() -> bool {
+    PAUSED.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 fn load() -> Option<Loaded> {
     let (probes, region_name) = super::hooks::host_probe_inputs()?;
     if probes.probes.iter().all(|p| p.site.on_gpu()) {
@@ -198,6 +213,9 @@ pub(super) fn compile(
 /// Runs `list` in the calling thread on `regs` (whose correlation id this fills in);
 /// a probe whose helper re-enters an intercepted function runs no nested probes.
 pub(super) fn run_on(list: &[Arc<HostProbe>], regs: &mut [u8; HOST_CTX_SIZE], stacks: bool) {
+    if paused() {
+        return;
+    }
     if stacks {
         super::userstack::capture();
     }
@@ -258,6 +276,9 @@ pub fn run(a: Api, args: &[u64], ip: u64, rc: Option<i32>) {
     let Some(l) = loaded() else {
         return;
     };
+    if paused() {
+        return;
+    }
     let list = match rc {
         None => &l.entry[a as usize],
         Some(_) => &l.exit[a as usize],
