@@ -744,6 +744,21 @@ fn the_application_can_pause_host_probes() {
         [("100".to_string(), 2), ("300".to_string(), 1)],
         "no probe ran while paused: {out}"
     );
+    // The API log (what `llm-cache observe` records) pauses with them.
+    let log = f.dir.join("pause.log");
+    let (code, out, err) = f.run_with(
+        &["--api-log", &log.display().to_string()],
+        &[],
+        &["app_pause"],
+    );
+    assert_eq!(code, 0, "{err}\n{out}");
+    let copies: Vec<u64> = attach::apilog::read(&log)
+        .unwrap()
+        .iter()
+        .filter(|e| attach::shim::api::call_name(e.call) == "cuMemcpyHtoD_v2")
+        .map(|e| e.bytes)
+        .collect();
+    assert_eq!(copies, [100, 100, 300], "no record while paused");
     // Without the shim the switch is not there, and nothing else changes.
     let plain = std::process::Command::new(f.dir.join("app_pause"))
         .env("LD_LIBRARY_PATH", &f.dir)

@@ -10,6 +10,11 @@ parameters, copied once by dispatch_model) + offloaded_bytes x forwards (all fp1
 
 Run:  bpftime-super llm-cache observe --names names.csv -o llama.trace -- \
           python3 llm-cache/examples/offload_llama.py names.csv
+
+With --toggle-pairs N (under `observe`, whose shim exports `bpftime_host_probes_pause`):
+after that line, N pairs of generations of --tokens tokens each, one with the observer
+recording and one with it paused, in random order within each pair, in this one process;
+prints a JSON line with each generation's tokens/s and the ratio recording / paused.
 """
 import argparse
 import time
@@ -25,6 +30,7 @@ ap.add_argument("names")
 ap.add_argument("--gpu-budget", default="1GiB")
 ap.add_argument("--tokens", type=int, default=8)
 ap.add_argument("--layers", type=int, default=22)
+ap.add_argument("--toggle-pairs", type=int, default=0)
 a = ap.parse_args()
 
 torch.manual_seed(0)
@@ -62,3 +68,28 @@ print(f"offload params={params} offloaded_tensors={ntensors} named_bytes={total}
       f"resident_bytes={resident} forwards={forwards} expected_h2d={resident + expected * forwards} "
       f"tokens={new} tok_per_s={new / dt:.3f} "
       f"gpu_layers={sum(1 for d in dmap.values() if d == 0)} cpu_modules={len(offloaded)}", flush=True)
+
+if a.toggle_pairs:
+    import ctypes, json, random, statistics
+    try:
+        pause = ctypes.CDLL(None).bpftime_host_probes_pause
+    except AttributeError:
+        raise SystemExit("--toggle-pairs needs the observer's shim (bpftime_host_probes_pause)")
+    pause.argtypes, pause.restype = [ctypes.c_int], ctypes.c_int
+    rng, rows = random.Random(0), []
+    for p in range(a.toggle_pairs):
+        rate = {}
+        for on in rng.sample([True, False], 2):
+            pause(0 if on else 1)
+            torch.cuda.synchronize()
+            t0 = time.time()
+            out = model.generate(ids, max_new_tokens=a.tokens, min_new_tokens=a.tokens, do_sample=False)
+            torch.cuda.synchronize()
+            rate["on" if on else "off"] = (out.shape[1] - ids.shape[1]) / (time.time() - t0)
+        rows.append({"pair": p, "on_tok_s": rate["on"], "off_tok_s": rate["off"], "ratio": rate["on"] / rate["off"]})
+    pause(0)
+    r = sorted(x["ratio"] for x in rows)
+    boot = random.Random(1)
+    meds = sorted(statistics.median(boot.choices(r, k=len(r))) for _ in range(10000))
+    print(json.dumps({"toggle_pairs": a.toggle_pairs, "tokens_per_generation": a.tokens, "rows": rows,
+                      "ratio_median": statistics.median(r), "ratio_ci95": [meds[250], meds[9750]]}), flush=True)

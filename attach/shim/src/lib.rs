@@ -17,8 +17,8 @@ extern "C" fn bpftime_shim_init() {
 #[unsafe(link_section = ".init_array")]
 static INIT: extern "C" fn() = bpftime_shim_init;
 
-/// Pauses (`paused` non-zero) or resumes the session's host probes; returns 1 if they were
-/// paused, else 0. For the application itself, through `dlsym(RTLD_DEFAULT,
+/// Pauses (`paused` non-zero) or resumes the session's host probes and API log records;
+/// returns 1 if they were paused, else 0. For the application itself, through `dlsym(RTLD_DEFAULT,
 /// "bpftime_host_probes_pause")`, which finds nothing without the shim: a benchmark can
 /// alternate blocks of work with and without probes in one process
 /// (`bench/gpu/train_step.py`).

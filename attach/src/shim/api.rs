@@ -124,7 +124,8 @@ macro_rules! api_table {
                 // Libraries loaded since the last look get their symbol probes.
                 super::symprobes::poll();
                 let probed = super::uprobes::active(Api::$variant);
-                if !probed && !logging() {
+                // Paused (`bpftime_host_probes_pause`): no probes and no log records.
+                if super::uprobes::paused() || (!probed && !logging()) {
                     // SAFETY: the application's arguments, forwarded.
                     return unsafe { f($($a),*) };
                 }

@@ -126,14 +126,16 @@ static LOADED: OnceLock<Option<Loaded>> = OnceLock::new();
 static PAUSED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// Pauses (`true`) or resumes every host probe, on driver functions and on library and
-/// executable functions alike; returns whether they were paused. The application (or a
+/// executable functions alike, and the API log's records (`trace --api-log`, which
+/// `llm-cache observe` reads); returns whether they were paused. The application (or a
 /// benchmark inside it) reaches it as the shim's C symbol `bpftime_host_probes_pause`, so
 /// a run can compare steps with and without probes in one process.
 pub fn set_paused(paused: bool) -> bool {
     PAUSED.swap(paused, std::sync::atomic::Ordering::Relaxed)
 }
 
-fn paused() -> bool {
+/// Whether host probes (and the API log's records) are paused.
+pub(crate) fn paused() -> bool {
     PAUSED.load(std::sync::atomic::Ordering::Relaxed)
 }
 
