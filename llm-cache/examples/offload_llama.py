@@ -12,7 +12,7 @@ Run:  bpftime-super llm-cache observe --names names.csv -o llama.trace -- \
           python3 llm-cache/examples/offload_llama.py names.csv
 
 With --toggle-pairs N (under `observe`, whose shim exports `bpftime_host_probes_pause`):
-after that line, N pairs of generations of --tokens tokens each, one with the observer
+after that line and an untimed generation in each state, N pairs of generations of --tokens tokens each, one with the observer
 recording and one with it paused, in random order within each pair, in this one process;
 prints a JSON line with each generation's tokens/s and the ratio recording / paused.
 """
@@ -76,6 +76,11 @@ if a.toggle_pairs:
     except AttributeError:
         raise SystemExit("--toggle-pairs needs the observer's shim (bpftime_host_probes_pause)")
     pause.argtypes, pause.restype = [ctypes.c_int], ctypes.c_int
+    # Untimed warm-up: one generation recording and one paused, so that the first timed
+    # pairs pay no one-time cost (the log file's first pages, first-call reports).
+    for w in (0, 1):
+        pause(w)
+        model.generate(ids, max_new_tokens=a.tokens, min_new_tokens=a.tokens, do_sample=False)
     rng, rows = random.Random(0), []
     for p in range(a.toggle_pairs):
         rate = {}
