@@ -164,15 +164,19 @@ CUresult cuFuncGetName(const char **name, H f) { struct fn *fp = fn_of(f); if (!
 CUresult cuFuncGetParamInfo(H f, size_t i, size_t *off, size_t *size) {
 	struct fn *fp = fn_of(f); if (!fp) return 400; if (i >= (size_t)fp->nparams) return 1; *off = 8 * i; *size = 8; return 0; }
 static uint64_t mono(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec * 1000000000ull + t.tv_nsec; }
-/* The clock kernel: answers pings (word 0) with %globaltimer (word 9) then the ping (word 8). */
+/* The clock kernel (attach::shim::clock's protocol): publishes its start time in word 9,
+ * then answers each ping (word 0) with one word 8: the ping's low 24 bits above the 40 low
+ * bits of the time since its start. */
 static void *clock_kernel(void *mbox) {
 	volatile uint64_t *w = mbox; uint64_t last = 0, off = getenv("FAKE_CLOCK_OFFSET_NS") ? strtoull(getenv("FAKE_CLOCK_OFFSET_NS"), 0, 10) : 1000000000ull;
+	uint64_t base = mono() + off;
+	__atomic_store_n(&w[9], base, __ATOMIC_SEQ_CST);
 	for (uint64_t deadline = mono() + 200000000ull; mono() < deadline;) {
 		uint64_t k = __atomic_load_n(&w[0], __ATOMIC_ACQUIRE);
 		if (k == last) continue;
 		if (k == UINT64_MAX) break;
-		__atomic_store_n(&w[9], mono() + off, __ATOMIC_RELEASE);
-		__atomic_store_n(&w[8], k, __ATOMIC_RELEASE);
+		uint64_t dt = mono() + off - base;
+		__atomic_store_n(&w[8], (k & 0xffffffull) << 40 | (dt & ((1ull << 40) - 1)), __ATOMIC_RELEASE);
 		last = k;
 	}
 	return 0; }
