@@ -458,23 +458,21 @@ pub(super) fn update_device_map(
     value: &[u8],
     flags: u64,
 ) -> Result<(), String> {
+    // Each GPU's copy in turn (several only for per-thread arrays: `placement_of`).
     for device in 0..svc.gpu_count() as u32 {
-        update_on(svc, device, qualified, m, len, key, value, flags)?;
+        update_on(svc, device, qualified, m, len, (key, value, flags))?;
     }
     Ok(())
 }
 
-/// [`update_device_map`] on GPU `device`'s copy.
-#[allow(clippy::too_many_arguments)]
+/// [`update_device_map`] on GPU `device`'s copy; `update` is the key, value and flags.
 fn update_on(
     svc: &Service,
     device: u32,
     qualified: &str,
     m: &Arc<dyn MapOps>,
     len: u64,
-    key: &[u8],
-    value: &[u8],
-    flags: u64,
+    (key, value, flags): (&[u8], &[u8], u64),
 ) -> Result<(), String> {
     let sync = |to_device: bool, off: u64, n: u64| {
         svc.on_gpu(device, |b| b.map_sync(qualified, to_device, off, n))
