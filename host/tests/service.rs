@@ -712,6 +712,19 @@ fn jobs_go_to_the_queue_they_name_else_to_the_least_loaded() {
     for q in &st.queues {
         assert_eq!((q.done, q.load, q.depth), (q.submitted, 0, 0), "{q:?}");
     }
+    // The metrics carry the same per-queue counts, labelled by queue.
+    let text = host::service::metrics::render(&st);
+    for (queue, submitted) in [(0, 7), (1, 9)] {
+        let line = text
+            .lines()
+            .find(|l| {
+                l.starts_with("bpftime_queue_jobs_submitted_total{")
+                    && l.contains(&format!("queue=\"{queue}\""))
+            })
+            .unwrap_or_else(|| panic!("no queue {queue} line: {text}"));
+        assert!(line.ends_with(&format!(" {submitted}")), "{line}");
+        assert!(line.contains("device=\"cpu\""), "{line}");
+    }
 }
 
 #[test]

@@ -52,6 +52,17 @@ pub fn render(s: &StatusInfo) -> String {
         metrics::gauge!("bpftime_program_version", "program" => p.name.clone())
             .set(p.version as f64);
     }
+    // Per queue: one per GPU of a `run --devices` service (device = its CUDA ordinal).
+    for q in &s.queues {
+        let labels = [
+            ("queue", q.queue.to_string()),
+            ("device", q.device.map_or("cpu".into(), |d| d.to_string())),
+        ];
+        metrics::gauge!("bpftime_queue_jobs_submitted_total", &labels).set(q.submitted as f64);
+        metrics::gauge!("bpftime_queue_jobs_done_total", &labels).set(q.done as f64);
+        metrics::gauge!("bpftime_queue_load", &labels).set(q.load as f64);
+        metrics::gauge!("bpftime_queue_waiting", &labels).set(q.depth as f64);
+    }
     h.render()
 }
 
