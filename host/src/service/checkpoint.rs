@@ -282,7 +282,10 @@ pub(crate) fn restore(
     // job it stamped SUBMITTED; let it land before the scan for jobs no queue holds.
     std::thread::sleep(Duration::from_millis(20));
     info.ended_jobs += device::job::fail_orphaned(region, status::SERVICE_RESTARTED, &text);
-    info.queued_jobs = region.queue().len();
+    info.queued_jobs = (0..region.queue_count())
+        .filter_map(|q| region.queue_at(q))
+        .map(|q| q.len())
+        .sum();
     tracing::warn!(
         programs = info.programs,
         maps = info.maps,
