@@ -204,6 +204,9 @@ pub struct JobRunner<'a> {
     pub cancel: &'a AtomicBool,
     /// Interpreter environment (worker id, trace output, instruction limit).
     pub env: Env,
+    /// The queue the jobs come from (its finished count is bumped for each, dropped ones
+    /// included); the caller sets it before running a queue's jobs.
+    pub queue: u32,
 }
 
 /// Why a descriptor was refused before any record ran.
@@ -269,6 +272,7 @@ impl JobRunner<'_> {
         let Some(client) = region.client(d.client) else {
             tracing::warn!(client = d.client, "job names no client slot; dropped");
             self.stats.jobs_failed.fetch_add(1, Ordering::Relaxed);
+            region.count_done(self.queue, 1);
             return;
         };
         if !region.completion_range(d.client).contains(&d.completion) {
@@ -279,6 +283,7 @@ impl JobRunner<'_> {
             );
             client.in_flight.fetch_sub(1, Ordering::AcqRel);
             self.stats.jobs_failed.fetch_add(1, Ordering::Relaxed);
+            region.count_done(self.queue, 1);
             return;
         }
         let submitted = region.start_completion(d.completion).unwrap_or(0);
@@ -326,10 +331,9 @@ impl JobRunner<'_> {
             .record(out.finished_ns.saturating_sub(submitted));
         self.stats.run_time.record(out.finished_ns - out.started_ns);
         region.header().jobs_done.fetch_add(1, Ordering::Relaxed);
-        let queue = region.completion_queue(d.completion);
         region.finish_completion(d.completion, &out);
         client.in_flight.fetch_sub(1, Ordering::AcqRel);
-        region.count_done(queue, 1);
+        region.count_done(self.queue, 1);
     }
 
     /// Runs the records of `d`, stopping at the first record boundary after its client

@@ -76,6 +76,11 @@ pub enum ClientError {
         /// Queue capacity.
         capacity: u64,
     },
+    /// A job's device-resident input and output buffers are on different GPUs.
+    #[error(
+        "the job's device-resident input is on GPU {0} and its output on GPU {1}; a job runs on one GPU"
+    )]
+    BuffersOnTwoDevices(u32, u32),
     /// A job names a GPU the service does not run.
     #[error("the job asks for GPU {device}, the service runs {devices} (devices 0..{devices})")]
     NoSuchDevice {
@@ -141,6 +146,10 @@ pub struct DeviceBuffer {
 #[derive(Clone, Copy, Debug)]
 pub struct Job {
     desc: JobDesc,
+    /// The GPUs of the job's device-resident input and output (buffers on two different
+    /// GPUs are refused at submit: one job runs on one GPU).
+    input_on: Option<u32>,
+    output_on: Option<u32>,
 }
 
 impl Job {
@@ -152,6 +161,8 @@ impl Job {
                 n,
                 ..Default::default()
             },
+            input_on: None,
+            output_on: None,
         }
     }
 
@@ -179,6 +190,7 @@ impl Job {
         self.desc.input_len = buf.len;
         self.desc.in_rec_size = rec_size;
         self.desc.flags |= shm_maps::job_flags::DEVICE_INPUT;
+        self.input_on = Some(buf.device);
         self.on_device(buf.device)
     }
 
@@ -189,6 +201,7 @@ impl Job {
         self.desc.output_len = buf.len;
         self.desc.out_rec_size = rec_size;
         self.desc.flags |= shm_maps::job_flags::DEVICE_OUTPUT;
+        self.output_on = Some(buf.device);
         self.on_device(buf.device)
     }
 
@@ -758,6 +771,7 @@ impl Client {
                 .map(|q| self.region.queue_at(q).map_or(0, |q| q.load()))
                 .collect()
         };
+        one_device_each(jobs)?;
         let asked: Vec<Option<u32>> = jobs
             .iter()
             .map(|j| shm_maps::job_flags::device_of(j.desc.flags))
@@ -796,9 +810,17 @@ impl Client {
             for &i in &idx[..done] {
                 queued[i] = true;
             }
-            if let Some(e) = err {
-                failure = Some(e);
-                break;
+            match err {
+                // This queue is full: the others may still take theirs (within the same
+                // deadline).
+                Some(e @ (ClientError::QueueFull { .. } | ClientError::Timeout(_))) => {
+                    failure.get_or_insert(e);
+                }
+                Some(e) => {
+                    failure = Some(e);
+                    break;
+                }
+                None => {}
             }
         }
         let left = queued.iter().filter(|q| !**q).count();
@@ -815,12 +837,16 @@ impl Client {
             }
             tickets = kept;
             let e = failure.expect("jobs are left only after a failure");
-            if tickets.is_empty()
-                || matches!(
-                    e,
-                    ClientError::ServiceDied { .. } | ClientError::NotRunning(_)
-                )
-            {
+            if matches!(
+                e,
+                ClientError::ServiceDied { .. } | ClientError::NotRunning(_)
+            ) {
+                // The jobs that did get queued keep their slots: a service started with
+                // `--recover` still ends them (`Client::orphans` returns their tickets).
+                self.orphans.append(&mut tickets);
+                return Err(e);
+            }
+            if tickets.is_empty() {
                 return Err(e);
             }
         }
@@ -960,8 +986,9 @@ impl Client {
         }
     }
 
-    /// The jobs whose waits ended with [`ClientError::ServiceDied`]. Their completion
-    /// slots stay reserved: once a service started with `--recover` runs again, waiting
+    /// The jobs whose waits ended with [`ClientError::ServiceDied`], and those a submit
+    /// queued before it failed because the service died or stopped accepting jobs. Their
+    /// completion slots stay reserved: once a service started with `--recover` runs again, waiting
     /// on these tickets gives each job's end (its result if it was still queued,
     /// `SERVICE_RESTARTED` if it was running).
     pub fn orphans(&mut self) -> Vec<Ticket> {
@@ -979,6 +1006,18 @@ impl Client {
         let t = self.submit(job, Wait::Block(timeout))?;
         self.wait(t, timeout)
     }
+}
+
+/// Refuses a job whose device-resident input and output are on different GPUs.
+fn one_device_each(jobs: &[Job]) -> Result<(), ClientError> {
+    for j in jobs {
+        if let (Some(i), Some(o)) = (j.input_on, j.output_on)
+            && i != o
+        {
+            return Err(ClientError::BuffersOnTwoDevices(i, o));
+        }
+    }
+    Ok(())
 }
 
 /// The queue each job goes to: the GPU it asks for, else the least loaded one, counting
@@ -1035,6 +1074,27 @@ mod tests {
         );
         // One queue: everything goes there.
         assert_eq!(route(&[None; 3], &[9]).unwrap(), [0, 0, 0]);
+    }
+
+    #[test]
+    fn a_job_on_buffers_of_two_gpus_is_refused() {
+        let on = |device| DeviceBuffer {
+            off: 0,
+            len: 64,
+            device,
+        };
+        let same = Job::new(1, 8)
+            .device_input(&on(1), 8)
+            .device_output(&on(1), 8);
+        assert!(one_device_each(&[same]).is_ok());
+        assert_eq!(shm_maps::job_flags::device_of(same.desc.flags), Some(1));
+        let two = Job::new(1, 8)
+            .device_input(&on(0), 8)
+            .device_output(&on(1), 8);
+        match one_device_each(&[same, two]) {
+            Err(ClientError::BuffersOnTwoDevices(0, 1)) => {}
+            other => panic!("expected BuffersOnTwoDevices(0, 1), got {other:?}"),
+        }
     }
 
     #[test]

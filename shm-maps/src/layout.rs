@@ -321,9 +321,12 @@ pub mod job_flags {
     /// by load). See [`on_device`] and [`device_of`].
     pub const DEVICE_MASK: u32 = 0xff << 16;
 
-    /// `flags` asking for GPU `device` (an index into the service's devices, below 255).
+    /// `flags` asking for GPU `device` (an index into the service's devices). Indices
+    /// past 254 all become 254, which no service has (at most `MAX_QUEUES`), so they are
+    /// refused at submit rather than wrapping to another GPU or to "any".
     pub const fn on_device(flags: u32, device: u32) -> u32 {
-        (flags & !DEVICE_MASK) | ((device + 1) & 0xff) << 16
+        let d = if device > 254 { 254 } else { device };
+        (flags & !DEVICE_MASK) | (d + 1) << 16
     }
 
     /// The GPU `flags` ask for, if any.

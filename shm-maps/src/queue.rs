@@ -80,6 +80,14 @@ impl<'a> JobQueue<'a> {
         self.hdr.done.fetch_add(n, Ordering::Relaxed);
     }
 
+    /// Recovery, with no consumer running and the taken jobs ended: every position below
+    /// the head has finished, so the finished count is set to the head.
+    pub fn settle_done(&self) {
+        self.hdr
+            .done
+            .store(self.hdr.head.load(Ordering::Acquire), Ordering::Relaxed);
+    }
+
     /// Jobs of this queue counted as finished.
     pub fn finished(&self) -> u64 {
         self.hdr.done.load(Ordering::Relaxed)

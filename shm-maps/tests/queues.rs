@@ -103,4 +103,11 @@ fn the_device_bits_round_trip_and_leave_other_flags_alone() {
         Some(0),
         "re-targeting replaces the device"
     );
+    // Indices no service has stay out of range instead of wrapping to another GPU.
+    for big in [255, 300, u32::MAX] {
+        assert_eq!(
+            job_flags::device_of(job_flags::on_device(0, big)),
+            Some(254)
+        );
+    }
 }

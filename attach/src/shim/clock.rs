@@ -88,7 +88,8 @@ pub const CLOCK_WARPS: u32 = 1;
 
 /// The calibration kernel (PTX ISA 6.0 memory-model loads and stores; sm_70 and up).
 ///
-/// It stores its start time in `BASE` with a fence once. Then lane 0 of each warp polls
+/// It stores its start time in `BASE` with a fence once, and every polling lane fences
+/// once after the barrier, so any warp's answers are ordered after `BASE`. Then lane 0 of each warp polls
 /// the ping word; the warps start `nanosleep`s apart. The first to see a new round number
 /// `k` reads `%globaltimer` and answers with one 8-byte store ([`pong`]: `k`'s low bits and
 /// the time since `BASE`). A shared-memory `atom.max` picks that warp, so each round gets
@@ -123,6 +124,7 @@ $L_sync:
 	and.b32 %r2, %r1, 31;
 	setp.ne.u32 %p5, %r2, 0;
 	@%p5 bra $L_done;
+	fence.acq_rel.sys;
 	shr.u32 %r3, %r1, 5;
 	mul.lo.u32 %r4, %r3, 160;
 	nanosleep.u32 %r4;

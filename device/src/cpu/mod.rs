@@ -100,6 +100,7 @@ fn worker(
         stats,
         cancel: &control.cancel,
         env: Env::new(id).with_max_insns(max_insns),
+        queue: 0,
     };
     runner.env.sink = TraceSink::Callback(Box::new(
         move |line| tracing::info!(target: "bpftime::trace", worker = id, "{line}"),
@@ -116,6 +117,7 @@ fn worker(
         // Slots stay held until their job has started, so that a service killed with
         // jobs in this batch leaves them in the queue for `run --recover` to run.
         let queue = &queues[next];
+        runner.queue = next as u32;
         next = (next + 1) % queues.len();
         let (first, n) = queue.pop_batch_held(&mut buf);
         if n > 0 {

@@ -682,6 +682,7 @@ impl Shared {
             stats: &self.host_stats,
             cancel: &self.control.cancel,
             env,
+            queue: self.cfg.queue,
         }
     }
 
@@ -867,6 +868,9 @@ impl Shared {
         self.stats.jobs_done.fetch_add(n, Ordering::Relaxed);
         self.stats.jobs_failed.fetch_add(n, Ordering::Relaxed);
         self.fault_jobs.fetch_add(n, Ordering::Relaxed);
+        // No worker runs: every position below the head has finished, whatever was
+        // counted on the way (a DONE whose log entry never landed was not).
+        self.queue().settle_done();
         n
     }
 

@@ -282,6 +282,11 @@ pub(crate) fn restore(
     // job it stamped SUBMITTED; let it land before the scan for jobs no queue holds.
     std::thread::sleep(Duration::from_millis(20));
     info.ended_jobs += device::job::fail_orphaned(region, status::SERVICE_RESTARTED, &text);
+    // Nothing consumes the queues yet: what lies below each head has finished, counted or
+    // not (the dead service may have published completions it never accounted for).
+    for q in (0..region.queue_count()).filter_map(|q| region.queue_at(q)) {
+        q.settle_done();
+    }
     info.queued_jobs = (0..region.queue_count())
         .filter_map(|q| region.queue_at(q))
         .map(|q| q.len())

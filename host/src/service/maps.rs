@@ -419,6 +419,7 @@ pub(super) fn device_entries(
     len: u64,
 ) -> Result<Vec<Entry>, String> {
     let gpus = svc.gpu_count().max(1) as u32;
+    let _mirror = svc.device_maps.lock().unwrap_or_else(|p| p.into_inner());
     let mut merged: Vec<Entry> = Vec::new();
     for device in 0..gpus {
         svc.on_gpu(device, |b| b.map_sync(qualified, false, 0, len))
@@ -459,6 +460,7 @@ pub(super) fn update_device_map(
     flags: u64,
 ) -> Result<(), String> {
     // Each GPU's copy in turn (several only for per-thread arrays: `placement_of`).
+    let _mirror = svc.device_maps.lock().unwrap_or_else(|p| p.into_inner());
     for device in 0..svc.gpu_count() as u32 {
         update_on(svc, device, qualified, m, len, (key, value, flags))?;
     }

@@ -143,6 +143,9 @@ pub struct Service {
     pub(crate) table: Arc<ProgramTable>,
     pub(crate) state: Mutex<ControlState>,
     pub(crate) backend: Mutex<Option<Backend>>,
+    /// Held while a device map's arena mirror is synced and read or updated: the mirror is
+    /// one for every GPU, so a dump or update on one GPU must not interleave with another's.
+    pub(crate) device_maps: Mutex<()>,
     stats: Vec<Arc<device::stats::WorkerStats>>,
     /// Value sets of per-thread arrays: CPU workers, or GPU threads.
     pub(crate) value_sets: u32,
@@ -321,6 +324,7 @@ impl Service {
             table,
             state: Mutex::new(st),
             backend: Mutex::new(Some(backend)),
+            device_maps: Mutex::new(()),
             started: Instant::now(),
             stopping: AtomicBool::new(false),
             stopped: (Mutex::new(false), Condvar::new()),

@@ -196,9 +196,12 @@ CUresult cuLaunchKernel(H f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
 	(void)gx; (void)gy; (void)gz; (void)bx; (void)by; (void)bz; (void)sh; (void)s;
 	struct fn *fp = fn_of(f);
 	if (fp && !strcmp(fp->name, "__bpftime_clock")) {
-		uint64_t mbox; memcpy(&mbox, p[0], 8); pthread_t t;
-		if (pthread_create(&t, 0, clock_kernel, (void *)(uintptr_t)mbox)) return 2;
-		pthread_detach(t); return 0; }
+		/* One stream: a launch starts after the previous one has ended. */
+		static pthread_t prev; static int running;
+		if (running) pthread_join(prev, 0);
+		uint64_t mbox; memcpy(&mbox, p[0], 8);
+		if (pthread_create(&prev, 0, clock_kernel, (void *)(uintptr_t)mbox)) { running = 0; return 2; }
+		running = 1; return 0; }
 	for (int i = 0; i < nallocs; i++)
 		for (size_t o = 128; o + 8 <= allocs[i].n; o += 256) { uint64_t v; memcpy(&v, allocs[i].p + o, 8); v++; memcpy(allocs[i].p + o, &v, 8); }
 	log_launch("cuLaunchKernel", f, p, e); return 0; }
