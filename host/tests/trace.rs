@@ -53,6 +53,7 @@ fn fake(name: &str) -> Fake {
             ("app_leak", true),
             ("app_launch", true),
             ("app_pause", true),
+            ("app_alloc", true),
         ],
     );
     Fake { dir }
@@ -1243,6 +1244,62 @@ fn launches_pass_correlation_ids_and_calibrated_launch_times() {
             .all(|l| l.1 == 4),
         "{calls:#?}"
     );
+}
+
+#[test]
+fn kernel_events_show_the_apps_threads_off_the_cpu() {
+    // --kernel-events loads a kernel eBPF program on sched/sched_switch (aya). app_alloc
+    // sleeps 300 ms after its work ($FAKE_SLEEP_MS): its thread must show a blocked span of
+    // at least that long, on the app's own track. Needs root and tracefs; elsewhere trace
+    // warns and writes the timeline without kernel events, which this test then checks.
+    if shim().is_none() {
+        return;
+    }
+    let f = fake("kernel_events");
+    let ptx = f.dir.join("k.ptx");
+    std::fs::write(
+        &ptx,
+        ".version 8.0\n.target sm_70\n.address_size 64\n\n.visible .entry k()\n{\n\tret;\n}\n",
+    )
+    .unwrap();
+    let tl = f.dir.join("kernel_timeline.json");
+    let (code, out, err) = f.run_env(
+        &[("FAKE_SLEEP_MS", "300")],
+        &["--timeline", &tl.display().to_string(), "--kernel-events"],
+        &[],
+        &["app_alloc", &ptx.display().to_string(), "4096"],
+    );
+    assert_eq!(code, 0, "{err}\n{out}");
+    let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&tl).unwrap()).unwrap();
+    if err.contains("--kernel-events:") {
+        assert!(
+            std::env::var_os("BPFTIME_REQUIRE_KERNEL_BPF").is_none(),
+            "kernel events required: {err}"
+        );
+        eprintln!("SKIPPING the kernel-event checks: {err}");
+        return;
+    }
+    let evs = doc["traceEvents"].as_array().unwrap();
+    let pid = evs
+        .iter()
+        .find(|e| e["cat"] == "launch")
+        .map(|e| e["pid"].clone())
+        .expect("the app's launch call");
+    let off: Vec<&serde_json::Value> = evs.iter().filter(|e| e["cat"] == "sched").collect();
+    assert!(!off.is_empty(), "no off-CPU span: {err}");
+    assert!(off.iter().all(|e| e["pid"] == pid), "on the app's tracks");
+    // The main thread (its tid is the process id) sleeps 300 ms in one piece.
+    let longest = off
+        .iter()
+        .filter(|e| e["name"] == "off CPU (blocked)" && e["tid"] == pid)
+        .map(|e| e["dur"].as_f64().unwrap())
+        .fold(0.0, f64::max);
+    assert!(
+        (300_000.0..2_000_000.0).contains(&longest),
+        "the 300 ms sleep is one blocked span of the main thread (longest {longest} µs)"
+    );
+    let t = &events(&out, "timeline")[0];
+    assert_eq!(t["off_cpu"].as_u64(), Some(off.len() as u64), "{t}");
 }
 
 /// Waits up to 20 s for `path` to exist.

@@ -12,6 +12,7 @@ mod hot;
 mod print;
 mod prom;
 mod report;
+mod sched;
 pub mod timeline;
 
 use anyhow::{Context, Result, bail};
@@ -98,6 +99,11 @@ pub struct TraceArgs {
     /// kernel, on one clock (the GPU's calibrated against CLOCK_MONOTONIC).
     #[arg(long, value_name = "FILE")]
     timeline: Option<PathBuf>,
+    /// With --timeline: also each stretch of CMD's threads off the CPU (blocked or
+    /// preempted), from a kernel eBPF program on sched/sched_switch loaded with aya. Needs
+    /// root and tracefs; without them trace says why and goes on without.
+    #[arg(long, requires = "timeline")]
+    kernel_events: bool,
     /// Session name: `bpftime-super load/unload/list --name NAME` attach or detach probe
     /// objects while CMD runs (effective at each kernel's next launch). Default
     /// `bpftime-trace-<pid>`.
@@ -573,7 +579,12 @@ impl Trace {
     }
 
     /// Writes the `--timeline` file from the API log, the probe's spans and the clocks.
-    fn write_timeline(&mut self, file: &Path, log: &Path) -> Result<timeline::Counts> {
+    fn write_timeline(
+        &mut self,
+        file: &Path,
+        log: &Path,
+        switches: &[sched::Switch],
+    ) -> Result<timeline::Counts> {
         let events = attach::apilog::read(log)
             .with_context(|| format!("read the API log {}", log.display()))?;
         let mut spans = Vec::new();
@@ -605,7 +616,8 @@ impl Trace {
         let names: std::collections::BTreeMap<u64, String> =
             self.kernels.iter().map(|(k, v)| (*k, v.clone())).collect();
         let pid = self.app_pid.unwrap_or(0);
-        let (doc, counts) = timeline::build(&events, &spans, &self.clocks, &names, pid);
+        let kernel = sched::events(&sched::off_cpu(switches), pid);
+        let (doc, counts) = timeline::build(&events, &spans, &self.clocks, &names, pid, kernel);
         std::fs::write(file, serde_json::to_vec(&doc)?)
             .with_context(|| format!("write {}", file.display()))?;
         Ok(counts)
@@ -799,9 +811,26 @@ pub fn run(a: TraceArgs) -> Result<ExitCode> {
         }
         None => None,
     };
+    // The kernel side is loaded before CMD starts and follows it from its first moments.
+    let mut bridge = if a.kernel_events {
+        match sched::Bridge::start() {
+            Ok(b) => Some(b),
+            Err(why) => {
+                eprintln!("warning: --kernel-events: {why}; the timeline has no kernel events");
+                None
+            }
+        }
+    } else {
+        None
+    };
     let child = cmd
         .spawn()
         .with_context(|| format!("cannot start `{}`", a.cmd[0]))?;
+    if let Some(b) = bridge.as_mut()
+        && let Err(why) = b.follow(child.id())
+    {
+        eprintln!("warning: --kernel-events: {why}");
+    }
     let mut t = Trace {
         session,
         kernels: KernelNames::new(),
@@ -857,21 +886,24 @@ pub fn run(a: TraceArgs) -> Result<ExitCode> {
     t.drain_report();
     t.print_maps(true);
     t.mem_report();
+    let switches = bridge.map(sched::Bridge::finish).unwrap_or_default();
     if let (Some(file), Some(log)) = (&a.timeline, &api_log) {
-        match t.write_timeline(file, log) {
+        match t.write_timeline(file, log, &switches) {
             Ok(c) => {
                 let what = format!(
-                    "timeline: {} host calls, {} kernel spans, {} launch flows written to {}",
+                    "timeline: {} host calls, {} kernel spans, {} launch flows, {} off-CPU spans written to {}",
                     c.calls,
                     c.kernels,
                     c.flows,
+                    c.off_cpu,
                     file.display()
                 );
                 if a.json {
                     println!(
                         "{}",
                         serde_json::json!({"event": "timeline", "calls": c.calls,
-                            "kernels": c.kernels, "flows": c.flows, "path": file})
+                            "kernels": c.kernels, "flows": c.flows, "off_cpu": c.off_cpu,
+                            "path": file})
                     );
                 } else {
                     eprintln!("{what}");

@@ -115,19 +115,27 @@ pub struct Counts {
     pub kernels: usize,
     /// Launch → kernel flows.
     pub flows: usize,
+    /// Off-CPU spans of the app's threads (`--kernel-events`).
+    pub off_cpu: usize,
 }
 
 /// The trace-event document: `events` from the API log, `spans` from the probe, kernel
-/// names by `kernel_id`, the app's `pid`.
+/// names by `kernel_id`, the app's `pid`, and `kernel` events already on the host clock
+/// (the off-CPU spans of `--kernel-events`).
 pub fn build(
     events: &[ApiEvent],
     spans: &[Span],
     cals: &[Calibration],
     names: &BTreeMap<u64, String>,
     pid: u32,
+    kernel: Vec<Value>,
 ) -> (Value, Counts) {
     let mut out: Vec<Value> = Vec::new();
-    let mut counts = Counts::default();
+    let mut counts = Counts {
+        off_cpu: kernel.len(),
+        ..Counts::default()
+    };
+    out.extend(kernel);
     out.push(
         json!({"ph": "M", "name": "process_name", "pid": pid, "tid": 0,
         "args": {"name": format!("host (pid {pid})")}}),
@@ -357,14 +365,25 @@ mod tests {
             },
         ];
         let names = BTreeMap::from([(9u64, "vectorAdd".to_string())]);
-        let (doc, counts) = build(&events, &spans, &cals, &names, 1234);
+        // One off-CPU span of the app's main thread (`--kernel-events`), on its track.
+        let off = super::super::sched::events(
+            &[super::super::sched::OffCpu {
+                tid: 1234,
+                start: 1_000_000_000,
+                end: 1_000_500_000,
+                blocked: true,
+            }],
+            1234,
+        );
+        let (doc, counts) = build(&events, &spans, &cals, &names, 1234, off);
         validate(&doc).unwrap();
         assert_eq!(
             counts,
             Counts {
                 calls: 4,
                 kernels: 3,
-                flows: 2
+                flows: 2,
+                off_cpu: 1
             }
         );
         let evs = doc["traceEvents"].as_array().unwrap();
