@@ -157,6 +157,11 @@ pub struct CudaConfig {
     /// one-GPU service).
     #[serde(default)]
     pub queue: u32,
+    /// The service runs several GPUs, whose per-thread arrays share one arena mirror: a
+    /// worker restarted after a fault starts them from zero, not from the mirror (which
+    /// holds whichever GPU was synced last).
+    #[serde(default)]
+    pub shared_mirrors: bool,
 }
 
 fn yes() -> bool {
@@ -175,6 +180,7 @@ impl Default for CudaConfig {
             worker_exe: None,
             warm_standby: true,
             queue: 0,
+            shared_mirrors: false,
         }
     }
 }
