@@ -956,18 +956,6 @@ impl ShmRegion {
         Some(())
     }
 
-    /// Zeroes a map's storage after its header (`[off + 64, off + len)`): an array's
-    /// sequence words and values. A per-thread array of a GPU that starts afresh (its old
-    /// copy is gone) starts from this instead of from another GPU's counts.
-    pub fn clear_map_values(&self, off: u64, len: u64) -> Option<()> {
-        let head = std::mem::size_of::<crate::maps::MapHeader>() as u64;
-        let n = len.checked_sub(head)?;
-        let p = self.arena_ptr(off.checked_add(head)?, n)?;
-        // SAFETY: the range is inside the arena (checked); the caller owns the map's mirror.
-        unsafe { std::ptr::write_bytes(p.as_ptr(), 0, n as usize) };
-        Some(())
-    }
-
     /// Copies `len` arena bytes at `off` out.
     pub fn read_arena(&self, off: u64, len: u64) -> Option<Vec<u8>> {
         let p = self.arena_ptr(off, len)?;

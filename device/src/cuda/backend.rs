@@ -912,20 +912,6 @@ impl Shared {
             }
         }
         for p in self.table.list() {
-            if self.cfg.shared_mirrors {
-                // This GPU's copies died with its context; the mirror holds another GPU's.
-                for (def, _) in p
-                    .program
-                    .maps
-                    .iter()
-                    .zip(&p.device_maps)
-                    .filter(|(_, d)| **d)
-                {
-                    if let Some(e) = self.region.find_map(&format!("{}:{}", p.name, def.name)) {
-                        self.region.clear_map_values(e.data_off, e.data_len);
-                    }
-                }
-            }
             if let Err(e) = self.send_program(p.id) {
                 tracing::error!(id = p.id, "cannot send the program to the new worker: {e}");
             }

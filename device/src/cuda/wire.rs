@@ -158,8 +158,8 @@ pub struct CudaConfig {
     #[serde(default)]
     pub queue: u32,
     /// The service runs several GPUs, whose per-thread arrays share one arena mirror: a
-    /// worker restarted after a fault starts them from zero, not from the mirror (which
-    /// holds whichever GPU was synced last).
+    /// worker places its copies from the mirror's header with the values zeroed (after a
+    /// fault, a `--recover` or at load), never with another GPU's counts.
     #[serde(default)]
     pub shared_mirrors: bool,
 }

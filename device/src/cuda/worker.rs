@@ -466,11 +466,17 @@ impl Worker {
                 .region
                 .find_map(&q)
                 .ok_or_else(|| format!("map `{q}` is not in the map directory"))?;
-            let mirror = self
+            let mut mirror = self
                 .region
                 .read_arena(e.data_off, e.data_len)
                 .ok_or_else(|| format!("map `{q}` lies outside the arena"))?;
             let _ = h;
+            if self.args.cfg.shared_mirrors {
+                // Several GPUs share this mirror (it holds whichever was synced last): this
+                // GPU's new copy of the per-thread array starts from zero after its header.
+                let head = std::mem::size_of::<shm_maps::maps::MapHeader>().min(mirror.len());
+                mirror[head..].fill(0);
+            }
             let dev = self
                 .gpu
                 .alloc(e.data_len as usize)

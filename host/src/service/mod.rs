@@ -261,13 +261,6 @@ impl Service {
             };
             recovered = Some(checkpoint::restore(&ctx, &mut st, cp, *pid));
         }
-        // Several GPUs' per-thread arrays come back from one mirror, which holds the GPU
-        // synced last: each GPU starts them from zero instead.
-        if adopted.is_some() && devices.len() > 1 {
-            for p in st.placed.iter().filter(|p| p.device) {
-                region.clear_map_values(p.off, p.len);
-            }
-        }
         let mut cuda = None;
         if want_cuda && devices.len() > 1 {
             let n = device::cuda::Gpu::count();

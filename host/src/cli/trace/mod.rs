@@ -811,7 +811,7 @@ pub fn run(a: TraceArgs) -> Result<ExitCode> {
         }
         None => None,
     };
-    // The kernel side is loaded before CMD starts and follows it from its first moments.
+    // The kernel side is loaded before CMD starts and follows it from just after its start.
     let mut bridge = if a.kernel_events {
         match sched::Bridge::start() {
             Ok(b) => Some(b),
@@ -826,8 +826,9 @@ pub fn run(a: TraceArgs) -> Result<ExitCode> {
     let child = cmd
         .spawn()
         .with_context(|| format!("cannot start `{}`", a.cmd[0]))?;
+    let mut followed = child.id();
     if let Some(b) = bridge.as_mut()
-        && let Err(why) = b.follow(child.id())
+        && let Err(why) = b.follow(followed)
     {
         eprintln!("warning: --kernel-events: {why}");
     }
@@ -875,6 +876,15 @@ pub fn run(a: TraceArgs) -> Result<ExitCode> {
             forwarded = true;
         }
         t.drain_report();
+        // CMD may be a wrapper: follow the process that loaded the shim and uses CUDA.
+        if let (Some(b), Some(app)) = (bridge.as_mut(), t.app_pid)
+            && app != followed
+        {
+            followed = app;
+            if let Err(why) = b.follow(app) {
+                eprintln!("warning: --kernel-events: {why}");
+            }
+        }
         while let Ok((req, reply)) = control.try_recv() {
             let _ = reply.send(t.control(req));
         }

@@ -10,8 +10,11 @@
 //! trace --timeline: API log + GPU spans + off-CPU spans ◀───────────────────────┘
 //! ```
 //!
-//! It needs root (CAP_BPF and CAP_PERFMON) and tracefs. Without them, `trace` says why and
-//! runs on without kernel events. Nothing here runs in the application.
+//! It needs root (CAP_BPF and CAP_PERFMON), tracefs and a kernel of 5.8 or later (ring
+//! buffer, namespaced pids). Without them, `trace` says why and runs on without kernel
+//! events. Nothing here runs in the application. The process followed is CMD, then the
+//! process the shim reports as the application once it does (CMD may be a wrapper such
+//! as `sh -c`); other processes CMD starts are not followed.
 
 use serde_json::{Value, json};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -72,6 +75,25 @@ impl Switch {
     }
 }
 
+/// The program's `struct sched_target`: the tgid to follow in the pid namespace of the
+/// nsfs file with this device and inode.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+struct Target {
+    tgid: u32,
+    pad: u32,
+    ns_dev: u64,
+    ns_ino: u64,
+}
+
+// SAFETY: plain integers, `repr(C)`, no padding the kernel could misread (`pad` is explicit);
+// any bit pattern is valid.
+unsafe impl aya::Pod for Target {}
+
+/// The state bits of `prev_state` (`TASK_REPORT_MAX - 1`): a preempted thread reports
+/// `TASK_REPORT_MAX` itself, which these bits clear.
+const STATE_BITS: i64 = 0xff;
+
 /// A stretch of a thread off the CPU.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct OffCpu {
@@ -101,7 +123,7 @@ pub fn off_cpu(switches: &[Switch]) -> Vec<OffCpu> {
                 tid: s.tid,
                 start: o.ts,
                 end: s.ts,
-                blocked: o.prev_state != 0,
+                blocked: o.prev_state & STATE_BITS != 0,
             });
         }
     }
@@ -204,16 +226,26 @@ impl Bridge {
         })
     }
 
-    /// Reports the switches of process `tgid`'s threads from now on.
+    /// Reports the switches of process `tgid`'s threads (ids as this process sees them,
+    /// in its pid namespace) from now on.
     pub fn follow(&mut self, tgid: u32) -> Result<(), String> {
-        let mut target: aya::maps::Array<_, u32> = aya::maps::Array::try_from(
+        use std::os::unix::fs::MetadataExt;
+        let ns = std::fs::metadata("/proc/self/ns/pid")
+            .map_err(|e| format!("cannot stat /proc/self/ns/pid: {e}"))?;
+        let mut target: aya::maps::Array<_, Target> = aya::maps::Array::try_from(
             self.ebpf
                 .map_mut("sched_target")
                 .ok_or("the embedded object has no sched_target map")?,
         )
         .map_err(|e| format!("sched_target: {e}"))?;
+        let t = Target {
+            tgid,
+            pad: 0,
+            ns_dev: ns.dev(),
+            ns_ino: ns.ino(),
+        };
         target
-            .set(0, tgid, 0)
+            .set(0, t, 0)
             .map_err(|e| format!("sched_target: {e}"))
     }
 
@@ -238,6 +270,9 @@ fn read(
     stop: &AtomicBool,
 ) {
     loop {
+        // Read the flag before draining: what the kernel wrote before `finish` set it is
+        // drained in this round.
+        let last = stop.load(Ordering::Acquire);
         let mut got = Vec::new();
         while let Some(item) = ring.next() {
             if let Some(s) = Switch::from_bytes(&item) {
@@ -247,7 +282,7 @@ fn read(
         if !got.is_empty() {
             events.lock().unwrap_or_else(|p| p.into_inner()).extend(got);
         }
-        if stop.load(Ordering::Acquire) {
+        if last {
             break;
         }
         std::thread::sleep(Duration::from_millis(2));
@@ -271,9 +306,9 @@ mod tests {
     #[test]
     fn each_switch_out_pairs_with_the_threads_next_switch_in() {
         let v = [
-            sw(10, 7, false, 0), // came back before any out: no span
-            sw(20, 7, true, 1),  // 7 sleeps
-            sw(25, 8, true, 0),  // 8 preempted
+            sw(10, 7, false, 0),    // came back before any out: no span
+            sw(20, 7, true, 1),     // 7 sleeps (S)
+            sw(25, 8, true, 0x100), // 8 preempted (TASK_REPORT_MAX)
             sw(30, 8, false, 0),
             sw(50, 7, false, 0),
             sw(60, 8, true, 1), // never back: no span
@@ -345,10 +380,22 @@ mod tests {
 
     #[test]
     fn the_embedded_object_has_the_program_and_its_maps() {
-        let p = ebpf::elf::load(OBJECT, "sched.bpf.o", Some("sched_switch")).unwrap();
-        let maps: Vec<&str> = p.maps.iter().map(|m| m.name.as_str()).collect();
-        for m in ["sched_target", "sched_tids", "sched_events"] {
-            assert!(maps.contains(&m), "{maps:?}");
+        // (The project's own loader takes offload programs; this one is the kernel's, with
+        // an LRU hash: read its ELF directly.)
+        use object::{Object, ObjectSection, ObjectSymbol};
+        let f = object::File::parse(OBJECT).unwrap();
+        assert!(
+            f.sections()
+                .any(|s| s.name() == Ok("tracepoint/sched/sched_switch")),
+            "the program's section"
+        );
+        assert!(
+            f.section_by_name(".BTF").is_some(),
+            "BTF kept (aya reads the maps from it)"
+        );
+        let syms: Vec<&str> = f.symbols().filter_map(|s| s.name().ok()).collect();
+        for m in ["sched_switch", "sched_target", "sched_tids", "sched_events"] {
+            assert!(syms.contains(&m), "{m}: {syms:?}");
         }
     }
 }
