@@ -740,3 +740,30 @@ fn several_devices_need_the_cuda_backend() {
         Ok(_) => panic!("a CPU service with several devices started"),
     }
 }
+
+#[test]
+fn a_failed_start_leaves_no_half_made_region() {
+    // A start that fails after laying out the region (here: the CUDA backend on a machine
+    // without one) removes it, so the next start is not refused as "not ready".
+    let name = unique("failed");
+    let mut cfg = config(&name);
+    cfg.backend = BackendChoice::Cuda;
+    match Service::start(cfg.clone()) {
+        Ok(svc) => {
+            svc.stop(true); // a GPU machine: nothing to check
+            return;
+        }
+        Err(e) => assert!(e.to_string().contains("CUDA backend"), "{e}"),
+    }
+    assert!(
+        !std::path::Path::new(&format!("/dev/shm/{name}")).exists(),
+        "the half-made region is gone"
+    );
+    let again = Service::start(cfg).err().map(|e| e.to_string());
+    assert!(
+        again.as_deref().is_some_and(|e| e.contains("CUDA backend")),
+        "{again:?}"
+    );
+    // And the name serves again.
+    let _run = start(config(&name));
+}

@@ -96,7 +96,7 @@ pub enum ServiceError {
     #[error(transparent)]
     Region(#[from] shm_maps::RegionError),
     /// `--backend cuda` and the GPU could not be used.
-    #[error("cannot start the CUDA backend: {0}")]
+    #[error("cannot start the CUDA backend")]
     Cuda(#[from] device::cuda::DeviceError),
     /// `--recover` found a region it cannot adopt.
     #[error("{0}")]
@@ -123,6 +123,17 @@ fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> ServiceError {
 /// The socket path for a region name.
 pub fn socket_path(name: &str) -> PathBuf {
     PathBuf::from(format!("/dev/shm/{name}.sock"))
+}
+
+/// Unlinks the region it holds when dropped: a start that fails leaves no half-made region.
+struct Unready(Option<Arc<ShmRegion>>);
+
+impl Drop for Unready {
+    fn drop(&mut self) {
+        if let Some(r) = self.0.take() {
+            let _ = r.unlink();
+        }
+    }
 }
 
 /// Mutable control-plane state, behind one lock: control requests are rare.
@@ -183,6 +194,19 @@ impl Service {
                     shm_maps::layout::MAX_QUEUES
                 )));
             }
+            let n = device::cuda::Gpu::count();
+            if let Some(d) = devices.iter().find(|&&d| d < 0 || d >= n) {
+                return Err(ServiceError::Config(if n == 0 {
+                    "--devices needs GPUs, and the CUDA driver reports none on this machine \
+                     (or there is no driver)"
+                        .to_string()
+                } else {
+                    format!(
+                        "--devices names GPU {d}, but the CUDA driver reports {n} GPU(s) \
+                         (ordinals below {n})"
+                    )
+                }));
+            }
             cfg.region.queues = devices.len() as u32;
         }
         let region = Arc::new(ShmRegion::create(
@@ -195,6 +219,9 @@ impl Service {
                 shm_maps::region::OnStale::Refuse
             },
         )?);
+        // A start that fails from here on removes the region it made (a retry must not
+        // find it half made); an adopted one stays for the next `--recover`.
+        let mut unready = Unready(region.adopted_from().is_none().then(|| region.clone()));
         let table = Arc::new(ProgramTable::default());
         let adopted = match region.adopted_from() {
             Some(_) if region.queue_count() != cfg.region.queues.max(1) => {
@@ -226,6 +253,8 @@ impl Service {
                 false
             }
             BackendChoice::Cuda => true,
+            // Several devices are GPUs by definition: no quiet fall-back to the CPU.
+            BackendChoice::Auto if devices.len() > 1 => true,
             BackendChoice::Auto => {
                 let (kind, why) = device::select_auto();
                 tracing::info!("backend: {kind:?} ({why})");
@@ -262,20 +291,13 @@ impl Service {
             recovered = Some(checkpoint::restore(&ctx, &mut st, cp, *pid));
         }
         let mut cuda = None;
-        if want_cuda && devices.len() > 1 {
-            let n = device::cuda::Gpu::count();
-            if let Some(d) = devices.iter().find(|&&d| d < 0 || d >= n) {
-                return Err(ServiceError::Config(format!(
-                    "--devices names GPU {d}, but the CUDA driver reports {n} GPU(s) \
-                     (ordinals below {n})"
-                )));
-            }
-        }
         if want_cuda {
             match Self::start_gpus(&region, &table, &cfg, &devices, &mut st.arena) {
                 Ok(b) => cuda = Some(b),
                 Err(e) if cfg.backend == BackendChoice::Auto && devices.len() == 1 => {
-                    tracing::warn!("the CUDA backend did not start ({e}): using the CPU backend");
+                    let why =
+                        std::error::Error::source(&e).map_or(e.to_string(), |c| c.to_string());
+                    tracing::warn!("the CUDA backend did not start ({why}): using the CPU backend");
                 }
                 Err(e) => return Err(e),
             }
@@ -357,6 +379,7 @@ impl Service {
                 .map_err(io(format!("cannot serve metrics on {addr}")))?;
         }
         svc.region.set_ready();
+        unready.0 = None;
         tracing::info!(name = %svc.cfg.name, socket = %path.display(), "service ready");
         Ok(svc)
     }
