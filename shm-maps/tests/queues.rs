@@ -6,7 +6,9 @@ use shm_maps::layout::{MAX_QUEUES, job_flags};
 use shm_maps::region::OnStale;
 use shm_maps::{JobDesc, RegionConfig, ShmRegion};
 
-fn region(tag: &str, queues: u32) -> ShmRegion {
+/// A ready region; with `keep_name` false its name is unlinked at once (the mapping stays),
+/// so a test leaves nothing in /dev/shm.
+fn region_named(tag: &str, queues: u32, keep_name: bool) -> ShmRegion {
     let r = ShmRegion::create(
         &format!("bpftime-q-{}-{tag}", std::process::id()),
         &RegionConfig {
@@ -22,7 +24,14 @@ fn region(tag: &str, queues: u32) -> ShmRegion {
     )
     .expect("region");
     r.set_ready();
+    if !keep_name {
+        let _ = r.unlink();
+    }
     r
+}
+
+fn region(tag: &str, queues: u32) -> ShmRegion {
+    region_named(tag, queues, false)
 }
 
 fn job(tag: u64) -> JobDesc {
@@ -77,7 +86,7 @@ fn one_queue_is_the_default_and_the_count_is_capped() {
 #[test]
 fn a_header_with_an_impossible_queue_count_is_refused() {
     for bad in [0u32, MAX_QUEUES + 1, 1000] {
-        let r = region(&format!("bad{bad}"), 2);
+        let r = region_named(&format!("bad{bad}"), 2, true);
         let h = r.header() as *const _ as *mut shm_maps::layout::RegionHeader;
         // SAFETY: test-only scribble on a region nobody else uses.
         unsafe { std::ptr::addr_of_mut!((*h).queue_count).write(bad) };

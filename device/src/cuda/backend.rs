@@ -978,6 +978,8 @@ mod tests {
             .expect("region"),
         );
         region.set_ready();
+        // Nothing reopens it by name: the name goes now, so tests leave nothing in /dev/shm.
+        let _ = region.unlink();
         Shared::new(
             region,
             Arc::new(ProgramTable::default()),
