@@ -167,7 +167,7 @@ fn a_map_in_an_emulated_tier_pays_its_delay() {
     let Some(obj) = bpftime_tests::compile("job_counter") else {
         return;
     };
-    let (_svc, name) = start("tier");
+    let (svc, name) = start("tier");
     let mut c = Client::connect(&name).unwrap();
     let plain = c.load_file_placed(&obj, None, Some("plain"), &[]).unwrap();
     // 20 µs per access; then 8-byte values through a 0.0004 GB/s link: 20 µs each too.
@@ -223,4 +223,5 @@ fn a_map_in_an_emulated_tier_pays_its_delay() {
         e.contains("counts=cxl:fast") && e.contains("cxl:LATENCY_NS"),
         "{e}"
     );
+    svc.stop(false);
 }
