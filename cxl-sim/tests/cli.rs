@@ -20,10 +20,11 @@ fn text(o: &Output) -> (String, String) {
     )
 }
 
-fn tmp(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("cxl-cli-{}", std::process::id()));
-    std::fs::create_dir_all(&d).unwrap();
-    d.join(name)
+/// `name` in a fresh scratch directory, removed when the guard drops.
+fn tmp(name: &str) -> (bpftime_tests::tempfile::TempDir, PathBuf) {
+    let d = bpftime_tests::scratch_dir("cxl-cli");
+    let p = d.path().join(name);
+    (d, p)
 }
 
 #[test]
@@ -42,8 +43,7 @@ fn presets_are_listed() {
 
 #[test]
 fn bad_parameters_are_refused_before_the_command_starts() {
-    let marker = tmp("started");
-    let _ = std::fs::remove_file(&marker);
+    let (_scratch, marker) = tmp("started");
     let touch = format!("touch {}", marker.display());
     for (args, want) in [
         (
@@ -83,7 +83,7 @@ fn bad_parameters_are_refused_before_the_command_starts() {
 
 #[test]
 fn place_shows_the_policys_choice() {
-    let log = tmp("api.log");
+    let (_scratch, log) = tmp("api.log");
     let mut bytes = attach::apilog::header().to_vec();
     let ev = |t: u64, kind, addr: u64, mb: u64| {
         let mut e = ApiEvent::new(1, kind);
@@ -256,8 +256,7 @@ fn placement_follows_the_applications_allocations() {
     let Some(bin) = bpftime_and_shim() else {
         return;
     };
-    let dir = tmp("fake");
-    let _ = std::fs::remove_dir_all(&dir);
+    let (_scratch, dir) = tmp("fake");
     std::fs::create_dir_all(dir.join("rec")).unwrap();
     bpftime_tests::fake_cuda::build(&dir, &[("app_alloc", true)]);
     let ptx = bpftime_tests::repo_root().join("jit/tests/ptx_corpus/nvcc/vecadd_sm90.ptx");

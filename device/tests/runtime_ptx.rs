@@ -30,8 +30,8 @@ fn tools_or_skip() -> bool {
 }
 
 fn ptxas(name: &str, text: &str) {
-    let dir = std::env::temp_dir().join(format!("bpftime-rt-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let scratch = bpftime_tests::scratch_dir("rt");
+    let dir = scratch.path();
     let src = dir.join(format!("{name}.ptx"));
     std::fs::write(&src, text).unwrap();
     let out = Command::new(repo().join("scripts/ptxas"))

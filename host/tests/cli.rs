@@ -176,9 +176,8 @@ fn exec_job_ctx_with_input_and_output() {
          r0 = *(u64 *)(r2 + 0)\n*(u64 *)(r4 + 0) = r0\nexit\nfail:\nr0 = 0\nexit\n",
     )
     .unwrap();
-    let dir = std::env::temp_dir().join(format!("bpftime-cli-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("copy.bin");
+    let dir = bpftime_tests::scratch_dir("cli");
+    let path = dir.path().join("copy.bin");
     std::fs::write(&path, ebpf::isa::insns_to_bytes(&prog)).unwrap();
     let o = run(&[
         "exec",
@@ -301,8 +300,8 @@ fn jit_emits_ptx_that_ptxas_accepts() {
         eprintln!("SKIPPING the ptxas half: no ptxas");
         return;
     }
-    let dir = std::env::temp_dir().join(format!("bpftime-jit-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let scratch = bpftime_tests::scratch_dir("jit");
+    let dir = scratch.path();
     let file = dir.join("sum.ptx");
     std::fs::write(&file, &ptx).unwrap();
     let st = Command::new(&ptxas)

@@ -36,12 +36,13 @@ fn shim() -> Option<PathBuf> {
 
 struct Fake {
     dir: PathBuf,
+    /// Removes `dir` when the test ends.
+    _scratch: bpftime_tests::tempfile::TempDir,
 }
 
 fn fake(name: &str) -> Fake {
-    let dir =
-        std::env::temp_dir().join(format!("bpftime-trace-test-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+    let scratch = bpftime_tests::scratch_dir(&format!("trace-test-{name}"));
+    let dir = scratch.path().to_path_buf();
     std::fs::create_dir_all(dir.join("rec")).unwrap();
     bpftime_tests::fake_cuda::build(
         &dir,
@@ -56,7 +57,10 @@ fn fake(name: &str) -> Fake {
             ("app_alloc", true),
         ],
     );
-    Fake { dir }
+    Fake {
+        dir,
+        _scratch: scratch,
+    }
 }
 
 impl Fake {

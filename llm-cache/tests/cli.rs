@@ -29,10 +29,9 @@ fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
-fn tmp(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("llm-cache-cli-{}-{name}", std::process::id()));
-    std::fs::create_dir_all(&d).unwrap();
-    d
+/// A fresh scratch directory for test `name`, removed when the guard drops.
+fn tmp(name: &str) -> bpftime_tests::tempfile::TempDir {
+    bpftime_tests::scratch_dir(&format!("llm-cache-cli-{name}"))
 }
 
 /// `--json` on the committed trace: one row per policy and capacity, in order, with the
@@ -119,7 +118,8 @@ fn text_report_notes_and_bandwidth() {
         "{s}"
     );
     // Without durations and without the flag: the default, said so.
-    let d = tmp("nodur");
+    let scratch = tmp("nodur");
+    let d = scratch.path();
     let csv = d.join("t.csv");
     std::fs::write(
         &csv,
@@ -129,7 +129,6 @@ fn text_report_notes_and_bandwidth() {
     let o = run(&["simulate", csv.to_str().unwrap(), "--capacity", "1KB"]);
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(stdout(&o).contains("25.0 GB/s (default"), "{}", stdout(&o));
-    let _ = std::fs::remove_dir_all(d);
 }
 
 #[test]
@@ -187,7 +186,8 @@ fn bad_input_fails_clearly() {
     let o = run(&["simulate", &small_csv()]);
     assert!(!o.status.success(), "no capacity and no --recommend");
 
-    let d = tmp("bad");
+    let scratch = tmp("bad");
+    let d = scratch.path();
     // A binary trace cut short.
     let t = Trace::read(std::path::Path::new(&small_csv())).unwrap();
     let full = t.write_binary_to(Vec::new()).unwrap();
@@ -238,7 +238,6 @@ fn bad_input_fails_clearly() {
         "{}",
         stderr(&o)
     );
-    let _ = std::fs::remove_dir_all(d);
 }
 
 fn png_size(path: &std::path::Path) -> (u32, u32) {
@@ -268,7 +267,8 @@ fn plots_are_valid_pngs() {
         );
         return;
     }
-    let d = tmp("plot");
+    let scratch = tmp("plot");
+    let d = scratch.path();
     let o = run(&[
         "simulate",
         &small_csv(),
@@ -287,5 +287,4 @@ fn plots_are_valid_pngs() {
         assert_eq!(png_size(&d.join(f)), (1000, 600), "{f}");
         assert!(stderr(&o).contains(f), "{}", stderr(&o));
     }
-    let _ = std::fs::remove_dir_all(d);
 }

@@ -31,10 +31,9 @@ fn observe_turns_the_apps_copies_into_a_trace() {
     let Some((bin, shim)) = tools() else {
         return;
     };
-    let dir = std::env::temp_dir().join(format!("llm-cache-observe-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    bpftime_tests::fake_cuda::build(&dir, &[("app_copies", true)]);
+    let scratch = bpftime_tests::scratch_dir("llm-cache-observe");
+    let dir = scratch.path();
+    bpftime_tests::fake_cuda::build(dir, &[("app_copies", true)]);
     let out = dir.join("app.trace");
     let o = Command::new(env!("CARGO_BIN_EXE_bpftime-super-llm-cache"))
         .args(["observe", "--json", "-o"])
@@ -45,7 +44,7 @@ fn observe_turns_the_apps_copies_into_a_trace() {
         .arg(format!("--trace-arg={}", shim.display()))
         .arg("--")
         .arg(dir.join("app_copies"))
-        .env("LD_LIBRARY_PATH", &dir)
+        .env("LD_LIBRARY_PATH", dir)
         .output()
         .unwrap();
     let (so, se) = (
@@ -126,10 +125,9 @@ fn live_lru_in_ebpf_equals_the_simulator() {
     ) else {
         return;
     };
-    let dir = std::env::temp_dir().join(format!("llm-cache-live-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    bpftime_tests::fake_cuda::build(&dir, &[("app_offload", true)]);
+    let scratch = bpftime_tests::scratch_dir("llm-cache-live");
+    let dir = scratch.path();
+    bpftime_tests::fake_cuda::build(dir, &[("app_offload", true)]);
     let trace = dir.join("offload.trace");
     let o = Command::new(env!("CARGO_BIN_EXE_bpftime-super-llm-cache"))
         .args(["observe", "--json", "-o"])
@@ -142,7 +140,7 @@ fn live_lru_in_ebpf_equals_the_simulator() {
         .arg(format!("--trace-arg={}", probe.display()))
         .arg("--")
         .arg(dir.join("app_offload"))
-        .env("LD_LIBRARY_PATH", &dir)
+        .env("LD_LIBRARY_PATH", dir)
         .output()
         .unwrap();
     let so = String::from_utf8_lossy(&o.stdout);

@@ -12,9 +12,21 @@
 pub mod corpus;
 pub mod fake_cuda;
 
+pub use tempfile;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
+
+/// A fresh directory under the system's temp dir, named `bpftime-{what}-…`, removed with
+/// everything in it when the guard drops (a test's files must not outlive it: ptxas output
+/// alone left 8 GB in /tmp over a few hundred runs).
+pub fn scratch_dir(what: &str) -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix(&format!("bpftime-{what}-"))
+        .tempdir()
+        .expect("create a scratch directory in the temp dir")
+}
 
 /// The repository root.
 pub fn repo_root() -> PathBuf {

@@ -51,8 +51,8 @@ pub fn assemble_for(ptx: &str, what: &str, arch: &str) {
 /// error holds ptxas's message and the numbered PTX).
 pub fn try_assemble_for(ptx: &str, what: &str, arch: &str) -> Option<Result<(), String>> {
     let p = ptxas()?;
-    let dir = std::env::temp_dir().join(format!("bpftime-jit-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let scratch = bpftime_tests::scratch_dir("jit");
+    let dir = scratch.path();
     let name: String = what
         .chars()
         .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
