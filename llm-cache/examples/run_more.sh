@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # On the GPU machine: the offloaded-KV-cache run (offload_kv.py) and the skewed MoE run
-# (offload_moe.py) under `llm-cache observe`, then `simulate` and plots for each.
+# (offload_moe.py) under `llm-cache observe`, then `simulate` and plots for each. The KV
+# run names its blocks through the script's hook on the cache's offload (timed names).
 # Needs scripts/gpu-carry's binaries. Usage: run_more.sh OUTDIR
 set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"; root="$(cd "$here/../.." && pwd)"
@@ -8,7 +9,7 @@ out="$1"; mkdir -p "$out"; c="$root/target/gpu-carry"
 [ -f "$c/DejaVuSans.ttf" ] && export BPFTIME_FONT="$c/DejaVuSans.ttf"
 obs() { name=$1; shift; "$c/bpftime-super-llm-cache" observe --json -o "$out/$name.trace" --bpftime "$c/bpftime-super" \
 	--trace-arg=--shim --trace-arg="$c/libbpftime_attach.so" "$@" > "$out/$name.txt" 2> "$out/$name.err"; echo "$name rc=$?"; }
-obs kv -- python3 "$here/offload_kv.py"
+obs kv --names "$out/kv_names.csv" -- python3 "$here/offload_kv.py" --names "$out/kv_names.csv"
 obs moe --names "$out/moe_names.csv" -- python3 "$here/offload_moe.py" "$out/moe_names.csv"
 for n in kv moe; do
 	head -n 1 "$out/$n.txt"; tail -n 3 "$out/$n.err"

@@ -52,7 +52,8 @@ pub struct ObserveArgs {
     #[arg(long)]
     pub csv: bool,
     /// Object names: CSV `host_addr,bytes,name` (a framework hook's dump of its tensors),
-    /// read once CMD has exited (CMD may write it).
+    /// or `host_addr,bytes,from_ns,name` (names from a time on, for buffers that change
+    /// hands), read once CMD has exited (CMD may write it).
     #[arg(long, value_name = "CSV")]
     pub names: Option<PathBuf>,
     /// Keep the raw API log here (default: a temporary file, removed).

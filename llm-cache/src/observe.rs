@@ -10,9 +10,10 @@
 //! | `cuMemPrefetchAsync` to a device / to the host | an `h2d` / `d2h` access of the managed range (device address, bytes) |
 //! | a failed call, device-to-device and host-to-host copies | nothing (counted in [`Summary`]) |
 //!
-//! Object names come from `--names` (CSV `host_addr,bytes,name`, as a framework hook can
-//! write them: PyTorch's `tensor.data_ptr()`, `nbytes` and the parameter's name), else
-//! `h2d@0x…+N`. Durations are kept for synchronous copies only: an asynchronous copy's
+//! Object names come from `--names` ([`Names`]: CSV `host_addr,bytes,name`, as a framework
+//! hook can write them: PyTorch's `tensor.data_ptr()`, `nbytes` and the parameter's name;
+//! or with a `from_ns` column, for buffers that change hands, like an offloaded KV cache's),
+//! else `h2d@0x…+N`. Durations are kept for synchronous copies only: an asynchronous copy's
 //! call returns when it is queued, not when it is done.
 //!
 //! Not seen: demand paging of managed memory (the page faults never reach the API),
@@ -55,33 +56,125 @@ pub struct Summary {
     pub calls: std::collections::BTreeMap<String, u64>,
 }
 
-/// Host address, bytes → a name.
-pub type Names = HashMap<(u64, u64), String>;
+/// Object names from a framework hook: host range (address, bytes) → name, for the whole
+/// run or from a time on.
+///
+/// Two CSV forms, told apart by the header:
+///
+/// | header | a row names |
+/// |--------|-------------|
+/// | `host_addr,bytes,name` (or none) | every transfer of that range (a weight that stays put) |
+/// | `host_addr,bytes,from_ns,name` | the transfers of that range from `from_ns` (`CLOCK_MONOTONIC`, the API log's clock) until the range's next timed row |
+///
+/// Timed rows are for tensors whose host buffer changes hands: an offloaded KV cache gets
+/// a new pinned buffer at every offload, one token longer than the last, and the caching
+/// host allocator hands a freed buffer to whichever layer asks next. The hook writes one
+/// row per offload, taken just before it (so the device→host copy that fills the buffer is
+/// already under the new name), and every row of one layer's keys has the same name, so
+/// the trace sees one object, as large as it has grown, instead of a new object per step.
+/// A timed row wins over an untimed row of the same range.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Names {
+    fixed: HashMap<(u64, u64), String>,
+    /// Per range: (from_ns, name), sorted by time.
+    timed: HashMap<(u64, u64), Vec<(u64, String)>>,
+}
 
-/// Reads `host_addr,bytes,name` lines (a header line and `#` comments are skipped;
-/// addresses in decimal or `0x` hex).
+impl Names {
+    /// No names.
+    pub fn new() -> Names {
+        Names::default()
+    }
+
+    /// Names every transfer of `(host_addr, bytes)`.
+    pub fn insert(&mut self, range: (u64, u64), name: impl Into<String>) {
+        self.fixed.insert(range, name.into());
+    }
+
+    /// Names the transfers of `(host_addr, bytes)` from `from_ns` until the range's next
+    /// timed row.
+    pub fn insert_from(&mut self, range: (u64, u64), from_ns: u64, name: impl Into<String>) {
+        let v = self.timed.entry(range).or_default();
+        let at = v.partition_point(|(t, _)| *t <= from_ns);
+        v.insert(at, (from_ns, name.into()));
+    }
+
+    /// The name of a transfer of `range` that started at `time_ns`, if any.
+    pub fn at(&self, range: (u64, u64), time_ns: u64) -> Option<&str> {
+        let timed = self.timed.get(&range).and_then(|v| {
+            let i = v.partition_point(|(t, _)| *t <= time_ns);
+            i.checked_sub(1).map(|i| v[i].1.as_str())
+        });
+        timed.or_else(|| self.fixed.get(&range).map(String::as_str))
+    }
+
+    /// Rows read (untimed and timed).
+    pub fn len(&self) -> usize {
+        self.fixed.len() + self.timed.values().map(Vec::len).sum::<usize>()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Reads a names file (see [`Names`] for its two forms; `#` comments and blank lines are
+/// skipped; numbers in decimal or `0x` hex; a name may hold commas).
 pub fn read_names(text: &str) -> Result<Names, String> {
     let mut out = Names::new();
+    let mut timed = false;
+    let num = |s: &str| {
+        let s = s.trim();
+        match s.strip_prefix("0x") {
+            Some(h) => u64::from_str_radix(h, 16).ok(),
+            None => s.parse().ok(),
+        }
+    };
     for (i, line) in text.lines().enumerate() {
         let l = line.trim();
-        if l.is_empty() || l.starts_with('#') || (i == 0 && l.starts_with("host_addr")) {
+        if l.is_empty() || l.starts_with('#') {
             continue;
         }
-        let mut f = l.splitn(3, ',');
-        let (Some(a), Some(b), Some(n)) = (f.next(), f.next(), f.next()) else {
-            return Err(format!("line {}: expected host_addr,bytes,name", i + 1));
-        };
-        let num = |s: &str| {
-            let s = s.trim();
-            match s.strip_prefix("0x") {
-                Some(h) => u64::from_str_radix(h, 16).ok(),
-                None => s.parse().ok(),
+        if l.starts_with("host_addr") {
+            match l.replace(' ', "").as_str() {
+                "host_addr,bytes,name" => timed = false,
+                "host_addr,bytes,from_ns,name" => timed = true,
+                _ => {
+                    return Err(format!(
+                        "line {}: `{l}`: the header is host_addr,bytes,name or host_addr,bytes,from_ns,name",
+                        i + 1
+                    ));
+                }
             }
+            continue;
+        }
+        let want = if timed {
+            "host_addr,bytes,from_ns,name"
+        } else {
+            "host_addr,bytes,name"
+        };
+        let mut f = l.splitn(if timed { 4 } else { 3 }, ',');
+        let (Some(a), Some(b)) = (f.next(), f.next()) else {
+            return Err(format!("line {}: expected {want}", i + 1));
         };
         let (Some(a), Some(b)) = (num(a), num(b)) else {
             return Err(format!("line {}: `{l}`: bad address or size", i + 1));
         };
-        out.insert((a, b), n.trim().to_string());
+        if timed {
+            let (Some(t), Some(n)) = (f.next(), f.next()) else {
+                return Err(format!("line {}: expected {want}", i + 1));
+            };
+            let Some(t) = num(t) else {
+                return Err(format!("line {}: `{l}`: bad from_ns", i + 1));
+            };
+            out.insert_from((a, b), t, n.trim());
+        } else {
+            let Some(n) = f.next() else {
+                return Err(format!("line {}: expected {want}", i + 1));
+            };
+            out.insert((a, b), n.trim());
+        }
     }
     Ok(out)
 }
@@ -143,13 +236,14 @@ pub fn trace_of(events: &[ApiEvent], names: &Names) -> Result<(Trace, Summary), 
         if e.bytes == 0 {
             continue;
         }
-        let id = *ids.entry(key).or_insert_with(|| {
-            let name = names
-                .get(&key)
-                .cloned()
-                .unwrap_or_else(|| format!("h2d@{:#x}+{}", key.0, key.1));
-            b.object(&name, key.1)
-        });
+        // Named transfers are one object per name (the builder merges equal names and keeps
+        // the largest size); others one per range.
+        let id = match names.at(key, e.start_ns) {
+            Some(name) => b.object(name, key.1),
+            None => *ids
+                .entry(key)
+                .or_insert_with(|| b.object(&format!("h2d@{:#x}+{}", key.0, key.1), key.1)),
+        };
         let mut a = Access::new(e.start_ns, id, e.bytes, dir).with_stream(e.stream as u32);
         if e.flags & FLAG_ASYNC == 0 {
             a = a.with_duration(e.dur_ns);
@@ -193,7 +287,8 @@ mod tests {
             launch,
             copy(7, Kind::HtoD, 0x1000, 0xa0, 2048, 0), // same address, other size
         ];
-        let names: Names = [((0x1000, 4096), "layers.0.mlp.up".to_string())].into();
+        let mut names = Names::new();
+        names.insert((0x1000, 4096), "layers.0.mlp.up");
         let (t, s) = trace_of(&ev, &names).unwrap();
         let objs: Vec<u32> = t.accesses.iter().map(|a| a.object).collect();
         assert_eq!(objs, [0, 1, 0, 1, 2]);
@@ -219,12 +314,81 @@ mod tests {
         assert_eq!(s.calls.values().sum::<u64>(), 7);
     }
 
+    /// An offloaded KV cache: at each step every layer's keys go to a new pinned buffer one
+    /// token longer (device → host), and come back (host → device) at the next step; the
+    /// allocator hands layer 0's old buffer to layer 1 and back. Keyed by range alone that
+    /// is a new object at almost every step; the hook's timed rows make it one per layer.
+    #[test]
+    fn timed_names_follow_a_kv_block_across_buffers() {
+        const TOKEN: u64 = 256;
+        let mut ev = Vec::new();
+        let mut names = Names::new();
+        let buffers = [0x10_000u64, 0x20_000];
+        let mut t = 1_000;
+        for step in 0..4u64 {
+            for layer in 0..2usize {
+                let bytes = (100 + step) * TOKEN;
+                if step > 0 {
+                    // prefetch: the buffer the last step's offload filled
+                    let prev = buffers[(layer + step as usize - 1) % 2];
+                    ev.push(copy(t, Kind::HtoD, prev, 0xd0, bytes - TOKEN, FLAG_ASYNC));
+                    t += 10;
+                }
+                // offload: the hook's row is taken just before the copy starts
+                let host = buffers[(layer + step as usize) % 2];
+                names.insert_from((host, bytes), t, format!("layers.{layer}.kv.keys"));
+                t += 1;
+                ev.push(copy(t, Kind::DtoH, host, 0xd0, bytes, FLAG_ASYNC));
+                t += 10;
+            }
+        }
+        let (plain, _) = trace_of(&ev, &Names::new()).unwrap();
+        assert_eq!(
+            plain.objects.len(),
+            8,
+            "by range: one object per step and layer"
+        );
+        let (t, s) = trace_of(&ev, &names).unwrap();
+        let got: Vec<(&str, u64)> = t
+            .objects
+            .iter()
+            .map(|o| (o.name.as_str(), o.bytes))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("layers.0.kv.keys", 103 * TOKEN),
+                ("layers.1.kv.keys", 103 * TOKEN)
+            ]
+        );
+        assert_eq!(s.objects, 2);
+        // Every access is its layer's, in both directions.
+        let layers: Vec<u32> = t.accesses.iter().map(|a| a.object).collect();
+        assert_eq!(layers, [0, 1, 0, 0, 1, 1, 0, 0, 1, 1, 0, 0, 1, 1]);
+    }
+
     #[test]
     fn names_files_parse_and_complain_by_line() {
         let n = read_names("host_addr,bytes,name\n0x10,4,a.b\n# c\n32,8,c,d\n").unwrap();
-        assert_eq!(n[&(16, 4)], "a.b");
-        assert_eq!(n[&(32, 8)], "c,d");
+        assert_eq!(n.at((16, 4), 0), Some("a.b"));
+        assert_eq!(n.at((32, 8), u64::MAX), Some("c,d"));
+        assert_eq!(n.at((32, 9), 0), None);
         assert!(read_names("0x10,4\n").unwrap_err().contains("line 1"));
         assert!(read_names("x,4,n\n").unwrap_err().contains("line 1"));
+        let t =
+            read_names("host_addr,bytes,from_ns,name\n0x10,4,100,k,v\n0x10,4,50,early\n").unwrap();
+        assert_eq!(t.at((16, 4), 49), None);
+        assert_eq!(t.at((16, 4), 50), Some("early"));
+        assert_eq!(
+            t.at((16, 4), 100),
+            Some("k,v"),
+            "rows sort by time; names keep commas"
+        );
+        let e = read_names("host_addr,bytes,from_ns,name\n0x10,4,soon,n\n").unwrap_err();
+        assert!(e.contains("line 2") && e.contains("from_ns"), "{e}");
+        let e = read_names("host_addr,bytes,when,name\n").unwrap_err();
+        assert!(e.contains("line 1") && e.contains("header"), "{e}");
+        let e = read_names("host_addr,bytes,from_ns,name\n0x10,4,7\n").unwrap_err();
+        assert!(e.contains("line 2"), "{e}");
     }
 }
