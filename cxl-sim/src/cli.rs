@@ -420,8 +420,12 @@ fn run_once_with(
         q = c.apply(&q).map_err(anyhow::Error::msg)?;
         plan.push((c.after, probe_config(tier, &q)?, format!("{c:?}")));
     }
-    let dir = std::env::temp_dir().join(format!("bpftime-cxl-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).with_context(|| format!("create {}", dir.display()))?;
+    // The probe objects for this run; removed when `scratch` drops, on every exit path.
+    let scratch = tempfile::Builder::new()
+        .prefix("bpftime-cxl-")
+        .tempdir()
+        .context("create a directory for the probe objects in the temp dir")?;
+    let dir = scratch.path();
     let obj = dir.join("cxl.bpf.o");
     let base = match &tier.object {
         Some(p) => std::fs::read(p).with_context(|| format!("--object {}", p.display()))?,
@@ -570,7 +574,6 @@ fn run_once_with(
         e.0 += k.launches;
         e.1 += k.time_ns(ends.get(slot).copied().unwrap_or(0));
     }
-    let _ = std::fs::remove_dir_all(&dir);
     Ok(out)
 }
 
