@@ -107,16 +107,6 @@ impl Names {
         });
         timed.or_else(|| self.fixed.get(&range).map(String::as_str))
     }
-
-    /// Rows read (untimed and timed).
-    pub fn len(&self) -> usize {
-        self.fixed.len() + self.timed.values().map(Vec::len).sum::<usize>()
-    }
-
-    /// Whether there are none.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
 }
 
 /// Reads a names file (see [`Names`] for its two forms; `#` comments and blank lines are
