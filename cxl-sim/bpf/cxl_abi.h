@@ -11,6 +11,8 @@
 #define CXL_STRIPES 16
 #define CXL_CACHE_SLOTS 524288
 #define CXL_LINE_SHIFT 7
+#define CXL_REFRESH_NS 100000ULL
+#define CXL_REFRESH_SLOTS 256
 #define CXL_FLAG_ENABLED 1
 #define CXL_FLAG_EVERYTHING 2
 #define CXL_FLAG_SPIN 4
@@ -75,7 +77,7 @@ struct cxl_kernel {
 	__u64 start;
 };
 
-struct cxl_end {
+struct cxl_stamp {
 	__u64 t;
 	__u64 pad[15];
 };

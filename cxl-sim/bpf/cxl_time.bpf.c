@@ -24,7 +24,7 @@ struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, CXL_KERNEL_SLOTS * CXL_END_STRIPES);
 	__type(key, __u32);
-	__type(value, struct cxl_end);
+	__type(value, struct cxl_stamp);
 } cxl_kernel_end SEC(".maps");
 
 SEC("kprobe/*")
@@ -42,7 +42,7 @@ int cxl_kernel_entry(void *ctx)
 #pragma clang loop unroll(disable)
 	for (__u32 i = 0; i < CXL_END_STRIPES; i++) {
 		__u32 at = slot * CXL_END_STRIPES + i;
-		struct cxl_end *e = bpf_map_lookup_elem(&cxl_kernel_end, &at);
+		struct cxl_stamp *e = bpf_map_lookup_elem(&cxl_kernel_end, &at);
 		if (!e)
 			break;
 		if (e->t > end)
@@ -66,7 +66,7 @@ int cxl_kernel_exit(void *ctx)
 	if (p->thread_idx[0] | p->thread_idx[1] | p->thread_idx[2])
 		return 0;
 	__u32 at = (p->kernel_id % CXL_KERNEL_SLOTS) * CXL_END_STRIPES + (p->sm_id % CXL_END_STRIPES);
-	struct cxl_end *e = bpf_map_lookup_elem(&cxl_kernel_end, &at);
+	struct cxl_stamp *e = bpf_map_lookup_elem(&cxl_kernel_end, &at);
 	if (e && p->timer > e->t)
 		e->t = p->timer;
 	return 0;

@@ -36,8 +36,17 @@ pub const STRIPES: usize = 16;
 /// Kernel slots of the `cxl_kernels` timing map (by `kernel_id % KERNEL_SLOTS`).
 pub const KERNEL_SLOTS: usize = 256;
 /// Per kernel slot, the `cxl_kernel_end` map holds this many latest-exit words (by
-/// `%smid % END_STRIPES`), each in its own 128-byte [`CxlEnd`].
+/// `%smid % END_STRIPES`), each in its own 128-byte [`CxlStamp`].
 pub const END_STRIPES: usize = 32;
+
+/// The delay probe reads the configuration through the SM's L1 cache, which the host's
+/// uploads do not invalidate. Every `REFRESH_NS` of `%globaltimer` an SM's next tier
+/// access fences (which drops the SM's L1), so a parameter change reaches running kernels
+/// within the shim's upload poll plus this period. The stamps are per SM
+/// (`%smid % REFRESH_SLOTS`, a [`CxlStamp`] each, in `cxl_refresh`).
+pub const REFRESH_NS: u64 = 100_000;
+/// SM slots of `cxl_refresh`: a power of two above any GPU's SM count.
+pub const REFRESH_SLOTS: usize = 256;
 
 /// `place_kind`: the host probes place nothing (ranges come from the host, or `all`).
 pub const PLACE_NONE: u64 = 0;
@@ -245,10 +254,12 @@ pub struct CxlKernel {
     pub start: u64,
 }
 
-/// The latest exit of a block's thread 0 on one SM stripe in the current launch.
+/// A `%globaltimer` stamp of one SM stripe, in a cache line of its own: the latest exit of
+/// a block's thread 0 in the current launch (`cxl_kernel_end`), or the SM's last
+/// configuration refresh (`cxl_refresh`, see [`REFRESH_NS`]).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct CxlEnd {
+pub struct CxlStamp {
     /// `%globaltimer`, ns.
     pub t: u64,
     /// Zero: a cache line each.
@@ -302,9 +313,10 @@ const _: () = assert!(std::mem::offset_of!(CxlConfig, nranges) == 136);
 const _: () = assert!(CACHE_SLOTS.is_power_of_two());
 const _: () = assert!(std::mem::size_of::<CxlState>() == 64);
 const _: () = assert!(std::mem::size_of::<CxlKernel>() == 32);
-const _: () = assert!(std::mem::size_of::<CxlEnd>() == 128);
+const _: () = assert!(std::mem::size_of::<CxlStamp>() == 128);
 const _: () = assert!(HIST_SLOTS.is_power_of_two());
 const _: () = assert!(STRIPES.is_power_of_two());
+const _: () = assert!(REFRESH_SLOTS.is_power_of_two());
 
 /// The C declarations of this module, for `bpf/cxl_abi.h`.
 pub fn c_header() -> String {
@@ -313,7 +325,7 @@ pub fn c_header() -> String {
     );
     s += &format!("#define CXL_MAGIC 0x{MAGIC:016x}ULL\n#define CXL_VERSION {VERSION}\n");
     s += &format!(
-        "#define CXL_MAX_RANGES {MAX_RANGES}\n#define CXL_HIST_SLOTS {HIST_SLOTS}\n#define CXL_KERNEL_SLOTS {KERNEL_SLOTS}\n#define CXL_END_STRIPES {END_STRIPES}\n#define CXL_STRIPES {STRIPES}\n#define CXL_CACHE_SLOTS {CACHE_SLOTS}\n#define CXL_LINE_SHIFT {LINE_SHIFT}\n"
+        "#define CXL_MAX_RANGES {MAX_RANGES}\n#define CXL_HIST_SLOTS {HIST_SLOTS}\n#define CXL_KERNEL_SLOTS {KERNEL_SLOTS}\n#define CXL_END_STRIPES {END_STRIPES}\n#define CXL_STRIPES {STRIPES}\n#define CXL_CACHE_SLOTS {CACHE_SLOTS}\n#define CXL_LINE_SHIFT {LINE_SHIFT}\n#define CXL_REFRESH_NS {REFRESH_NS}ULL\n#define CXL_REFRESH_SLOTS {REFRESH_SLOTS}\n"
     );
     s += &format!(
         "#define CXL_FLAG_ENABLED {FLAG_ENABLED}\n#define CXL_FLAG_EVERYTHING {FLAG_EVERYTHING}\n#define CXL_FLAG_SPIN {FLAG_SPIN}\n#define CXL_FLAG_NO_WAIT {FLAG_NO_WAIT}\n#define CXL_FLAG_STATS {FLAG_STATS}\n"
@@ -329,7 +341,7 @@ pub fn c_header() -> String {
     s += "struct cxl_state {\n\t__u64 tat;\n\t__u64 epoch;\n\t__u64 window[2];\n\t__u64 last_window;\n\t__u64 t0;\n\t__u64 pad[2];\n};\n\n";
     s += "struct cxl_hist {\n\t__u64 last;\n\t__u64 stride;\n};\n\n";
     s += "struct cxl_kernel {\n\t__u64 kernel_id;\n\t__u64 launches;\n\t__u64 total_ns;\n\t__u64 start;\n};\n\n";
-    s += "struct cxl_end {\n\t__u64 t;\n\t__u64 pad[15];\n};\n\n";
+    s += "struct cxl_stamp {\n\t__u64 t;\n\t__u64 pad[15];\n};\n\n";
     s += "enum cxl_stat {\n";
     for (i, n) in STATS.iter().enumerate() {
         s += &format!("\tCXL_STAT_{} = {i},\n", n.to_uppercase());

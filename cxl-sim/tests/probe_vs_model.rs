@@ -262,6 +262,61 @@ fn disabled_probe_does_nothing_and_pointer_chase_is_random() {
     let _ = Pattern::Random;
 }
 
+/// A parameter change must reach running kernels, whose SMs' L1 caches keep the
+/// configuration they read: once per `REFRESH_NS` of the ctx's timer an SM's tier access
+/// stamps the SM's `cxl_refresh` slot and fences (on the GPU, the fence drops the SM's L1).
+/// In between, and on other SMs, nothing is stamped.
+#[test]
+fn configuration_is_refreshed_once_per_period_per_sm() {
+    use cxl_sim::abi::{REFRESH_NS, REFRESH_SLOTS};
+    let mut c = Params {
+        latency_ns: 200.0,
+        ..Params::default()
+    }
+    .config(true)
+    .unwrap();
+    c.flags |= FLAG_NO_WAIT;
+    let probe = Probe::new(&c);
+    let stamp = |sm: usize| {
+        let (_, m) = probe
+            .maps
+            .iter()
+            .find(|(n, _)| n.ends_with("cxl_refresh"))
+            .unwrap();
+        u64::from_le_bytes(m.entries()[sm].1[..8].try_into().unwrap())
+    };
+    let t0 = 1_764_000_000_000_000_000u64;
+    let at = |now: u64, addr: u64, sm: u32| {
+        let a = Access {
+            now,
+            addr,
+            size: 8,
+            active: 1,
+            sectors: 1,
+            store: false,
+        };
+        probe.run(&ctx(&a, 0, [0; 3], [0; 3], sm));
+    };
+    at(t0, 0x7000_0000_0000, 3);
+    assert_eq!((stamp(3), stamp(4)), (t0, 0));
+    // Within the period: no refresh, also for an access the emulated cache holds.
+    at(t0 + REFRESH_NS / 2, 0x7000_0000_0000, 3);
+    at(t0 + REFRESH_NS, 0x7000_0010_0000, 3);
+    assert_eq!(stamp(3), t0);
+    at(t0 + REFRESH_NS + 1, 0x7000_0020_0000, 3);
+    assert_eq!(stamp(3), t0 + REFRESH_NS + 1);
+    // SM ids wrap onto the slots; other SMs keep their own stamps.
+    at(
+        t0 + REFRESH_NS + 2,
+        0x7000_0030_0000,
+        4 + REFRESH_SLOTS as u32,
+    );
+    assert_eq!(
+        (stamp(3), stamp(4)),
+        (t0 + REFRESH_NS + 1, t0 + REFRESH_NS + 2)
+    );
+}
+
 #[test]
 fn probe_verifies_as_a_memory_probe() {
     let c = Params {
@@ -341,6 +396,8 @@ fn instrumented_real_ptx_assembles() {
                 assert!(ptx.contains("// bpftime-super: memprobe"), "{f}");
                 // The wait helper's loop is in the module.
                 assert!(ptx.contains("nanosleep.u32"), "{f}");
+                // The configuration refresh's fence.
+                assert!(ptx.contains("membar.sys"), "{f}");
                 // Kernel time: entry and exit probes.
                 assert!(ptx.contains("// bpftime-super: kprobe"), "{f}");
                 assert!(ptx.contains("// bpftime-super: kretprobe"), "{f}");

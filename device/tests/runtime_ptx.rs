@@ -71,18 +71,30 @@ fn runtime_compiles_and_assembles() {
     ptxas("dispatch", &dispatch);
 }
 
-/// The measured alternatives kept as knobs still compile and assemble: the one-burst poll
-/// and the sequentially consistent completion fence.
+/// The measured alternatives kept as knobs still compile and assemble: the one-burst poll,
+/// the warp's cooperative slot read after the fence (plain or `.cv` loads), and the
+/// sequentially consistent completion fence. Each shows the instruction that sets it apart.
 #[test]
 fn the_runtime_knobs_compile_and_assemble() {
     if !tools_or_skip() {
         return;
     }
-    for (name, pre) in [
-        ("one_burst", "#define BPFT_TWO_PHASE 0"),
+    for (name, pre, marks) in [
+        (
+            "one_burst",
+            "#define BPFT_TWO_PHASE 0",
+            "ld.relaxed.sys.v2.u64",
+        ),
+        ("coop_read", "#define BPFT_TWO_PHASE 2", "ld.global.v2.u64"),
+        (
+            "coop_read_cv",
+            "#define BPFT_TWO_PHASE 2\n#define BPFT_SLOT_LD \"ld.global.cv\"",
+            "ld.global.cv.v2.u64",
+        ),
         (
             "sc_fence",
             "#define BPFT_COMPLETION_FENCE \"fence.sc.sys;\"",
+            "fence.sc.sys",
         ),
     ] {
         let ptx = source::compile_runtime_with(90, pre).expect("NVRTC compiles the variant");
@@ -90,6 +102,7 @@ fn the_runtime_knobs_compile_and_assemble() {
             ptx.contains("fence.acq_rel.sys"),
             "{name}: the acquire fence"
         );
+        assert!(ptx.contains(marks), "{name}: no {marks}");
         ptxas(name, &ptx);
     }
 }

@@ -34,11 +34,18 @@ typedef unsigned char u8;
 
 #define FULL_MASK 0xffffffffu
 
-// 1: the poll reads the seq and check words only, and a ready lane reads its descriptor
-// after the acquire fence; 0: one burst reads whole slots (the check word vouches for them).
-// A tuning knob, compared in bench/results/gpu_service.md.
+// How the dispatcher reads the queue's slots. 1: the poll reads the seq and check words
+// only, and a ready lane reads its descriptor with strong loads after the acquire fence;
+// 2: the same poll, then the warp reads the ready slots together with plain loads after the
+// fence; 0: one burst reads whole slots (the check word vouches for them). A tuning knob,
+// compared in bench/results/gpu_service.md.
 #ifndef BPFT_TWO_PHASE
 #define BPFT_TWO_PHASE 1
+#endif
+// The load that phase two of BPFT_TWO_PHASE 2 reads slots with (a tuning knob: e.g.
+// "ld.global.cv", which fetches the line again instead of trusting a cached copy).
+#ifndef BPFT_SLOT_LD
+#define BPFT_SLOT_LD "ld.global"
 #endif
 // The fence between a completion's fields and its DONE word (a tuning knob: the host may
 // define it, e.g. "fence.sc.sys;", to compare).
@@ -60,6 +67,12 @@ __device__ __forceinline__ u32 ld_acq_sys32(const void *p) {
 }
 __device__ __forceinline__ void ld_rlx_sys_v2(const void *p, u64 &a, u64 &b) {
     asm volatile("ld.relaxed.sys.v2.u64 {%0, %1}, [%2];" : "=l"(a), "=l"(b) : "l"(p) : "memory");
+}
+// A plain 16-byte load for slot bodies ordered by an earlier fence (BPFT_SLOT_LD): unlike
+// strong loads, a warp's plain loads of one line coalesce into one request.
+__device__ __forceinline__ void ld_slot_v2(const void *p, u64 &a, u64 &b) {
+    asm volatile("{ .reg .u64 g; cvta.to.global.u64 g, %2; " BPFT_SLOT_LD ".v2.u64 {%0, %1}, [g]; }"
+                 : "=l"(a), "=l"(b) : "l"(p) : "memory");
 }
 __device__ __forceinline__ u64 ld_rlx_sys(const void *p) {
     u64 v;
@@ -535,7 +548,7 @@ __device__ void dispatcher(const bpft_params &P) {
     u64 *head_word = (u64 *)(P.queue_hdr + BPFT_OFF_QueueHeader_head);
     u64 pos = ld_acq_sys(head_word);
     u64 taken = 0, batches = 0, torn = ld_rlx_sys(&C->torn_reads);
-#if !BPFT_TWO_PHASE
+#if BPFT_TWO_PHASE != 1
     // Slot staging: 32 slots of 32 words (256 bytes), one per lane.
     __shared__ u64 stage[32][32];
 #endif
@@ -572,6 +585,45 @@ __device__ void dispatcher(const bpft_params &P) {
         const u64 t_seen = globaltimer();
         asm volatile("fence.acq_rel.sys;" ::: "memory");
         int retry = 0;
+#if BPFT_TWO_PHASE == 2
+        // The warp reads the k ready slots together: instruction i reads slots 2i and 2i+1
+        // (lanes 0..15 the first, 16..31 the second, 16 bytes each, past seq and check), so
+        // a slot is two 128-byte requests. The loads are all in flight before any is used;
+        // each lane picks its own slot up from shared memory.
+        {
+            const u32 half = lane >> 4, chunk = lane & 15;
+            u64 body[16][2];
+#pragma unroll
+            for (u32 i = 0; i < 16; i++) {
+                const u32 j = 2 * i + half;
+                if (chunk != 0 && j < k)
+                    ld_slot_v2((const void *)(P.slots + ((pos + j) & P.queue_mask) * BPFT_SIZE_QueueSlot + 16 * chunk),
+                               body[i][0], body[i][1]);
+            }
+#pragma unroll
+            for (u32 i = 0; i < 16; i++) {
+                const u32 j = 2 * i + half;
+                if (chunk != 0 && j < k) {
+                    stage[j][2 * chunk] = body[i][0];
+                    stage[j][2 * chunk + 1] = body[i][1];
+                }
+            }
+            __syncwarp();
+            if (lane < k) {
+#pragma unroll
+                for (int i = 0; i < 15; i++) dw[i] = stage[lane][2 + i];
+#pragma unroll
+                for (int i = 0; i < BPFT_INLINE_WORDS; i++) iw[i] = stage[lane][17 + i];
+            }
+            __syncwarp();
+        }
+        if (lane < k) {
+            // A mismatch: a client that wrote no (or a wrong) check word, or a plain load
+            // that was served from a stale copy. Read again one strong word at a time, counted.
+            retry = chk != bpft_slot_check(seq, dw, iw);
+            if (retry) reread_slot(src, isrc, dw, iw);
+        }
+#else
         if (lane < k) {
 #pragma unroll
             for (int i = 0; i < 14; i += 2) ld_rlx_sys_v2(src + 8 * i, dw[i], dw[i + 1]);
@@ -586,6 +638,7 @@ __device__ void dispatcher(const bpft_params &P) {
             retry = chk != bpft_slot_check(seq, dw, iw);
             if (retry) reread_slot(src, isrc, dw, iw);
         }
+#endif
         count_torn(retry, torn, C, lane);
 #else
         // The slot bodies (bytes 16..256) with coalesced loads: one instruction reads two
