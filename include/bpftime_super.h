@@ -159,5 +159,8 @@ static __u64 (*const bpf_get_lane_id)(void) = (void *)511;
 /* Wait until bpf_get_globaltimer() reaches deadline_ns (at most 1 s ahead); returns the time
  * it stopped. flags bit 0: spin on %globaltimer only (else nanosleep while > 1 us is left). */
 static __u64 (*const bpf_wait_until)(__u64 deadline_ns, __u64 flags) = (void *)520;
+/* A GPU-scope fence (fence.acq_rel.gpu) that also drops the SM's L1 cache: loads after it
+ * see what reached the GPU's L2, a host upload included. Far cheaper than bpf_membar. */
+static void (*const bpf_membar_gpu)(void) = (void *)521;
 
 #endif /* BPFTIME_SUPER_H */

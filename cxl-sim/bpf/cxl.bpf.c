@@ -15,6 +15,13 @@
 #include "bpftime_super.h"
 #include "cxl_abi.h"
 
+#ifndef CXL_REFRESH_PERIOD
+#define CXL_REFRESH_PERIOD CXL_REFRESH_NS
+#endif
+#ifndef CXL_REFRESH_FENCE
+#define CXL_REFRESH_FENCE bpf_membar_gpu
+#endif
+
 /* The parameters and the tier's ranges: a global, so the host sets them in the object's
  * bytes (flags 0 here: the probe does nothing until the host enables it). */
 struct cxl_config cxl_config SEC(".data.cxl_config") = {
@@ -166,10 +173,11 @@ int cxl_delay(void *ctx)
 	/* The configuration above came through this SM's L1, which the host's uploads do not
 	 * invalidate (a kernel whose working set never evicts it would keep the parameters of
 	 * its launch). Every CXL_REFRESH_NS one access per SM fences, which drops the SM's L1:
-	 * from the next access on, the SM reads what the host last uploaded. */
-	if (m->timer - refreshed > CXL_REFRESH_NS) {
+	 * from the next access on, the SM reads what the host last uploaded. (A tuning knob:
+	 * -DCXL_REFRESH_PERIOD=N, -DCXL_REFRESH_FENCE=bpf_membar, to compare variants.) */
+	if (m->timer - refreshed > CXL_REFRESH_PERIOD) {
 		fresh->t = m->timer;
-		bpf_membar();
+		CXL_REFRESH_FENCE();
 	}
 
 	/* The emulated cache: a hit never reaches the tier. */

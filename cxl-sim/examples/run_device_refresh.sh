@@ -4,6 +4,8 @@
 # (as run_device_live.sh), pointer-chase latency against Δt (as run_device_final.sh), and
 # the emulator's cost at Δt = 0. Also whether `membar.sys` (bpf_membar) drops the SM's L1
 # (the SASS has `CCTL.IVALL`). One `R …` line per measurement in $OUT/cxl6/log.txt.
+# VARIANTS="name=probe.o …" also measures the chase and the cost with those builds of
+# bpf/cxl.bpf.c (`cxl run --object`), alternating with the embedded probe ("embedded").
 #   OUT=/tmp/o bash cxl-sim/examples/run_device_refresh.sh   (needs scripts/gpu-carry's output)
 set -u
 out=${OUT:?}; w=$out/cxl6; mkdir -p "$w"; log=$w/log.txt
@@ -17,24 +19,24 @@ r() { echo "R $*" | tee -a "$log"; }
 val() { sed -n "s/.*$1=\([^ ]*\).*/\1/p" | tail -1; }
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$w/device.txt"
 # Which fences drop L1: the SASS of one load, the fence, the same load again.
-for f in "membar.sys" "fence.acq_rel.gpu" "fence.acq_rel.sys"; do
+for f in "membar.sys" "fence.acq_rel.gpu" "fence.acq_rel.sys" "ld.acquire.gpu.global.u64 %a3, [%a0+16]"; do
 	cat > /tmp/fence.ptx <<EOF
 .version 8.0
 .target sm_90
 .address_size 64
 .visible .entry k(.param .u64 p) {
-	.reg .u64 %a<4>;
+	.reg .u64 %a<5>;
 	ld.param.u64 %a0, [p];
 	ld.global.u64 %a1, [%a0];
-	$f
+	$f;
 	ld.global.u64 %a2, [%a0];
-	add.u64 %a3, %a1, %a2;
-	st.global.u64 [%a0+8], %a3;
+	add.u64 %a4, %a1, %a2;
+	st.global.u64 [%a0+8], %a4;
 	ret;
 }
 EOF
-	ptxas -arch=sm_90 -o /tmp/fence.cubin /tmp/fence.ptx && cuobjdump -sass /tmp/fence.cubin > "$w/sass_${f//[^a-z_]/_}.txt"
-	r fence what=$f cctl_ivall=$(grep -c "CCTL.IVALL" "$w/sass_${f//[^a-z_]/_}.txt") sass="$(grep -oE '(MEMBAR|FENCE|CCTL|ERRBAR)[.A-Z_]*' "$w/sass_${f//[^a-z_]/_}.txt" | tr '\n' ',')"
+	n=${f%% *}; ptxas -arch=sm_90 -o /tmp/fence.cubin /tmp/fence.ptx && cuobjdump -sass /tmp/fence.cubin > "$w/sass_${n//[^a-z_]/_}.txt"
+	r fence what=$n sass="$(grep -oE '(LDG|MEMBAR|FENCE|CCTL|ERRBAR)[.A-Z_0-9]*' "$w/sass_${n//[^a-z_]/_}.txt" | tr '\n' ',')"
 done
 q="--no-stats --no-kernel-time"
 # A change of latency 0 → 3200 ns while the chase's launches run (as run 5 of cxl_gpu.md).
@@ -45,18 +47,25 @@ for at in ${LIVE_AT:-3800 4200 4600 5000}; do
 	where=$(grep -o "chase_slow launch=[0-9]* step=[0-9]*" "$w/live_$at.err" | head -1)
 	r live at_ms=$at written_unix_ns=$written first_slow_unix_ns=$seen clock_uncertainty_ns=$unc delay_ns=$(python3 -c "print(${seen:-0} - ${written:-0})") "$where"
 done
-# Pointer-chase latency against Δt.
+# Pointer-chase latency against Δt, and the emulator's cost at Δt = 0, alternating the
+# probe builds.
+objs="embedded= ${VARIANTS:-}"
 for rep in 1 2; do
-	v=$($b/chase 1024 50000 random | val ns_per_step); r chase rep=$rep lat=plain ns=$v
-	for l in 0 100 200 400 800 1600; do
-		v=$($cxl run $q --latency-ns $l --no-cap -- $b/chase 1024 50000 random | val ns_per_step); r chase rep=$rep lat=$l ns=$v
+	v=$($b/chase 1024 50000 random | val ns_per_step); r chase rep=$rep probe=none lat=plain ns=$v
+	for o in $objs; do
+		name=${o%%=*}; file=${o#*=}; obj=${file:+--object $file}
+		for l in 0 100 200 400 800 1600; do
+			v=$($cxl run $q $obj --latency-ns $l --no-cap -- $b/chase 1024 50000 random | val ns_per_step); r chase rep=$rep probe=$name lat=$l ns=$v
+		done
 	done
 done
-# The emulator's cost at Δt = 0, alternating.
 for rep in 1 2; do
 	for app in "stream 67108864 10" "sgemm 4096 5" "gather 16777216 1024 5"; do
 		name=${app%% *}
-		v=$($b/$app | val kernel_us); r cost app=$name cfg=plain rep=$rep us=$v
-		v=$($cxl run $q --latency-ns 0 --no-cap -- $b/$app | val kernel_us); r cost app=$name cfg=zero rep=$rep us=$v
+		v=$($b/$app | val kernel_us); r cost app=$name probe=none cfg=plain rep=$rep us=$v
+		for o in $objs; do
+			pn=${o%%=*}; file=${o#*=}; obj=${file:+--object $file}
+			v=$($cxl run $q $obj --latency-ns 0 --no-cap -- $b/$app | val kernel_us); r cost app=$name probe=$pn cfg=zero rep=$rep us=$v
+		done
 	done
 done

@@ -397,7 +397,7 @@ fn instrumented_real_ptx_assembles() {
                 // The wait helper's loop is in the module.
                 assert!(ptx.contains("nanosleep.u32"), "{f}");
                 // The configuration refresh's fence.
-                assert!(ptx.contains("membar.sys"), "{f}");
+                assert!(ptx.contains("fence.acq_rel.gpu"), "{f}");
                 // Kernel time: entry and exit probes.
                 assert!(ptx.contains("// bpftime-super: kprobe"), "{f}");
                 assert!(ptx.contains("// bpftime-super: kretprobe"), "{f}");

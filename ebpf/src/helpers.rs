@@ -148,6 +148,7 @@ helpers! {
     510 GET_WARP_ID "get_warp_id" () -> Scalar;
     511 GET_LANE_ID "get_lane_id" () -> Scalar;
     520 WAIT_UNTIL "wait_until" (Scalar, Scalar) -> Scalar;
+    521 MEMBAR_GPU "membar_gpu" () -> Void;
 }
 
 /// Helpers that need the application's process (host probes); the GPU has none of them.

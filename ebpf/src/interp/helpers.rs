@@ -267,7 +267,7 @@ impl Vm {
                 )?;
                 0
             }
-            h::MEMBAR => {
+            h::MEMBAR | h::MEMBAR_GPU => {
                 std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
                 0
             }

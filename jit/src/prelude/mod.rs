@@ -43,7 +43,10 @@
 //! (`bpf_prandom_state[4096]`, indexed by global thread id, seeded from `%globaltimer`);
 //! 520 `wait_until` spins on `%globaltimer` (with `nanosleep` unless r2 bit 0 is set);
 //! 503/504/505/508 write `%ctaid`/`%ntid`/`%tid`/`%nctaid` (x, y, z) to the non-NULL
-//! pointers r1..r3; 506 is `membar.sys`; 509 `%smid`; 510 `tid.x / 32`; 511 `%laneid`.
+//! pointers r1..r3; 506 is `membar.sys`; 509 `%smid`; 510 `tid.x / 32`; 511 `%laneid`;
+//! 521 `membar_gpu` is `fence.acq_rel.gpu`, which also drops the SM's L1 cache (ptxas
+//! follows every fence with `CCTL.IVALL`): a probe that reads host-updated data through L1
+//! calls it now and then to see the update, far cheaper than `membar.sys`.
 
 use crate::{JitOptions, MapBinding};
 use ebpf::helpers as h;
@@ -228,6 +231,14 @@ pub static HELPERS: &[HelperDef] = &[
         map_kinds: &[],
         inline_exit: false,
         body: |_| "\tmembar.sys;\n".into(),
+    },
+    HelperDef {
+        id: h::MEMBAR_GPU,
+        name: "membar_gpu",
+        nargs: 0,
+        map_kinds: &[],
+        inline_exit: false,
+        body: |_| "\tfence.acq_rel.gpu;\n".into(),
     },
     HelperDef {
         id: h::EXIT,

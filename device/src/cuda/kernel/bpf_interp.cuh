@@ -56,6 +56,7 @@
  *   | 508     | grid_dim                    | from the JobCtx index/n with blocks of 256, as|
  *   |         |                             | ebpf::interp does                            |
  *   | 506     | membar                      | membar.sys                                    |
+ *   | 521     | membar_gpu                  | fence.acq_rel.gpu (host: as 506)              |
  *   | 507     | exit                        | ends the run, r0 = 0                          |
  *   | 509-511 | sm_id, warp_id, lane_id     | GPU: %smid, tid.x/32, %laneid. Host: as       |
  *   |         |                             | ebpf::interp (env->thread, index%256/32, %32) |
@@ -177,6 +178,7 @@ BPF_FN bpf_u64 bpf_cas_rlx64(bpf_u64 a, bpf_u64 cmp, bpf_u64 v) { bpf_u64 o; asm
 BPF_FN bpf_u64 bpf_add_rlx64(bpf_u64 a, bpf_u64 v) { bpf_u64 o; asm volatile("atom.relaxed.sys.add.u64 %0, [%1], %2;" : "=l"(o) : "l"(a), "l"(v) : "memory"); return o; }
 BPF_FN void bpf_fence(void) { asm volatile("fence.acq_rel.sys;" ::: "memory"); }
 BPF_FN void bpf_membar(void) { asm volatile("membar.sys;" ::: "memory"); }
+BPF_FN void bpf_membar_gpu(void) { asm volatile("fence.acq_rel.gpu;" ::: "memory"); }
 BPF_FN void bpf_pause(void) { asm volatile("nanosleep.u32 64;" ::: "memory"); }
 BPF_FN bpf_u64 bpf_globaltimer(void) { bpf_u64 v; asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(v)); return v; }
 #define BPF_ATOM64(NAME, OP) \
@@ -216,6 +218,7 @@ BPF_FN bpf_u64 bpf_cas_rlx64(bpf_u64 a, bpf_u64 cmp, bpf_u64 v) { __atomic_compa
 BPF_FN bpf_u64 bpf_add_rlx64(bpf_u64 a, bpf_u64 v) { return __atomic_fetch_add((bpf_u64 *)a, v, BPF_MO_RLX); }
 BPF_FN void bpf_fence(void) { __atomic_thread_fence(BPF_MO_SC); }
 BPF_FN void bpf_membar(void) { __atomic_thread_fence(BPF_MO_SC); }
+BPF_FN void bpf_membar_gpu(void) { __atomic_thread_fence(BPF_MO_SC); }
 BPF_FN void bpf_pause(void) { }
 BPF_FN bpf_u64 bpf_clock(int realtime) {
     struct timespec ts;
@@ -252,6 +255,7 @@ BPF_FN bpf_u64 bpf_cas_rlx64(bpf_u64 a, bpf_u64 c, bpf_u64 v) { return bpf_cas_a
 BPF_FN bpf_u64 bpf_add_rlx64(bpf_u64 a, bpf_u64 v) { bpf_u64 o = *(bpf_u64 *)a; *(bpf_u64 *)a = o + v; return o; }
 BPF_FN void bpf_fence(void) { }
 BPF_FN void bpf_membar(void) { }
+BPF_FN void bpf_membar_gpu(void) { }
 BPF_FN void bpf_pause(void) { }
 BPF_FN bpf_u64 bpf_globaltimer(void) { return 0; }
 BPF_FN bpf_u64 bpf_atom_add64(bpf_u64 a, bpf_u64 v) { bpf_u64 o = *(bpf_u64 *)a; *(bpf_u64 *)a = o + v; return o; }
@@ -655,6 +659,7 @@ BPF_FN int bpf_call_helper(const struct bpf_prog_desc *p, bpf_s32 id, bpf_u64 *r
     case 503: case 504: case 505: case 508: case 509: case 510: case 511: break;
 #endif
     case 506: bpf_membar(); break;
+    case 521: bpf_membar_gpu(); break;
     case 507: regs[0] = 0; return BPF_HELPER_EXIT;
     default: return -BPF_INTERP_EHELPER;
     }
