@@ -50,16 +50,16 @@ done
 # Pointer-chase latency against Δt, and the emulator's cost at Δt = 0, alternating the
 # probe builds.
 objs="embedded= ${VARIANTS:-}"
-for rep in 1 2; do
+for rep in $(seq ${CHASE_REPS:-2}); do
 	v=$($b/chase 1024 50000 random | val ns_per_step); r chase rep=$rep probe=none lat=plain ns=$v
 	for o in $objs; do
 		name=${o%%=*}; file=${o#*=}; obj=${file:+--object $file}
-		for l in 0 100 200 400 800 1600; do
+		for l in ${CHASE_LAT:-0 100 200 400 800 1600}; do
 			v=$($cxl run $q $obj --latency-ns $l --no-cap -- $b/chase 1024 50000 random | val ns_per_step); r chase rep=$rep probe=$name lat=$l ns=$v
 		done
 	done
 done
-for rep in 1 2; do
+for rep in $(seq ${COST_REPS:-2}); do
 	for app in "stream 67108864 10" "sgemm 4096 5" "gather 16777216 1024 5"; do
 		name=${app%% *}
 		v=$($b/$app | val kernel_us); r cost app=$name probe=none cfg=plain rep=$rep us=$v
