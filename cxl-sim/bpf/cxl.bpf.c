@@ -15,9 +15,7 @@
 #include "bpftime_super.h"
 #include "cxl_abi.h"
 
-#ifndef CXL_REFRESH_PERIOD
-#define CXL_REFRESH_PERIOD CXL_REFRESH_NS
-#endif
+/* A tuning knob: the refresh's fence (bpf_membar to compare). */
 #ifndef CXL_REFRESH_FENCE
 #define CXL_REFRESH_FENCE bpf_membar_gpu
 #endif
@@ -51,7 +49,7 @@ struct {
 	__type(value, __u64);
 } cxl_tags SEC(".maps");
 
-/* Each SM's last configuration refresh (see the probe's end). */
+/* Each SM's last configuration refresh (below). */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, CXL_REFRESH_SLOTS);
@@ -121,9 +119,36 @@ int cxl_delay(void *ctx)
 			return 0;
 	}
 
+	/* The configuration came through this SM's L1, which the host's uploads do not
+	 * invalidate: a kernel whose working set never evicts it would keep its launch's
+	 * parameters. In the first 2^CXL_REFRESH_WINDOW_SHIFT ns of every
+	 * 2^CXL_REFRESH_SHIFT ns, an SM's first tier access stamps the SM's slot and fences,
+	 * which drops the SM's L1: from then on the SM reads what the host last uploaded.
+	 * Outside the window this costs a compare; inside, a lookup. */
+	__u64 tnow = m->timer;
+	if (((tnow >> CXL_REFRESH_WINDOW_SHIFT) &
+	     ((1ull << (CXL_REFRESH_SHIFT - CXL_REFRESH_WINDOW_SHIFT)) - 1)) == 0) {
+		__u32 sm = m->sm_id & (CXL_REFRESH_SLOTS - 1);
+		struct cxl_stamp *fresh = bpf_map_lookup_elem(&cxl_refresh, &sm);
+		if (fresh && tnow - fresh->t >= (1ull << CXL_REFRESH_WINDOW_SHIFT)) {
+			fresh->t = tnow;
+			CXL_REFRESH_FENCE();
+		}
+	}
+
+	/* A load's delay runs from when its data arrived: the timer is read on a branch of
+	 * the loaded value, so it waits for the data (the ctx's timer was read when the load
+	 * issued). The two arms call different helpers so that they cannot be merged. The
+	 * probe's own work below then runs inside the delay: an access costs its load, then
+	 * the longer of that work and the delay. */
+	__u64 arrived;
+	if (m->op == BPFTIME_MEM_STORE || m->value != 0x5bd1e9955bd1e995ull)
+		arrived = bpf_get_globaltimer();
+	else
+		arrived = bpf_ktime_get_ns();
 	/* Everything this access needs from memory is looked up first, with no branch on
-	 * what comes back in between, so that the loads are in flight together and with the
-	 * application's own load (the probe runs right after the load issued). */
+	 * what comes back in between, so that the loads are in flight together (and with the
+	 * application's own load). */
 	__u64 active = __builtin_popcount(m->warp_active);
 	__u64 bytes = (__u64)m->warp_sectors * 32;
 	int coalesced = active > 1 && bytes <= 2 * active * m->size;
@@ -143,10 +168,6 @@ int cxl_delay(void *ctx)
 		if (!h)
 			return 0;
 	}
-	__u32 sm = m->sm_id & (CXL_REFRESH_SLOTS - 1);
-	struct cxl_stamp *fresh = bpf_map_lookup_elem(&cxl_refresh, &sm);
-	if (!fresh)
-		return 0;
 	struct cxl_state *st = 0;
 	if (cost_unit) {
 		__u32 stripe = m->sm_id & (CXL_STRIPES - 1);
@@ -157,28 +178,6 @@ int cxl_delay(void *ctx)
 	__u64 tagv = tag ? *tag : 0;
 	__u64 last = h ? h->last : 0, last_stride = h ? h->stride : 0;
 	__u64 ep = st ? st->epoch : 0, t0 = st ? st->t0 : 0;
-	__u64 refreshed = fresh->t;
-
-	/* A load's delay runs from when its data arrived: the timer is read on a branch of
-	 * the loaded value, so it waits for the data (the ctx's timer was read when the load
-	 * issued). The two arms call different helpers so that they cannot be merged. The
-	 * lookups above are in flight meanwhile; the probe's work below runs inside the
-	 * delay: an access costs its load, then the longer of that work and the delay. */
-	__u64 arrived;
-	if (m->op == BPFTIME_MEM_STORE || m->value != 0x5bd1e9955bd1e995ull)
-		arrived = bpf_get_globaltimer();
-	else
-		arrived = bpf_ktime_get_ns();
-
-	/* The configuration above came through this SM's L1, which the host's uploads do not
-	 * invalidate (a kernel whose working set never evicts it would keep the parameters of
-	 * its launch). Every CXL_REFRESH_NS one access per SM fences, which drops the SM's L1:
-	 * from the next access on, the SM reads what the host last uploaded. (A tuning knob:
-	 * -DCXL_REFRESH_PERIOD=N, -DCXL_REFRESH_FENCE=bpf_membar, to compare variants.) */
-	if (m->timer - refreshed > CXL_REFRESH_PERIOD) {
-		fresh->t = m->timer;
-		CXL_REFRESH_FENCE();
-	}
 
 	/* The emulated cache: a hit never reaches the tier. */
 	if (tag) {

@@ -40,11 +40,16 @@ pub const KERNEL_SLOTS: usize = 256;
 pub const END_STRIPES: usize = 32;
 
 /// The delay probe reads the configuration through the SM's L1 cache, which the host's
-/// uploads do not invalidate. Every `REFRESH_NS` of `%globaltimer` an SM's next tier
-/// access fences (which drops the SM's L1), so a parameter change reaches running kernels
-/// within the shim's upload poll plus this period. The stamps are per SM
-/// (`%smid % REFRESH_SLOTS`, a [`CxlStamp`] each, in `cxl_refresh`).
-pub const REFRESH_NS: u64 = 100_000;
+/// uploads do not invalidate. In the first 2^[`REFRESH_WINDOW_SHIFT`] ns of every
+/// 2^`REFRESH_SHIFT` ns of `%globaltimer` (131 µs), an SM's first tier access stamps the
+/// SM's slot and fences (`bpf_membar_gpu`, which drops the SM's L1), so a parameter change
+/// reaches running kernels within the shim's upload poll plus one period. Outside the
+/// window the check is a compare. The stamps are per SM (`%smid % REFRESH_SLOTS`, a
+/// [`CxlStamp`] each, in `cxl_refresh`).
+pub const REFRESH_SHIFT: u32 = 17;
+/// log2 of the refresh window (8 µs): an SM with a tier access at least this often
+/// refreshes every period.
+pub const REFRESH_WINDOW_SHIFT: u32 = 13;
 /// SM slots of `cxl_refresh`: a power of two above any GPU's SM count.
 pub const REFRESH_SLOTS: usize = 256;
 
@@ -256,7 +261,7 @@ pub struct CxlKernel {
 
 /// A `%globaltimer` stamp of one SM stripe, in a cache line of its own: the latest exit of
 /// a block's thread 0 in the current launch (`cxl_kernel_end`), or the SM's last
-/// configuration refresh (`cxl_refresh`, see [`REFRESH_NS`]).
+/// configuration refresh (`cxl_refresh`, see [`REFRESH_SHIFT`]).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CxlStamp {
@@ -317,6 +322,7 @@ const _: () = assert!(std::mem::size_of::<CxlStamp>() == 128);
 const _: () = assert!(HIST_SLOTS.is_power_of_two());
 const _: () = assert!(STRIPES.is_power_of_two());
 const _: () = assert!(REFRESH_SLOTS.is_power_of_two());
+const _: () = assert!(REFRESH_WINDOW_SHIFT < REFRESH_SHIFT);
 
 /// The C declarations of this module, for `bpf/cxl_abi.h`.
 pub fn c_header() -> String {
@@ -325,7 +331,7 @@ pub fn c_header() -> String {
     );
     s += &format!("#define CXL_MAGIC 0x{MAGIC:016x}ULL\n#define CXL_VERSION {VERSION}\n");
     s += &format!(
-        "#define CXL_MAX_RANGES {MAX_RANGES}\n#define CXL_HIST_SLOTS {HIST_SLOTS}\n#define CXL_KERNEL_SLOTS {KERNEL_SLOTS}\n#define CXL_END_STRIPES {END_STRIPES}\n#define CXL_STRIPES {STRIPES}\n#define CXL_CACHE_SLOTS {CACHE_SLOTS}\n#define CXL_LINE_SHIFT {LINE_SHIFT}\n#define CXL_REFRESH_NS {REFRESH_NS}ULL\n#define CXL_REFRESH_SLOTS {REFRESH_SLOTS}\n"
+        "#define CXL_MAX_RANGES {MAX_RANGES}\n#define CXL_HIST_SLOTS {HIST_SLOTS}\n#define CXL_KERNEL_SLOTS {KERNEL_SLOTS}\n#define CXL_END_STRIPES {END_STRIPES}\n#define CXL_STRIPES {STRIPES}\n#define CXL_CACHE_SLOTS {CACHE_SLOTS}\n#define CXL_LINE_SHIFT {LINE_SHIFT}\n#define CXL_REFRESH_SHIFT {REFRESH_SHIFT}\n#define CXL_REFRESH_WINDOW_SHIFT {REFRESH_WINDOW_SHIFT}\n#define CXL_REFRESH_SLOTS {REFRESH_SLOTS}\n"
     );
     s += &format!(
         "#define CXL_FLAG_ENABLED {FLAG_ENABLED}\n#define CXL_FLAG_EVERYTHING {FLAG_EVERYTHING}\n#define CXL_FLAG_SPIN {FLAG_SPIN}\n#define CXL_FLAG_NO_WAIT {FLAG_NO_WAIT}\n#define CXL_FLAG_STATS {FLAG_STATS}\n"

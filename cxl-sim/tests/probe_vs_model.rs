@@ -263,12 +263,13 @@ fn disabled_probe_does_nothing_and_pointer_chase_is_random() {
 }
 
 /// A parameter change must reach running kernels, whose SMs' L1 caches keep the
-/// configuration they read: once per `REFRESH_NS` of the ctx's timer an SM's tier access
-/// stamps the SM's `cxl_refresh` slot and fences (on the GPU, the fence drops the SM's L1).
-/// In between, and on other SMs, nothing is stamped.
+/// configuration they read: in the first `2^REFRESH_WINDOW_SHIFT` ns of every
+/// `2^REFRESH_SHIFT` ns of the ctx's timer, an SM's first tier access stamps the SM's
+/// `cxl_refresh` slot and fences (on the GPU, the fence drops the SM's L1). Later accesses
+/// in the window, accesses outside it, and other SMs stamp nothing.
 #[test]
 fn configuration_is_refreshed_once_per_period_per_sm() {
-    use cxl_sim::abi::{REFRESH_NS, REFRESH_SLOTS};
+    use cxl_sim::abi::{REFRESH_SHIFT, REFRESH_SLOTS, REFRESH_WINDOW_SHIFT};
     let mut c = Params {
         latency_ns: 200.0,
         ..Params::default()
@@ -285,8 +286,12 @@ fn configuration_is_refreshed_once_per_period_per_sm() {
             .unwrap();
         u64::from_le_bytes(m.entries()[sm].1[..8].try_into().unwrap())
     };
-    let t0 = 1_764_000_000_000_000_000u64;
-    let at = |now: u64, addr: u64, sm: u32| {
+    let (period, window) = (1u64 << REFRESH_SHIFT, 1u64 << REFRESH_WINDOW_SHIFT);
+    // A period's start on %globaltimer's scale (nanoseconds since 1970).
+    let t0 = 1_764_000_000_000_000_000u64 & !(period - 1);
+    let mut addr = 0x7000_0000_0000u64;
+    let mut at = |now: u64, sm: u32| {
+        addr += 1 << 20;
         let a = Access {
             now,
             addr,
@@ -297,24 +302,22 @@ fn configuration_is_refreshed_once_per_period_per_sm() {
         };
         probe.run(&ctx(&a, 0, [0; 3], [0; 3], sm));
     };
-    at(t0, 0x7000_0000_0000, 3);
-    assert_eq!((stamp(3), stamp(4)), (t0, 0));
-    // Within the period: no refresh, also for an access the emulated cache holds.
-    at(t0 + REFRESH_NS / 2, 0x7000_0000_0000, 3);
-    at(t0 + REFRESH_NS, 0x7000_0010_0000, 3);
-    assert_eq!(stamp(3), t0);
-    at(t0 + REFRESH_NS + 1, 0x7000_0020_0000, 3);
-    assert_eq!(stamp(3), t0 + REFRESH_NS + 1);
+    // Outside the window: nothing.
+    at(t0 + window, 3);
+    assert_eq!(stamp(3), 0);
+    // The window's first access stamps; the next ones in it do not.
+    at(t0 + 5, 3);
+    assert_eq!((stamp(3), stamp(4)), (t0 + 5, 0));
+    at(t0 + window - 1, 3);
+    at(t0 + period - 1, 3);
+    assert_eq!(stamp(3), t0 + 5);
+    // The next period's window: again, once.
+    at(t0 + period + 7, 3);
+    at(t0 + period + 8, 3);
+    assert_eq!(stamp(3), t0 + period + 7);
     // SM ids wrap onto the slots; other SMs keep their own stamps.
-    at(
-        t0 + REFRESH_NS + 2,
-        0x7000_0030_0000,
-        4 + REFRESH_SLOTS as u32,
-    );
-    assert_eq!(
-        (stamp(3), stamp(4)),
-        (t0 + REFRESH_NS + 1, t0 + REFRESH_NS + 2)
-    );
+    at(t0 + period + 9, 4 + REFRESH_SLOTS as u32);
+    assert_eq!((stamp(3), stamp(4)), (t0 + period + 7, t0 + period + 9));
 }
 
 #[test]
