@@ -2,7 +2,7 @@
 # The delay probe with the configuration refresh (in a window of every 131 µs an SM's first
 # tier access fences, bpf_membar_gpu, which drops the SM's L1): a parameter change while the
 # chase runs (as run_device_live.sh), pointer-chase latency against Δt (as
-# run_device_final.sh), and emulator's cost at Δt = 0. Also whether `membar.sys` (bpf_membar) drops the SM's L1
+# run_device_final.sh), and the emulator's cost at Δt = 0. Also whether each fence drops the SM's L1
 # (the SASS has `CCTL.IVALL`). One `R …` line per measurement in $OUT/cxl6/log.txt.
 # VARIANTS="name=probe.o …" also measures the chase and the cost with those builds of
 # bpf/cxl.bpf.c (`cxl run --object`), alternating with the embedded probe ("embedded").
