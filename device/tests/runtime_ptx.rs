@@ -72,29 +72,40 @@ fn runtime_compiles_and_assembles() {
 }
 
 /// The measured alternatives kept as knobs still compile and assemble: the one-burst poll,
-/// the warp's cooperative slot read after the fence (plain or `.cv` loads), and the
-/// sequentially consistent completion fence. Each shows the instruction that sets it apart.
+/// the per-lane strong slot read after the fence, the warp's cooperative read with `.cv`
+/// loads, and the sequentially consistent completion fence. The cooperative read's loads
+/// (the default's, `ld_slot_v2`) are there with the right flavour, or absent.
 #[test]
 fn the_runtime_knobs_compile_and_assemble() {
     if !tools_or_skip() {
         return;
     }
-    for (name, pre, marks) in [
-        (
-            "one_burst",
-            "#define BPFT_TWO_PHASE 0",
-            "ld.relaxed.sys.v2.u64",
-        ),
-        ("coop_read", "#define BPFT_TWO_PHASE 2", "ld.global.v2.u64"),
+    // The instruction of each `ld_slot_v2` (its inline asm loads from its own register slot_g).
+    let slot_loads = |ptx: &str| -> Vec<String> {
+        ptx.lines()
+            .filter(|l| l.contains("[slot_g]"))
+            .filter_map(|l| l.split(';').find(|i| i.contains("[slot_g]")))
+            .map(|i| i.split_whitespace().next().unwrap_or("").to_string())
+            .collect()
+    };
+    let default = source::compile_runtime_with(90, "").expect("NVRTC compiles the runtime");
+    let loads = slot_loads(&default);
+    assert!(
+        !loads.is_empty() && loads.iter().all(|l| l == "ld.global.v2.u64"),
+        "the default reads few slots together with plain loads: {loads:?}"
+    );
+    for (name, pre, flavour) in [
+        ("one_burst", "#define BPFT_TWO_PHASE 0", None),
+        ("per_lane", "#define BPFT_TWO_PHASE 1", None),
         (
             "coop_read_cv",
-            "#define BPFT_TWO_PHASE 2\n#define BPFT_SLOT_LD \"ld.global.cv\"",
-            "ld.global.cv.v2.u64",
+            "#define BPFT_SLOT_LD \"ld.global.cv\"",
+            Some("ld.global.cv.v2.u64"),
         ),
         (
             "sc_fence",
             "#define BPFT_COMPLETION_FENCE \"fence.sc.sys;\"",
-            "fence.sc.sys",
+            Some("ld.global.v2.u64"),
         ),
     ] {
         let ptx = source::compile_runtime_with(90, pre).expect("NVRTC compiles the variant");
@@ -102,7 +113,17 @@ fn the_runtime_knobs_compile_and_assemble() {
             ptx.contains("fence.acq_rel.sys"),
             "{name}: the acquire fence"
         );
-        assert!(ptx.contains(marks), "{name}: no {marks}");
+        let loads = slot_loads(&ptx);
+        match flavour {
+            None => assert!(loads.is_empty(), "{name}: {loads:?}"),
+            Some(f) => assert!(
+                !loads.is_empty() && loads.iter().all(|l| l == f),
+                "{name}: {loads:?}"
+            ),
+        }
+        if name == "sc_fence" {
+            assert!(ptx.contains("fence.sc.sys"), "{name}");
+        }
         ptxas(name, &ptx);
     }
 }

@@ -35,12 +35,16 @@ typedef unsigned char u8;
 #define FULL_MASK 0xffffffffu
 
 // How the dispatcher reads the queue's slots. 1: the poll reads the seq and check words
-// only, and a ready lane reads its descriptor with strong loads after the acquire fence;
-// 2: the same poll, then the warp reads the ready slots together with plain loads after the
-// fence; 0: one burst reads whole slots (the check word vouches for them). A tuning knob,
-// compared in bench/results/gpu_service.md.
+// only, and each ready lane reads its descriptor with strong loads after the acquire fence;
+// 2: the same poll, then up to BPFT_COOP_MAX ready slots are read by the whole warp with
+// plain loads (which coalesce, where strong system-scope loads are served one at a time),
+// more as in 1; 0: one burst reads whole slots (the check word vouches for them). A tuning
+// knob, compared in bench/results/gpu_service.md.
 #ifndef BPFT_TWO_PHASE
-#define BPFT_TWO_PHASE 1
+#define BPFT_TWO_PHASE 2
+#endif
+#ifndef BPFT_COOP_MAX
+#define BPFT_COOP_MAX 8
 #endif
 // The load that phase two of BPFT_TWO_PHASE 2 reads slots with (a tuning knob: e.g.
 // "ld.global.cv", which fetches the line again instead of trusting a cached copy).
@@ -71,7 +75,7 @@ __device__ __forceinline__ void ld_rlx_sys_v2(const void *p, u64 &a, u64 &b) {
 // A plain 16-byte load for slot bodies ordered by an earlier fence (BPFT_SLOT_LD): unlike
 // strong loads, a warp's plain loads of one line coalesce into one request.
 __device__ __forceinline__ void ld_slot_v2(const void *p, u64 &a, u64 &b) {
-    asm volatile("{ .reg .u64 g; cvta.to.global.u64 g, %2; " BPFT_SLOT_LD ".v2.u64 {%0, %1}, [g]; }"
+    asm volatile("{ .reg .u64 slot_g; cvta.to.global.u64 slot_g, %2; " BPFT_SLOT_LD ".v2.u64 {%0, %1}, [slot_g]; }"
                  : "=l"(a), "=l"(b) : "l"(p) : "memory");
 }
 __device__ __forceinline__ u64 ld_rlx_sys(const void *p) {
@@ -522,6 +526,18 @@ __device__ __forceinline__ void reread_slot(const char *src, const char *isrc, u
     for (int i = 0; i < BPFT_INLINE_WORDS; i++) iw[i] = ld_rlx_sys(isrc + 8 * i);
 }
 
+// Reads a slot's descriptor (`src`, 8 strong 16-byte loads, the last bringing the first
+// inline word) and only the inline words (`isrc`) its job has, after the acquire fence.
+__device__ __forceinline__ void read_slot(const char *src, const char *isrc, u64 *dw, u64 *iw) {
+#pragma unroll
+    for (int i = 0; i < 14; i += 2) ld_rlx_sys_v2(src + 8 * i, dw[i], dw[i + 1]);
+    ld_rlx_sys_v2(src + 8 * 14, dw[14], iw[0]);
+    const int m = bpft_inline_words(dw);
+#pragma unroll
+    for (int i = 1; i < BPFT_INLINE_WORDS; i += 2)
+        if (i < m) ld_rlx_sys_v2(isrc + 8 * i, iw[i], iw[i + 1]);
+}
+
 // How many consecutive slots from the head are ready (one per lane), and the next poll's
 // width: doubled while every slot read was ready, else one past this batch.
 __device__ __forceinline__ u32 take_count(int ready, u32 &width) {
@@ -586,22 +602,22 @@ __device__ void dispatcher(const bpft_params &P) {
         asm volatile("fence.acq_rel.sys;" ::: "memory");
         int retry = 0;
 #if BPFT_TWO_PHASE == 2
-        // The warp reads the k ready slots together: instruction i reads slots 2i and 2i+1
-        // (lanes 0..15 the first, 16..31 the second, 16 bytes each, past seq and check), so
-        // a slot is two 128-byte requests. The loads are all in flight before any is used;
-        // each lane picks its own slot up from shared memory.
-        {
+        if (k <= BPFT_COOP_MAX) {
+            // A few ready slots: the warp reads them together. Instruction i reads slots 2i
+            // and 2i+1 (lanes 0..15 the first, 16..31 the second, 16 bytes each, past seq
+            // and check), so a slot is two 128-byte requests; all are in flight before any
+            // is used, and each lane picks its own slot up from shared memory.
             const u32 half = lane >> 4, chunk = lane & 15;
-            u64 body[16][2];
+            u64 body[(BPFT_COOP_MAX + 1) / 2][2];
 #pragma unroll
-            for (u32 i = 0; i < 16; i++) {
+            for (u32 i = 0; i < (BPFT_COOP_MAX + 1) / 2; i++) {
                 const u32 j = 2 * i + half;
                 if (chunk != 0 && j < k)
                     ld_slot_v2((const void *)(P.slots + ((pos + j) & P.queue_mask) * BPFT_SIZE_QueueSlot + 16 * chunk),
                                body[i][0], body[i][1]);
             }
 #pragma unroll
-            for (u32 i = 0; i < 16; i++) {
+            for (u32 i = 0; i < (BPFT_COOP_MAX + 1) / 2; i++) {
                 const u32 j = 2 * i + half;
                 if (chunk != 0 && j < k) {
                     stage[j][2 * chunk] = body[i][0];
@@ -616,29 +632,19 @@ __device__ void dispatcher(const bpft_params &P) {
                 for (int i = 0; i < BPFT_INLINE_WORDS; i++) iw[i] = stage[lane][17 + i];
             }
             __syncwarp();
-        }
-        if (lane < k) {
-            // A mismatch: a client that wrote no (or a wrong) check word, or a plain load
-            // that was served from a stale copy. Read again one strong word at a time, counted.
-            retry = chk != bpft_slot_check(seq, dw, iw);
-            if (retry) reread_slot(src, isrc, dw, iw);
+        } else if (lane < k) {
+            read_slot(src, isrc, dw, iw);
         }
 #else
+        if (lane < k) read_slot(src, isrc, dw, iw);
+#endif
         if (lane < k) {
-#pragma unroll
-            for (int i = 0; i < 14; i += 2) ld_rlx_sys_v2(src + 8 * i, dw[i], dw[i + 1]);
-            ld_rlx_sys_v2(src + 8 * 14, dw[14], iw[0]);
-            const int m = bpft_inline_words(dw);
-#pragma unroll
-            for (int i = 1; i < BPFT_INLINE_WORDS; i += 2)
-                if (i < m) ld_rlx_sys_v2(isrc + 8 * i, iw[i], iw[i + 1]);
             // Reads ordered after the fence cannot race the client: a mismatch means a
-            // client that writes no (or a wrong) check word. Read again one word at a time,
-            // counted.
+            // client that writes no (or a wrong) check word, or a plain load served from a
+            // stale copy. Read again one strong word at a time, counted.
             retry = chk != bpft_slot_check(seq, dw, iw);
             if (retry) reread_slot(src, isrc, dw, iw);
         }
-#endif
         count_torn(retry, torn, C, lane);
 #else
         // The slot bodies (bytes 16..256) with coalesced loads: one instruction reads two
