@@ -163,6 +163,8 @@ struct Worker {
     params: Params,
     grid: u32,
     next_entry: u32,
+    /// The entry each published id's index names (the kernel may read it at any time).
+    named: HashMap<u32, u32>,
     installed: HashMap<u32, Prog>,
     dev_maps: DeviceMaps,
     retired: Vec<u64>,
@@ -362,6 +364,7 @@ impl Worker {
             params,
             grid: 0,
             next_entry: 0,
+            named: HashMap::new(),
             installed: HashMap::new(),
             dev_maps: HashMap::new(),
             retired: Vec::new(),
@@ -587,18 +590,25 @@ impl Worker {
         ))
     }
 
+    /// The next entry round robin that no published index names: entries are immutable
+    /// while named, and one that was named a moment ago is reused only a lap later.
+    fn fresh_entry(&mut self) -> u32 {
+        next_unnamed(&mut self.next_entry, &self.named)
+    }
+
     /// Writes `e` into a fresh entry, then publishes its index for `id` (a 4-byte word:
     /// the kernel sees the old or the new index, never a mix).
     fn write_entry(&mut self, id: u32, e: &ProgEntry) -> Result<(), DeviceError> {
-        let idx = self.next_entry;
-        self.next_entry = (self.next_entry + 1) % MAX_ENTRIES;
+        let idx = self.fresh_entry();
         self.gpu
             .upload(self.copy, self.progs + idx as u64 * 64, as_bytes(e))?;
         self.gpu.upload(
             self.copy,
             self.prog_index + id as u64 * 4,
             &(idx + 1).to_le_bytes(),
-        )
+        )?;
+        self.named.insert(id, idx);
+        Ok(())
     }
 
     fn unpublish(&mut self, id: u32) -> Result<(), DeviceError> {
@@ -611,6 +621,7 @@ impl Worker {
                 self.prog_index + id as u64 * 4,
                 &0u32.to_le_bytes(),
             )?;
+            self.named.remove(&id);
         }
         Ok(())
     }
@@ -667,8 +678,7 @@ impl Worker {
             };
             entry.tier = TIER_NATIVE;
             entry.native_slot = *slot;
-            let idx = self.next_entry;
-            self.next_entry = (self.next_entry + 1) % MAX_ENTRIES;
+            let idx = self.fresh_entry();
             self.gpu
                 .upload(self.copy, self.progs + idx as u64 * 64, as_bytes(&entry))?;
             publish.push((*id, idx));
@@ -714,6 +724,7 @@ impl Worker {
                 self.prog_index + *id as u64 * 4,
                 &(idx + 1).to_le_bytes(),
             )?;
+            self.named.insert(*id, *idx);
             if let Some(x) = self.installed.get_mut(id) {
                 x.tier = TIER_NATIVE;
             }
@@ -1109,10 +1120,41 @@ fn build(
     }
 }
 
+/// The entry at `*next` or after it, round robin over [`MAX_ENTRIES`], that no id in `named`
+/// (id → entry) names; advances `*next` past it.
+fn next_unnamed(next: &mut u32, named: &HashMap<u32, u32>) -> u32 {
+    let taken: std::collections::HashSet<u32> = named.values().copied().collect();
+    loop {
+        let idx = *next;
+        *next = (*next + 1) % MAX_ENTRIES;
+        if !taken.contains(&idx) {
+            return idx;
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use ebpf::{MapDef, MapKind, MapOrigin};
+
+    /// Entries are immutable while an id names them: after a lap of publications by other
+    /// programs, the round robin skips the entries still named (the kernel may be reading
+    /// them) and wraps.
+    #[test]
+    fn a_named_entry_is_never_reused() {
+        let mut named = HashMap::from([(7u32, 2u32), (9, MAX_ENTRIES - 1)]);
+        let mut next = 0;
+        let got: Vec<u32> = (0..3).map(|_| next_unnamed(&mut next, &named)).collect();
+        assert_eq!(got, [0, 1, 3]);
+        next = MAX_ENTRIES - 2;
+        assert_eq!(next_unnamed(&mut next, &named), MAX_ENTRIES - 2);
+        // Wraps past the named last entry and the named entry 2.
+        assert_eq!(next_unnamed(&mut next, &named), 0);
+        named.insert(8, 1);
+        assert_eq!(next_unnamed(&mut next, &named), 3);
+        assert_eq!(next, 4);
+    }
     use shm_maps::{DirEntry, OnStale, RegionConfig};
 
     /// Found on the H200 (issue 18's recovery check): the worker bound a plain array with
