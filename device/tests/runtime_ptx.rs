@@ -71,11 +71,10 @@ fn runtime_compiles_and_assembles() {
     ptxas("dispatch", &dispatch);
 }
 
-/// The measured alternatives kept as knobs still compile and assemble: the one-burst poll
-/// (plain or strong body loads), the per-lane strong slot read after the fence, the warp's
-/// cooperative read with `.cv` loads, inline input in device scratch, the program lookup
-/// without its guess, and the sequentially consistent completion fence. The plain slot
-/// loads (`ld_slot_v2`) are there with the right flavour, or absent.
+/// The measured alternatives kept as knobs still compile and assemble: the one-burst poll,
+/// the per-lane strong slot read after the fence, the warp's cooperative read with `.cv`
+/// loads, and the sequentially consistent completion fence. The cooperative read's loads
+/// (the default's, `ld_slot_v2`) are there with the right flavour, or absent.
 #[test]
 fn the_runtime_knobs_compile_and_assemble() {
     if !tools_or_skip() {
@@ -96,31 +95,17 @@ fn the_runtime_knobs_compile_and_assemble() {
         "the default reads few slots together with plain loads: {loads:?}"
     );
     for (name, pre, flavour) in [
-        (
-            "one_burst",
-            "#define BPFT_TWO_PHASE 0",
-            Some("ld.global.v2.u64"),
-        ),
-        (
-            "one_burst_strong",
-            "#define BPFT_TWO_PHASE 0\n#define BPFT_BURST_LD ld_rlx_sys_v2",
-            None,
-        ),
-        (
-            "scratch_input",
-            "#define BPFT_LOCAL_INPUT 0",
-            Some("ld.global.v2.u64"),
-        ),
-        (
-            "no_lookup_guess",
-            "#define BPFT_PROG_SPEC 0",
-            Some("ld.global.v2.u64"),
-        ),
+        ("one_burst", "#define BPFT_TWO_PHASE 0", None),
         ("per_lane", "#define BPFT_TWO_PHASE 1", None),
         (
             "coop_read_cv",
             "#define BPFT_SLOT_LD \"ld.global.cv\"",
             Some("ld.global.cv.v2.u64"),
+        ),
+        (
+            "hop_split",
+            "#define BPFT_HOP_SPLIT 1",
+            Some("ld.global.v2.u64"),
         ),
         (
             "sc_fence",

@@ -46,13 +46,11 @@ typedef unsigned char u8;
 #ifndef BPFT_COOP_MAX
 #define BPFT_COOP_MAX 8
 #endif
-// The one-burst poll's body loads: ld_slot_v2 (plain, coalescing) or ld_rlx_sys_v2.
-#ifndef BPFT_BURST_LD
-#define BPFT_BURST_LD ld_slot_v2
-#endif
-// Inline job input on the dispatcher lane's stack (1) or its device scratch line (0).
-#ifndef BPFT_LOCAL_INPUT
-#define BPFT_LOCAL_INPUT 1
+// A diagnostic: 1 makes a one-record job's two hop words (Completion::gpu_hops) say where
+// its run goes instead: [0] from `started` to just before the program (lookup, checks,
+// input), [1] from `started` to just after it.
+#ifndef BPFT_HOP_SPLIT
+#define BPFT_HOP_SPLIT 0
 #endif
 // The load that phase two of BPFT_TWO_PHASE 2 reads slots with (a tuning knob: e.g.
 // "ld.global.cv", which fetches the line again instead of trusting a cached copy).
@@ -305,31 +303,13 @@ __device__ __forceinline__ char *completion_ptr(const bpft_params &P, u32 i) {
 
 __device__ __forceinline__ u64 now_ns(const bpft_params &P) { return globaltimer() + P.time_offset; }
 
-// Reads the program entry for `id`, or returns false. `last_id`/`last_idx` remember the
-// lane's previous lookup: when `id` is that program again, its entry is read together with
-// the index (one round trip to L2, not two) and kept if the index still names it (a
-// tuning knob, BPFT_PROG_SPEC). Entries are never rewritten while an index names them, so
-// an entry read beside an index that names it is that entry.
-#ifndef BPFT_PROG_SPEC
-#define BPFT_PROG_SPEC 1
-#endif
-__device__ bool lookup_prog(const bpft_params &P, u32 id, bpft_prog *out, u32 &last_id, u32 &last_idx) {
+// Reads the program entry for `id`, or returns false.
+__device__ bool lookup_prog(const bpft_params &P, u32 id, bpft_prog *out) {
     if (id >= P.max_progs) return false;
-    u64 *dst = (u64 *)out;
-    u32 idx;
-    if (BPFT_PROG_SPEC && last_idx != 0 && id == last_id) {
-        const u64 *guess = (const u64 *)((const bpft_prog *)P.progs + (last_idx - 1));
-        idx = ld_rlx_gpu32((const u32 *)P.prog_index + id);
-#pragma unroll
-        for (int i = 0; i < 8; i++) dst[i] = ld_rlx_gpu(guess + i);
-        if (idx == last_idx) return out->tier == BPFT_TIER_INTERP || out->tier == BPFT_TIER_NATIVE;
-    } else {
-        idx = ld_rlx_gpu32((const u32 *)P.prog_index + id);
-    }
-    last_id = id;
-    last_idx = idx;
+    u32 idx = ld_rlx_gpu32((const u32 *)P.prog_index + id);
     if (idx == 0) return false;
     const u64 *src = (const u64 *)((const bpft_prog *)P.progs + (idx - 1));
+    u64 *dst = (u64 *)out;
 #pragma unroll
     for (int i = 0; i < 8; i++) dst[i] = ld_rlx_gpu(src + i);
     return out->tier == BPFT_TIER_INTERP || out->tier == BPFT_TIER_NATIVE;
@@ -479,6 +459,9 @@ __device__ void run_short(const bpft_params &P, const bpft_job_desc &d, const bp
     u64 r0 = 0;
     u32 err_pc = 0;
     int e = run_record(P, p, d, in_base, out_base, 0, &r0, &err_pc);
+#if BPFT_HOP_SPLIT
+    hop_fence = (u32)(now_ns(P) - started);
+#endif
     if (res_base) st_rlx_sys((u64 *)res_base, e ? ~0ull : r0);
     finish_job(P, d, p, e ? ST_RUNTIME_ERROR : ST_OK, e ? 0 : 1, e ? 1 : 0, e ? 0 : r0, err_pc,
                0, (u32)e, started, hop_poll, hop_fence);
@@ -595,7 +578,6 @@ __device__ void dispatcher(const bpft_params &P) {
     __shared__ u64 stage[32][32];
 #endif
     u32 width = 1;  // lanes that read a slot in the next poll
-    u32 last_id = 0, last_idx = 0;  // this lane's last program lookup (lookup_prog)
     if (lane == 0) st_rlx_sys32(&C->running, 1);
     for (;;) {
         // Lane l looks at slot pos + l (lanes below `width`); lane 31 reads the stop word in
@@ -689,7 +671,7 @@ __device__ void dispatcher(const bpft_params &P) {
         for (u32 i = 0; i < 16; i++) {
             const u32 j = 2 * i + half;
             if (chunk != 0 && j < width)
-                BPFT_BURST_LD((const void *)(P.slots + ((pos + j) & P.queue_mask) * BPFT_SIZE_QueueSlot + 16 * chunk),
+                ld_rlx_sys_v2((const void *)(P.slots + ((pos + j) & P.queue_mask) * BPFT_SIZE_QueueSlot + 16 * chunk),
                               body[i][0], body[i][1]);
         }
         if (lane == 31) stop = ld_acq_sys32(&C->stop);
@@ -747,7 +729,7 @@ __device__ void dispatcher(const bpft_params &P) {
         u64 in_base = 0, out_base = 0, res_base = 0;
         int kind = 0;  // 0 none, 1 short, 2 ring, 3 forward
         if (lane < k) {
-            if (lookup_prog(P, d.prog_id, &p, last_id, last_idx) && validate(P, d, p, in_base, out_base, res_base)) {
+            if (lookup_prog(P, d.prog_id, &p) && validate(P, d, p, in_base, out_base, res_base)) {
                 if (d.flags & JF_INJECT_FAULT) asm volatile("trap;");
                 kind = (d.flags & JF_MAILBOX_PING) ? 4 : d.n == 1 ? 1 : 2;
             } else {
@@ -755,22 +737,20 @@ __device__ void dispatcher(const bpft_params &P) {
             }
         }
         if (kind == 1) {
-            // Inline input: run it from this lane's stack (local memory, which L1 keeps: the
-            // program's loads of it do not go to L2), or with BPFT_LOCAL_INPUT 0 from its
-            // device scratch line; never over PCIe.
+            // Inline input: run it from this lane's device scratch line, not over PCIe.
             const int m = bpft_inline_words(dw);
-#if BPFT_LOCAL_INPUT
-            u64 line[BPFT_INLINE_WORDS];
-#else
-            u64 *line = (u64 *)(P.scratch + 128 * lane);
-#endif
             if (m > 0) {
+                u64 *line = (u64 *)(P.scratch + 128 * lane);
 #pragma unroll
                 for (int i = 0; i < BPFT_INLINE_WORDS; i++)
                     if (i < m) line[i] = iw[i];
                 in_base = (u64)line;
             }
+#if BPFT_HOP_SPLIT
+            run_short(P, d, p, in_base, out_base, res_base, started, (u32)(now_ns(P) - started), 0);
+#else
             run_short(P, d, p, in_base, out_base, res_base, started, hop_poll, hop_fence);
+#endif
         }
         if (kind == 4) mailbox_ping(P, d, p, started);
         for (u32 l = 0; l < k; l++) {
