@@ -48,7 +48,8 @@ typedef unsigned char u8;
 #endif
 // A diagnostic: 1 makes a one-record job's two hop words (Completion::gpu_hops) say where
 // its run goes instead: [0] from `started` to just before the program (lookup, checks,
-// input), [1] from `started` to just after it.
+// input), [1] from `started` to just after it; 2: [0] to after the RUNNING and head
+// stores, [1] to after the program lookup and checks.
 #ifndef BPFT_HOP_SPLIT
 #define BPFT_HOP_SPLIT 0
 #endif
@@ -459,7 +460,7 @@ __device__ void run_short(const bpft_params &P, const bpft_job_desc &d, const bp
     u64 r0 = 0;
     u32 err_pc = 0;
     int e = run_record(P, p, d, in_base, out_base, 0, &r0, &err_pc);
-#if BPFT_HOP_SPLIT
+#if BPFT_HOP_SPLIT == 1
     hop_fence = (u32)(now_ns(P) - started);
 #endif
     if (res_base) st_rlx_sys((u64 *)res_base, e ? ~0ull : r0);
@@ -724,6 +725,9 @@ __device__ void dispatcher(const bpft_params &P) {
                 st_rlx_sys(&C->batches, batches);
             }
         }
+#if BPFT_HOP_SPLIT == 2
+        const u64 t_stored = now_ns(P);
+#endif
         // Classify and run, lane by lane in queue order for ring publication.
         bpft_prog p;
         u64 in_base = 0, out_base = 0, res_base = 0;
@@ -736,6 +740,9 @@ __device__ void dispatcher(const bpft_params &P) {
                 kind = 3;
             }
         }
+#if BPFT_HOP_SPLIT == 2
+        const u64 t_looked = now_ns(P);
+#endif
         if (kind == 1) {
             // Inline input: run it from this lane's device scratch line, not over PCIe.
             const int m = bpft_inline_words(dw);
@@ -746,8 +753,11 @@ __device__ void dispatcher(const bpft_params &P) {
                     if (i < m) line[i] = iw[i];
                 in_base = (u64)line;
             }
-#if BPFT_HOP_SPLIT
+#if BPFT_HOP_SPLIT == 1
             run_short(P, d, p, in_base, out_base, res_base, started, (u32)(now_ns(P) - started), 0);
+#elif BPFT_HOP_SPLIT == 2
+            run_short(P, d, p, in_base, out_base, res_base, started, (u32)(t_stored - started),
+                      (u32)(t_looked - started));
 #else
             run_short(P, d, p, in_base, out_base, res_base, started, hop_poll, hop_fence);
 #endif
