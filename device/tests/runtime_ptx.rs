@@ -94,6 +94,8 @@ fn the_runtime_knobs_compile_and_assemble() {
         !loads.is_empty() && loads.iter().all(|l| l == "ld.global.v2.u64"),
         "the default reads few slots together with plain loads: {loads:?}"
     );
+    // Program entries: four 16-byte loads from L2 (BPFT_ENTRY_STRONG 1: eight strong ones).
+    assert!(default.contains("ld.global.cg.v2.u64"), "entries from L2");
     for (name, pre, flavour) in [
         ("one_burst", "#define BPFT_TWO_PHASE 0", None),
         ("per_lane", "#define BPFT_TWO_PHASE 1", None),
@@ -105,6 +107,16 @@ fn the_runtime_knobs_compile_and_assemble() {
         (
             "hop_split",
             "#define BPFT_HOP_SPLIT 1",
+            Some("ld.global.v2.u64"),
+        ),
+        (
+            "hop_split_2",
+            "#define BPFT_HOP_SPLIT 2",
+            Some("ld.global.v2.u64"),
+        ),
+        (
+            "entry_strong",
+            "#define BPFT_ENTRY_STRONG 1",
             Some("ld.global.v2.u64"),
         ),
         (

@@ -304,15 +304,32 @@ __device__ __forceinline__ char *completion_ptr(const bpft_params &P, u32 i) {
 
 __device__ __forceinline__ u64 now_ns(const bpft_params &P) { return globaltimer() + P.time_offset; }
 
-// Reads the program entry for `id`, or returns false.
+// Reads the program entry for `id`, or returns false. The index word is a strong load (the
+// host rewrites it while the kernel runs); the entry it names is immutable while named
+// (worker.rs never reuses a named entry), so it is read with four plain 16-byte loads from
+// L2 (`.cg`: an L1 copy could be a reused entry's old bytes), all in flight at once, where
+// eight strong loads were served one after another (1.6 µs on an H200; with
+// BPFT_ENTRY_STRONG 1, a tuning knob, they still are).
+#ifndef BPFT_ENTRY_STRONG
+#define BPFT_ENTRY_STRONG 0
+#endif
+__device__ __forceinline__ void ld_cg_v2(const void *p, u64 &a, u64 &b) {
+    asm volatile("{ .reg .u64 cg_g; cvta.to.global.u64 cg_g, %2; ld.global.cg.v2.u64 {%0, %1}, [cg_g]; }"
+                 : "=l"(a), "=l"(b) : "l"(p) : "memory");
+}
 __device__ bool lookup_prog(const bpft_params &P, u32 id, bpft_prog *out) {
     if (id >= P.max_progs) return false;
     u32 idx = ld_rlx_gpu32((const u32 *)P.prog_index + id);
     if (idx == 0) return false;
     const u64 *src = (const u64 *)((const bpft_prog *)P.progs + (idx - 1));
     u64 *dst = (u64 *)out;
+#if BPFT_ENTRY_STRONG
 #pragma unroll
     for (int i = 0; i < 8; i++) dst[i] = ld_rlx_gpu(src + i);
+#else
+#pragma unroll
+    for (int i = 0; i < 8; i += 2) ld_cg_v2(src + i, dst[i], dst[i + 1]);
+#endif
     return out->tier == BPFT_TIER_INTERP || out->tier == BPFT_TIER_NATIVE;
 }
 
