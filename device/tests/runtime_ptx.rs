@@ -115,11 +115,6 @@ fn the_runtime_knobs_compile_and_assemble() {
             Some("ld.global.v2.u64"),
         ),
         (
-            "fence_late",
-            "#define BPFT_FENCE_LATE 1\n#define BPFT_SLOT_LD \"ld.global.cv\"",
-            Some("ld.global.cv.v2.u64"),
-        ),
-        (
             "entry_strong",
             "#define BPFT_ENTRY_STRONG 1",
             Some("ld.global.v2.u64"),

@@ -46,12 +46,6 @@ typedef unsigned char u8;
 #ifndef BPFT_COOP_MAX
 #define BPFT_COOP_MAX 8
 #endif
-// With BPFT_TWO_PHASE 2: 1 issues the acquire fence after the cooperative slot loads, so
-// that it runs while they are in flight (needs BPFT_SLOT_LD "ld.global.cv": an L1 copy of a
-// slot is not dropped before them); 0 fences first. A tuning knob.
-#ifndef BPFT_FENCE_LATE
-#define BPFT_FENCE_LATE 0
-#endif
 // A diagnostic: 1 makes a one-record job's two hop words (Completion::gpu_hops) say where
 // its run goes instead: [0] from `started` to just before the program (lookup, checks,
 // input), [1] from `started` to just after it; 2: [0] to after the RUNNING and head
@@ -632,9 +626,7 @@ __device__ void dispatcher(const bpft_params &P) {
         // A relaxed load that saw the client's release store of seq, then a fence: every
         // load below is ordered after it (an acquire pattern).
         const u64 t_seen = globaltimer();
-#if !(BPFT_TWO_PHASE == 2 && BPFT_FENCE_LATE)
         asm volatile("fence.acq_rel.sys;" ::: "memory");
-#endif
         int retry = 0;
 #if BPFT_TWO_PHASE == 2
         if (k <= BPFT_COOP_MAX) {
@@ -651,11 +643,6 @@ __device__ void dispatcher(const bpft_params &P) {
                     ld_slot_v2((const void *)(P.slots + ((pos + j) & P.queue_mask) * BPFT_SIZE_QueueSlot + 16 * chunk),
                                body[i][0], body[i][1]);
             }
-#if BPFT_FENCE_LATE
-            // The fence while the slot reads are in flight (they were issued after the seq
-            // loads returned; the check word vouches for what they read).
-            asm volatile("fence.acq_rel.sys;" ::: "memory");
-#endif
 #pragma unroll
             for (u32 i = 0; i < (BPFT_COOP_MAX + 1) / 2; i++) {
                 const u32 j = 2 * i + half;
@@ -672,11 +659,8 @@ __device__ void dispatcher(const bpft_params &P) {
                 for (int i = 0; i < BPFT_INLINE_WORDS; i++) iw[i] = stage[lane][17 + i];
             }
             __syncwarp();
-        } else {
-#if BPFT_FENCE_LATE
-            asm volatile("fence.acq_rel.sys;" ::: "memory");
-#endif
-            if (lane < k) read_slot(src, isrc, dw, iw);
+        } else if (lane < k) {
+            read_slot(src, isrc, dw, iw);
         }
 #else
         if (lane < k) read_slot(src, isrc, dw, iw);
