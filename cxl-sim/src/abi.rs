@@ -47,9 +47,10 @@ pub const END_STRIPES: usize = 32;
 /// window the check is a compare. The stamps are per SM (`%smid % REFRESH_SLOTS`, a
 /// [`CxlStamp`] each, in `cxl_refresh`).
 pub const REFRESH_SHIFT: u32 = 17;
-/// log2 of the refresh window (8 µs): an SM with a tier access at least this often
-/// refreshes every period.
-pub const REFRESH_WINDOW_SHIFT: u32 = 13;
+/// log2 of the refresh window (2 µs): an SM with a tier access at least this often
+/// refreshes every period; in the window each tier access costs a lookup (on the H200's
+/// pointer chase, a window of 8 µs, one access in 16, cost 16–22 ns a step).
+pub const REFRESH_WINDOW_SHIFT: u32 = 11;
 /// SM slots of `cxl_refresh`: a power of two above any GPU's SM count.
 pub const REFRESH_SLOTS: usize = 256;
 
