@@ -119,6 +119,23 @@ int cxl_delay(void *ctx)
 			return 0;
 	}
 
+	/* The configuration came through this SM's L1, which the host's uploads do not
+	 * invalidate: a kernel whose working set never evicts it would keep its launch's
+	 * parameters. In the first 2^CXL_REFRESH_WINDOW_SHIFT ns of every
+	 * 2^CXL_REFRESH_SHIFT ns, an SM's first tier access stamps the SM's slot and fences,
+	 * which drops the SM's L1: from then on the SM reads what the host last uploaded.
+	 * Outside the window this costs a compare; inside, a lookup. */
+	__u64 tnow = m->timer;
+	if (((tnow >> CXL_REFRESH_WINDOW_SHIFT) &
+	     ((1ull << (CXL_REFRESH_SHIFT - CXL_REFRESH_WINDOW_SHIFT)) - 1)) == 0) {
+		__u32 sm = m->sm_id & (CXL_REFRESH_SLOTS - 1);
+		struct cxl_stamp *fresh = bpf_map_lookup_elem(&cxl_refresh, &sm);
+		if (fresh && tnow - fresh->t >= (1ull << CXL_REFRESH_WINDOW_SHIFT)) {
+			fresh->t = tnow;
+			CXL_REFRESH_FENCE();
+		}
+	}
+
 	/* A load's delay runs from when its data arrived: the timer is read on a branch of
 	 * the loaded value, so it waits for the data (the ctx's timer was read when the load
 	 * issued). The two arms call different helpers so that they cannot be merged. The
@@ -234,24 +251,6 @@ int cxl_delay(void *ctx)
 	stat_add(flags, CXL_STAT_BYTES, bytes);
 	stat_add(flags, CXL_STAT_DELAY_NS, delay);
 	stat_add(flags, CXL_STAT_SEQUENTIAL + pat, 1);
-	/* The configuration came through this SM's L1, which the host's uploads do not
-	 * invalidate: a kernel whose working set never evicts it would keep its launch's
-	 * parameters. In the first 2^CXL_REFRESH_WINDOW_SHIFT ns of every
-	 * 2^CXL_REFRESH_SHIFT ns, an SM's first tier access that reaches here stamps the SM's
-	 * slot and fences, which drops the SM's L1: from then on the SM reads what the host
-	 * last uploaded. Here, just before the wait, the check runs inside the delay (placed
-	 * before the data wait it cost the pointer chase 16-22 ns a step at every Δt);
-	 * accesses the emulated cache holds return before it and never refresh. */
-	__u64 tnow = m->timer;
-	if (((tnow >> CXL_REFRESH_WINDOW_SHIFT) &
-	     ((1ull << (CXL_REFRESH_SHIFT - CXL_REFRESH_WINDOW_SHIFT)) - 1)) == 0) {
-		__u32 sm = m->sm_id & (CXL_REFRESH_SLOTS - 1);
-		struct cxl_stamp *fresh = bpf_map_lookup_elem(&cxl_refresh, &sm);
-		if (fresh && tnow - fresh->t >= (1ull << CXL_REFRESH_WINDOW_SHIFT)) {
-			fresh->t = tnow;
-			CXL_REFRESH_FENCE();
-		}
-	}
 	if (delay && !(flags & CXL_FLAG_NO_WAIT)) {
 		__u64 t = bpf_wait_until(arrived + delay, (flags & CXL_FLAG_SPIN) ? 1 : 0);
 		stat_add(flags, CXL_STAT_WAITED_NS, t - arrived);
