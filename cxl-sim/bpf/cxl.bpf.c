@@ -121,12 +121,13 @@ int cxl_delay(void *ctx)
 
 	/* The configuration came through this SM's L1, which the host's uploads do not
 	 * invalidate: a kernel whose working set never evicts it would keep its launch's
-	 * parameters. In the first 2^CXL_REFRESH_WINDOW_SHIFT ns of every
-	 * 2^CXL_REFRESH_SHIFT ns, an SM's first tier access stamps the SM's slot and fences,
-	 * which drops the SM's L1: from then on the SM reads what the host last uploaded.
-	 * Outside the window this costs a compare; inside, a lookup. */
+	 * parameters. With CXL_FLAG_REFRESH (set when parameters change at run time), in the
+	 * first 2^CXL_REFRESH_WINDOW_SHIFT ns of every 2^CXL_REFRESH_SHIFT ns, an SM's first
+	 * tier access stamps the SM's slot and fences, which drops the SM's L1: from then on
+	 * the SM reads what the host last uploaded. Outside the window this costs a compare;
+	 * inside, a lookup. */
 	__u64 tnow = m->timer;
-	if (((tnow >> CXL_REFRESH_WINDOW_SHIFT) &
+	if ((flags & CXL_FLAG_REFRESH) && ((tnow >> CXL_REFRESH_WINDOW_SHIFT) &
 	     ((1ull << (CXL_REFRESH_SHIFT - CXL_REFRESH_WINDOW_SHIFT)) - 1)) == 0) {
 		__u32 sm = m->sm_id & (CXL_REFRESH_SLOTS - 1);
 		struct cxl_stamp *fresh = bpf_map_lookup_elem(&cxl_refresh, &sm);

@@ -19,6 +19,7 @@
 #define CXL_FLAG_SPIN 4
 #define CXL_FLAG_NO_WAIT 8
 #define CXL_FLAG_STATS 16
+#define CXL_FLAG_REFRESH 32
 #define CXL_PLACE_NONE 0
 #define CXL_PLACE_SIZE 1
 #define CXL_PLACE_LOCAL 2

@@ -40,7 +40,7 @@ pub const KERNEL_SLOTS: usize = 256;
 pub const END_STRIPES: usize = 32;
 
 /// The delay probe reads the configuration through the SM's L1 cache, which the host's
-/// uploads do not invalidate. In the first 2^[`REFRESH_WINDOW_SHIFT`] ns of every
+/// uploads do not invalidate. With [`FLAG_REFRESH`], in the first 2^[`REFRESH_WINDOW_SHIFT`] ns of every
 /// 2^`REFRESH_SHIFT` ns of `%globaltimer` (131 µs), an SM's first tier access stamps the
 /// SM's slot and fences (`bpf_membar_gpu`, which drops the SM's L1), so a parameter change
 /// reaches running kernels within the shim's upload poll plus one period. Outside the
@@ -73,6 +73,10 @@ pub const FLAG_SPIN: u64 = 4;
 pub const FLAG_NO_WAIT: u64 = 8;
 /// `flags`: keep the `cxl_stats` counters (an atomic per counter and request).
 pub const FLAG_STATS: u64 = 16;
+/// `flags`: refresh the configuration in running kernels (see [`REFRESH_SHIFT`]). The
+/// check sits on the probe's path before the data wait, where it cost a pointer chase
+/// 16–22 ns a step on an H200, so `cxl run` sets it only when `--at` changes parameters.
+pub const FLAG_REFRESH: u64 = 32;
 
 /// One address range of the tier. With `interleave_local + interleave_cxl > 0`, pages of
 /// `1 << page_shift` bytes alternate: the first `interleave_local` of every group stay
@@ -335,7 +339,7 @@ pub fn c_header() -> String {
         "#define CXL_MAX_RANGES {MAX_RANGES}\n#define CXL_HIST_SLOTS {HIST_SLOTS}\n#define CXL_KERNEL_SLOTS {KERNEL_SLOTS}\n#define CXL_END_STRIPES {END_STRIPES}\n#define CXL_STRIPES {STRIPES}\n#define CXL_CACHE_SLOTS {CACHE_SLOTS}\n#define CXL_LINE_SHIFT {LINE_SHIFT}\n#define CXL_REFRESH_SHIFT {REFRESH_SHIFT}\n#define CXL_REFRESH_WINDOW_SHIFT {REFRESH_WINDOW_SHIFT}\n#define CXL_REFRESH_SLOTS {REFRESH_SLOTS}\n"
     );
     s += &format!(
-        "#define CXL_FLAG_ENABLED {FLAG_ENABLED}\n#define CXL_FLAG_EVERYTHING {FLAG_EVERYTHING}\n#define CXL_FLAG_SPIN {FLAG_SPIN}\n#define CXL_FLAG_NO_WAIT {FLAG_NO_WAIT}\n#define CXL_FLAG_STATS {FLAG_STATS}\n"
+        "#define CXL_FLAG_ENABLED {FLAG_ENABLED}\n#define CXL_FLAG_EVERYTHING {FLAG_EVERYTHING}\n#define CXL_FLAG_SPIN {FLAG_SPIN}\n#define CXL_FLAG_NO_WAIT {FLAG_NO_WAIT}\n#define CXL_FLAG_STATS {FLAG_STATS}\n#define CXL_FLAG_REFRESH {FLAG_REFRESH}\n"
     );
     s += &format!(
         "#define CXL_PLACE_NONE {PLACE_NONE}\n#define CXL_PLACE_SIZE {PLACE_SIZE}\n#define CXL_PLACE_LOCAL {PLACE_LOCAL}\n#define CXL_PLACE_INTERLEAVE {PLACE_INTERLEAVE}\n"

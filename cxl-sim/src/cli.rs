@@ -412,13 +412,21 @@ fn run_once_with(
     echo: bool,
     changes: &[cxl_sim::live::Change],
 ) -> Result<RunOut> {
-    let config = probe_config(tier, p)?;
+    // Running kernels refresh their copy of the configuration only when it will change
+    // (the check costs the probe's path: `abi::FLAG_REFRESH`).
+    let live = |mut c: CxlConfig| {
+        if !changes.is_empty() {
+            c.flags |= cxl_sim::abi::FLAG_REFRESH;
+        }
+        c
+    };
+    let config = live(probe_config(tier, p)?);
     // Every change, checked before CMD starts: each applies on top of the last.
     let mut plan = Vec::new();
     let mut q = p.clone();
     for c in changes {
         q = c.apply(&q).map_err(anyhow::Error::msg)?;
-        plan.push((c.after, probe_config(tier, &q)?, format!("{c:?}")));
+        plan.push((c.after, live(probe_config(tier, &q)?), format!("{c:?}")));
     }
     // The probe objects for this run; removed when `scratch` drops, on every exit path.
     let scratch = tempfile::Builder::new()

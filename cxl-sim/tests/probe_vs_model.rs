@@ -277,6 +277,24 @@ fn configuration_is_refreshed_once_per_period_per_sm() {
     .config(true)
     .unwrap();
     c.flags |= FLAG_NO_WAIT;
+    // Off without FLAG_REFRESH.
+    let off = Probe::new(&c);
+    let a = Access {
+        now: 1_764_000_000_000_000_000u64 & !((1u64 << REFRESH_SHIFT) - 1),
+        addr: 0x7000_0000_0000,
+        size: 8,
+        active: 1,
+        sectors: 1,
+        store: false,
+    };
+    off.run(&ctx(&a, 0, [0; 3], [0; 3], 3));
+    let (_, m) = off
+        .maps
+        .iter()
+        .find(|(n, _)| n.ends_with("cxl_refresh"))
+        .unwrap();
+    assert!(m.entries().iter().all(|(_, v)| v.iter().all(|b| *b == 0)));
+    c.flags |= cxl_sim::abi::FLAG_REFRESH;
     let probe = Probe::new(&c);
     let stamp = |sm: usize| {
         let (_, m) = probe
