@@ -33,6 +33,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+/// How often a restart that takes long says what it is doing.
+const RESTART_REPORT: Duration = Duration::from_secs(5);
+
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
@@ -79,6 +82,8 @@ struct Shared {
     standby_starting: AtomicBool,
     /// `(ms, warm)` of the last restart after a fault.
     last_restart: Mutex<(f64, bool)>,
+    /// What a restart in progress is doing (logged when it takes long).
+    restart_step: Mutex<&'static str>,
     control: Arc<Control>,
     stats: Arc<WorkerStats>,
     host_stats: Arc<WorkerStats>,
@@ -336,6 +341,7 @@ impl Shared {
             standby_starting: AtomicBool::new(false),
             drain: Mutex::new(()),
             last_restart: Mutex::new((0.0, false)),
+            restart_step: Mutex::new(""),
             control,
             stats: Arc::new(WorkerStats::default()),
             host_stats: Arc::new(WorkerStats::default()),
@@ -826,26 +832,45 @@ impl Shared {
     /// After the worker died: finish what it had taken, restart it, resend programs.
     fn recover(self: &Arc<Self>, why: &str) {
         tracing::error!("{why}: recovering");
-        let n = self.fail_taken(why);
-        self.region_dev.store(0, Ordering::Release);
-        self.clear_mailbox();
-        // While the new worker starts and receives the programs, this thread waits on the
-        // worker's replies. Its kernel serves the queue meanwhile and, at a million jobs a
-        // second, fills the done log (or the forward ring) within tens of milliseconds,
-        // then waits for room; a worker that waits for that kernel (a generation swap)
-        // would then wait forever. A helper drains both until the restart is over, so GPU
-        // progress never depends on the restart's requests.
-        let done = std::sync::atomic::AtomicBool::new(false);
+        let t = Instant::now();
+        let finished = std::sync::atomic::AtomicBool::new(false);
+        let drained = std::sync::atomic::AtomicBool::new(false);
         std::thread::scope(|sc| {
+            // Says, every RESTART_REPORT, what a recovery that takes long is doing.
             sc.spawn(|| {
-                while !done.load(Ordering::Acquire) {
+                let mut next_report = RESTART_REPORT;
+                while !finished.load(Ordering::Acquire) {
+                    std::thread::sleep(Duration::from_millis(50));
+                    if t.elapsed() >= next_report {
+                        next_report += RESTART_REPORT;
+                        tracing::warn!(
+                            step = *lock(&self.restart_step),
+                            secs = t.elapsed().as_secs(),
+                            "the recovery from the GPU fault is taking long"
+                        );
+                    }
+                }
+            });
+            *lock(&self.restart_step) = "failing the jobs the dead worker had taken";
+            let n = self.fail_taken(why);
+            self.region_dev.store(0, Ordering::Release);
+            self.clear_mailbox();
+            // While the new worker starts and receives the programs, this thread waits on
+            // the worker's replies. Its kernel serves the queue meanwhile and, at a million
+            // jobs a second, fills the done log (or the forward ring) within tens of
+            // milliseconds, then waits for room; a worker that waits for that kernel (a
+            // generation swap) would then wait forever. A helper drains both until the
+            // restart is over, so GPU progress never depends on the restart's requests.
+            sc.spawn(|| {
+                while !drained.load(Ordering::Acquire) {
                     if self.drain_done(4096) + self.drain_fwd(64) == 0 {
                         std::thread::sleep(Duration::from_micros(50));
                     }
                 }
             });
             self.restart(n);
-            done.store(true, Ordering::Release);
+            drained.store(true, Ordering::Release);
+            finished.store(true, Ordering::Release);
         });
     }
 
@@ -879,7 +904,9 @@ impl Shared {
     fn restart(self: &Arc<Self>, failed: u64) {
         let t = Instant::now();
         let mut warm = false;
+        let step = |s: &'static str| *lock(&self.restart_step) = s;
         if let Some(mut sb) = lock(&self.standby).take() {
+            step("activating the warm standby");
             match sb
                 .request(&Cmd::Activate)
                 .and_then(|m| self.await_ready(&mut sb, Some(m)))
@@ -899,6 +926,7 @@ impl Shared {
         }
         let mut delay = Duration::from_millis(10);
         while !warm && !self.quit.load(Ordering::Acquire) {
+            step("starting a new worker");
             match self.spawn() {
                 Ok(link) => {
                     *lock(&self.link) = Some(link);
@@ -912,10 +940,12 @@ impl Shared {
             }
         }
         for p in self.table.list() {
+            step("sending the programs to the new worker");
             if let Err(e) = self.send_program(p.id) {
                 tracing::error!(id = p.id, "cannot send the program to the new worker: {e}");
             }
         }
+        step("");
         self.recoveries.fetch_add(1, Ordering::Relaxed);
         let ms = t.elapsed().as_secs_f64() * 1e3;
         *lock(&self.last_restart) = (ms, warm);
