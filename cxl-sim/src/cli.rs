@@ -404,6 +404,32 @@ fn probe_config(tier: &TierArgs, p: &Params) -> Result<CxlConfig> {
     Ok(config)
 }
 
+/// A run's configurations: the one CMD starts with, then one per `--at` change (when,
+/// configuration, what changed), each change applied on top of the last and checked
+/// before CMD starts. Running kernels refresh their copy of the configuration only when
+/// it will change (the check costs the probe's path: `abi::FLAG_REFRESH`).
+type Plan = Vec<(std::time::Duration, CxlConfig, String)>;
+fn run_plan(
+    tier: &TierArgs,
+    p: &Params,
+    changes: &[cxl_sim::live::Change],
+) -> Result<(CxlConfig, Plan)> {
+    let live = |mut c: CxlConfig| {
+        if !changes.is_empty() {
+            c.flags |= cxl_sim::abi::FLAG_REFRESH;
+        }
+        c
+    };
+    let config = live(probe_config(tier, p)?);
+    let mut plan = Vec::new();
+    let mut q = p.clone();
+    for c in changes {
+        q = c.apply(&q).map_err(anyhow::Error::msg)?;
+        plan.push((c.after, live(probe_config(tier, &q)?), format!("{c:?}")));
+    }
+    Ok((config, plan))
+}
+
 /// [`run_once`], changing parameters at the given times.
 fn run_once_with(
     tier: &TierArgs,
@@ -412,22 +438,7 @@ fn run_once_with(
     echo: bool,
     changes: &[cxl_sim::live::Change],
 ) -> Result<RunOut> {
-    // Running kernels refresh their copy of the configuration only when it will change
-    // (the check costs the probe's path: `abi::FLAG_REFRESH`).
-    let live = |mut c: CxlConfig| {
-        if !changes.is_empty() {
-            c.flags |= cxl_sim::abi::FLAG_REFRESH;
-        }
-        c
-    };
-    let config = live(probe_config(tier, p)?);
-    // Every change, checked before CMD starts: each applies on top of the last.
-    let mut plan = Vec::new();
-    let mut q = p.clone();
-    for c in changes {
-        q = c.apply(&q).map_err(anyhow::Error::msg)?;
-        plan.push((c.after, live(probe_config(tier, &q)?), format!("{c:?}")));
-    }
+    let (config, plan) = run_plan(tier, p, changes)?;
     // The probe objects for this run; removed when `scratch` drops, on every exit path.
     let scratch = tempfile::Builder::new()
         .prefix("bpftime-cxl-")
@@ -806,4 +817,46 @@ fn allocs_from_log(path: &Path) -> Result<Vec<Alloc>> {
         }
     }
     Ok(allocs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run_args(args: &[&str]) -> (TierArgs, Vec<cxl_sim::live::Change>) {
+        let mut argv = vec!["bpftime-super-cxl", "run"];
+        argv.extend_from_slice(args);
+        argv.extend_from_slice(&["--", "true"]);
+        match Cli::try_parse_from(argv).unwrap().cmd {
+            Cmd::Run { tier, changes, .. } => (tier, changes),
+            other => panic!("not run: {other:?}"),
+        }
+    }
+
+    /// The configuration refresh costs the probe's path, so it is on only in runs whose
+    /// parameters change while the application runs, and then in every configuration.
+    #[test]
+    fn only_runs_with_changes_refresh_the_configuration() {
+        let refresh = |c: &CxlConfig| c.flags & cxl_sim::abi::FLAG_REFRESH != 0;
+        let (tier, changes) = run_args(&["--latency-ns", "100"]);
+        let (config, plan) = run_plan(&tier, &tier.params().unwrap(), &changes).unwrap();
+        assert!(!refresh(&config) && plan.is_empty());
+        let (tier, changes) = run_args(&[
+            "--latency-ns",
+            "100",
+            "--at",
+            "1s:latency-ns=800",
+            "--at",
+            "2s:bandwidth-gbps=16",
+        ]);
+        let (config, plan) = run_plan(&tier, &tier.params().unwrap(), &changes).unwrap();
+        assert!(refresh(&config));
+        assert_eq!(plan.len(), 2);
+        assert!(plan.iter().all(|(_, c, _)| refresh(c)));
+        // Each change applies on top of the last: the second keeps the first's latency.
+        assert_eq!(plan[0].0, std::time::Duration::from_secs(1));
+        assert_eq!(plan[1].1.latency, plan[0].1.latency);
+        assert_ne!(plan[0].1.latency, config.latency);
+        assert_ne!(plan[1].1.byte_cost, plan[0].1.byte_cost);
+    }
 }
