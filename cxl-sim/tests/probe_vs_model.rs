@@ -56,13 +56,13 @@ impl Probe {
         assert_eq!(self.vm.run_mem(&mut b, &mut Env::new(0)).unwrap(), 0);
     }
 
+    /// The probe's map whose name ends with `name`.
+    fn map(&self, name: &str) -> &Arc<dyn MapOps> {
+        &self.maps.iter().find(|(n, _)| n.ends_with(name)).unwrap().1
+    }
+
     fn stat(&self, i: usize) -> u64 {
-        let (_, m) = self
-            .maps
-            .iter()
-            .find(|(n, _)| n.ends_with("cxl_stats"))
-            .unwrap();
-        let e = m.entries();
+        let e = self.map("cxl_stats").entries();
         u64::from_le_bytes(e[i].1[..8].try_into().unwrap())
     }
 }
@@ -87,6 +87,18 @@ fn ctx(a: &Access, site: u32, block: [u32; 3], thread: [u32; 3], sm: u32) -> Mem
         warp_sectors: a.sectors,
         leader: 1,
         ..Default::default()
+    }
+}
+
+/// A one-lane 8-byte load.
+fn scalar(now: u64, addr: u64) -> Access {
+    Access {
+        now,
+        addr,
+        size: 8,
+        active: 1,
+        sectors: 1,
+        store: false,
     }
 }
 
@@ -223,14 +235,7 @@ fn probe_checks_ranges_and_interleave_as_the_model_does() {
 fn disabled_probe_does_nothing_and_pointer_chase_is_random() {
     // The object as built: flags 0.
     let probe = Probe::new(&CxlConfig::new());
-    let a = Access {
-        now: 1,
-        addr: 4096,
-        size: 8,
-        active: 1,
-        sectors: 1,
-        store: false,
-    };
+    let a = scalar(1, 4096);
     probe.run(&ctx(&a, 0, [0; 3], [0; 3], 0));
     assert!((0..STATS.len()).all(|i| probe.stat(i) == 0));
     // A scalar pointer chase: every access random, each pays the latency.
@@ -279,30 +284,22 @@ fn configuration_is_refreshed_once_per_period_per_sm() {
     c.flags |= FLAG_NO_WAIT;
     // Off without FLAG_REFRESH.
     let off = Probe::new(&c);
-    let a = Access {
-        now: 1_764_000_000_000_000_000u64 & !((1u64 << REFRESH_SHIFT) - 1),
-        addr: 0x7000_0000_0000,
-        size: 8,
-        active: 1,
-        sectors: 1,
-        store: false,
-    };
+    let a = scalar(
+        1_764_000_000_000_000_000u64 & !((1u64 << REFRESH_SHIFT) - 1),
+        0x7000_0000_0000,
+    );
     off.run(&ctx(&a, 0, [0; 3], [0; 3], 3));
-    let (_, m) = off
-        .maps
-        .iter()
-        .find(|(n, _)| n.ends_with("cxl_refresh"))
-        .unwrap();
-    assert!(m.entries().iter().all(|(_, v)| v.iter().all(|b| *b == 0)));
+    assert!(
+        off.map("cxl_refresh")
+            .entries()
+            .iter()
+            .all(|(_, v)| v.iter().all(|b| *b == 0))
+    );
     c.flags |= cxl_sim::abi::FLAG_REFRESH;
     let probe = Probe::new(&c);
     let stamp = |sm: usize| {
-        let (_, m) = probe
-            .maps
-            .iter()
-            .find(|(n, _)| n.ends_with("cxl_refresh"))
-            .unwrap();
-        u64::from_le_bytes(m.entries()[sm].1[..8].try_into().unwrap())
+        let e = probe.map("cxl_refresh").entries();
+        u64::from_le_bytes(e[sm].1[..8].try_into().unwrap())
     };
     let (period, window) = (1u64 << REFRESH_SHIFT, 1u64 << REFRESH_WINDOW_SHIFT);
     // A period's start on %globaltimer's scale (nanoseconds since 1970).
@@ -310,14 +307,7 @@ fn configuration_is_refreshed_once_per_period_per_sm() {
     let mut addr = 0x7000_0000_0000u64;
     let mut at = |now: u64, sm: u32| {
         addr += 1 << 20;
-        let a = Access {
-            now,
-            addr,
-            size: 8,
-            active: 1,
-            sectors: 1,
-            store: false,
-        };
+        let a = scalar(now, addr);
         probe.run(&ctx(&a, 0, [0; 3], [0; 3], sm));
     };
     // Outside the window: nothing.

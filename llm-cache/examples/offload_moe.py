@@ -107,8 +107,6 @@ if a.per_expert:
                      or next(mod.buffers(recurse=False), None) is not None):
             dmap[name] = "cpu" if isinstance(mod, Expert) else 0
 else:
-    dmap = None
-if dmap is None:
     dmap = infer_auto_device_map(model, max_memory={0: a.gpu_budget, "cpu": "64GiB"},
                                  no_split_module_classes=["MixtralDecoderLayer"])
 model = dispatch_model(model, device_map=dmap, main_device=0)
