@@ -198,20 +198,31 @@ fn a_map_in_an_emulated_tier_pays_its_delay() {
         assert!(r.r0 > 0 && r.r0.is_multiple_of(n), "{}", r.r0);
         t.elapsed()
     };
-    // The fastest of three plain runs: a first job can pay for waking the worker.
-    let base = (0..3).map(|_| time(&mut c, plain.id)).min().unwrap();
+    // A first job can pay for waking the worker.
+    time(&mut c, plain.id);
     for (p, what) in [(&slow, "latency"), (&capped, "cap")] {
-        // The fastest of three too: the baseline and the tier see the same machine noise.
-        let t = (0..3).map(|_| time(&mut c, p.id)).min().unwrap();
+        // The fastest of five on each side, plain and tier runs alternating, so that both
+        // see the same machine noise.
+        let (mut base, mut t) = (std::time::Duration::MAX, std::time::Duration::MAX);
+        for _ in 0..5 {
+            base = base.min(time(&mut c, plain.id));
+            t = t.min(time(&mut c, p.id));
+        }
         let total = t.as_secs_f64() * 1e6 / n as f64;
         let per = (t.saturating_sub(base)).as_secs_f64() * 1e6 / n as f64;
         eprintln!("{what}: {per:.2} µs per access over the plain map (configured 20)");
         // Every access waits at least the 20 µs, whatever else the machine does.
         assert!(total >= 20.0, "{what}: {total:.1} µs per record");
-        assert!(
-            per >= 18.0,
-            "{what}: {per:.1} µs per access over the plain map (want about 20)"
-        );
+        // A latency adds to each record's own work. A cap is a rate: the link's clock
+        // runs on while the record works or its thread is descheduled, so on a loaded
+        // machine the plain run's extra time hides inside the capped run's waits (a CI run
+        // measured 13.7 µs over the plain map, with the total still above 20 µs).
+        if what == "latency" {
+            assert!(
+                per >= 18.0,
+                "{what}: {per:.1} µs per access over the plain map (want about 20)"
+            );
+        }
         assert!(per < 200.0, "{what}: {per:.1} µs per access");
     }
     // A bad tier is refused, naming the map and the spec.
