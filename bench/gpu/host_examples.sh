@@ -1,18 +1,24 @@
 #!/usr/bin/env bash
-# The host-probe examples on the real driver (issue 13): api_errors and cumem_leak on
-# attach/tests/apps/leak.cu, whose allocations and one error are known. Uses the binaries
-# of scripts/gpu-carry. Prints the final maps and PASS/FAIL per check.
+# Issue 13's device check: the five host-probe examples (api_errors, cumem_leak, memcpy_bw,
+# sync_stalls, launch_profile) in one `trace --json --timeline` run of
+# attach/tests/apps/known_calls.cu, whose allocations, copies, launches, synchronisations
+# and one error are known; host_examples.py checks every count and the timeline. Then the
+# same examples in text form, as a user sees them. Uses the binaries of scripts/gpu-carry
+# (CARRY overrides).
+#   OUT=dir bash bench/gpu/host_examples.sh
 set -u
-out=${OUT:?}; mkdir -p "$out"; d=target/gpu-carry
-nvcc -O2 -arch=sm_90 -Xlinker -export-dynamic -o /tmp/leak attach/tests/apps/leak.cu -lcuda || exit 1
-"$d/bpftime-super" trace --interval 0 --shim "$d/libbpftime_attach.so" \
-	"$d/api_errors.bpf.o" "$d/cumem_leak.bpf.o" -- /tmp/leak > "$out/host_examples.txt" 2> "$out/host_examples.err"
-echo "rc $?"; cat "$out/host_examples.txt"; tail -3 "$out/host_examples.err"
-check() { if grep -qE "$2" "$out/host_examples.txt"; then echo "PASS $1"; else echo "FAIL $1"; fi; }
-check "api_errors: cuMemFree_v2 failed once with 1" '^@errors\[cuMemFree_v2, 1\]: 1$'
-# The first frames are in the CUDA runtime (linked statically: no names), then ours.
-check "cumem_leak: 2 MiB outstanding from keep_buffers" '^@outstanding_bytes\[.*keep_buffers\+0x[0-9a-f]+, main\+.*\]: 2097152$'
-check "cumem_leak: 4000 bytes from keep_table" '^@outstanding_bytes\[.*keep_table\+0x[0-9a-f]+, main\+.*\]: 4000$'
-check "cumem_leak: 2 allocations from keep_buffers" '^@outstanding_allocs\[.*keep_buffers\+.*\]: 2$'
-check "cumem_leak: 1 allocation from keep_table" '^@outstanding_allocs\[.*keep_table\+.*\]: 1$'
-n=$(grep -c "^@outstanding_bytes\[" "$out/host_examples.txt"); [ "$n" = 2 ] && echo "PASS cumem_leak: exactly 2 leaking stacks" || echo "FAIL cumem_leak: $n leaking stacks"
+out=${OUT:?}; mkdir -p "$out"; d=${CARRY:-target/gpu-carry}
+here="$(cd "$(dirname "$0")" && pwd)"
+nvcc -O2 -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90 -Xlinker -export-dynamic \
+	-o /tmp/known_calls attach/tests/apps/known_calls.cu -lcuda || exit 1
+{ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; nvcc --version | tail -1; } > "$out/device.txt"
+/tmp/known_calls > "$out/plain.out" 2>&1; echo "plain rc $?"; cat "$out/plain.out"
+progs=()
+for p in api_errors cumem_leak memcpy_bw sync_stalls launch_profile; do progs+=("$d/$p.bpf.o"); done
+"$d/bpftime-super" trace --interval 0 --json --timeline "$out/known_calls_timeline.json" --shim "$d/libbpftime_attach.so" \
+	"${progs[@]}" -- /tmp/known_calls > "$out/host_examples.out" 2> "$out/host_examples.err"
+echo "trace rc $?"; tail -3 "$out/host_examples.err"
+"$d/bpftime-super" trace --interval 0 --shim "$d/libbpftime_attach.so" "${progs[@]}" -- /tmp/known_calls \
+	> "$out/host_examples.txt" 2> "$out/host_examples_text.err"
+echo "text rc $?"
+python3 "$here/host_examples.py" "$out"

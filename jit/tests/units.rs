@@ -154,6 +154,54 @@ fn unaligned_option_splits_misaligned_accesses_into_bytes() {
     assert!(t.contains("ld.local.u64 %rd0, [stack+8];"), "{t}");
 }
 
+#[test]
+fn unaligned_option_checks_a_run_of_accesses_through_one_pointer_once() {
+    // Four words read and one written through r2 at offsets that are multiples of their
+    // sizes, with arithmetic between: one check of r2 leads to plain accesses (which ptxas
+    // can issue together); a misaligned r2 takes the per-access code as before. The load
+    // through r3 needs its own check and ends the run; after the jump target a new run
+    // would need two accesses and has one.
+    let src = "r2 = *(u64 *)(r1 + 0)\nr3 = *(u64 *)(r1 + 8)\nr0 = *(u64 *)(r2 + 0)\nr4 = *(u32 *)(r2 + 8)\n\
+               r0 += r4\nr4 = *(u16 *)(r2 + 14)\nr0 += r4\n*(u64 *)(r2 + 16) = r0\nr4 = *(u64 *)(r3 + 0)\n\
+               if r4 == 0 goto out\nr0 += 1\nout:\nr4 = *(u64 *)(r2 + 24)\nr0 += r4\nexit";
+    let p = Program::from_insns("run", assemble(src).unwrap());
+    let opts = JitOptions {
+        unaligned: true,
+        entry: false,
+        ..JitOptions::default()
+    };
+    let t = jit::compile(&p, &opts).unwrap().text();
+    // The ctx loads through r1 need no check (the ctx is aligned).
+    for ctx_load in ["ld.u64 %rd2, [%rd1];", "ld.u64 %rd3, [%rd1+8];"] {
+        assert!(t.contains(ctx_load), "{ctx_load}: {t}");
+    }
+    let fast = "\tld.u64 %rd0, [%rd2];\n\tld.u32 %rd4, [%rd2+8];\n\tadd.s64 %rd0, %rd0, %rd4;\n\
+                \tld.u16 %rd4, [%rd2+14];\n\tadd.s64 %rd0, %rd0, %rd4;\n\tst.u64 [%rd2+16], %rd0;\n";
+    assert!(t.contains(fast), "the run's fast path, straight: {t}");
+    assert!(
+        t.contains("and.b64 %rd") && t.contains(", %rd2, 7;"),
+        "r2 checked for 8 bytes: {t}"
+    );
+    // Checks: r2's run (1) and its four accesses (4); the r3 load (1) and the lone r2 load
+    // after the label (1). None for the ctx loads through r1.
+    assert_eq!(t.matches("setp.ne.u64").count(), 7, "{t}");
+    // Byte paths: 8 + 4 + 2 (r2 loads) + 8 (r3) + 8 (after the label) loads, 8 stores.
+    assert_eq!(t.matches("ld.u8").count(), 30, "{t}");
+    assert_eq!(t.matches("st.u8").count(), 8, "{t}");
+    common::assemble(&t, "aligned_run");
+    // Without the option: no checks at all.
+    let plain = jit::compile(
+        &p,
+        &JitOptions {
+            entry: false,
+            ..JitOptions::default()
+        },
+    )
+    .unwrap()
+    .text();
+    assert_eq!(plain.matches("setp.ne.u64").count(), 0, "{plain}");
+}
+
 /// The hash-count program of the GPU benchmark (`gpu_diff bench`): a lookup with the key on
 /// the stack, an atomic add on the value, an insert when absent.
 const HASHCOUNT: &str = "

@@ -131,6 +131,9 @@ struct Ctx<'a> {
     ends_thread: bool,
     /// The function being lowered is the program's entry function (pc 0).
     in_main: bool,
+    /// While an [`aligned_run`]'s fast path is lowered: the register whose accesses are
+    /// known to be aligned there, so they skip [`JitOptions::unaligned`]'s check.
+    aligned_base: Option<u8>,
 }
 
 /// Most bytes of helper text inlined into one function; calls past it go to the `.func`s.
@@ -154,6 +157,8 @@ struct Known {
     /// The register's value is this constant (a `mov` or `ld_imm64` of it): a `callx`
     /// through it is the static call.
     konst: [Option<u64>; 11],
+    /// The register holds the entry's ctx pointer (8-byte aligned wherever a program runs).
+    ctx: [bool; 11],
 }
 
 impl Known {
@@ -166,7 +171,17 @@ impl Known {
             val: [false; 11],
             val_map: [None; 11],
             konst: [None; 11],
+            ctx: [false; 11],
         }
+    }
+
+    /// An access of `size` bytes at `base + off` is aligned, as far as this stretch knows:
+    /// through r10, through a register at a known place in the frame, or through the ctx.
+    fn aligned(&self, base: u8, off: i16, size: Size) -> bool {
+        let (b, n) = (base as usize & 15, size.bytes() as i64);
+        b == FRAME_PTR as usize
+            || b < 11 && self.stack[b].is_some_and(|o| (o + off as i64) % n == 0)
+            || b < 11 && self.ctx[b] && off as i64 % n == 0
     }
 
     fn forget(&mut self, r: u8) {
@@ -176,6 +191,7 @@ impl Known {
         self.val[r] = false;
         self.val_map[r] = None;
         self.konst[r] = None;
+        self.ctx[r] = false;
     }
 }
 
@@ -220,6 +236,7 @@ pub fn lower(prog: &Program, opts: &JitOptions) -> Result<Lowered, CompileError>
         inlined_bytes: 0,
         depth: 0,
         in_main: true,
+        aligned_base: None,
         ends_thread: false,
     };
     // Decode every slot once.
@@ -558,6 +575,8 @@ fn lower_function(cx: &mut Ctx, start: usize, end: usize) -> Result<Function, Co
     }
     // Which map each register is known to hold (straight-line tracking, reset at labels).
     let mut known = Known::new();
+    // The entry's r1 is the ctx until something overwrites it.
+    known.ctx[1] = is_entry;
     let mut pc = start;
     while pc < end {
         let Some(d) = cx.dec[pc] else {
@@ -572,12 +591,155 @@ fn lower_function(cx: &mut Ctx, start: usize, end: usize) -> Result<Function, Co
             f.place(crate::ptx::Label(pc as u32));
             known = Known::new();
         }
+        if let Some(run) = cx
+            .opts
+            .unaligned
+            .then(|| aligned_run(cx, &known, pc, end, |q| targets[q - start]))
+            .flatten()
+        {
+            lower_aligned_run(cx, &mut f, pc, &run, &mut known)?;
+            pc = run.end;
+            continue;
+        }
         lower_insn(cx, &mut f, pc, d, &mut known)?;
         pc += if d.op.is_wide() { 2 } else { 1 };
     }
     // Falling off the end is impossible in a verified program; trap rather than run on.
     f.push("trap", []);
     Ok(f)
+}
+
+/// A straight stretch `[start, end)` of one basic block whose accesses through `base` are
+/// all at offsets that are multiples of their size: when `base` is a multiple of
+/// `mask + 1` (the widest of them), every one of them is aligned.
+struct AlignedRun {
+    end: usize,
+    base: u8,
+    mask: i64,
+}
+
+/// The [`AlignedRun`] starting at `start`, if there is one with at least two accesses.
+///
+/// With [`JitOptions::unaligned`] every wider-than-byte access through a pointer checks
+/// its address and branches to a byte-by-byte path when it is misaligned. A run of such
+/// accesses therefore becomes a chain of branches, each load's use waiting for the load
+/// before the next one can issue: a record of eight words cost eight memory round trips.
+/// The run is lowered twice instead ([`lower_aligned_run`]): behind one check of `base`,
+/// its accesses as plain loads and stores, which ptxas schedules together; else the
+/// checked code as before. The run stops before a jump target, a jump, a call, an exit, an
+/// atomic, a write to `base`, or an access through another pointer that needs a check.
+fn aligned_run(
+    cx: &Ctx,
+    known: &Known,
+    start: usize,
+    end: usize,
+    target: impl Fn(usize) -> bool,
+) -> Option<AlignedRun> {
+    let access = |pc: usize| -> Option<(u8, Size, i16, Option<u8>)> {
+        let d = cx.dec[pc]?;
+        match d.op.kind() {
+            OpKind::Load { size, .. }
+                if cx
+                    .opts
+                    .ctx_regs
+                    .as_ref()
+                    .is_none_or(|c| !c.contains_key(&pc)) =>
+            {
+                Some((d.insn.src, size, d.insn.off, Some(d.insn.dst)))
+            }
+            OpKind::Store { size, .. } => Some((d.insn.dst, size, d.insn.off, None)),
+            _ => None,
+        }
+    };
+    // Accesses that need no check where the run starts (a register overwritten inside the
+    // run before such an access gets its check back when it is lowered).
+    let checked = |(b, size, off, _): (u8, Size, i16, Option<u8>)| {
+        size != Size::B && !known.aligned(b, off, size)
+    };
+    let first = access(start).filter(|&a| checked(a))?;
+    let base = first.0;
+    let (mut count, mut widest, mut pc, mut run_end) = (0u32, 1i64, start, start);
+    while pc < end {
+        if pc != start && target(pc) {
+            break;
+        }
+        let Some(d) = cx.dec[pc] else { break };
+        let mut last = false;
+        match (d.op.kind(), access(pc)) {
+            (_, Some(a @ (b, size, off, dst))) => {
+                if checked(a) {
+                    if b != base || off as i64 % size.bytes() as i64 != 0 {
+                        break;
+                    }
+                    count += 1;
+                    widest = widest.max(size.bytes() as i64);
+                }
+                // A load into the base ends the run after it (it reads the old base).
+                last = dst == Some(base);
+            }
+            (OpKind::Alu { .. } | OpKind::End { .. } | OpKind::Ld64(_), _) => {
+                if d.insn.dst == base {
+                    break;
+                }
+            }
+            // ctx loads served from registers.
+            (OpKind::Load { .. }, None) => {
+                if d.insn.dst == base {
+                    break;
+                }
+            }
+            _ => break,
+        }
+        pc += if d.op.is_wide() { 2 } else { 1 };
+        run_end = pc;
+        if last {
+            break;
+        }
+    }
+    (count >= 2).then_some(AlignedRun {
+        end: run_end,
+        base,
+        mask: widest - 1,
+    })
+}
+
+/// Lowers an [`AlignedRun`]: one alignment check of its base, then the run with plain
+/// accesses, else the run as [`lower_insn`] lowers it alone.
+fn lower_aligned_run(
+    cx: &mut Ctx,
+    f: &mut Function,
+    start: usize,
+    run: &AlignedRun,
+    known: &mut Known,
+) -> Result<(), CompileError> {
+    let t = f.reg(RegClass::B64);
+    f.push("and.b64", [t.into(), r(run.base).into(), imm(run.mask)]);
+    let p = f.reg(RegClass::Pred);
+    f.push("setp.ne.u64", [p.into(), t.into(), imm(0)]);
+    let (slow, join) = (f.label(), f.label());
+    f.bra(slow, Some((p, true)));
+    let before = *known;
+    for checked in [false, true] {
+        *known = before;
+        cx.aligned_base = (!checked).then_some(run.base);
+        let mut pc = start;
+        while pc < run.end {
+            let d = cx.dec[pc].expect("a run holds decoded instructions");
+            let lowered = lower_insn(cx, f, pc, d, known);
+            if lowered.is_err() {
+                cx.aligned_base = None;
+            }
+            lowered?;
+            pc += if d.op.is_wide() { 2 } else { 1 };
+        }
+        if !checked {
+            f.bra(join, None);
+            f.place(slow);
+        }
+    }
+    cx.aligned_base = None;
+    f.place(join);
+    Ok(())
 }
 
 /// Which instructions of the function `start..end` a path from `start` reaches.
@@ -671,6 +833,8 @@ fn lower_insn(
         known.val_map[dr],
         known.konst[sr],
     );
+    // Before dst is forgotten: whether an access through a register is known aligned.
+    let pre = *known;
     if writes_dst {
         if dst == FRAME_PTR {
             return Err(cx.err(pc, "r10 (frame pointer) is read-only"));
@@ -688,6 +852,7 @@ fn lower_insn(
                     let d = dr;
                     match (op, s) {
                         (AluOp::Mov, Src::Reg) => {
+                            known.ctx[d] = pre.ctx[sr];
                             known.map[d] = before.0;
                             known.stack[d] = before.1;
                             known.val[d] = before.2;
@@ -770,7 +935,11 @@ fn lower_insn(
             };
             if let Some(at) = cx.opts.ctx_regs.as_ref().and_then(|c| c.get(&pc)) {
                 ctx_reg_load(cx, f, pc, r(dst), *at, size, sign_extend)?;
-            } else if cx.opts.unaligned && size != Size::B && src != FRAME_PTR {
+            } else if cx.opts.unaligned
+                && size != Size::B
+                && !pre.aligned(src, insn.off, size)
+                && cx.aligned_base != Some(src)
+            {
                 load_bytes(f, op, r(dst), r(src), insn.off as i64, size, sign_extend);
             } else if let Some(a) = stack_addr(cx.depth, src, insn.off, size) {
                 f.push(local_op(op), [r(dst).into(), a]);
@@ -793,7 +962,11 @@ fn lower_insn(
                     t
                 }
             };
-            if cx.opts.unaligned && size != Size::B && dst != FRAME_PTR {
+            if cx.opts.unaligned
+                && size != Size::B
+                && !pre.aligned(dst, insn.off, size)
+                && cx.aligned_base != Some(dst)
+            {
                 store_bytes(f, op, r(dst), insn.off as i64, size, v);
             } else if let Some(a) = stack_addr(cx.depth, dst, insn.off, size) {
                 f.push(local_op(op), [a, v.into()]);
