@@ -120,6 +120,16 @@ fn the_runtime_knobs_compile_and_assemble() {
             Some("ld.global.v2.u64"),
         ),
         (
+            "prefetch_tma",
+            "#define BPFT_PREFETCH 1",
+            Some("ld.global.v2.u64"),
+        ),
+        (
+            "prefetch_lines",
+            "#define BPFT_PREFETCH 2\n#define BPFT_SUB 128",
+            Some("ld.global.v2.u64"),
+        ),
+        (
             "sc_fence",
             "#define BPFT_COMPLETION_FENCE \"fence.sc.sys;\"",
             Some("ld.global.v2.u64"),
@@ -140,6 +150,12 @@ fn the_runtime_knobs_compile_and_assemble() {
         }
         if name == "sc_fence" {
             assert!(ptx.contains("fence.sc.sys"), "{name}");
+        }
+        if name == "prefetch_tma" {
+            assert!(ptx.contains("cp.async.bulk.prefetch.L2.global"), "{name}");
+        }
+        if name == "prefetch_lines" {
+            assert!(ptx.contains("prefetch.global.L2"), "{name}");
         }
         ptxas(name, &ptx);
     }
