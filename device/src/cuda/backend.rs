@@ -35,6 +35,11 @@ use std::time::{Duration, Instant};
 
 /// How often a restart that takes long says what it is doing.
 const RESTART_REPORT: Duration = Duration::from_secs(5);
+/// How long a warm standby may take to launch its kernel when activated before the service
+/// gives up on it and starts a new worker. A standby has done everything but the launch
+/// (tens of ms); on an H200 one was seen never to answer after a fault (stuck in its first
+/// generation), which hung the recovery.
+const ACTIVATE_LIMIT: Duration = Duration::from_secs(10);
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
@@ -55,6 +60,34 @@ impl Link {
             .write_all(line.as_bytes())
             .and_then(|_| self.stdin.flush())
             .map_err(|e| format!("the GPU worker is gone ({e})"))?;
+        self.read()
+    }
+
+    /// [`Link::request`], giving up when no reply line comes within `limit`.
+    fn request_within(&mut self, cmd: &Cmd, limit: Duration) -> Result<Msg, String> {
+        let mut line = serde_json::to_string(cmd).map_err(|e| e.to_string())?;
+        line.push('\n');
+        self.stdin
+            .write_all(line.as_bytes())
+            .and_then(|_| self.stdin.flush())
+            .map_err(|e| format!("the GPU worker is gone ({e})"))?;
+        if self.stdout.buffer().is_empty() {
+            use std::os::fd::AsFd;
+            let fd = self.stdout.get_ref().as_fd();
+            let mut fds = [rustix::event::PollFd::new(
+                &fd,
+                rustix::event::PollFlags::IN,
+            )];
+            let t = rustix::time::Timespec {
+                tv_sec: limit.as_secs() as i64,
+                tv_nsec: limit.subsec_nanos() as i64,
+            };
+            match rustix::event::poll(&mut fds, Some(&t)) {
+                Ok(0) => return Err(format!("no answer within {limit:?}")),
+                Ok(_) => {}
+                Err(e) => return Err(format!("cannot wait for the GPU worker: {e}")),
+            }
+        }
         self.read()
     }
 
@@ -908,7 +941,7 @@ impl Shared {
         if let Some(mut sb) = lock(&self.standby).take() {
             step("activating the warm standby");
             match sb
-                .request(&Cmd::Activate)
+                .request_within(&Cmd::Activate, ACTIVATE_LIMIT)
                 .and_then(|m| self.await_ready(&mut sb, Some(m)))
             {
                 Ok(()) => {
@@ -987,6 +1020,47 @@ mod tests {
 
     fn shared(name: &str) -> Arc<Shared> {
         shared_on(name, 1, 0)
+    }
+
+    /// A stand-in worker process: `script` reads the command line from stdin and answers.
+    fn fake_link(script: &str) -> Link {
+        let mut child = Command::new("sh")
+            .arg("-c")
+            .arg(script)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("sh");
+        Link {
+            stdin: child.stdin.take().unwrap(),
+            stdout: BufReader::new(child.stdout.take().unwrap()),
+            child,
+        }
+    }
+
+    /// The standby's activation has a deadline: a worker that never answers costs the
+    /// limit, not the recovery; one that answers is read as before.
+    #[test]
+    fn an_activation_without_an_answer_gives_up_at_its_limit() {
+        let mut silent = fake_link("read l; sleep 30");
+        let t = Instant::now();
+        let r = silent.request_within(&Cmd::Activate, Duration::from_millis(300));
+        let took = t.elapsed();
+        assert!(
+            matches!(&r, Err(e) if e.contains("no answer within")),
+            "{r:?}"
+        );
+        assert!(
+            took >= Duration::from_millis(300) && took < Duration::from_secs(5),
+            "{took:?}"
+        );
+        let _ = silent.child.kill();
+        let _ = silent.child.wait();
+        let mut answers = fake_link(r#"read l; echo '{"msg":"ack","error":null}'; sleep 30"#);
+        let r = answers.request_within(&Cmd::Activate, Duration::from_secs(20));
+        assert!(matches!(r, Ok(Msg::Ack { error: None })), "{r:?}");
+        let _ = answers.child.kill();
+        let _ = answers.child.wait();
     }
 
     /// The host side of the GPU serving queue `queue` of a region with `queues` queues.

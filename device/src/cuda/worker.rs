@@ -27,9 +27,9 @@ use shm_maps::arena::{Arena, Owner};
 use shm_maps::region::monotonic_ns;
 use std::collections::HashMap;
 use std::io::{BufRead, Write};
-use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// Program table slots (ids at or above go to the host runner).
@@ -177,6 +177,13 @@ struct Worker {
     host_atomics: bool,
 }
 
+/// The step a generation swap is in, for the standby's report when its launch is slow.
+static SWAP_STEP: Mutex<&str> = Mutex::new("");
+
+fn swap_step(s: &'static str) {
+    *SWAP_STEP.lock().unwrap_or_else(|p| p.into_inner()) = s;
+}
+
 /// Runs the worker; returns the process exit status.
 pub fn main(args_json: &str) -> i32 {
     let args: WorkerArgs = match serde_json::from_str(args_json) {
@@ -220,7 +227,33 @@ pub fn main(args_json: &str) -> i32 {
             }
         }
     }
-    if let Err(e) = w.swap(first) {
+    // A standby that takes long to launch says every 5 s which step of the swap it is in
+    // (the service gives up on it after ACTIVATE_LIMIT and starts a new worker).
+    let launched = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    if standby {
+        let launched = launched.clone();
+        let _ = std::thread::Builder::new()
+            .name("bpftime-standby-watch".into())
+            .spawn(move || {
+                let t = Instant::now();
+                let mut report = Duration::from_secs(5);
+                while !launched.load(Ordering::Acquire) {
+                    std::thread::sleep(Duration::from_millis(100));
+                    if t.elapsed() >= report {
+                        report += Duration::from_secs(5);
+                        let secs = t.elapsed().as_secs();
+                        tracing::warn!(
+                            step = *SWAP_STEP.lock().unwrap_or_else(|p| p.into_inner()),
+                            secs,
+                            "the activated standby's launch is taking long"
+                        );
+                    }
+                }
+            });
+    }
+    let swapped = w.swap(first);
+    launched.store(true, Ordering::Release);
+    if let Err(e) = swapped {
         reply(&Msg::Failed {
             error: e.to_string(),
         });
@@ -655,6 +688,7 @@ impl Worker {
         // Off the pause: write the native entries into fresh slots (unpublished, so the
         // running generation cannot see them) and find the grid size.
         let mut publish: Vec<(u32, u32)> = Vec::new();
+        swap_step("writing native entries");
         for (id, version, slot) in &built.natives {
             let Some(p) = self.installed.get(id).cloned() else {
                 continue;
@@ -683,15 +717,18 @@ impl Worker {
                 .upload(self.copy, self.progs + idx as u64 * 64, as_bytes(&entry))?;
             publish.push((*id, idx));
         }
+        swap_step("sizing the grid");
         if self.grid == 0 {
             let per_sm = self.gpu.occupancy(&lib, THREADS)?.clamp(1, 2);
             self.grid = self.gpu.sm_count()? * per_sm;
         }
         // The pause.
         let t0 = Instant::now();
+        swap_step("stopping the old kernel");
         self.stop_kernel()?;
         times.drain_ns = t0.elapsed().as_nanos() as u64;
         let t1 = Instant::now();
+        swap_step("unloading old libraries and maps");
         // Old libraries are unloaded only here, with no kernel running; to keep most pauses
         // short they are unloaded in batches of STALE_LIBS.
         if let Some(old) = self.lib.take() {
@@ -718,6 +755,7 @@ impl Worker {
         });
         times.unload_ns = t1.elapsed().as_nanos() as u64;
         let t2 = Instant::now();
+        swap_step("publishing entries");
         for (id, idx) in &publish {
             self.gpu.upload_async(
                 self.copy,
@@ -737,10 +775,12 @@ impl Worker {
         times.publish_ns = t2.elapsed().as_nanos() as u64;
         let t3 = Instant::now();
         let mut lib = lib;
+        swap_step("fetching the kernel (code upload)");
         self.gpu.prepare(&mut lib)?;
         times.getfunc_ns = t3.elapsed().as_nanos() as u64;
         self.generation += 1;
         self.params.generation = self.generation;
+        swap_step("launching");
         self.gpu
             .launch_persistent(&mut lib, self.kstream, self.grid, THREADS, &self.params)?;
         self.lib = Some(lib);
