@@ -202,6 +202,41 @@ fn unaligned_option_checks_a_run_of_accesses_through_one_pointer_once() {
     assert_eq!(plain.matches("setp.ne.u64").count(), 0, "{plain}");
 }
 
+#[test]
+fn unaligned_option_pairs_eight_byte_loads_into_sixteen_byte_ones_where_the_base_allows() {
+    // Four words at 0, 8, 16, 24 through r2, summed: with r2 a multiple of 16, two 16-byte
+    // loads; a multiple of 8, four plain loads; else the byte path. A store between two
+    // loads keeps them apart (the words at 32 and 40).
+    let mut src = String::from("r2 = *(u64 *)(r1 + 0)\nr0 = 0\n");
+    for k in 0..4 {
+        src.push_str(&format!("r5 = *(u64 *)(r2 + {})\nr0 += r5\n", 8 * k));
+    }
+    src.push_str(
+        "r5 = *(u64 *)(r2 + 32)\n*(u64 *)(r2 + 56) = r0\nr4 = *(u64 *)(r2 + 40)\nr0 += r4\nexit",
+    );
+    let p = Program::from_insns("pairs", assemble(&src).unwrap());
+    let opts = JitOptions {
+        unaligned: true,
+        entry: false,
+        ..JitOptions::default()
+    };
+    let t = jit::compile(&p, &opts).unwrap().text();
+    assert_eq!(t.matches("ld.v2.u64").count(), 2, "{t}");
+    assert!(
+        t.contains(", %rd2, 15;") && t.contains(", %rd2, 7;"),
+        "two checks of r2: {t}"
+    );
+    // Each pair's second word comes from the vector load, after the first word is used.
+    let v = t.find("ld.v2.u64").unwrap();
+    let after = &t[v..];
+    assert!(after.find("mov.b64 %rd5").unwrap() < after.find("add.s64 %rd0, %rd0, %rd5").unwrap());
+    // Three paths of six accesses: 16-byte (2 vector, 2 plain: the store splits 32 and 40),
+    // 8-byte (6 plain), checked (6 on the byte path: 8 byte loads a load, 8 stores).
+    assert_eq!(t.matches("ld.u8").count(), 6 * 8, "{t}");
+    assert_eq!(t.matches("st.u8").count(), 8, "{t}");
+    common::assemble(&t, "aligned_pairs");
+}
+
 /// The hash-count program of the GPU benchmark (`gpu_diff bench`): a lookup with the key on
 /// the stack, an atomic add on the value, an insert when absent.
 const HASHCOUNT: &str = "

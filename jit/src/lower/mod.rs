@@ -134,6 +134,8 @@ struct Ctx<'a> {
     /// While an [`aligned_run`]'s fast path is lowered: the register whose accesses are
     /// known to be aligned there, so they skip [`JitOptions::unaligned`]'s check.
     aligned_base: Option<u8>,
+    /// While an [`aligned_run`]'s 16-byte path is lowered: its paired loads.
+    vec: VecPlan,
 }
 
 /// Most bytes of helper text inlined into one function; calls past it go to the `.func`s.
@@ -237,6 +239,7 @@ pub fn lower(prog: &Program, opts: &JitOptions) -> Result<Lowered, CompileError>
         depth: 0,
         in_main: true,
         aligned_base: None,
+        vec: VecPlan::new(),
         ends_thread: false,
     };
     // Decode every slot once.
@@ -616,7 +619,14 @@ struct AlignedRun {
     end: usize,
     base: u8,
     mask: i64,
+    /// 8-byte loads through `base` at offsets `o` (a multiple of 16) and `o + 8`, no store
+    /// between them: one 16-byte load when `base` is a multiple of 16.
+    pairs: Vec<(usize, usize)>,
 }
+
+/// During the 16-byte path of an [`AlignedRun`]: the two registers of each pair's vector
+/// load, by the pc of each load (`true` at the first, which issues it).
+type VecPlan = std::collections::HashMap<usize, (Reg, Reg, bool)>;
 
 /// The [`AlignedRun`] starting at `start`, if there is one with at least two accesses.
 ///
@@ -696,10 +706,47 @@ fn aligned_run(
             break;
         }
     }
-    (count >= 2).then_some(AlignedRun {
+    if count < 2 {
+        return None;
+    }
+    // Pairs of 8-byte loads through the base at o and o + 8 (o a multiple of 16).
+    let mut pairs = Vec::new();
+    let mut taken = BTreeSet::new();
+    let mut q = start;
+    while q < run_end {
+        let d = cx.dec[q].expect("a run holds decoded instructions");
+        let step = if d.op.is_wide() { 2 } else { 1 };
+        let dw_load = |pc: usize| match (cx.dec[pc].map(|d| d.op.kind()), access(pc)) {
+            (Some(OpKind::Load { size: Size::Dw, .. }), Some(a @ (b, _, off, _)))
+                if b == base && checked(a) =>
+            {
+                Some(off as i64)
+            }
+            _ => None,
+        };
+        if let Some(off) = dw_load(q).filter(|o| o % 16 == 0 && !taken.contains(&q)) {
+            let mut x = q + step;
+            while x < run_end {
+                let dx = cx.dec[x].expect("a run holds decoded instructions");
+                if matches!(dx.op.kind(), OpKind::Store { .. }) {
+                    break;
+                }
+                if dw_load(x) == Some(off + 8) && !taken.contains(&x) {
+                    pairs.push((q, x));
+                    taken.insert(q);
+                    taken.insert(x);
+                    break;
+                }
+                x += if dx.op.is_wide() { 2 } else { 1 };
+            }
+        }
+        q += step;
+    }
+    Some(AlignedRun {
         end: run_end,
         base,
         mask: widest - 1,
+        pairs,
     })
 }
 
@@ -712,32 +759,53 @@ fn lower_aligned_run(
     run: &AlignedRun,
     known: &mut Known,
 ) -> Result<(), CompileError> {
-    let t = f.reg(RegClass::B64);
-    f.push("and.b64", [t.into(), r(run.base).into(), imm(run.mask)]);
-    let p = f.reg(RegClass::Pred);
-    f.push("setp.ne.u64", [p.into(), t.into(), imm(0)]);
-    let (slow, join) = (f.label(), f.label());
-    f.bra(slow, Some((p, true)));
-    let before = *known;
-    for checked in [false, true] {
-        *known = before;
-        cx.aligned_base = (!checked).then_some(run.base);
-        let mut pc = start;
-        while pc < run.end {
-            let d = cx.dec[pc].expect("a run holds decoded instructions");
-            let lowered = lower_insn(cx, f, pc, d, known);
-            if lowered.is_err() {
-                cx.aligned_base = None;
-            }
-            lowered?;
-            pc += if d.op.is_wide() { 2 } else { 1 };
-        }
-        if !checked {
-            f.bra(join, None);
-            f.place(slow);
-        }
+    // Paths, each behind its check: 16-byte loads for the pairs (base a multiple of 16),
+    // plain accesses (base a multiple of the widest access), the per-access checked code.
+    let mut paths: Vec<(Option<i64>, bool)> = Vec::new();
+    if !run.pairs.is_empty() {
+        paths.push((Some(15), true));
     }
+    paths.push((Some(run.mask), false));
+    paths.push((None, false));
+    let join = f.label();
+    let before = *known;
+    let result = (|| {
+        for (mask, vector) in paths {
+            *known = before;
+            let next = mask.map(|m| {
+                let t = f.reg(RegClass::B64);
+                f.push("and.b64", [t.into(), r(run.base).into(), imm(m)]);
+                let p = f.reg(RegClass::Pred);
+                f.push("setp.ne.u64", [p.into(), t.into(), imm(0)]);
+                let next = f.label();
+                f.bra(next, Some((p, true)));
+                next
+            });
+            cx.aligned_base = mask.map(|_| run.base);
+            cx.vec.clear();
+            if vector {
+                for &(a, b) in &run.pairs {
+                    let (lo, hi) = (f.reg(RegClass::B64), f.reg(RegClass::B64));
+                    cx.vec.insert(a, (lo, hi, true));
+                    cx.vec.insert(b, (lo, hi, false));
+                }
+            }
+            let mut pc = start;
+            while pc < run.end {
+                let d = cx.dec[pc].expect("a run holds decoded instructions");
+                lower_insn(cx, f, pc, d, known)?;
+                pc += if d.op.is_wide() { 2 } else { 1 };
+            }
+            if let Some(next) = next {
+                f.bra(join, None);
+                f.place(next);
+            }
+        }
+        Ok(())
+    })();
     cx.aligned_base = None;
+    cx.vec.clear();
+    result?;
     f.place(join);
     Ok(())
 }
@@ -933,7 +1001,22 @@ fn lower_insn(
                 (Size::H, true) => "ld.s16",
                 (Size::W, true) => "ld.s32",
             };
-            if let Some(at) = cx.opts.ctx_regs.as_ref().and_then(|c| c.get(&pc)) {
+            if let Some(&(lo, hi, first)) = cx.vec.get(&pc) {
+                // A pair's 16-byte load, issued at its first load (`known` 16-aligned base).
+                if first {
+                    f.push(
+                        "ld.v2.u64",
+                        [
+                            Operand::Vec2(lo, hi),
+                            Operand::Addr(r(src), insn.off as i32),
+                        ],
+                    );
+                }
+                f.push(
+                    "mov.b64",
+                    [r(dst).into(), if first { lo } else { hi }.into()],
+                );
+            } else if let Some(at) = cx.opts.ctx_regs.as_ref().and_then(|c| c.get(&pc)) {
                 ctx_reg_load(cx, f, pc, r(dst), *at, size, sign_extend)?;
             } else if cx.opts.unaligned
                 && size != Size::B
