@@ -130,6 +130,11 @@ fn the_runtime_knobs_compile_and_assemble() {
             Some("ld.global.v2.u64"),
         ),
         (
+            "warp_chunks",
+            "#define BPFT_WARP_CHUNKS 8",
+            Some("ld.global.v2.u64"),
+        ),
+        (
             "sc_fence",
             "#define BPFT_COMPLETION_FENCE \"fence.sc.sys;\"",
             Some("ld.global.v2.u64"),

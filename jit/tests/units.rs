@@ -237,6 +237,40 @@ fn unaligned_option_pairs_eight_byte_loads_into_sixteen_byte_ones_where_the_base
     common::assemble(&t, "aligned_pairs");
 }
 
+#[test]
+fn job_buffers_are_read_with_global_loads_in_the_service_mode() {
+    // The job ctx's data pointer (and what is added to it) points into global memory: the
+    // service's JIT (chunk loop) says `.global`; elsewhere the accesses stay generic.
+    let src = "r2 = *(u64 *)(r1 + 0)\nr3 = *(u64 *)(r1 + 8)\nr4 = r2\nr4 += 32\nif r4 > r3 goto bad\n\
+               r0 = *(u64 *)(r2 + 0)\nr5 = *(u64 *)(r2 + 8)\nr0 += r5\nr2 += 16\nr5 = *(u32 *)(r2 + 0)\n\
+               r0 += r5\nexit\nbad:\nr0 = 0\nexit";
+    let p = Program::from_insns("job", assemble(src).unwrap());
+    let service = JitOptions {
+        unaligned: true,
+        entry: false,
+        chunk_loop: true,
+        stack_size: Some(16),
+        ..JitOptions::default()
+    };
+    let t = jit::compile(&p, &service).unwrap().text();
+    for want in ["ld.global.v2.u64", "ld.global.u64", "ld.global.u32"] {
+        assert!(t.contains(want), "{want}: {t}");
+    }
+    assert!(!t.contains("\tld.u64 %rd0, [%rd2];"), "{t}");
+    common::assemble(&t, "job_global");
+    let plain = jit::compile(
+        &p,
+        &JitOptions {
+            unaligned: true,
+            entry: false,
+            ..JitOptions::default()
+        },
+    )
+    .unwrap()
+    .text();
+    assert!(!plain.contains("ld.global"), "{plain}");
+}
+
 /// The hash-count program of the GPU benchmark (`gpu_diff bench`): a lookup with the key on
 /// the stack, an atomic add on the value, an insert when absent.
 const HASHCOUNT: &str = "

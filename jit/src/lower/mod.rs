@@ -161,6 +161,9 @@ struct Known {
     konst: [Option<u64>; 11],
     /// The register holds the entry's ctx pointer (8-byte aligned wherever a program runs).
     ctx: [bool; 11],
+    /// The register points into global memory: a job's input or output (from the job
+    /// ctx, [`JitOptions::chunk_loop`]), or something derived from it by adding.
+    global: [bool; 11],
 }
 
 impl Known {
@@ -174,7 +177,14 @@ impl Known {
             val_map: [None; 11],
             konst: [None; 11],
             ctx: [false; 11],
+            global: [false; 11],
         }
+    }
+
+    /// An access through `base` may say `.global` (faster than a generic one).
+    fn global(&self, base: u8) -> bool {
+        let b = base as usize;
+        b < 11 && (self.global[b] || self.val[b])
     }
 
     /// An access of `size` bytes at `base + off` is aligned, as far as this stretch knows:
@@ -194,6 +204,7 @@ impl Known {
         self.val_map[r] = None;
         self.konst[r] = None;
         self.ctx[r] = false;
+        self.global[r] = false;
     }
 }
 
@@ -921,6 +932,7 @@ fn lower_insn(
                     match (op, s) {
                         (AluOp::Mov, Src::Reg) => {
                             known.ctx[d] = pre.ctx[sr];
+                            known.global[d] = pre.global[sr];
                             known.map[d] = before.0;
                             known.stack[d] = before.1;
                             known.val[d] = before.2;
@@ -928,7 +940,12 @@ fn lower_insn(
                             known.konst[d] = before.7;
                         }
                         (AluOp::Mov, Src::Imm) => known.konst[d] = Some(imm64 as u64),
+                        // A pointer into a job's buffer moved by a scalar stays there.
+                        (AluOp::Add | AluOp::Sub, Src::Reg) if !pre.global[sr] => {
+                            known.global[d] = pre.global[d];
+                        }
                         (AluOp::Add | AluOp::Sub, Src::Imm) => {
+                            known.global[d] = pre.global[d];
                             let delta = if op == AluOp::Add {
                                 imm64
                             } else {
@@ -1001,11 +1018,17 @@ fn lower_insn(
                 (Size::H, true) => "ld.s16",
                 (Size::W, true) => "ld.s32",
             };
+            let global = pre.global(src);
+            let op = if global { global_op(op) } else { op };
             if let Some(&(lo, hi, first)) = cx.vec.get(&pc) {
                 // A pair's 16-byte load, issued at its first load (`known` 16-aligned base).
                 if first {
                     f.push(
-                        "ld.v2.u64",
+                        if global {
+                            "ld.global.v2.u64"
+                        } else {
+                            "ld.v2.u64"
+                        },
                         [
                             Operand::Vec2(lo, hi),
                             Operand::Addr(r(src), insn.off as i32),
@@ -1028,6 +1051,15 @@ fn lower_insn(
                 f.push(local_op(op), [r(dst).into(), a]);
             } else {
                 f.push(op, [r(dst).into(), Operand::Addr(r(src), insn.off as i32)]);
+            }
+            // The job ctx's data, data_end, out and out_end words point into global memory.
+            if cx.opts.chunk_loop
+                && pre.ctx[sr]
+                && size == Size::Dw
+                && [JobCtx::DATA, JobCtx::DATA_END, JobCtx::OUT, JobCtx::OUT_END]
+                    .contains(&(insn.off as i64))
+            {
+                known.global[dr] = true;
             }
         }
         OpKind::Store { size, src: s } => {
@@ -1054,6 +1086,7 @@ fn lower_insn(
             } else if let Some(a) = stack_addr(cx.depth, dst, insn.off, size) {
                 f.push(local_op(op), [a, v.into()]);
             } else {
+                let op = if pre.global(dst) { global_op(op) } else { op };
                 f.push(op, [Operand::Addr(r(dst), insn.off as i32), v.into()]);
             }
         }
@@ -1217,6 +1250,23 @@ fn stack_addr(depth: u32, base: u8, off: i16, size: Size) -> Option<Operand> {
 }
 
 /// The `.local` spelling of a generic load or store opcode.
+fn global_op(op: &'static str) -> &'static str {
+    match op {
+        "ld.u8" => "ld.global.u8",
+        "ld.u16" => "ld.global.u16",
+        "ld.u32" => "ld.global.u32",
+        "ld.u64" => "ld.global.u64",
+        "ld.s8" => "ld.global.s8",
+        "ld.s16" => "ld.global.s16",
+        "ld.s32" => "ld.global.s32",
+        "st.u8" => "st.global.u8",
+        "st.u16" => "st.global.u16",
+        "st.u32" => "st.global.u32",
+        "st.u64" => "st.global.u64",
+        other => other,
+    }
+}
+
 fn local_op(op: &'static str) -> &'static str {
     match op {
         "ld.u8" => "ld.local.u8",

@@ -287,6 +287,11 @@ static_assert(sizeof(struct bpft_fwd) == 128, "bpft_fwd size");
 // asks the TMA to bring the input of the next BPFT_SUB records into L2
 // (cp.async.bulk.prefetch.L2) while the warp runs the current ones; 2 the lanes issue
 // prefetch.global.L2 for the next BPFT_SUB records' lines, 128 bytes apart.
+// How many chunks a big job is cut into per worker warp (a tuning knob): more balance the
+// end of a job better, at one more claim (an atomic on a shared word) each.
+#ifndef BPFT_WARP_CHUNKS
+#define BPFT_WARP_CHUNKS 2
+#endif
 #ifndef BPFT_PREFETCH
 #define BPFT_PREFETCH 0
 #endif
@@ -932,9 +937,9 @@ __device__ void worker(const bpft_params &P) {
         const bpft_prog jprog = j->p;
         const u64 in_base = j->in_base, out_base = j->out_base, res_base = j->res_base;
         const u64 n = jd.n;
-        // About two chunks per warp (at least BPFT_CHUNK records): a claim is an atomic on
+        // About BPFT_WARP_CHUNKS chunks per warp (at least BPFT_CHUNK records): a claim is an atomic on
         // one word that every warp shares, so a big job must not need many of them.
-        u64 chunk = (n + 2 * nworkers - 1) / (2 * nworkers);
+        u64 chunk = (n + BPFT_WARP_CHUNKS * nworkers - 1) / (BPFT_WARP_CHUNKS * nworkers);
         chunk = chunk < BPFT_CHUNK ? BPFT_CHUNK : (chunk + 31) & ~31ull;
         u64 needed = (n + chunk - 1) / chunk;
         if (needed > nworkers) needed = nworkers;
