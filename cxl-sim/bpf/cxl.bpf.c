@@ -137,6 +137,15 @@ int cxl_delay(void *ctx)
 		}
 	}
 
+	/* Nothing to delay (Δt = 0, no cap): the emulated cache and the pattern decide only
+	 * delays, so neither is kept, and the data's arrival is not waited for (that wait
+	 * alone serialised a warp's loads); the bytes are counted. cxl-sim's model does the
+	 * same (model.rs). */
+	if (!(c->latency[0] | c->latency[1] | c->latency[2] | c->byte_cost)) {
+		stat_add(flags, CXL_STAT_BYTES, (__u64)m->warp_sectors * 32);
+		return 0;
+	}
+
 	/* A load's delay runs from when its data arrived: the timer is read on a branch of
 	 * the loaded value, so it waits for the data (the ctx's timer was read when the load
 	 * issued). The two arms call different helpers so that they cannot be merged. The

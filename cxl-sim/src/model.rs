@@ -268,8 +268,9 @@ pub fn queue_delay(c: &CxlConfig, base: u64, window_bytes: u64) -> u64 {
 pub struct Outcome {
     /// It hit the emulated cache (nothing else below applies: no bytes, no delay).
     pub cached: bool,
-    /// Its class.
-    pub pattern: Pattern,
+    /// Its class (`None`: not classified, because nothing would be delayed: every
+    /// latency 0 and no cap).
+    pub pattern: Option<Pattern>,
     /// Bytes charged to the tier (`sectors × 32`).
     pub bytes: u64,
     /// When it may complete, ns (≥ `now`).
@@ -311,13 +312,23 @@ impl Emulator {
     /// One warp's access through history slot `slot`, on an SM of `stripe`.
     pub fn access(&mut self, a: &Access, slot: usize, stripe: usize) -> Outcome {
         let c = &self.config;
+        if c.latency == [0; 3] && c.byte_cost == 0 {
+            // Nothing to delay (Δt = 0, no cap): the cache and the pattern decide only
+            // delays, so neither is kept; the bytes are counted.
+            return Outcome {
+                cached: false,
+                pattern: None,
+                bytes: a.sectors as u64 * 32,
+                deadline: a.now,
+            };
+        }
         if c.cache_lines != 0 {
             let line = a.addr >> LINE_SHIFT;
             let t = &mut self.tags[(line & (c.cache_lines - 1)) as usize];
             if *t == line + 1 {
                 return Outcome {
                     cached: true,
-                    pattern: Pattern::Sequential,
+                    pattern: Some(Pattern::Sequential),
                     bytes: 0,
                     deadline: a.now,
                 };
@@ -375,7 +386,7 @@ impl Emulator {
         }
         Outcome {
             cached: false,
-            pattern,
+            pattern: Some(pattern),
             bytes,
             deadline,
         }
@@ -535,7 +546,7 @@ mod tests {
             let a = scalar(now, 0x7f00_0000_0000 + (x % 1_000_000) * 64);
             let o = e.access(&a, 0, 0);
             if i > 0 {
-                assert_eq!(o.pattern, Pattern::Random, "access {i}");
+                assert_eq!(o.pattern, Some(Pattern::Random), "access {i}");
             }
             assert_eq!(o.delay(now), 200);
             now = o.deadline + 500;

@@ -163,7 +163,17 @@ fn compare(params: &Params, ranges: &[CxlRange], seed: u64, n: usize) {
         let d = o.delay(now);
         want[0] += o.bytes;
         want[1] += d;
-        want[3 + o.pattern as usize] += 1;
+        if let Some(p) = o.pattern {
+            want[3 + p as usize] += 1;
+        }
+    }
+    if params.latency_ns == 0.0 && params.bandwidth_gbps.is_none() {
+        // Nothing to delay: bytes counted, nothing classified, nothing cached.
+        assert!(want[0] > 0 && want[1..].iter().all(|&n| n == 0), "{want:?}");
+        for (i, name) in STATS.iter().enumerate() {
+            assert_eq!(probe.stat(i), want[i], "{name} (seed {seed})");
+        }
+        return;
     }
     for (i, name) in STATS.iter().enumerate() {
         assert_eq!(probe.stat(i), want[i], "{name} (seed {seed})");
@@ -203,6 +213,18 @@ fn probe_computes_the_models_delays() {
         ..base.clone()
     };
     compare(&tight, &[], 3, 3000);
+}
+
+/// With every latency 0 and no cap the probe waits for nothing, not even for the loaded
+/// data, and keeps no cache or pattern state (they decide delays only): it counts bytes.
+#[test]
+fn zero_delay_counts_bytes_and_classifies_nothing() {
+    let zero = Params {
+        latency_ns: 0.0,
+        cache_mib: 64,
+        ..Params::default()
+    };
+    compare(&zero, &[], 4, 2000);
 }
 
 #[test]
