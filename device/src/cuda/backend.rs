@@ -41,6 +41,37 @@ const RESTART_REPORT: Duration = Duration::from_secs(5);
 /// generation), which hung the recovery.
 const ACTIVATE_LIMIT: Duration = Duration::from_secs(10);
 
+/// How long a new worker may take to say it is ready (context, runtime compile, module
+/// load, launch: seconds) before the service gives up on it (and a restart tries again).
+const START_LIMIT: Duration = Duration::from_secs(120);
+
+/// How long a worker that failed or stopped answering is given to exit before the service
+/// goes on without waiting for it.
+const REAP_WAIT: Duration = Duration::from_secs(1);
+
+/// Waits up to `limit` for `child` to exit; whether it did.
+fn reap_within(child: &mut Child, limit: Duration) -> bool {
+    let t = Instant::now();
+    loop {
+        match child.try_wait() {
+            Ok(Some(_)) | Err(_) => return true,
+            Ok(None) if t.elapsed() >= limit => return false,
+            Ok(None) => std::thread::sleep(Duration::from_millis(5)),
+        }
+    }
+}
+
+/// Kills a worker process and reaps it on a thread of its own: the driver may hold a
+/// process whose context it tears down for a long time, and a recovery must not wait.
+fn discard(mut child: Child) {
+    let _ = child.kill();
+    let _ = std::thread::Builder::new()
+        .name("bpftime-gpu-reap".into())
+        .spawn(move || {
+            let _ = child.wait();
+        });
+}
+
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
@@ -71,6 +102,11 @@ impl Link {
             .write_all(line.as_bytes())
             .and_then(|_| self.stdin.flush())
             .map_err(|e| format!("the GPU worker is gone ({e})"))?;
+        self.read_within(limit)
+    }
+
+    /// [`Link::read`], giving up when no line comes within `limit`.
+    fn read_within(&mut self, limit: Duration) -> Result<Msg, String> {
         if self.stdout.buffer().is_empty() {
             use std::os::fd::AsFd;
             let fd = self.stdout.get_ref().as_fd();
@@ -447,18 +483,17 @@ impl Shared {
     /// Starts a standby worker and waits until it is prepared (not launched).
     fn spawn_standby(&self) -> Result<Link, String> {
         let mut link = self.start_process(true)?;
-        match link.read() {
+        match link.read_within(START_LIMIT) {
             Ok(Msg::Standby { ms }) => {
                 tracing::info!(pid = link.child.id(), ms, "warm standby GPU worker ready");
                 Ok(link)
             }
             Ok(Msg::Failed { error }) => {
-                let _ = link.child.wait();
+                discard(link.child);
                 Err(error)
             }
             other => {
-                let _ = link.child.kill();
-                let _ = link.child.wait();
+                discard(link.child);
                 Err(format!(
                     "unexpected first message from the standby: {other:?}"
                 ))
@@ -528,7 +563,7 @@ impl Shared {
         let t = Instant::now();
         let msg = match first {
             Some(m) => Ok(m),
-            None => link.read(),
+            None => link.read_within(START_LIMIT),
         };
         match msg {
             Ok(Msg::Ready {
@@ -549,13 +584,21 @@ impl Shared {
                 Ok(())
             }
             Ok(Msg::Failed { error }) => {
-                let _ = link.child.wait();
+                // It exits after saying so, but its exit may hang in the driver (a standby
+                // activated after another context's fault did, for minutes): not waited for.
+                if !reap_within(&mut link.child, REAP_WAIT) {
+                    tracing::warn!(
+                        pid = link.child.id(),
+                        "the failed GPU worker has not exited: killed, not waited for"
+                    );
+                    let _ = link.child.kill();
+                }
                 Err(error)
             }
             Ok(other) => Err(format!("unexpected first message {other:?}")),
             Err(e) => {
                 let _ = link.child.kill();
-                let _ = link.child.wait();
+                reap_within(&mut link.child, REAP_WAIT);
                 Err(e)
             }
         }
@@ -952,8 +995,7 @@ impl Shared {
                     tracing::warn!(
                         "the warm standby did not take over ({e}): starting a new worker"
                     );
-                    let _ = sb.child.kill();
-                    let _ = sb.child.wait();
+                    discard(sb.child);
                 }
             }
         }

@@ -294,7 +294,7 @@ static_assert(sizeof(struct bpft_fwd) == 128, "bpft_fwd size");
 #endif
 // The same for jobs whose input is in pinned host memory.
 #ifndef BPFT_HOST_WARP_CHUNKS
-#define BPFT_HOST_WARP_CHUNKS 256
+#define BPFT_HOST_WARP_CHUNKS 1024
 #endif
 #ifndef BPFT_HOST_CHUNK
 #define BPFT_HOST_CHUNK 32
@@ -948,10 +948,11 @@ __device__ void worker(const bpft_params &P) {
         const u64 n = jd.n;
         // About BPFT_WARP_CHUNKS chunks per warp (at least BPFT_CHUNK records): a claim is an atomic on
         // one word that every warp shares, so a big job must not need many of them.
-        // Input in pinned host memory (zero-copy over PCIe) is cut much finer: the warps
-        // then read neighbouring stretches at once, which PCIe serves at ~80% of the copy
-        // engine's rate against ~77% for two long stretches a warp (H200, row d); in device
-        // memory that many claims of one counter would cost more than they give.
+        // Input in pinned host memory (zero-copy over PCIe) is cut much finer (a big job
+        // into chunks of BPFT_HOST_CHUNK records): the warps then read neighbouring
+        // stretches at once, which PCIe serves at ~81% of the copy engine's rate against
+        // ~77% for two long stretches a warp (H200, row d); in device memory that many
+        // claims of one counter would cost more than they give (row c: half).
         const bool host_in = !(jd.flags & JF_DEVICE_INPUT);
         const u64 per = host_in ? BPFT_HOST_WARP_CHUNKS : BPFT_WARP_CHUNKS;
         const u64 least = host_in ? BPFT_HOST_CHUNK : BPFT_CHUNK;
