@@ -84,24 +84,23 @@ struct Link {
 }
 
 impl Link {
-    fn request(&mut self, cmd: &Cmd) -> Result<Msg, String> {
+    fn send(&mut self, cmd: &Cmd) -> Result<(), String> {
         let mut line = serde_json::to_string(cmd).map_err(|e| e.to_string())?;
         line.push('\n');
         self.stdin
             .write_all(line.as_bytes())
             .and_then(|_| self.stdin.flush())
-            .map_err(|e| format!("the GPU worker is gone ({e})"))?;
+            .map_err(|e| format!("the GPU worker is gone ({e})"))
+    }
+
+    fn request(&mut self, cmd: &Cmd) -> Result<Msg, String> {
+        self.send(cmd)?;
         self.read()
     }
 
     /// [`Link::request`], giving up when no reply line comes within `limit`.
     fn request_within(&mut self, cmd: &Cmd, limit: Duration) -> Result<Msg, String> {
-        let mut line = serde_json::to_string(cmd).map_err(|e| e.to_string())?;
-        line.push('\n');
-        self.stdin
-            .write_all(line.as_bytes())
-            .and_then(|_| self.stdin.flush())
-            .map_err(|e| format!("the GPU worker is gone ({e})"))?;
+        self.send(cmd)?;
         self.read_within(limit)
     }
 
