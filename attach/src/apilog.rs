@@ -104,7 +104,7 @@ pub struct ApiEvent {
     pub start_ns: u64,
     /// ns until it returned.
     pub dur_ns: u64,
-    /// Which entry point ([`crate::shim::api::Api`] as u16; [`crate::shim::api::call_name`]
+    /// Which entry point ([`crate::api::Api`] as u16; [`crate::api::call_name`]
     /// names it).
     pub call: u16,
     /// What it did.

@@ -16,6 +16,7 @@
 //!
 //! | module       | owns                                                                       |
 //! |--------------|----------------------------------------------------------------------------|
+//! | [`api`]      | the driver entry points the shim wraps, as data; what host probe sections name |
 //! | [`apilog`]   | the `--api-log` file: copies, allocations, launches and syncs the app made |
 //! | [`image`]    | recognising and unpacking PTX, fat binaries (compressed too), cubins, host ELF |
 //! | [`probes`]   | loading and verifying `kprobe/`/`kretprobe/` programs; kernel name matching |
@@ -31,6 +32,7 @@
 
 #![deny(missing_docs)]
 
+pub mod api;
 pub mod apilog;
 pub mod codegen;
 pub mod image;

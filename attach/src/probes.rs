@@ -87,7 +87,7 @@ pub struct Probe {
     /// ([`ebpf::verifier::Verified::ctx_loads`]).
     pub ctx_loads: std::collections::BTreeMap<usize, Option<i64>>,
     /// For host probes: the driver functions (one, or every wrapped one for `*`).
-    pub host_fns: Vec<crate::shim::api::Api>,
+    pub host_fns: Vec<crate::api::Api>,
     /// For host probes on another library: `(library, function)`.
     pub host_sym: Option<(String, String)>,
 }
@@ -151,13 +151,11 @@ impl ProbeSet {
                 let (host_fns, host_sym) = if site.on_gpu() {
                     (Vec::new(), None)
                 } else {
-                    use crate::shim::uprobes::Target;
-                    match crate::shim::uprobes::target(&pattern).map_err(|what| {
-                        AttachError::Section {
-                            path: path.clone(),
-                            section: info.section.clone(),
-                            what,
-                        }
+                    use crate::api::Target;
+                    match crate::api::target(&pattern).map_err(|what| AttachError::Section {
+                        path: path.clone(),
+                        section: info.section.clone(),
+                        what,
                     })? {
                         Target::Driver(f) => (f, None),
                         Target::Symbol { lib, func } => (Vec::new(), Some((lib, func))),
@@ -183,7 +181,7 @@ impl ProbeSet {
                         size: ProbeCtx::SIZE,
                     },
                     SiteKind::HostEntry | SiteKind::HostExit => CtxKind::Probe {
-                        size: crate::shim::uprobes::HOST_CTX_SIZE,
+                        size: crate::api::HOST_CTX_SIZE,
                     },
                 };
                 let opts = VerifyOptions {

@@ -662,8 +662,8 @@ fn api_log_records_every_call_on_every_path() {
     // app_copies makes its calls linked with -lcuda, then two through cuGetProcAddress
     // (one the per-thread-stream twin); the log must hold each, in order, with its
     // direction, bytes, stream, flags and result, and no call of the shim's own.
+    use attach::api::call_name;
     use attach::apilog::{FLAG_ASYNC, FLAG_PTDS, Kind};
-    use attach::shim::api::call_name;
     if shim().is_none() {
         return;
     }
@@ -760,7 +760,7 @@ fn the_application_can_pause_host_probes() {
     let copies: Vec<u64> = attach::apilog::read(&log)
         .unwrap()
         .iter()
-        .filter(|e| attach::shim::api::call_name(e.call) == "cuMemcpyHtoD_v2")
+        .filter(|e| attach::api::call_name(e.call) == "cuMemcpyHtoD_v2")
         .map(|e| e.bytes)
         .collect();
     assert_eq!(copies, [100, 100, 300], "no record while paused");

@@ -182,7 +182,7 @@ pub fn trace_of(events: &[ApiEvent], names: &Names) -> Result<(Trace, Summary), 
     events.sort_by_key(|e| e.start_ns);
     for e in events {
         *s.calls
-            .entry(attach::shim::api::call_name(e.call).to_string())
+            .entry(attach::api::call_name(e.call).to_string())
             .or_default() += 1;
         if e.result != 0 {
             s.failed += 1;

@@ -16,16 +16,15 @@
 //! exit (and whenever 1 MiB is pending).
 
 use super::driver::{self, CuResult, Handle};
+pub use crate::api::{Api, call_name};
 use crate::apilog::{ApiEvent, FLAG_ASYNC, FLAG_PTDS, Kind};
-use std::ffi::{CStr, c_int, c_uint, c_void};
+use std::ffi::{c_int, c_uint, c_void};
 use std::io::Write;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
 
 /// `CUDA_ERROR_NOT_FOUND`: what a wrapper returns when the driver lacks the entry.
 const CUDA_ERROR_NOT_FOUND: CuResult = 500;
-/// `CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM`.
-const PROC_PTDS: u64 = 2;
 /// `CU_POINTER_ATTRIBUTE_MEMORY_TYPE` and its `CU_MEMORYTYPE_DEVICE`/`_UNIFIED` values.
 const ATTR_MEMORY_TYPE: c_int = 2;
 const MEMORYTYPE_DEVICE: c_uint = 2;
@@ -58,42 +57,10 @@ macro_rules! api_table {
         $(pre |$pf:ident, $pp:ident $(, $pe:ident)?| $pv:ident = $ps:expr;)?
         |$ev:ident| $fill:block
     )*) => {
-        /// The entry points the API log wraps; an event's `call` is the position in
-        /// [`Api::ALL`].
-        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-        #[repr(usize)]
-        pub enum Api { $($(#[$doc])* $variant,)* }
-
         impl Api {
-            /// Every entry point, in `call` order.
-            pub const ALL: &'static [Api] = &[$(Api::$variant,)*];
-
-            /// The exported symbol.
-            pub fn symbol(self) -> &'static CStr {
-                match self {$(
-                    Api::$variant => const {
-                        match CStr::from_bytes_with_nul(concat!(stringify!($sym), "\0").as_bytes()) {
-                            Ok(c) => c,
-                            Err(_) => panic!("a symbol without NUL"),
-                        }
-                    },
-                )*}
-            }
-
-            /// The name `cuGetProcAddress` takes, and whether this is the per-thread-stream
-            /// variant of it.
-            fn proc(self) -> (&'static [u8], bool) {
-                match self { $(Api::$variant => ($base, $ptds),)* }
-            }
-
             /// Our wrapper of it.
             pub fn wrapper(self) -> *mut c_void {
                 match self { $(Api::$variant => $wrapper as *mut c_void,)* }
-            }
-
-            /// Whether this entry launches a kernel (and numbers it, [`super::launch`]).
-            pub fn is_launch(self) -> bool {
-                match self { $(Api::$variant => false $(|| { let _ = stringify!($pf); true })?,)* }
             }
         }
 
@@ -158,47 +125,6 @@ macro_rules! api_table {
 }
 
 include!("api_table.rs");
-
-impl Api {
-    /// The symbol as text.
-    pub fn name(self) -> &'static str {
-        self.symbol().to_str().unwrap_or("?")
-    }
-
-    /// The `cuGetProcAddress` versions whose entry has this wrapper's signature: the `_v2`
-    /// entries from CUDA 3.2 (before it, 32-bit sizes and device pointers), and
-    /// `cuMemPrefetchAsync` before 12.2 (from it, a `CUmemLocation` in place of the device).
-    fn versions(self) -> std::ops::Range<c_int> {
-        match self {
-            Api::MemPrefetchAsync | Api::MemPrefetchAsyncPtsz => 8000..12020,
-            _ if self.name().contains("_v2") => 3020..c_int::MAX,
-            _ => 0..c_int::MAX,
-        }
-    }
-
-    /// The entry a lookup names: an exact export (`dlsym`, `version` 0), or a base name of
-    /// `cuGetProcAddress` at a version where the entry has our signature, with `flags`
-    /// picking the per-thread-stream variant.
-    pub fn lookup(name: &[u8], version: c_int, flags: u64) -> Option<Api> {
-        if version == 0 {
-            return Api::ALL
-                .iter()
-                .copied()
-                .find(|a| a.symbol().to_bytes() == name);
-        }
-        let ptds = flags & PROC_PTDS != 0;
-        Api::ALL
-            .iter()
-            .copied()
-            .find(|a| a.proc() == (name, ptds) && a.versions().contains(&version))
-    }
-}
-
-/// The driver entry point of an event's `call` number.
-pub fn call_name(call: u16) -> &'static str {
-    Api::ALL.get(call as usize).map(|a| a.name()).unwrap_or("?")
-}
-
 static SLOTS: [AtomicUsize; 64] = [const { AtomicUsize::new(0) }; 64];
 const _: () = assert!(SLOTS.len() >= Api::ALL.len(), "a slot per Api entry");
 
@@ -387,50 +313,6 @@ fn on_device(p: u64) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn lookups_pick_the_right_variant() {
-        assert_eq!(Api::ALL.len(), 40);
-        assert_eq!(
-            Api::lookup(b"cuMemcpyHtoDAsync", 12000, 0),
-            Some(Api::MemcpyHtoDAsync)
-        );
-        assert_eq!(
-            Api::lookup(b"cuMemcpyHtoDAsync", 12000, PROC_PTDS),
-            Some(Api::MemcpyHtoDAsyncPtsz)
-        );
-        assert_eq!(
-            Api::lookup(b"cuMemcpyHtoDAsync_v2_ptsz", 0, 0),
-            Some(Api::MemcpyHtoDAsyncPtsz)
-        );
-        assert_eq!(Api::lookup(b"cuMemcpyHtoD", 3000, 0), None, "the v1 ABI");
-        // What CUDA 13's cudart asks for (seen on the device).
-        assert_eq!(Api::lookup(b"cuMemcpyHtoD", 3020, 0), Some(Api::MemcpyHtoD));
-        assert_eq!(
-            Api::lookup(b"cuMemcpyHtoD", 7000, 2),
-            Some(Api::MemcpyHtoDPtds)
-        );
-        assert_eq!(
-            Api::lookup(b"cuMemHostAlloc", 2020, 0),
-            Some(Api::MemHostAlloc)
-        );
-        assert_eq!(
-            Api::lookup(b"cuMemPrefetchAsync", 8000, 0),
-            Some(Api::MemPrefetchAsync)
-        );
-        assert_eq!(
-            Api::lookup(b"cuMemPrefetchAsync", 12020, 0),
-            None,
-            "the CUmemLocation signature"
-        );
-        assert_eq!(Api::lookup(b"cuMemcpyHtoD", 0, 0), None, "not an export");
-        assert_eq!(Api::lookup(b"cuCtxSynchronize", 12000, PROC_PTDS), None);
-        for (i, a) in Api::ALL.iter().enumerate() {
-            assert_eq!(*a as usize, i);
-            assert_eq!(Api::lookup(a.symbol().to_bytes(), 0, 0), Some(*a));
-            assert_eq!(call_name(i as u16), a.name());
-        }
-    }
 
     #[test]
     fn launches_count_threads() {

@@ -15,7 +15,7 @@
 //! Sections naming another library (`uprobe/libfoo.so:function`) go to
 //! [`super::symprobes`], which patches the application's calls to that export.
 
-use super::api::Api;
+use crate::api::Api;
 use ebpf::interp::Env;
 use jit::cpu::{Engine, HostProbe};
 use std::cell::RefCell;
@@ -33,82 +33,11 @@ pub const IP: usize = 128;
 pub const SP: usize = 152;
 /// Arguments past the sixth a wrapped function has at most (`cuLaunchKernel`: 11).
 const STACK_ARGS: usize = 10;
-/// Bytes of a host probe's ctx: laid out as [`ebpf::ProbeCtx`] (`struct
-/// bpftime_probe_ctx`), whose first 168 bytes are the `pt_regs` above, so libbpf's
-/// `PT_REGS_*` macros read the arguments; `correlation_id` holds the calling thread's
-/// latest launch number ([`super::launch::current`]: the launch itself, for a probe on a
-/// launch entry point), the number the kernel's own probes read; the other fields are 0.
-pub const HOST_CTX_SIZE: usize = ebpf::ProbeCtx::SIZE;
-
-/// What a host probe's `library:function` names.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Target {
-    /// Driver functions the shim wraps (`libcuda.so`).
-    Driver(Vec<Api>),
-    /// An exported function of another shared library the application uses
-    /// ([`super::symprobes`]).
-    Symbol {
-        /// The library: a file name (`libfoo.so`, matching `libfoo.so.1` too) or a path.
-        lib: String,
-        /// The exported function.
-        func: String,
-    },
-}
-
-/// [`resolve`] for `libcuda.so`; for any other library, the exported function it names
-/// (found, or refused with the library and the symbol named, when the application starts).
-pub fn target(pattern: &str) -> Result<Target, String> {
-    let (lib, func) = pattern.rsplit_once(':').unwrap_or(("libcuda.so", pattern));
-    if is_driver_lib(lib) {
-        return resolve(pattern).map(Target::Driver);
-    }
-    let ident = !func.is_empty()
-        && !func.starts_with(|c: char| c.is_ascii_digit())
-        && func
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.' || c == '@');
-    if lib.is_empty() || !ident {
-        return Err(format!(
-            "`{lib}:{func}`: a host probe names one exported function of a library (`uprobe/libfoo.so:function`); wildcards reach only libcuda.so"
-        ));
-    }
-    Ok(Target::Symbol {
-        lib: lib.to_string(),
-        func: func.to_string(),
-    })
-}
-
-fn is_driver_lib(lib: &str) -> bool {
-    matches!(lib, "libcuda.so" | "libcuda.so.1" | "libcuda")
-}
-
-/// The wrapped functions a probe's `library:function` names. `libcuda.so` (or `.so.1`) is
-/// the library, and may be left out; the function is an export (`cuMemAlloc_v2`), the
-/// name `cuda.h` gives it (`cuMemAlloc`), or `*`: every function the shim wraps.
-pub fn resolve(pattern: &str) -> Result<Vec<Api>, String> {
-    let (lib, func) = pattern.rsplit_once(':').unwrap_or(("libcuda.so", pattern));
-    if !is_driver_lib(lib) {
-        return Err(format!(
-            "`{lib}:{func}`: host probes reach the functions of libcuda.so that the shim wraps, not library `{lib}`"
-        ));
-    }
-    if func == "*" {
-        return Ok(Api::ALL.to_vec());
-    }
-    let v2 = format!("{func}_v2");
-    Api::ALL
-        .iter()
-        .copied()
-        .find(|a| a.name() == func || a.name() == v2)
-        .map(|a| vec![a])
-        .ok_or_else(|| {
-            let names: Vec<&str> = Api::ALL.iter().map(|a| a.name()).collect();
-            format!(
-                "`{lib}:{func}`: no such function among those the shim can probe in libcuda.so ({})",
-                names.join(", ")
-            )
-        })
-}
+/// Bytes of a host probe's ctx ([`crate::api::HOST_CTX_SIZE`]): the `pt_regs` above first;
+/// `correlation_id` holds the calling thread's latest launch number
+/// ([`super::launch::current`]: the launch itself, for a probe on a launch entry point), the
+/// number the kernel's own probes read; the other fields are 0.
+pub use crate::api::HOST_CTX_SIZE;
 
 /// The probes of each wrapped function.
 struct Loaded {
@@ -312,49 +241,6 @@ pub fn run(a: Api, args: &[u64], ip: u64, rc: Option<i32>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn sections_name_wrapped_functions_or_fail_naming_them() {
-        assert_eq!(resolve("libcuda.so:cuMemAlloc"), Ok(vec![Api::MemAlloc]));
-        assert_eq!(
-            resolve("libcuda.so.1:cuMemAlloc_v2"),
-            Ok(vec![Api::MemAlloc])
-        );
-        assert_eq!(resolve("cuLaunchKernel"), Ok(vec![Api::LaunchKernel]));
-        assert_eq!(
-            resolve("libcuda.so:cuMemcpyHtoDAsync_v2_ptsz"),
-            Ok(vec![Api::MemcpyHtoDAsyncPtsz])
-        );
-        assert_eq!(resolve("libcuda.so:*"), Ok(Api::ALL.to_vec()));
-        assert!(resolve("libcudart.so:*").is_err());
-        let e = resolve("libcuda.so:cuModuleGetFunction").unwrap_err();
-        assert!(
-            e.contains("libcuda.so:cuModuleGetFunction") && e.contains("cuMemAlloc_v2"),
-            "{e}"
-        );
-        let e = resolve("libcudart.so:cudaMalloc").unwrap_err();
-        assert!(e.contains("not library `libcudart.so`"), "{e}");
-        assert_eq!(
-            target("libcudart.so:cudaMalloc"),
-            Ok(Target::Symbol {
-                lib: "libcudart.so".into(),
-                func: "cudaMalloc".into()
-            })
-        );
-        assert_eq!(
-            target("libcuda.so:cuMemAlloc"),
-            Ok(Target::Driver(vec![Api::MemAlloc]))
-        );
-        for bad in [
-            "libfoo.so:*",
-            "libfoo.so:",
-            ":f",
-            "libfoo.so:a b",
-            "libfoo.so:9f",
-        ] {
-            assert!(target(bad).is_err(), "{bad}");
-        }
-    }
 
     #[test]
     fn the_ctx_is_pt_regs() {

@@ -148,7 +148,7 @@ pub fn build(
     let mut launches: HashMap<u64, &ApiEvent> = HashMap::new();
     let mut streams: BTreeMap<u64, u64> = BTreeMap::new();
     for e in events {
-        let name = attach::shim::api::call_name(e.call);
+        let name = attach::api::call_name(e.call);
         let cat = match e.kind {
             k if k.is_copy() => "copy",
             Kind::Launch => "launch",
@@ -309,7 +309,7 @@ mod tests {
     }
 
     fn launch_event(start_ns: u64, corr: u64, stream: u64) -> ApiEvent {
-        let mut e = ApiEvent::new(attach::shim::api::Api::LaunchKernel as u16, Kind::Launch);
+        let mut e = ApiEvent::new(attach::api::Api::LaunchKernel as u16, Kind::Launch);
         e.start_ns = start_ns;
         e.dur_ns = 3_000;
         e.dst = corr;
@@ -335,7 +335,7 @@ mod tests {
                 at_ns: 2_000_000_000,
             },
         ];
-        let mut copy = ApiEvent::new(attach::shim::api::Api::MemcpyHtoD as u16, Kind::HtoD);
+        let mut copy = ApiEvent::new(attach::api::Api::MemcpyHtoD as u16, Kind::HtoD);
         (copy.start_ns, copy.dur_ns, copy.bytes, copy.tid) = (1_100_000_000, 50_000, 4096, 42);
         let events = [
             copy,
