@@ -229,6 +229,20 @@ pub struct Access {
     pub store: bool,
 }
 
+impl Access {
+    /// A one-lane 8-byte load at `now` (a scalar walk, a pointer chase's step).
+    pub fn scalar(now: u64, addr: u64) -> Access {
+        Access {
+            now,
+            addr,
+            size: 8,
+            active: 1,
+            sectors: 1,
+            store: false,
+        }
+    }
+}
+
 /// Whether the warp's lanes use at least half of the sectors they fetch.
 pub fn coalesced(a: &Access) -> bool {
     a.active > 1 && (a.sectors as u64) * 32 <= 2 * (a.active as u64) * (a.size as u64)
@@ -398,14 +412,7 @@ mod tests {
     use super::*;
 
     fn scalar(now: u64, addr: u64) -> Access {
-        Access {
-            now,
-            addr,
-            size: 8,
-            active: 1,
-            sectors: 1,
-            store: false,
-        }
+        Access::scalar(now, addr)
     }
 
     #[test]

@@ -92,14 +92,7 @@ fn ctx(a: &Access, site: u32, block: [u32; 3], thread: [u32; 3], sm: u32) -> Mem
 
 /// A one-lane 8-byte load.
 fn scalar(now: u64, addr: u64) -> Access {
-    Access {
-        now,
-        addr,
-        size: 8,
-        active: 1,
-        sectors: 1,
-        store: false,
-    }
+    Access::scalar(now, addr)
 }
 
 /// Runs `n` random warp accesses of a few warps and sites through both and compares.

@@ -780,43 +780,40 @@ fn lower_aligned_run(
     paths.push((None, false));
     let join = f.label();
     let before = *known;
-    let result = (|| {
-        for (mask, vector) in paths {
-            *known = before;
-            let next = mask.map(|m| {
-                let t = f.reg(RegClass::B64);
-                f.push("and.b64", [t.into(), r(run.base).into(), imm(m)]);
-                let p = f.reg(RegClass::Pred);
-                f.push("setp.ne.u64", [p.into(), t.into(), imm(0)]);
-                let next = f.label();
-                f.bra(next, Some((p, true)));
-                next
-            });
-            cx.aligned_base = mask.map(|_| run.base);
-            cx.vec.clear();
-            if vector {
-                for &(a, b) in &run.pairs {
-                    let (lo, hi) = (f.reg(RegClass::B64), f.reg(RegClass::B64));
-                    cx.vec.insert(a, (lo, hi, true));
-                    cx.vec.insert(b, (lo, hi, false));
-                }
-            }
-            let mut pc = start;
-            while pc < run.end {
-                let d = cx.dec[pc].expect("a run holds decoded instructions");
-                lower_insn(cx, f, pc, d, known)?;
-                pc += if d.op.is_wide() { 2 } else { 1 };
-            }
-            if let Some(next) = next {
-                f.bra(join, None);
-                f.place(next);
+    // (An error ends the whole compile, so the run's state in `cx` needs no unwinding.)
+    for (mask, vector) in paths {
+        *known = before;
+        let next = mask.map(|m| {
+            let t = f.reg(RegClass::B64);
+            f.push("and.b64", [t.into(), r(run.base).into(), imm(m)]);
+            let p = f.reg(RegClass::Pred);
+            f.push("setp.ne.u64", [p.into(), t.into(), imm(0)]);
+            let next = f.label();
+            f.bra(next, Some((p, true)));
+            next
+        });
+        cx.aligned_base = mask.map(|_| run.base);
+        cx.vec.clear();
+        if vector {
+            for &(a, b) in &run.pairs {
+                let (lo, hi) = (f.reg(RegClass::B64), f.reg(RegClass::B64));
+                cx.vec.insert(a, (lo, hi, true));
+                cx.vec.insert(b, (lo, hi, false));
             }
         }
-        Ok(())
-    })();
+        let mut pc = start;
+        while pc < run.end {
+            let d = cx.dec[pc].expect("a run holds decoded instructions");
+            lower_insn(cx, f, pc, d, known)?;
+            pc += if d.op.is_wide() { 2 } else { 1 };
+        }
+        if let Some(next) = next {
+            f.bra(join, None);
+            f.place(next);
+        }
+    }
     cx.aligned_base = None;
     cx.vec.clear();
-    result?;
     f.place(join);
     Ok(())
 }

@@ -608,6 +608,32 @@ __device__ __forceinline__ void count_torn(int retry, u64 &torn, bpft_ctl *C, u3
     }
 }
 
+// After a coalesced read of slot bodies, where instruction i brought slots 2i and 2i+1
+// (lanes 0..15 the first, 16..31 the second, 16 bytes each, past seq and check): the
+// bodies go through shared memory, and each lane below `n` picks up its own slot's
+// descriptor and inline words.
+template <u32 N>
+__device__ __forceinline__ void unstage(u64 (*stage)[32], const u64 (&body)[N][2], u32 n, u32 lane,
+                                        u64 *dw, u64 *iw) {
+    const u32 half = lane >> 4, chunk = lane & 15;
+#pragma unroll
+    for (u32 i = 0; i < N; i++) {
+        const u32 j = 2 * i + half;
+        if (chunk != 0 && j < n) {
+            stage[j][2 * chunk] = body[i][0];
+            stage[j][2 * chunk + 1] = body[i][1];
+        }
+    }
+    __syncwarp();
+    if (lane < n) {
+#pragma unroll
+        for (int i = 0; i < 15; i++) dw[i] = stage[lane][2 + i];
+#pragma unroll
+        for (int i = 0; i < BPFT_INLINE_WORDS; i++) iw[i] = stage[lane][17 + i];
+    }
+    __syncwarp();
+}
+
 __device__ void dispatcher(const bpft_params &P) {
     bpft_state *S = (bpft_state *)P.state;
     bpft_ctl *C = (bpft_ctl *)P.ctl;
@@ -668,22 +694,7 @@ __device__ void dispatcher(const bpft_params &P) {
                     ld_slot_v2((const void *)(P.slots + ((pos + j) & P.queue_mask) * BPFT_SIZE_QueueSlot + 16 * chunk),
                                body[i][0], body[i][1]);
             }
-#pragma unroll
-            for (u32 i = 0; i < (BPFT_COOP_MAX + 1) / 2; i++) {
-                const u32 j = 2 * i + half;
-                if (chunk != 0 && j < k) {
-                    stage[j][2 * chunk] = body[i][0];
-                    stage[j][2 * chunk + 1] = body[i][1];
-                }
-            }
-            __syncwarp();
-            if (lane < k) {
-#pragma unroll
-                for (int i = 0; i < 15; i++) dw[i] = stage[lane][2 + i];
-#pragma unroll
-                for (int i = 0; i < BPFT_INLINE_WORDS; i++) iw[i] = stage[lane][17 + i];
-            }
-            __syncwarp();
+            unstage(stage, body, k, lane, dw, iw);
         } else if (lane < k) {
             read_slot(src, isrc, dw, iw);
         }
@@ -718,22 +729,7 @@ __device__ void dispatcher(const bpft_params &P) {
                               body[i][0], body[i][1]);
         }
         if (lane == 31) stop = ld_acq_sys32(&C->stop);
-#pragma unroll
-        for (u32 i = 0; i < 16; i++) {
-            const u32 j = 2 * i + half;
-            if (chunk != 0 && j < width) {
-                stage[j][2 * chunk] = body[i][0];
-                stage[j][2 * chunk + 1] = body[i][1];
-            }
-        }
-        __syncwarp();
-        if (lane < width) {
-#pragma unroll
-            for (int i = 0; i < 15; i++) dw[i] = stage[lane][2 + i];
-#pragma unroll
-            for (int i = 0; i < BPFT_INLINE_WORDS; i++) iw[i] = stage[lane][17 + i];
-        }
-        __syncwarp();
+        unstage(stage, body, width, lane, dw, iw);
         int ready = 0, retry = 0;
         if (lane < width && seq == my + 1) {
             ready = 1;
