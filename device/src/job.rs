@@ -28,8 +28,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 /// 1. slots it took and never handed back (a CPU worker between its head CAS and the
 ///    release, the GPU dispatcher until a one-record job completes): their jobs end here
 ///    unless DONE, and the slots are released;
-/// 2. published slots at the head whose completions are already RUNNING (the GPU marks a
-///    job RUNNING before its head store lands): taken here, never run twice;
+/// 2. full slots past the head whose completions are already RUNNING (the GPU marks a
+///    job RUNNING before its head store lands, and with several dispatchers the head is
+///    only the least of their positions): taken here, never run twice; then the head moves
+///    past every position already taken;
 /// 3. every completion still RUNNING, and every SUBMITTED one of the two cases above.
 ///
 /// Jobs still in the queue are not touched: the next consumer runs them. When the whole
@@ -44,19 +46,19 @@ pub fn fail_taken(region: &ShmRegion, queue: Option<u32>, code: i32, text: &str)
             taken.push(d.completion);
             q.release(pos);
         }
-        let mut head = q.head();
-        while let Some(d) = q.peek(head) {
+        // Past the head: jobs marked RUNNING were taken (the GPU's dispatchers mark a job
+        // before they move the head past it, and with several dispatchers the head is only
+        // the least of their positions); the rest still wait.
+        for (pos, d) in q.full_past_head() {
             let marked = region
                 .completion(d.completion)
                 .is_some_and(|c| c.state.load(Ordering::Acquire) == completion_state::RUNNING);
-            if !marked {
-                break;
+            if marked {
+                taken.push(d.completion);
+                q.release(pos);
             }
-            taken.push(d.completion);
-            q.release(head);
-            head += 1;
-            q.set_head(head);
         }
+        q.skip_taken();
     }
     end_where(region, code, text, |i, st| {
         queue.is_none_or(|q| region.completion_queue(i) == q)

@@ -71,8 +71,8 @@ fn runtime_compiles_and_assembles() {
     ptxas("dispatch", &dispatch);
 }
 
-/// The measured alternatives kept as knobs still compile and assemble: the one-burst poll,
-/// the per-lane strong slot read after the fence, the warp's cooperative read with `.cv`
+/// The measured alternatives kept as knobs still compile and assemble: several dispatcher
+/// warps, the per-lane strong slot read after the fence, the warp's cooperative read with `.cv`
 /// loads, and the sequentially consistent completion fence. The cooperative read's loads
 /// (the default's, `ld_slot_v2`) are there with the right flavour, or absent.
 #[test]
@@ -97,7 +97,16 @@ fn the_runtime_knobs_compile_and_assemble() {
     // Program entries: four 16-byte loads from L2 (BPFT_ENTRY_STRONG 1: eight strong ones).
     assert!(default.contains("ld.global.cg.v2.u64"), "entries from L2");
     for (name, pre, flavour) in [
-        ("one_burst", "#define BPFT_TWO_PHASE 0", None),
+        (
+            "dispatchers_4",
+            "#define BPFT_DISPATCHERS 4",
+            Some("ld.global.v2.u64"),
+        ),
+        (
+            "dispatchers_too_many",
+            "#define BPFT_DISPATCHERS 64",
+            Some("ld.global.v2.u64"),
+        ),
         ("per_lane", "#define BPFT_TWO_PHASE 1", None),
         (
             "coop_read_cv",

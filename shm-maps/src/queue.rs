@@ -81,11 +81,51 @@ impl<'a> JobQueue<'a> {
     }
 
     /// Recovery, with no consumer running and the taken jobs ended: every position below
-    /// the head has finished, so the finished count is set to the head.
+    /// the head has finished, and so has every later one whose slot was taken (see
+    /// [`JobQueue::skip_taken`]); the finished count is set to that.
     pub fn settle_done(&self) {
-        self.hdr
-            .done
-            .store(self.hdr.head.load(Ordering::Acquire), Ordering::Relaxed);
+        let head = self.hdr.head.load(Ordering::Acquire);
+        let past = self.scan_window().filter(|&p| self.taken_at(p)).count() as u64;
+        self.hdr.done.store(head + past, Ordering::Relaxed);
+    }
+
+    /// Positions from the head up to the tail that recovery must look at: those a lap or
+    /// more below the tail were taken (a producer reused their slot), so at most a lap.
+    fn scan_window(&self) -> std::ops::Range<u64> {
+        let head = self.hdr.head.load(Ordering::Acquire);
+        let tail = self.hdr.tail.load(Ordering::Acquire);
+        head.max(tail.saturating_sub(self.capacity()))..tail.max(head)
+    }
+
+    /// Whether the slot of `pos` has moved past `pos + 1`: a consumer took `pos` (and freed
+    /// the slot, or a producer of a later lap filled it again).
+    fn taken_at(&self, pos: u64) -> bool {
+        // ORDERING: acquire pairs with the consumer's release of `seq`.
+        self.slot(pos).seq.load(Ordering::Acquire) > pos + 1
+    }
+
+    /// Recovery, with no consumer running, where consumers take positions out of order
+    /// (the GPU's dispatchers each own stripes of the queue, and the head they keep is the
+    /// least of their positions): every position from the head up to the tail whose slot
+    /// is full (`seq == pos + 1`), with its job. Each was either taken and not freed, or is
+    /// still waiting; the caller tells them apart by their completions.
+    pub fn full_past_head(&self) -> Vec<(u64, JobDesc)> {
+        self.scan_window()
+            .filter_map(|pos| self.peek(pos).map(|d| (pos, d)))
+            .collect()
+    }
+
+    /// Recovery, with no consumer running: moves the head past the positions from it that
+    /// were already taken (their slot's `seq` is past `pos + 1`), so that it names the
+    /// first one a consumer may take again. Returns the new head.
+    pub fn skip_taken(&self) -> u64 {
+        let mut head = self.scan_window().start;
+        let tail = self.hdr.tail.load(Ordering::Acquire);
+        while head < tail && self.taken_at(head) {
+            head += 1;
+        }
+        self.set_head(head);
+        head
     }
 
     /// Jobs of this queue counted as finished.

@@ -1419,4 +1419,78 @@ mod tests {
         }
         assert_eq!(q.push_batch(&jobs), 6, "no wedged slot");
     }
+
+    /// Several dispatchers take positions out of order, and the head they keep is only the
+    /// least of their positions: recovery must still fail exactly the taken jobs, leave the
+    /// waiting ones for the next worker, and let it skip the taken positions.
+    #[test]
+    fn out_of_order_dispatchers_lose_and_duplicate_nothing() {
+        let s = shared(&format!("bpftime-test-fault-ooo-{}", std::process::id()));
+        for c in 0..8 {
+            submit(&s, c, 200 + c as u64, 1);
+        }
+        let q = s.region.queue();
+        let mark = |pos: u64| {
+            let d = q.peek(pos).expect("a full slot");
+            s.region.start_completion(d.completion).unwrap();
+            d
+        };
+        // Dispatcher 0 owns 0..4 and has taken 0 and 1 (both finished, slots freed), but
+        // its head store never landed: the head is still 0.
+        for pos in [0, 1] {
+            let d = mark(pos);
+            s.region.finish_completion(
+                d.completion,
+                &CompletionData {
+                    tag: 200 + pos,
+                    ..Default::default()
+                },
+            );
+            q.release(pos);
+        }
+        // Dispatcher 1 owns 4..8: job 4 finished and freed; job 5 RUNNING, slot held (the
+        // short path); job 6 RUNNING and freed (published to the ring); job 7 waits.
+        let d4 = mark(4);
+        s.region.finish_completion(
+            d4.completion,
+            &CompletionData {
+                tag: 204,
+                ..Default::default()
+            },
+        );
+        q.release(4);
+        mark(5);
+        mark(6);
+        q.release(6);
+        // Jobs 2 and 3 wait in dispatcher 0's stripe, 7 in dispatcher 1's.
+        assert_eq!(q.head(), 0);
+        let failed = s.fail_taken("test fault");
+        assert_eq!(failed, 2, "jobs 5 and 6, nothing else");
+        for (c, st) in [(5, status::DEVICE_FAULT), (6, status::DEVICE_FAULT)] {
+            let r = s.region.read_completion(c).expect("completed");
+            assert_eq!(r.status, st, "completion {c}");
+            assert_eq!(r.tag, 200 + c as u64);
+        }
+        for c in [2, 3, 7] {
+            assert!(
+                s.region.read_completion(c).is_none(),
+                "job {c} waits for the next worker"
+            );
+        }
+        assert_eq!(
+            q.head(),
+            2,
+            "the head moved past the taken 0 and 1, to job 2"
+        );
+        // What the next worker's dispatchers see from the head: jobs 2, 3 and 7 full, the
+        // positions taken before (4, 5, 6) past `pos + 1`, so skipped.
+        let full: Vec<u64> = (2..8).filter(|&p| q.peek(p).is_some()).collect();
+        assert_eq!(full, vec![2, 3, 7]);
+        assert_eq!(
+            q.finished(),
+            5,
+            "0, 1 below the head and 4, 5, 6 past it count as finished"
+        );
+        assert_eq!(q.load(), 3, "jobs 2, 3 and 7 still count as load");
+    }
 }

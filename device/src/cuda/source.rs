@@ -111,12 +111,18 @@ pub fn check_c() -> String {
     )
 }
 
+/// Dispatcher warps of the runtime, at most (`BPFT_MAX_DISPATCHERS`): the worker sizes their
+/// scratch lines by it.
+pub const MAX_DISPATCHERS: usize = 16;
+/// `sizeof(struct bpft_state)` (`BPFT_STATE_BYTES`, asserted by the runtime).
+pub const STATE_BYTES: usize = 256;
+
 /// The whole translation unit NVRTC compiles: layout macros, interpreter, runtime.
 pub fn runtime_source() -> String {
     // The interpreter stays a function of its own: its register needs must not set the
     // kernel's, nor spill around the native path's calls.
     format!(
-        "#define BPFT_FN static __device__ __forceinline__\n{}\n#define BPF_INTERP_API static __noinline__ __device__\n#line 1 \"bpf_interp.cuh\"\n{}\n#line 1 \"runtime.cu\"\n{}",
+        "#define BPFT_FN static __device__ __forceinline__\n#define BPFT_MAX_DISPATCHERS {MAX_DISPATCHERS}\n#define BPFT_STATE_BYTES {STATE_BYTES}\n{}\n#define BPF_INTERP_API static __noinline__ __device__\n#line 1 \"bpf_interp.cuh\"\n{}\n#line 1 \"runtime.cu\"\n{}",
         layout_header(),
         INTERP_CUH,
         RUNTIME_CU

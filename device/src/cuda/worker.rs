@@ -10,7 +10,7 @@
 //!
 //! | memory                          | where                  | contents                      |
 //! |---------------------------------|------------------------|-------------------------------|
-//! | `bpft_state` (128 B)            | device                 | ring and log positions, drain |
+//! | `bpft_state` (256 B)            | device                 | ring, log and queue positions |
 //! | program index `u32[MAX_PROGS]`  | device                 | entry index + 1 per id        |
 //! | entries `bpft_prog[MAX_ENTRIES]`| device                 | immutable once published      |
 //! | code arena                      | device                 | relocated bytecode, map descs |
@@ -50,9 +50,8 @@ pub const FAULT_EXIT: i32 = 3;
 const TIER_INTERP: u32 = 1;
 const TIER_NATIVE: u32 = 2;
 const TIER_HOST: u32 = 3;
-/// Device scratch of the dispatcher: one 128-byte line per lane for inline job input.
-const SCRATCH_BYTES: usize = 32 * 128;
-const STATE_BYTES: usize = 128;
+/// Device scratch of the dispatchers: one 128-byte line per lane for inline job input.
+const SCRATCH_BYTES: usize = source::MAX_DISPATCHERS * 32 * 128;
 /// `sizeof(struct bpft_djob)` rounded up.
 const DJOB_BYTES: usize = 320;
 
@@ -328,14 +327,14 @@ impl Worker {
         let region_dev = gpu.register(region_host, region.len())?;
         let kstream = gpu.stream()?;
         let copy = gpu.stream()?;
-        let state = gpu.alloc(STATE_BYTES)?;
+        let state = gpu.alloc(source::STATE_BYTES)?;
         let prog_index = gpu.alloc(MAX_PROGS as usize * 4)?;
         let progs = gpu.alloc(MAX_ENTRIES as usize * 64)?;
         let jobs = gpu.alloc(JOB_RING as usize * DJOB_BYTES)?;
         let code = gpu.alloc(CODE_ARENA as usize)?;
         let dev_arena = gpu.alloc(args.cfg.device_arena as usize)?;
         let scratch = gpu.alloc(SCRATCH_BYTES)?;
-        gpu.memset32(copy, state, 0, STATE_BYTES / 4)?;
+        gpu.memset32(copy, state, 0, source::STATE_BYTES / 4)?;
         gpu.memset32(copy, prog_index, 0, MAX_PROGS as usize)?;
         gpu.memset32(copy, progs, 0, MAX_ENTRIES as usize * 16)?;
         gpu.memset32(copy, jobs, 0, JOB_RING as usize * DJOB_BYTES / 4)?;
@@ -767,9 +766,10 @@ impl Worker {
                 x.tier = TIER_NATIVE;
             }
         }
-        // Clear the drain flag (offset 24 of bpft_state) for the new kernel, then wait once.
+        // Clear the drain and stop flags (bytes 24..32 of bpft_state) for the new kernel,
+        // then wait once.
         self.gpu
-            .upload_async(self.copy, self.state + 24, &0u32.to_le_bytes())?;
+            .upload_async(self.copy, self.state + 24, &0u64.to_le_bytes())?;
         self.gpu.sync(self.copy)?;
         self.ctl().stop.store(0, Ordering::Release);
         times.publish_ns = t2.elapsed().as_nanos() as u64;

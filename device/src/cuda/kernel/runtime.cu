@@ -5,12 +5,13 @@
 // eBPF interpreter (bpf_interp.cuh). Each generation links this module with the JIT's PTX
 // of every native program and a generated `bpft_native` dispatch function.
 //
-// Roles inside one launch (grid = one block per SM, BPFT_THREADS threads per block):
-//   block 0, warp 0   the dispatcher: polls the shared-memory queue with one burst of
-//                     loads per poll (each slot's seq and check words, descriptor and
-//                     inline input), takes up to 32 ready jobs at once (one per lane),
-//                     runs one-record jobs itself (short path) and publishes larger ones
-//                     to the device job ring;
+// Roles inside one launch (grid = one or two blocks per SM, BPFT_THREADS threads a block):
+//   warp 0 of blocks 0 .. D-1   the dispatchers (D = BPFT_DISPATCHERS): dispatcher d owns
+//                     every D-th stripe of 32 queue positions and polls its own slots (seq
+//                     and check words, one 16-byte load a lane), takes up to 32 ready jobs
+//                     at once (one per lane), reads their bodies after one acquire fence,
+//                     runs one-record jobs itself (short path) and publishes larger ones to
+//                     the device job ring;
 //   every other warp  a worker: walks the job ring in order, claims record chunks with
 //                     atomicAdd, runs them; the warp finishing a job's last chunk writes its
 //                     completion.
@@ -22,9 +23,16 @@
 // where a host thread runs the shared CPU job runner on it, so every error gets the same
 // completion and message on every backend.
 //
-// Generation swap: the host sets ctl->stop. The dispatcher takes no new jobs, waits until
-// every published ring job has retired, sets the drain flag, stores the queue head back
-// into shared memory, and the kernel exits. The next generation starts from that head.
+// The queue head in shared memory is a lower bound of every position not yet taken: the
+// dispatcher's position (D = 1), else the least of the dispatchers' positions. Positions at
+// or past it that were taken have a seq past pos + 1, or a RUNNING completion while the
+// job runs, which is how recovery and a new worker's dispatchers tell them apart.
+//
+// Generation swap: the host sets ctl->stop. Every dispatcher takes no new jobs and records
+// its position; dispatcher 0 waits for them, then until every published ring job has
+// retired, sets the drain flag, stores the head back into shared memory, and the kernel
+// exits. The next launch of the same worker resumes each dispatcher where it stopped; a
+// new worker starts from the head.
 
 typedef unsigned long long u64;
 typedef long long s64;
@@ -34,15 +42,25 @@ typedef unsigned char u8;
 
 #define FULL_MASK 0xffffffffu
 
-// How the dispatcher reads the queue's slots. 1: the poll reads the seq and check words
-// only, and each ready lane reads its descriptor with strong loads after the acquire fence;
-// 2: the same poll, then up to BPFT_COOP_MAX ready slots are read by the whole warp with
+// How the dispatcher reads the queue's slots. Its poll reads the seq and check words only;
+// once a job is ready, after the acquire fence, 1: each ready lane reads its descriptor
+// with strong loads; 2: up to BPFT_COOP_MAX ready slots are read by the whole warp with
 // plain loads (which coalesce, where strong system-scope loads are served one at a time),
-// more as in 1; 0: one burst reads whole slots (the check word vouches for them). A tuning
-// knob, compared in bench/results/gpu_service.md.
+// more as in 1. A tuning knob, compared in bench/results/gpu_service.md.
 #ifndef BPFT_TWO_PHASE
 #define BPFT_TWO_PHASE 2
 #endif
+#if BPFT_TWO_PHASE != 1 && BPFT_TWO_PHASE != 2
+#error "BPFT_TWO_PHASE is 1 or 2 (the one-burst poll, 0, was measured slower and removed)"
+#endif
+// How many dispatcher warps poll the queue: warp 0 of blocks 0 .. D-1. Dispatcher d owns
+// the stripes of BPFT_STRIPE positions whose number is d modulo D, and takes its jobs in
+// order; each polls its own host lines, so they take jobs side by side. Fewer when the
+// grid or the queue is too small (dispatcher_count). A tuning knob.
+#ifndef BPFT_DISPATCHERS
+#define BPFT_DISPATCHERS 1
+#endif
+#define BPFT_STRIPE 32
 #ifndef BPFT_COOP_MAX
 #define BPFT_COOP_MAX 8
 #endif
@@ -219,17 +237,26 @@ struct bpft_ctl {
 };
 static_assert(sizeof(struct bpft_ctl) == 256, "bpft_ctl size");
 
-// Device state, persists across generations (device memory, zeroed once).
+// Device state, persists across generations (device memory, zeroed once; the host clears
+// `drain` and `stop` before each launch).
 struct bpft_state {
-    u64 job_pub;         // ring jobs published (dispatcher)
+    u64 job_pub;         // ring jobs claimed by the dispatchers (atomicAdd)
     u64 done_pos;        // done-log entries claimed (atomicAdd)
-    u64 fwd_pos;         // forward-ring entries claimed (dispatcher)
-    u32 drain;           // set by the dispatcher once the ring is empty at stop
-    u32 pad;
+    u64 fwd_pos;         // forward-ring entries claimed (atomicAdd)
+    u32 drain;           // set by dispatcher 0 once the ring is empty at stop
+    u32 stop;            // dispatcher 0's copy of ctl->stop, for the other dispatchers
     u64 ring_start;      // job_pub at this generation's launch
     u64 done_seen;       // last done_consumed read from the host (saves a PCIe read)
-    u64 pad2[10];
+    u32 stopped;         // dispatchers that have stopped (dispatcher 0 counts them, resets)
+    u32 resume;          // 1: dpos holds where each dispatcher stopped (same D every launch)
+    u64 taken;           // jobs taken by every dispatcher in this generation
+    u64 batches;         // polls that took jobs, every dispatcher, this generation
+    u64 torn;            // slots read again (all generations)
+    u64 pad2[22 - BPFT_MAX_DISPATCHERS];
+    u64 dpos[BPFT_MAX_DISPATCHERS];  // each dispatcher's next position (at stop; D > 1: live)
 };
+// The worker clears bytes 24..32 (`drain`, `stop`) before every launch.
+static_assert(sizeof(struct bpft_state) == BPFT_STATE_BYTES, "bpft_state: the worker's allocation");
 
 // A multi-record job on the device ring.
 struct bpft_djob {
@@ -484,8 +511,7 @@ static_assert(BPFT_SIZE_Completion % 128 == 0 && BPFT_OFF_Completion_message % 8
 __device__ void forward(const bpft_params &P, const bpft_job_desc &d) {
     bpft_state *S = (bpft_state *)P.state;
     bpft_ctl *C = (bpft_ctl *)P.ctl;
-    u64 pos = *(volatile u64 *)&S->fwd_pos;
-    *(volatile u64 *)&S->fwd_pos = pos + 1;
+    u64 pos = atomicAdd(&S->fwd_pos, 1ull);
     while (pos - ld_acq_sys(&C->fwd_consumed) > P.fwd_mask) __nanosleep(200);
     bpft_fwd *slot = (bpft_fwd *)P.fwd_ring + (pos & P.fwd_mask);
     const u64 *src = (const u64 *)&d;
@@ -516,7 +542,7 @@ __device__ void run_short(const bpft_params &P, const bpft_job_desc &d, const bp
 __device__ void publish(const bpft_params &P, const bpft_job_desc &d, const bpft_prog &p,
                         u64 in_base, u64 out_base, u64 res_base, u64 started) {
     bpft_state *S = (bpft_state *)P.state;
-    u64 pos = *(volatile u64 *)&S->job_pub;
+    u64 pos = atomicAdd(&S->job_pub, 1ull);
     bpft_djob *j = (bpft_djob *)P.jobs + (pos & P.job_mask);
     if (pos > P.job_mask) {
         u64 prev = pos - (P.job_mask + 1);
@@ -542,7 +568,6 @@ __device__ void publish(const bpft_params &P, const bpft_job_desc &d, const bpft
     j->err_pc = 0;
     j->err_code = 0;
     st_rel_gpu(&j->seq, pos + 1);
-    *(volatile u64 *)&S->job_pub = pos + 1;
     __threadfence();
 }
 
@@ -590,21 +615,40 @@ __device__ __forceinline__ void read_slot(const char *src, const char *isrc, u64
         if (i < m) ld_rlx_sys_v2(isrc + 8 * i, iw[i], iw[i + 1]);
 }
 
-// How many consecutive slots from the head are ready (one per lane), and the next poll's
-// width: doubled while every slot read was ready, else one past this batch.
-__device__ __forceinline__ u32 take_count(int ready, u32 &width) {
-    const u32 mask = __ballot_sync(FULL_MASK, ready);
+// How many consecutive slots from the position are taken in this poll (`take`: one per
+// lane, below `w`), and the next poll's width: doubled while every slot read was taken,
+// else one past this batch.
+__device__ __forceinline__ u32 take_count(int take, u32 w, u32 &width) {
+    const u32 mask = __ballot_sync(FULL_MASK, take);
     const u32 k = (~mask == 0) ? 32 : (__ffs(~mask) - 1);
-    width = k == width ? (width < 16 ? 2 * width : 32) : k + 1;
+    width = k == w ? (w < 16 ? 2 * w : 32) : k + 1;
     return k;
 }
 
+// How many dispatcher warps this launch has (BPFT_DISPATCHERS, at most one a block and
+// BPFT_MAX_DISPATCHERS, and a whole number of stripe rounds in the queue). Every launch of
+// a worker has the same grid and queue, hence the same count (`bpft_state::dpos`).
+__device__ __forceinline__ u32 dispatcher_count(const bpft_params &P) {
+    u32 n = BPFT_DISPATCHERS < BPFT_MAX_DISPATCHERS ? BPFT_DISPATCHERS : BPFT_MAX_DISPATCHERS;
+    if (n > gridDim.x) n = gridDim.x;
+    const u64 cap = (u64)P.queue_mask + 1;
+    while (n > 1 && cap % ((u64)BPFT_STRIPE * n) != 0) n--;
+    return n < 1 ? 1 : n;
+}
+
+// The first position at or after `p` in dispatcher d's stripes (of D).
+__device__ __forceinline__ u64 stripe_from(u64 p, u32 d, u32 D) {
+    const u64 s = p / BPFT_STRIPE, own = s - s % D + d;
+    if (own == s) return p;
+    return (own > s ? own : own + D) * BPFT_STRIPE;
+}
+
 // Counts the lanes whose slot had to be read again (`torn_reads` in the control block).
-__device__ __forceinline__ void count_torn(int retry, u64 &torn, bpft_ctl *C, u32 lane) {
+__device__ __forceinline__ void count_torn(int retry, bpft_state *S, bpft_ctl *C, u32 lane) {
     const u32 retried = __ballot_sync(FULL_MASK, retry);
-    if (retried) {
-        torn += __popc(retried);
-        if (lane == 0) st_rlx_sys(&C->torn_reads, torn);
+    if (retried && lane == 0) {
+        const u64 t = atomicAdd(&S->torn, (u64)__popc(retried)) + __popc(retried);
+        st_rlx_sys(&C->torn_reads, t);
     }
 }
 
@@ -634,46 +678,67 @@ __device__ __forceinline__ void unstage(u64 (*stage)[32], const u64 (&body)[N][2
     __syncwarp();
 }
 
-__device__ void dispatcher(const bpft_params &P) {
+// Dispatcher d of D. Walks its own positions in order (every D-th stripe of BPFT_STRIPE),
+// takes ready jobs in batches of up to 32 (one per lane), runs one-record jobs itself and
+// publishes the rest. At stop, dispatcher 0 waits for the others and drains.
+__device__ void dispatcher(const bpft_params &P, const u32 d, const u32 D) {
     bpft_state *S = (bpft_state *)P.state;
     bpft_ctl *C = (bpft_ctl *)P.ctl;
     const u32 lane = threadIdx.x & 31;
     const u64 cap = (u64)P.queue_mask + 1;
     u64 *head_word = (u64 *)(P.queue_hdr + BPFT_OFF_QueueHeader_head);
-    u64 pos = ld_acq_sys(head_word);
-    u64 taken = 0, batches = 0, torn = ld_rlx_sys(&C->torn_reads);
-#if BPFT_TWO_PHASE != 1
+    // Where the last launch of this worker stopped, else (a new worker) the queue's head:
+    // positions from there that some dispatcher had already taken are skipped (`gone`).
+    u64 pos = *(volatile u32 *)&S->resume ? *(volatile u64 *)&S->dpos[d]
+                                           : stripe_from(ld_acq_sys(head_word), d, D);
+    u64 taken = 0, batches = 0;
+#if BPFT_TWO_PHASE == 2
     // Slot staging: 32 slots of 32 words (256 bytes), one per lane.
     __shared__ u64 stage[32][32];
 #endif
     u32 width = 1;  // lanes that read a slot in the next poll
-    if (lane == 0) st_rlx_sys32(&C->running, 1);
+    if (d == 0 && lane == 0) st_rlx_sys32(&C->running, 1);
     for (;;) {
-        // Lane l looks at slot pos + l (lanes below `width`); lane 31 reads the stop word in
-        // the same round. How the slot is read depends on BPFT_TWO_PHASE (below).
+        // Lane l looks at slot pos + l (lanes below `w`, inside this stripe when D > 1);
+        // lane 31 reads the stop word in the same round.
         const u64 my = pos + lane;
+        const u32 room = D == 1 ? 32 : (u32)(BPFT_STRIPE - pos % BPFT_STRIPE);
+        const u32 w = width < room ? width : room;
         char *slot = (char *)(P.slots + (my & P.queue_mask) * BPFT_SIZE_QueueSlot);
         const char *src = slot + BPFT_OFF_QueueSlot_desc;
         const char *isrc = slot + BPFT_OFF_QueueSlot_inline;
-        bpft_job_desc d;
-        u64 *dw = (u64 *)&d;
+        bpft_job_desc dj;
+        u64 *dw = (u64 *)&dj;
         u64 iw[BPFT_INLINE_WORDS];  // the slot's inline input words
         u64 seq = 0, chk = 0;
         u32 stop = 0;
-#if BPFT_TWO_PHASE
-        // Two phases: the seq and check words of `width` slots (one 16-byte load each, with
-        // the stop word: one round trip), then, once a job is ready and after the acquire
-        // fence, each ready lane reads its own slot: the descriptor (8 loads, the last one
-        // bringing the first inline word) and only the inline words its job has. Strong
-        // system-scope loads from one warp are served one after another, so what counts is
-        // how many there are (bench/results/gpu_service.md).
+        // Two phases: the seq and check words of `w` slots (one 16-byte load each, with the
+        // stop word: one round trip), then, once a job is ready and after the acquire
+        // fence, the ready slots' bodies. Strong system-scope loads from one warp are served
+        // one after another, so what counts is how many there are
+        // (bench/results/gpu_service.md).
         const u64 t_poll = globaltimer();
-        if (lane < width) ld_rlx_sys_v2(slot, seq, chk);
-        if (lane == 31) stop = ld_acq_sys32(&C->stop);
-        const int ready = lane < width && seq == my + 1;
+        if (lane < w) ld_rlx_sys_v2(slot, seq, chk);
+        if (lane == 31) {
+            if (d == 0) {
+                stop = ld_acq_sys32(&C->stop);
+                if (stop && D > 1) *(volatile u32 *)&S->stop = 1;
+            } else {
+                stop = *(volatile u32 *)&S->stop;
+            }
+        }
+        const int ready = lane < w && seq == my + 1;
+        // Taken before this launch by a dispatcher that was ahead of the head this one
+        // resumed from, or released by recovery: its seq has moved past pos + 1.
+        const int gone = lane < w && (s64)(seq - (my + 1)) > 0;
         if (__shfl_sync(FULL_MASK, stop, 31)) break;
-        const u32 k = take_count(ready, width);
+        const u32 k = take_count(ready || gone, w, width);
         if (k == 0) continue;
+        const int live = lane < k && ready;
+        const u32 nlive = __popc(__ballot_sync(FULL_MASK, live));
+        pos += k;
+        if (D > 1 && pos % BPFT_STRIPE == 0) pos += (u64)BPFT_STRIPE * (D - 1);
+        if (nlive == 0) continue;
         // A relaxed load that saw the client's release store of seq, then a fence: every
         // load below is ordered after it (an acquire pattern).
         const u64 t_seen = globaltimer();
@@ -681,87 +746,48 @@ __device__ void dispatcher(const bpft_params &P) {
         int retry = 0;
 #if BPFT_TWO_PHASE == 2
         if (k <= BPFT_COOP_MAX) {
-            // A few ready slots: the warp reads them together. Instruction i reads slots 2i
-            // and 2i+1 (lanes 0..15 the first, 16..31 the second, 16 bytes each, past seq
-            // and check), so a slot is two 128-byte requests; all are in flight before any
-            // is used, and each lane picks its own slot up from shared memory.
+            // A few slots: the warp reads them together. Instruction i reads slots 2i and
+            // 2i+1 (lanes 0..15 the first, 16..31 the second, 16 bytes each, past seq and
+            // check), so a slot is two 128-byte requests; all are in flight before any is
+            // used, and each lane picks its own slot up from shared memory.
             const u32 half = lane >> 4, chunk = lane & 15;
             u64 body[(BPFT_COOP_MAX + 1) / 2][2];
 #pragma unroll
             for (u32 i = 0; i < (BPFT_COOP_MAX + 1) / 2; i++) {
                 const u32 j = 2 * i + half;
                 if (chunk != 0 && j < k)
-                    ld_slot_v2((const void *)(P.slots + ((pos + j) & P.queue_mask) * BPFT_SIZE_QueueSlot + 16 * chunk),
+                    ld_slot_v2((const void *)(P.slots + ((my - lane + j) & P.queue_mask) * BPFT_SIZE_QueueSlot + 16 * chunk),
                                body[i][0], body[i][1]);
             }
             unstage(stage, body, k, lane, dw, iw);
-        } else if (lane < k) {
+        } else if (live) {
             read_slot(src, isrc, dw, iw);
         }
 #else
-        if (lane < k) read_slot(src, isrc, dw, iw);
+        if (live) read_slot(src, isrc, dw, iw);
 #endif
-        if (lane < k) {
+        if (live) {
             // Reads ordered after the fence cannot race the client: a mismatch means a
             // client that writes no (or a wrong) check word, or a plain load served from a
             // stale copy. Read again one strong word at a time, counted.
             retry = chk != bpft_slot_check(seq, dw, iw);
             if (retry) reread_slot(src, isrc, dw, iw);
         }
-        count_torn(retry, torn, C, lane);
-#else
-        // The slot bodies (bytes 16..256) with coalesced loads: one instruction reads two
-        // slots, each lane 16 bytes (lanes 0..15 the first slot, 16..31 the second), so a
-        // slot costs two 128-byte PCIe reads, not 15 small ones. All are in flight before
-        // any is used; they land in shared memory, where each lane picks up its own slot.
-        const u32 half = lane >> 4, chunk = lane & 15;
-        u64 body[16][2];
-        // seq and check first, relaxed: an acquire load would hold back every load after it
-        // (one more round trip), and one issued last waited for all before it (measured:
-        // bench/results/gpu_service.md). Acquire comes from one fence once a job is ready.
-        const u64 t_poll = globaltimer();
-        if (lane < width) ld_rlx_sys_v2(slot, seq, chk);
-#pragma unroll
-        for (u32 i = 0; i < 16; i++) {
-            const u32 j = 2 * i + half;
-            if (chunk != 0 && j < width)
-                ld_rlx_sys_v2((const void *)(P.slots + ((pos + j) & P.queue_mask) * BPFT_SIZE_QueueSlot + 16 * chunk),
-                              body[i][0], body[i][1]);
-        }
-        if (lane == 31) stop = ld_acq_sys32(&C->stop);
-        unstage(stage, body, width, lane, dw, iw);
-        int ready = 0, retry = 0;
-        if (lane < width && seq == my + 1) {
-            ready = 1;
-            if (chk != bpft_slot_check(seq, dw, iw)) {
-                // The burst raced the producer (or the producer wrote no check word): the
-                // loads were not ordered after the seq load. These are.
-                asm volatile("fence.acq_rel.sys;" ::: "memory");
-                reread_slot(src, isrc, dw, iw);
-                retry = 1;
-            }
-        }
-        count_torn(retry, torn, C, lane);
-        if (__shfl_sync(FULL_MASK, stop, 31)) break;
-        const u32 k = take_count(ready, width);
-        if (k == 0) continue;
-        // The seq loads were relaxed: order what the clients wrote before submitting (a
-        // relaxed load that saw their release store, then a fence: an acquire pattern).
-        const u64 t_seen = globaltimer();
-        asm volatile("fence.acq_rel.sys;" ::: "memory");
-#endif
+        count_torn(retry, S, C, lane);
         u64 started = now_ns(P);
         const u32 hop_poll = (u32)(t_seen - t_poll), hop_fence = (u32)(started - P.time_offset - t_seen);
-        if (lane < k && d.completion < P.completions_total)
-            st_fld32(completion_ptr(P, d.completion) + BPFT_OFF_Completion_state, CS_RUNNING);
-        pos += k;
-        taken += k;
-        if (lane == 0) {
-            st_rlx_sys(head_word, pos);
-            if ((++batches & 255) == 0) {
-                st_rlx_sys(&C->jobs_taken, taken);
-                st_rlx_sys(&C->batches, batches);
-            }
+        if (live && dj.completion < P.completions_total)
+            st_fld32(completion_ptr(P, dj.completion) + BPFT_OFF_Completion_state, CS_RUNNING);
+        taken += nlive;
+        batches++;
+        // The head moves only past jobs marked RUNNING (a lost context must never leave a
+        // taken job unmarked). With one dispatcher it is this one's position; with more,
+        // each keeps its own (below), and the head is their minimum.
+        if (D == 1 && lane == 0) st_rlx_sys(head_word, pos);
+        if (lane == 0 && (batches & 255) == 0) {
+            st_rlx_sys(&C->jobs_taken, atomicAdd(&S->taken, taken) + taken);
+            st_rlx_sys(&C->batches, atomicAdd(&S->batches, batches) + batches);
+            taken = batches = 0;
         }
 #if BPFT_HOP_SPLIT == 2
         const u64 t_stored = now_ns(P);
@@ -770,10 +796,10 @@ __device__ void dispatcher(const bpft_params &P) {
         bpft_prog p;
         u64 in_base = 0, out_base = 0, res_base = 0;
         int kind = 0;  // 0 none, 1 short, 2 ring, 3 forward
-        if (lane < k) {
-            if (lookup_prog(P, d.prog_id, &p) && validate(P, d, p, in_base, out_base, res_base)) {
-                if (d.flags & JF_INJECT_FAULT) asm volatile("trap;");
-                kind = (d.flags & JF_MAILBOX_PING) ? 4 : d.n == 1 ? 1 : 2;
+        if (live) {
+            if (lookup_prog(P, dj.prog_id, &p) && validate(P, dj, p, in_base, out_base, res_base)) {
+                if (dj.flags & JF_INJECT_FAULT) asm volatile("trap;");
+                kind = (dj.flags & JF_MAILBOX_PING) ? 4 : dj.n == 1 ? 1 : 2;
             } else {
                 kind = 3;
             }
@@ -785,26 +811,26 @@ __device__ void dispatcher(const bpft_params &P) {
             // Inline input: run it from this lane's device scratch line, not over PCIe.
             const int m = bpft_inline_words(dw);
             if (m > 0) {
-                u64 *line = (u64 *)(P.scratch + 128 * lane);
+                u64 *line = (u64 *)(P.scratch + 128 * (32 * d + lane));
 #pragma unroll
                 for (int i = 0; i < BPFT_INLINE_WORDS; i++)
                     if (i < m) line[i] = iw[i];
                 in_base = (u64)line;
             }
 #if BPFT_HOP_SPLIT == 1
-            run_short(P, d, p, in_base, out_base, res_base, started, (u32)(now_ns(P) - started), 0);
+            run_short(P, dj, p, in_base, out_base, res_base, started, (u32)(now_ns(P) - started), 0);
 #elif BPFT_HOP_SPLIT == 2
-            run_short(P, d, p, in_base, out_base, res_base, started, (u32)(t_stored - started),
+            run_short(P, dj, p, in_base, out_base, res_base, started, (u32)(t_stored - started),
                       (u32)(t_looked - started));
 #else
-            run_short(P, d, p, in_base, out_base, res_base, started, hop_poll, hop_fence);
+            run_short(P, dj, p, in_base, out_base, res_base, started, hop_poll, hop_fence);
 #endif
         }
-        if (kind == 4) mailbox_ping(P, d, p, started);
+        if (kind == 4) mailbox_ping(P, dj, p, started);
         for (u32 l = 0; l < k; l++) {
             if (lane == l) {
-                if (kind == 2) publish(P, d, p, in_base, out_base, res_base, started);
-                else if (kind == 3) forward(P, d);
+                if (kind == 2) publish(P, dj, p, in_base, out_base, res_base, started);
+                else if (kind == 3) forward(P, dj);
             }
             __syncwarp();
         }
@@ -812,30 +838,64 @@ __device__ void dispatcher(const bpft_params &P) {
         // DONE (whose fence orders RUNNING and the completion first), so no release is
         // needed; the others need RUNNING visible first (a lost context must never leave a
         // taken job unmarked), hence a release store.
-        if (lane < k) {
+        if (live) {
             if (kind == 1 || kind == 4) st_rlx_sys(slot, my + cap);
             else st_rel_sys(slot, my + cap);
         }
+        if (D > 1) {
+            // This dispatcher's position, then the head as the least of all of them (a
+            // stale, smaller value from another dispatcher is still a safe head).
+            if (lane == 0) {
+                *(volatile u64 *)&S->dpos[d] = pos;
+                __threadfence();
+            }
+            __syncwarp();
+            u64 q = lane < D ? *(volatile u64 *)&S->dpos[lane] : ~0ull;
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) {
+                const u64 x = __shfl_xor_sync(FULL_MASK, q, o);
+                q = x < q ? x : q;
+            }
+            if (lane == 0) st_rlx_sys(head_word, q);
+        }
     }
-    // Drain: wait for every published ring job to retire, then let the workers go.
+    // Stop: say where this dispatcher stopped; dispatcher 0 waits for the others, then for
+    // every published ring job to retire, then lets the workers go.
     if (lane == 0) {
+        atomicAdd(&S->taken, taken);
+        atomicAdd(&S->batches, batches);
+        *(volatile u64 *)&S->dpos[d] = pos;
+        __threadfence();
+        atomicAdd(&S->stopped, 1u);
+    }
+    __syncwarp();
+    if (d != 0) return;
+    if (lane == 0) {
+        while (*(volatile u32 *)&S->stopped < D) __nanosleep(100);
+        __threadfence();
+        S->stopped = 0;
         u64 pub = S->job_pub;
         if (pub > 0) {
-            bpft_djob *j = (bpft_djob *)P.jobs + ((pub - 1) & P.job_mask);
             // Jobs retire in any order; wait for each still in the ring.
             u64 lo = pub > P.job_mask + 1 ? pub - (P.job_mask + 1) : 0;
             for (u64 q = lo; q < pub; q++) {
-                j = (bpft_djob *)P.jobs + (q & P.job_mask);
+                bpft_djob *j = (bpft_djob *)P.jobs + (q & P.job_mask);
                 while (ld_acq_gpu(&j->done_seq) != q + 1) __nanosleep(100);
             }
         }
+        u64 head = S->dpos[0];
+        for (u32 i = 1; i < D; i++) head = S->dpos[i] < head ? S->dpos[i] : head;
+        S->resume = 1;
         S->ring_start = S->job_pub;
         __threadfence();
         atomicExch(&S->drain, 1u);
         __threadfence();
-        st_rlx_sys(&C->head, pos);
-        st_rlx_sys(&C->jobs_taken, taken);
-        st_rlx_sys(&C->batches, batches);
+        st_rlx_sys(head_word, head);
+        st_rlx_sys(&C->head, head);
+        st_rlx_sys(&C->jobs_taken, S->taken);
+        st_rlx_sys(&C->batches, S->batches);
+        S->taken = 0;
+        S->batches = 0;
         st_rlx_sys32(&C->running, 0);
     }
     __syncwarp();
@@ -916,11 +976,13 @@ __device__ void best_update(u64 *pair, u64 i, u64 r0) {
 // A worker warp: walks the ring from this generation's start. A job of n records is
 // worked on by ceil(n / chunk) warps at most (chunk below), chosen by rotating over the workers, so
 // a small job costs one warp and a large one uses the whole GPU.
-__device__ void worker(const bpft_params &P) {
+__device__ void worker(const bpft_params &P, const u32 D) {
     bpft_state *S = (bpft_state *)P.state;
     const u32 lane = threadIdx.x & 31;
-    const u64 nworkers = (u64)gridDim.x * (blockDim.x >> 5) - 1;
-    const u64 w = (u64)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5) - 1;
+    // Workers are numbered 0 .. nworkers-1 past the dispatchers (warp 0 of blocks below D).
+    const u64 W = blockDim.x >> 5, warp = threadIdx.x >> 5;
+    const u64 nworkers = (u64)gridDim.x * W - D;
+    const u64 w = blockIdx.x < D ? blockIdx.x * (W - 1) + warp - 1 : blockIdx.x * W + warp - D;
     u64 jp = S->ring_start;
     u32 spin = 0;
     for (;;) {
@@ -1078,10 +1140,11 @@ __device__ void worker(const bpft_params &P) {
 // memory-bound jobs; the interpreter, a separate function, spills instead.
 extern "C" __global__ void __launch_bounds__(256, 2) bpft_persistent(bpft_params P) {
     const u32 warp = threadIdx.x >> 5;
-    if (blockIdx.x == 0 && warp == 0) {
-        dispatcher(P);
+    const u32 D = dispatcher_count(P);
+    if (blockIdx.x < D && warp == 0) {
+        dispatcher(P, blockIdx.x, D);
     } else {
-        worker(P);
+        worker(P, D);
     }
 }
 
