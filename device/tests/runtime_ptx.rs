@@ -103,6 +103,11 @@ fn the_runtime_knobs_compile_and_assemble() {
             Some("ld.global.v2.u64"),
         ),
         (
+            "poll_whole",
+            "#define BPFT_POLL_WHOLE 1\n#define BPFT_DISPATCHERS 4",
+            Some("ld.global.v2.u64"),
+        ),
+        (
             "dispatchers_too_many",
             "#define BPFT_DISPATCHERS 64",
             Some("ld.global.v2.u64"),

@@ -64,6 +64,12 @@ typedef unsigned char u8;
 #ifndef BPFT_COOP_MAX
 #define BPFT_COOP_MAX 8
 #endif
+// 1: while the poll looks at one or two slots (an idle or lightly loaded queue), it reads
+// them whole, and a ready job's check word vouches for its body: one PCIe round trip less
+// on a lone job's path, 240 bytes more a poll. A tuning knob.
+#ifndef BPFT_POLL_WHOLE
+#define BPFT_POLL_WHOLE 0
+#endif
 // A diagnostic: 1 makes a one-record job's two hop words (Completion::gpu_hops) say where
 // its run goes instead: [0] from `started` to just before the program (lookup, checks,
 // input), [1] from `started` to just after it; 2: [0] to after the RUNNING and head
@@ -718,7 +724,29 @@ __device__ void dispatcher(const bpft_params &P, const u32 d, const u32 D) {
         // one after another, so what counts is how many there are
         // (bench/results/gpu_service.md).
         const u64 t_poll = globaltimer();
-        if (lane < w) ld_rlx_sys_v2(slot, seq, chk);
+#if BPFT_TWO_PHASE == 2 && BPFT_POLL_WHOLE
+        const bool whole = w <= 2;
+#else
+        const bool whole = false;
+#endif
+        if (whole) {
+#if BPFT_TWO_PHASE == 2 && BPFT_POLL_WHOLE
+            // One or two slots: the poll reads them whole (lanes 0..15 the first, 16..31 the
+            // second, 16 bytes each, two 128-byte requests a slot), so a job found ready
+            // needs no read after the fence: its check word vouches for the body (else it
+            // is read again, after the fence, below).
+            const u32 half = lane >> 4, chunk = lane & 15;
+            u64 b[1][2] = {{0, 0}};
+            if (half < w)
+                ld_rlx_sys_v2((const void *)(P.slots + ((pos + half) & P.queue_mask) * BPFT_SIZE_QueueSlot + 16 * chunk),
+                              b[0][0], b[0][1]);
+            seq = __shfl_sync(FULL_MASK, b[0][0], (lane & 1) * 16);
+            chk = __shfl_sync(FULL_MASK, b[0][1], (lane & 1) * 16);
+            unstage(stage, b, w, lane, dw, iw);
+#endif
+        } else if (lane < w) {
+            ld_rlx_sys_v2(slot, seq, chk);
+        }
         if (lane == 31) {
             if (d == 0) {
                 stop = ld_acq_sys32(&C->stop);
@@ -745,7 +773,9 @@ __device__ void dispatcher(const bpft_params &P, const u32 d, const u32 D) {
         asm volatile("fence.acq_rel.sys;" ::: "memory");
         int retry = 0;
 #if BPFT_TWO_PHASE == 2
-        if (k <= BPFT_COOP_MAX) {
+        if (whole) {
+            // Read with the poll (above).
+        } else if (k <= BPFT_COOP_MAX) {
             // A few slots: the warp reads them together. Instruction i reads slots 2i and
             // 2i+1 (lanes 0..15 the first, 16..31 the second, 16 bytes each, past seq and
             // check), so a slot is two 128-byte requests; all are in flight before any is

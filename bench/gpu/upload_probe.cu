@@ -1,0 +1,254 @@
+// What a generation swap's code upload costs, and whether it must wait for the persistent
+// kernel (row f of gpu_service). Built and run by bench/gpu/upload_probe.sh on the GPU
+// machine:
+//   1. cuLibraryLoadData, cuKernelGetFunction (the upload) and cuLibraryUnload of cubins of
+//      growing size, with no kernel running (p50 of 10);
+//   2. unloading 16 libraries in a row (the service's batch of stale generations);
+//   3. the upload in a second context of the same process, and 4. in another process, while
+//      a persistent kernel runs in the first context: does it return before that kernel
+//      stops, and does the kernel see a gap (its own longest pause between two loop turns,
+//      timed with %globaltimer)?
+#include <cuda.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <thread>
+#include <vector>
+
+#define CU(x)                                                                     \
+    do {                                                                          \
+        CUresult e_ = (x);                                                        \
+        if (e_ != CUDA_SUCCESS) {                                                 \
+            const char *s_;                                                       \
+            cuGetErrorString(e_, &s_);                                            \
+            printf("CU %s at line %d: %s\n", #x, __LINE__, s_);                   \
+            exit(1);                                                              \
+        }                                                                         \
+    } while (0)
+
+struct Ctl {
+    volatile unsigned int stop, running;
+    volatile unsigned long long turns, max_gap_ns;
+};
+
+extern "C" __global__ void spin(Ctl *c) {
+    if (threadIdx.x != 0) return;
+    unsigned long long last, now, gap = 0, turns = 0;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(last));
+    if (blockIdx.x == 0) c->running = 1;
+    while (!c->stop) {
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+        if (now - last > gap) gap = now - last;
+        last = now;
+        turns++;
+    }
+    if (blockIdx.x == 0) {
+        c->turns = turns;
+        c->max_gap_ns = gap;
+    }
+}
+
+static double now_ms() {
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+}
+static std::string slurp(const char *p) {
+    FILE *f = fopen(p, "rb");
+    if (!f) {
+        printf("cannot read %s\n", p);
+        exit(1);
+    }
+    std::string s;
+    char b[65536];
+    size_t n;
+    while ((n = fread(b, 1, sizeof b, f)) > 0) s.append(b, n);
+    fclose(f);
+    return s;
+}
+static double p50(std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+}
+
+// Loads `img` and fetches its kernel `gen`: returns the fetch time in ms.
+static double load_fetch(const std::string &img, CUlibrary *lib, CUfunction *f, double *load_ms) {
+    CUkernel k;
+    double a = now_ms();
+    CU(cuLibraryLoadData(lib, img.data(), nullptr, nullptr, 0, nullptr, nullptr, 0));
+    CU(cuLibraryGetKernel(&k, *lib, "gen"));
+    double b = now_ms();
+    CU(cuKernelGetFunction(f, k));
+    if (load_ms) *load_ms = b - a;
+    return now_ms() - b;
+}
+
+// With a persistent kernel running in `ctx` (on all SMs, one thread a block), runs
+// `other` (which uploads and launches in another context), then stops the kernel after
+// 300 ms if `other` has not returned. Prints what happened.
+template <class F>
+static void beside_persistent(CUcontext ctx, const char *what, F other) {
+    CU(cuCtxSetCurrent(ctx));
+    CUdevice dev;
+    CU(cuCtxGetDevice(&dev));
+    int sms;
+    CU(cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev));
+    Ctl *c;
+    CU(cuMemHostAlloc((void **)&c, sizeof(Ctl), CU_MEMHOSTALLOC_DEVICEMAP));
+    *c = Ctl{};
+    CUdeviceptr dc;
+    CU(cuMemHostGetDevicePointer(&dc, c, 0));
+    CUmodule m;
+    CU(cuModuleLoadData(&m, slurp("spin.cubin").data()));
+    CUfunction fspin;
+    CU(cuModuleGetFunction(&fspin, m, "spin"));
+    CUstream s;
+    CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    void *args[] = {&dc};
+    CU(cuLaunchKernel(fspin, sms * 4, 1, 1, 32, 1, 1, 0, s, args, nullptr));
+    while (!c->running) {
+    }
+    double t0 = now_ms(), t_ret = -1;
+    std::thread th([&] {
+        other();
+        t_ret = now_ms();
+    });
+    while (t_ret < 0 && now_ms() - t0 < 300) usleep(100);
+    const bool before = t_ret >= 0;
+    double t_stop = now_ms();
+    c->stop = 1;
+    CU(cuStreamSynchronize(s));
+    th.join();
+    printf("%s: returned %s the persistent kernel stopped (%.3f ms after the start%s); the "
+           "kernel's longest pause between two turns: %.3f ms (%llu turns)\n",
+           what, before ? "BEFORE" : "only AFTER", t_ret - t0,
+           before ? "" : ", stop sent at 300 ms", c->max_gap_ns / 1e6, c->turns);
+    (void)t_stop;
+    CU(cuModuleUnload(m));
+    CU(cuStreamDestroy(s));
+    CU(cuMemFreeHost(c));
+}
+
+int main(int argc, char **argv) {
+    setvbuf(stdout, nullptr, _IONBF, 0);
+    const int nsizes = argc - 1;
+    // 4: another process, forked before this one touches CUDA.
+    int pipefd[2];
+    if (pipe(pipefd) != 0) return 1;
+    int go[2];
+    if (pipe(go) != 0) return 1;
+    pid_t child = fork();
+    if (child == 0) {
+        char b;
+        if (read(go[0], &b, 1) != 1) _exit(1);
+        CU(cuInit(0));
+        CUdevice dev;
+        CU(cuDeviceGet(&dev, 0));
+        CUcontext ctx;
+        CU(cuDevicePrimaryCtxRetain(&ctx, dev));
+        CU(cuCtxSetCurrent(ctx));
+        std::string img = slurp(argv[nsizes]);
+        CUlibrary lib;
+        CUfunction f;
+        double load_ms;
+        double a = now_ms();
+        double fetch = load_fetch(img, &lib, &f, &load_ms);
+        CUstream s;
+        CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+        double b = now_ms();
+        CU(cuLaunchKernel(f, 1, 1, 1, 32, 1, 1, 0, s, nullptr, nullptr));
+        CU(cuStreamSynchronize(s));
+        double c = now_ms();
+        char msg[256];
+        int n = snprintf(msg, sizeof msg, "load %.3f ms, fetch %.3f ms, launch+sync %.3f ms", load_ms, fetch, c - b);
+        (void)a;
+        if (write(pipefd[1], msg, n) != n) _exit(1);
+        _exit(0);
+    }
+    CU(cuInit(0));
+    CUdevice dev;
+    CU(cuDeviceGet(&dev, 0));
+    char name[128];
+    CU(cuDeviceGetName(name, sizeof name, dev));
+    int drv;
+    CU(cuDriverGetVersion(&drv));
+    printf("device %s, driver API %d\n", name, drv);
+    CUcontext ctx;
+    CU(cuDevicePrimaryCtxRetain(&ctx, dev));
+    CU(cuCtxSetCurrent(ctx));
+
+    // 1. Upload cost by size.
+    for (int i = 1; i <= nsizes; i++) {
+        std::string img = slurp(argv[i]);
+        std::vector<double> load, fetch, unload;
+        for (int r = 0; r < 10; r++) {
+            CUlibrary lib;
+            CUfunction f;
+            double l;
+            fetch.push_back(load_fetch(img, &lib, &f, &l));
+            load.push_back(l);
+            double a = now_ms();
+            CU(cuLibraryUnload(lib));
+            unload.push_back(now_ms() - a);
+        }
+        printf("cubin %s (%zu bytes): load %.3f ms, fetch (upload) %.3f ms, unload %.3f ms (p50 of 10)\n",
+               argv[i], img.size(), p50(load), p50(fetch), p50(unload));
+    }
+    // 2. Unloading 16 fetched libraries in a row (the largest cubin).
+    {
+        std::string img = slurp(argv[nsizes]);
+        std::vector<CUlibrary> libs(16);
+        for (auto &l : libs) {
+            CUfunction f;
+            load_fetch(img, &l, &f, nullptr);
+        }
+        double a = now_ms();
+        for (auto &l : libs) CU(cuLibraryUnload(l));
+        printf("unloading 16 libraries of %s: %.3f ms\n", argv[nsizes], now_ms() - a);
+    }
+    // 3. A second context of this process.
+    {
+        std::string img = slurp(argv[nsizes]);
+        CUcontext other;
+        CUctxCreateParams params = {};
+        CU(cuCtxCreate(&other, &params, 0, dev));
+        CU(cuCtxSetCurrent(ctx));
+        beside_persistent(ctx, "second context, same process: load + fetch + launch + sync", [&] {
+            CU(cuCtxSetCurrent(other));
+            CUlibrary lib;
+            CUfunction f;
+            double l;
+            double fetch = load_fetch(img, &lib, &f, &l);
+            CUstream s;
+            CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+            double b = now_ms();
+            CU(cuLaunchKernel(f, 1, 1, 1, 32, 1, 1, 0, s, nullptr, nullptr));
+            CU(cuStreamSynchronize(s));
+            printf("  (second context: load %.3f ms, fetch %.3f ms, launch+sync %.3f ms)\n", l, fetch,
+                   now_ms() - b);
+        });
+        // The same context, for comparison (GPU-FACTS: blocks).
+        beside_persistent(ctx, "same context: load + fetch", [&] {
+            CU(cuCtxSetCurrent(ctx));
+            CUlibrary lib;
+            CUfunction f;
+            double l;
+            double fetch = load_fetch(img, &lib, &f, &l);
+            printf("  (same context: load %.3f ms, fetch %.3f ms)\n", l, fetch);
+        });
+    }
+    // 4. Another process.
+    beside_persistent(ctx, "another process: load + fetch + launch + sync", [&] {
+        if (write(go[1], "g", 1) != 1) return;
+        char msg[256] = {0};
+        ssize_t n = read(pipefd[0], msg, sizeof msg - 1);
+        if (n > 0) printf("  (other process: %s)\n", msg);
+    });
+    int st;
+    waitpid(child, &st, 0);
+    printf("done\n");
+    return 0;
+}
