@@ -1,6 +1,6 @@
 #!/bin/bash
 # Runs upload_probe.cu (what a generation swap's code upload costs; row f of gpu_service) on
-# the GPU machine: cubins of 1, 100, 1,000 and 4,000 noinline functions. Output in $OUT.
+# the GPU machine: cubins of 1, 64 and 512 noinline functions. Output in $OUT.
 set -u
 export PATH=$PATH:/usr/local/cuda/bin
 OUT=${OUT:-/tmp/upload_probe}
@@ -11,7 +11,7 @@ cd "$W"
 # The spin kernel is the probe's own; compile it into a cubin of its own.
 sed -n '/^struct Ctl/,/^};/p;/^extern "C" __global__ void spin/,/^}/p' "$here/upload_probe.cu" > spin.cu
 nvcc -cubin -arch=sm_90 spin.cu -o spin.cubin || exit 1
-for n in 1 100 1000 4000; do
+for n in 1 64 512; do
   {
     echo '__device__ unsigned long long sink;'
     for i in $(seq 1 $n); do
@@ -25,4 +25,4 @@ for n in 1 100 1000 4000; do
 done
 nvcc -O2 -std=c++17 -arch=sm_90 "$here/upload_probe.cu" -o upload_probe -lcuda || exit 1
 ls -l *.cubin | tee "$OUT/cubins.txt"
-timeout 120 ./upload_probe gen_1.cubin gen_100.cubin gen_1000.cubin gen_4000.cubin 2>&1 | tee "$OUT/upload_probe.log"
+timeout 120 ./upload_probe gen_1.cubin gen_64.cubin gen_512.cubin 2>&1 | tee "$OUT/upload_probe.log"

@@ -98,13 +98,18 @@ fn the_runtime_knobs_compile_and_assemble() {
     assert!(default.contains("ld.global.cg.v2.u64"), "entries from L2");
     for (name, pre, flavour) in [
         (
-            "dispatchers_4",
-            "#define BPFT_DISPATCHERS 4",
+            "one_dispatcher",
+            "#define BPFT_DISPATCHERS 1",
             Some("ld.global.v2.u64"),
         ),
         (
-            "poll_whole",
-            "#define BPFT_POLL_WHOLE 1\n#define BPFT_DISPATCHERS 4",
+            "poll_narrow",
+            "#define BPFT_POLL_WHOLE 0",
+            Some("ld.global.v2.u64"),
+        ),
+        (
+            "eight_dispatchers",
+            "#define BPFT_POLL_WHOLE 1\n#define BPFT_DISPATCHERS 8",
             Some("ld.global.v2.u64"),
         ),
         (

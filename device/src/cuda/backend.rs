@@ -334,25 +334,7 @@ impl CudaBackend {
 
     /// GPU facts for `status` (the last known ones while the worker restarts).
     pub fn status(&self) -> CudaStatus {
-        let s = &self.shared;
-        let fresh = {
-            let mut l = lock(&s.link);
-            l.as_mut()
-                .and_then(|link| match link.request(&Cmd::Status) {
-                    Ok(Msg::Status(st)) => Some(st),
-                    _ => None,
-                })
-        };
-        let mut st = lock(&s.last_status);
-        if let Some(f) = fresh {
-            *st = f;
-        }
-        st.recoveries = s.recoveries.load(Ordering::Relaxed);
-        st.fault_jobs = s.fault_jobs.load(Ordering::Relaxed);
-        (st.last_restart_ms, st.last_restart_warm) = *lock(&s.last_restart);
-        st.standby_ready = lock(&s.standby).is_some();
-        st.trace_records = s.ctl().trace_consumed.load(Ordering::Relaxed);
-        st.clone()
+        self.shared.status()
     }
 
     /// Stops: waits until the queue is drained (or cancels it with `now`), stops the
@@ -369,11 +351,13 @@ impl CudaBackend {
             }
         }
         s.quit.store(true, Ordering::Release);
-        if let Some(mut link) = lock(&s.link).take() {
+        let link = lock(&s.link).take();
+        if let Some(mut link) = link {
             let _ = link.request(&Cmd::Stop);
             let _ = link.child.wait();
         }
-        if let Some(mut sb) = lock(&s.standby).take() {
+        let standby = lock(&s.standby).take();
+        if let Some(mut sb) = standby {
             // A standby answers nothing: it exits on `stop`.
             let _ = sb.request(&Cmd::Stop);
             let _ = sb.child.wait();
@@ -869,6 +853,33 @@ impl Shared {
         }
     }
 
+    /// GPU facts for `status` (the last known ones while the worker restarts). Takes one
+    /// lock at a time: a restart holds the standby's lock while it activates it and then
+    /// takes `last_status`, so holding `last_status` while asking for `standby` deadlocked
+    /// a recovery (two full runs on an H200 hung at "activating the warm standby").
+    fn status(&self) -> CudaStatus {
+        let fresh = {
+            let mut l = lock(&self.link);
+            l.as_mut()
+                .and_then(|link| match link.request(&Cmd::Status) {
+                    Ok(Msg::Status(st)) => Some(st),
+                    _ => None,
+                })
+        };
+        let standby_ready = lock(&self.standby).is_some();
+        let last_restart = *lock(&self.last_restart);
+        let mut st = lock(&self.last_status);
+        if let Some(f) = fresh {
+            *st = f;
+        }
+        st.recoveries = self.recoveries.load(Ordering::Relaxed);
+        st.fault_jobs = self.fault_jobs.load(Ordering::Relaxed);
+        (st.last_restart_ms, st.last_restart_warm) = last_restart;
+        st.standby_ready = standby_ready;
+        st.trace_records = self.ctl().trace_consumed.load(Ordering::Relaxed);
+        st.clone()
+    }
+
     fn worker_died(&self) -> Option<String> {
         let faulted = self.ctl().worker_faulted.load(Ordering::Acquire) != 0;
         let mut l = if faulted {
@@ -980,7 +991,10 @@ impl Shared {
         let t = Instant::now();
         let mut warm = false;
         let step = |s: &'static str| *lock(&self.restart_step) = s;
-        if let Some(mut sb) = lock(&self.standby).take() {
+        // Out of its lock first: the activation below takes other locks (`link`,
+        // `last_status`), and `status` takes `standby` (a lock-order deadlock otherwise).
+        let standby = lock(&self.standby).take();
+        if let Some(mut sb) = standby {
             step("activating the warm standby");
             match sb
                 .request_within(&Cmd::Activate, ACTIVATE_LIMIT)
@@ -1102,6 +1116,49 @@ mod tests {
         assert!(matches!(r, Ok(Msg::Ack { error: None })), "{r:?}");
         let _ = answers.child.kill();
         let _ = answers.child.wait();
+    }
+
+    /// A recovery that activates the warm standby while `status` is asked for, over and
+    /// over, finishes: the two once took the standby's and `last_status`'s locks in
+    /// opposite orders and deadlocked (the fault check hung on an H200).
+    #[test]
+    fn status_during_a_standby_activation_does_not_deadlock() {
+        let s = shared(&format!("bpftime-test-activate-{}", std::process::id()));
+        let ready = serde_json::to_string(&Msg::Ready {
+            region_dev: 0,
+            value_sets: 0,
+            status: CudaStatus::default(),
+        })
+        .unwrap();
+        let status = serde_json::to_string(&Msg::Status(CudaStatus::default())).unwrap();
+        // The standby answers `activate` after 200 ms, then every request with its status.
+        *lock(&s.standby) = Some(fake_link(&format!(
+            "read l; sleep 0.2; echo '{ready}'; while read l; do echo '{status}'; done"
+        )));
+        // Both sides on threads of their own: a deadlock must fail the test, not hang it.
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (r, tx2) = (s.clone(), tx.clone());
+        std::thread::spawn(move || {
+            r.restart(0);
+            let _ = tx.send("restart");
+        });
+        let q = s.clone();
+        std::thread::spawn(move || {
+            let t = Instant::now();
+            while t.elapsed() < Duration::from_millis(600) {
+                let _ = q.status();
+            }
+            let _ = tx2.send("status");
+        });
+        for _ in 0..2 {
+            let done = rx.recv_timeout(Duration::from_secs(10));
+            assert!(done.is_ok(), "the restart deadlocked against status()");
+        }
+        assert_eq!(s.recoveries.load(Ordering::Relaxed), 1);
+        if let Some(mut l) = lock(&s.link).take() {
+            let _ = l.child.kill();
+            let _ = l.child.wait();
+        }
     }
 
     /// The host side of the GPU serving queue `queue` of a region with `queues` queues.

@@ -247,6 +247,16 @@ pub struct CudaStatus {
     /// See `jobs_taken`.
     #[serde(default)]
     pub batches: u64,
+    /// Old generations' libraries still loaded (unloaded in idle pauses, or one a swap
+    /// past the cap).
+    #[serde(default)]
+    pub stale_libs: u32,
+    /// Idle pauses that unloaded old libraries, and the longest of them, ns.
+    #[serde(default)]
+    pub tidy_pauses: u64,
+    /// See `tidy_pauses`.
+    #[serde(default)]
+    pub tidy_max_ns: u64,
 }
 
 /// Times of the last generation build.
@@ -272,6 +282,9 @@ pub struct SwapTimes {
     pub getfunc_ns: u64,
     /// Programs compiled to native code.
     pub native: u32,
+    /// Old libraries unloaded in this pause (past the cap).
+    #[serde(default)]
+    pub unloaded: u32,
 }
 
 /// Service → worker.

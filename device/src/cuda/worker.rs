@@ -42,8 +42,16 @@ pub const JOB_RING: u32 = 256;
 pub const THREADS: u32 = 256;
 /// Device memory for bytecode and map descriptors.
 pub const CODE_ARENA: u64 = 64 << 20;
-/// Old generations' libraries kept loaded before a pause unloads them all.
-pub const STALE_LIBS: usize = 16;
+/// Old generations' libraries kept loaded at most: past it, a swap's pause unloads the
+/// oldest (`cuLibraryUnload` waits for the kernel, and one costs about 0.16 ms of pause on
+/// an H200: 16 at once made a 2.5 ms pause, `bench/results/gpu_service.md`). Below it they
+/// are unloaded only while the queue is idle ([`Worker::tidy`]). `BPFTIME_GPU_STALE_CAP`
+/// overrides it (a measurement knob).
+pub const STALE_CAP: usize = 32;
+/// Stale libraries one idle pause unloads at most (a job arriving meanwhile waits for it).
+const TIDY_LIBS: usize = 4;
+/// How long the queue must have been empty and its tail still before an idle pause.
+const TIDY_IDLE: Duration = Duration::from_millis(20);
 /// Exit status of a worker whose context failed.
 pub const FAULT_EXIT: i32 = 3;
 
@@ -159,6 +167,13 @@ struct Worker {
     dev_arena: u64,
     lib: Option<Library>,
     stale: Vec<Library>,
+    /// [`STALE_CAP`], or `BPFTIME_GPU_STALE_CAP`.
+    stale_cap: usize,
+    /// Idle pauses so far, and the longest, ns.
+    tidy_pauses: u64,
+    tidy_max_ns: u64,
+    /// The queue's tail when last looked at, and since when it has not moved.
+    idle_tail: (u64, Instant),
     params: Params,
     grid: u32,
     next_entry: u32,
@@ -393,6 +408,13 @@ impl Worker {
             dev_arena,
             lib: None,
             stale: Vec::new(),
+            stale_cap: std::env::var("BPFTIME_GPU_STALE_CAP")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(STALE_CAP),
+            tidy_pauses: 0,
+            tidy_max_ns: 0,
+            idle_tail: (0, Instant::now()),
             params,
             grid: 0,
             next_entry: 0,
@@ -476,6 +498,9 @@ impl Worker {
             torn_reads: self.ctl().torn_reads.load(Ordering::Relaxed),
             jobs_taken: self.ctl().jobs_taken.load(Ordering::Relaxed),
             batches: self.ctl().batches.load(Ordering::Relaxed),
+            stale_libs: self.stale.len() as u32,
+            tidy_pauses: self.tidy_pauses,
+            tidy_max_ns: self.tidy_max_ns,
             ..Default::default()
         }
     }
@@ -728,15 +753,15 @@ impl Worker {
         times.drain_ns = t0.elapsed().as_nanos() as u64;
         let t1 = Instant::now();
         swap_step("unloading old libraries and maps");
-        // Old libraries are unloaded only here, with no kernel running; to keep most pauses
-        // short they are unloaded in batches of STALE_LIBS.
+        // Old libraries can be unloaded only with no kernel running. A swap's pause unloads
+        // one only past the cap; the rest go in idle pauses (`tidy`).
         if let Some(old) = self.lib.take() {
             self.stale.push(old);
         }
-        if self.stale.len() >= STALE_LIBS {
-            for l in self.stale.drain(..) {
-                self.gpu.unload(l);
-            }
+        if self.stale.len() > self.stale_cap {
+            let l = self.stale.remove(0);
+            self.gpu.unload(l);
+            times.unloaded = 1;
         }
         // Device maps no installed program uses any more (no kernel runs now).
         let live: std::collections::HashSet<String> = self
@@ -805,6 +830,51 @@ impl Worker {
             "generation launched"
         );
         Ok(times)
+    }
+
+    /// While the queue is idle (every job finished, its tail still for [`TIDY_IDLE`]): a short pause
+    /// that unloads up to [`TIDY_LIBS`] old libraries and launches the running generation
+    /// again, already fetched (no code upload). Its dispatchers resume where they stopped.
+    fn tidy(&mut self) -> Result<(), DeviceError> {
+        if self.stale.is_empty() || self.lib.is_none() {
+            return Ok(());
+        }
+        let q = self
+            .region
+            .queue_at(self.args.cfg.queue)
+            .expect("checked at start");
+        let tail = q.tail();
+        // Idle: nothing queued and nothing running (a pause would wait for a running job,
+        // and the jobs submitted meanwhile with it).
+        if tail != self.idle_tail.0 || q.load() != 0 {
+            self.idle_tail = (tail, Instant::now());
+            return Ok(());
+        }
+        if self.idle_tail.1.elapsed() < TIDY_IDLE {
+            return Ok(());
+        }
+        let t0 = Instant::now();
+        self.stop_kernel()?;
+        let n = self.stale.len().min(TIDY_LIBS);
+        for l in self.stale.drain(..n) {
+            self.gpu.unload(l);
+        }
+        self.gpu
+            .upload_async(self.copy, self.state + 24, &0u64.to_le_bytes())?;
+        self.gpu.sync(self.copy)?;
+        self.ctl().stop.store(0, Ordering::Release);
+        let mut lib = self.lib.take().expect("checked above");
+        let launched =
+            self.gpu
+                .launch_persistent(&mut lib, self.kstream, self.grid, THREADS, &self.params);
+        self.lib = Some(lib);
+        launched?;
+        let ns = t0.elapsed().as_nanos() as u64;
+        self.tidy_pauses += 1;
+        self.tidy_max_ns = self.tidy_max_ns.max(ns);
+        self.idle_tail.1 = Instant::now();
+        tracing::debug!(unloaded = n, pause_us = ns as f64 / 1e3, "idle pause");
+        Ok(())
     }
 
     fn snapshot(&self) -> Vec<Prog> {
@@ -1043,6 +1113,9 @@ impl Worker {
                 last_check = Instant::now();
                 if !building || self.lib.is_some() {
                     self.check_fault();
+                }
+                if !building && let Err(e) = self.tidy() {
+                    self.fail(&format!("idle pause failed: {e}"));
                 }
             }
         }

@@ -197,9 +197,26 @@ BPF_ATOM32(bpf_atom_xor32, "xor.b32")
 BPF_ATOM32(bpf_atom_xchg32, "exch.b32")
 BPF_FN bpf_u64 bpf_atom_cas64(bpf_u64 a, bpf_u64 cmp, bpf_u64 v) { bpf_u64 o; asm volatile("atom.acq_rel.sys.cas.b64 %0, [%1], %2, %3;" : "=l"(o) : "l"(a), "l"(cmp), "l"(v) : "memory"); return o; }
 BPF_FN bpf_u32 bpf_atom_cas32(bpf_u64 a, bpf_u32 cmp, bpf_u32 v) { bpf_u32 o; asm volatile("atom.acq_rel.sys.cas.b32 %0, [%1], %2, %3;" : "=r"(o) : "l"(a), "r"(cmp), "r"(v) : "memory"); return o; }
-/* Plain (possibly unaligned on the host only) memory accesses. */
-#define BPF_LD(T, a) (*(const volatile T *)(a))
-#define BPF_ST(T, a, v) (*(T *)(a) = (T)(v))
+/* Plain memory accesses. The CPU reference allows misaligned data, and a misaligned access
+ * kills a GPU context, so one whose address is not a multiple of its size goes byte by byte
+ * (little-endian, as eBPF on x86 and the GPU). */
+BPF_FN bpf_u64 bpf_ld_bytes(bpf_u64 a, int n) {
+    bpf_u64 v = 0;
+    for (int i = 0; i < n; i++) v |= (bpf_u64)(*(const volatile unsigned char *)(a + i)) << (8 * i);
+    return v;
+}
+BPF_FN void bpf_st_bytes(bpf_u64 a, bpf_u64 v, int n) {
+    for (int i = 0; i < n; i++) *(volatile unsigned char *)(a + i) = (unsigned char)(v >> (8 * i));
+}
+#define BPF_LD(T, a)                                                                        \
+    ((((bpf_u64)(a)) & (sizeof(T) - 1)) ? (T)bpf_ld_bytes((bpf_u64)(a), (int)sizeof(T))     \
+                                        : *(const volatile T *)(a))
+#define BPF_ST(T, a, v)                                                                     \
+    do {                                                                                    \
+        const bpf_u64 bpf_a_ = (bpf_u64)(a);                                                \
+        if (bpf_a_ & (sizeof(T) - 1)) bpf_st_bytes(bpf_a_, (bpf_u64)(T)(v), (int)sizeof(T)); \
+        else *(T *)bpf_a_ = (T)(v);                                                         \
+    } while (0)
 #elif defined(BPF_HOST)
 #define BPF_MO_RLX __ATOMIC_RELAXED
 #define BPF_MO_ACQ __ATOMIC_ACQUIRE

@@ -58,7 +58,7 @@ typedef unsigned char u8;
 // order; each polls its own host lines, so they take jobs side by side. Fewer when the
 // grid or the queue is too small (dispatcher_count). A tuning knob.
 #ifndef BPFT_DISPATCHERS
-#define BPFT_DISPATCHERS 1
+#define BPFT_DISPATCHERS 4
 #endif
 #define BPFT_STRIPE 32
 #ifndef BPFT_COOP_MAX
@@ -68,7 +68,7 @@ typedef unsigned char u8;
 // them whole, and a ready job's check word vouches for its body: one PCIe round trip less
 // on a lone job's path, 240 bytes more a poll. A tuning knob.
 #ifndef BPFT_POLL_WHOLE
-#define BPFT_POLL_WHOLE 0
+#define BPFT_POLL_WHOLE 1
 #endif
 // A diagnostic: 1 makes a one-record job's two hop words (Completion::gpu_hops) say where
 // its run goes instead: [0] from `started` to just before the program (lookup, checks,
