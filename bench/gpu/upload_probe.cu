@@ -142,8 +142,8 @@ int main(int argc, char **argv) {
     if (pipe(go) != 0) return 1;
     pid_t child = fork();
     if (child == 0) {
-        char b;
-        if (read(go[0], &b, 1) != 1) _exit(1);
+        char g;
+        if (read(go[0], &g, 1) != 1) _exit(1);
         CU(cuInit(0));
         CUdevice dev;
         CU(cuDeviceGet(&dev, 0));

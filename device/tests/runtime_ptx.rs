@@ -103,6 +103,11 @@ fn the_runtime_knobs_compile_and_assemble() {
             Some("ld.global.v2.u64"),
         ),
         (
+            "poll_acquire",
+            "#define BPFT_POLL_ACQUIRE 1",
+            Some("ld.global.v2.u64"),
+        ),
+        (
             "poll_narrow",
             "#define BPFT_POLL_WHOLE 0",
             Some("ld.global.v2.u64"),
