@@ -96,40 +96,40 @@ typedef unsigned char u8;
 
 // ---- memory-order primitives (generic addresses; host-mapped memory is global) ----
 
-__device__ __forceinline__ u64 ld_acq_sys(const void *p) {
+static __device__ __forceinline__ u64 ld_acq_sys(const void *p) {
     u64 v;
     asm volatile("ld.acquire.sys.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
     return v;
 }
-__device__ __forceinline__ u32 ld_acq_sys32(const void *p) {
+static __device__ __forceinline__ u32 ld_acq_sys32(const void *p) {
     u32 v;
     asm volatile("ld.acquire.sys.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
     return v;
 }
-__device__ __forceinline__ void ld_rlx_sys_v2(const void *p, u64 &a, u64 &b) {
+static __device__ __forceinline__ void ld_rlx_sys_v2(const void *p, u64 &a, u64 &b) {
     asm volatile("ld.relaxed.sys.v2.u64 {%0, %1}, [%2];" : "=l"(a), "=l"(b) : "l"(p) : "memory");
 }
-__device__ __forceinline__ void ld_acq_sys_v2(const void *p, u64 &a, u64 &b) {
+static __device__ __forceinline__ void ld_acq_sys_v2(const void *p, u64 &a, u64 &b) {
     asm volatile("ld.acquire.sys.v2.u64 {%0, %1}, [%2];" : "=l"(a), "=l"(b) : "l"(p) : "memory");
 }
 // A plain 16-byte load for slot bodies ordered by an earlier fence (BPFT_SLOT_LD): unlike
 // strong loads, a warp's plain loads of one line coalesce into one request.
-__device__ __forceinline__ void ld_slot_v2(const void *p, u64 &a, u64 &b) {
+static __device__ __forceinline__ void ld_slot_v2(const void *p, u64 &a, u64 &b) {
     asm volatile("{ .reg .u64 slot_g; cvta.to.global.u64 slot_g, %2; " BPFT_SLOT_LD ".v2.u64 {%0, %1}, [slot_g]; }"
                  : "=l"(a), "=l"(b) : "l"(p) : "memory");
 }
-__device__ __forceinline__ u64 ld_rlx_sys(const void *p) {
+static __device__ __forceinline__ u64 ld_rlx_sys(const void *p) {
     u64 v;
     asm volatile("ld.relaxed.sys.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
     return v;
 }
-__device__ __forceinline__ void st_rel_sys(void *p, u64 v) {
+static __device__ __forceinline__ void st_rel_sys(void *p, u64 v) {
     asm volatile("st.release.sys.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
 }
-__device__ __forceinline__ void st_rel_sys32(void *p, u32 v) {
+static __device__ __forceinline__ void st_rel_sys32(void *p, u32 v) {
     asm volatile("st.release.sys.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
-__device__ __forceinline__ void st_rlx_sys(void *p, u64 v) {
+static __device__ __forceinline__ void st_rlx_sys(void *p, u64 v) {
     asm volatile("st.relaxed.sys.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
 }
 // Plain (weak) stores for data that a later fence and strong store publish: they are not
@@ -142,40 +142,40 @@ __device__ __forceinline__ void st_rlx_sys(void *p, u64 v) {
 #else
 #define BPFT_ST_FIELD "st.relaxed.sys"
 #endif
-__device__ __forceinline__ void st_fld(void *p, u64 v) {
+static __device__ __forceinline__ void st_fld(void *p, u64 v) {
     asm volatile(BPFT_ST_FIELD ".u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
 }
-__device__ __forceinline__ void st_fld_v2(void *p, u64 a, u64 b) {
+static __device__ __forceinline__ void st_fld_v2(void *p, u64 a, u64 b) {
     asm volatile(BPFT_ST_FIELD ".v2.u64 [%0], {%1, %2};" ::"l"(p), "l"(a), "l"(b) : "memory");
 }
-__device__ __forceinline__ void st_fld32(void *p, u32 v) {
+static __device__ __forceinline__ void st_fld32(void *p, u32 v) {
     asm volatile(BPFT_ST_FIELD ".u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
-__device__ __forceinline__ void st_fld32_v2(void *p, u32 a, u32 b) {
+static __device__ __forceinline__ void st_fld32_v2(void *p, u32 a, u32 b) {
     asm volatile(BPFT_ST_FIELD ".v2.u32 [%0], {%1, %2};" ::"l"(p), "r"(a), "r"(b) : "memory");
 }
-__device__ __forceinline__ void st_rlx_sys32(void *p, u32 v) {
+static __device__ __forceinline__ void st_rlx_sys32(void *p, u32 v) {
     asm volatile("st.relaxed.sys.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
-__device__ __forceinline__ u64 ld_acq_gpu(const void *p) {
+static __device__ __forceinline__ u64 ld_acq_gpu(const void *p) {
     u64 v;
     asm volatile("ld.acquire.gpu.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
     return v;
 }
-__device__ __forceinline__ u64 ld_rlx_gpu(const void *p) {
+static __device__ __forceinline__ u64 ld_rlx_gpu(const void *p) {
     u64 v;
     asm volatile("ld.relaxed.gpu.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
     return v;
 }
-__device__ __forceinline__ u32 ld_rlx_gpu32(const void *p) {
+static __device__ __forceinline__ u32 ld_rlx_gpu32(const void *p) {
     u32 v;
     asm volatile("ld.relaxed.gpu.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
     return v;
 }
-__device__ __forceinline__ void st_rel_gpu(void *p, u64 v) {
+static __device__ __forceinline__ void st_rel_gpu(void *p, u64 v) {
     asm volatile("st.release.gpu.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
 }
-__device__ __forceinline__ u64 globaltimer() {
+static __device__ __forceinline__ u64 globaltimer() {
     u64 t;
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
     return t;
@@ -365,11 +365,11 @@ extern "C" __device__ u64 bpft_native_loop(u32 slot, u64 in_base, u64 in_size, u
                                            u64 out_size, u64 n, u64 a0, u64 a1, u64 a2, u64 a3,
                                            u64 results, u64 first, u64 end, u64 stride);
 
-__device__ __forceinline__ char *completion_ptr(const bpft_params &P, u32 i) {
+static __device__ __forceinline__ char *completion_ptr(const bpft_params &P, u32 i) {
     return (char *)(P.completions + (u64)i * BPFT_SIZE_Completion);
 }
 
-__device__ __forceinline__ u64 now_ns(const bpft_params &P) { return globaltimer() + P.time_offset; }
+static __device__ __forceinline__ u64 now_ns(const bpft_params &P) { return globaltimer() + P.time_offset; }
 
 // Reads the program entry for `id`, or returns false. The index word is a strong load (the
 // host rewrites it while the kernel runs); the entry it names is immutable while named
@@ -380,11 +380,11 @@ __device__ __forceinline__ u64 now_ns(const bpft_params &P) { return globaltimer
 #ifndef BPFT_ENTRY_STRONG
 #define BPFT_ENTRY_STRONG 0
 #endif
-__device__ __forceinline__ void ld_cg_v2(const void *p, u64 &a, u64 &b) {
+static __device__ __forceinline__ void ld_cg_v2(const void *p, u64 &a, u64 &b) {
     asm volatile("{ .reg .u64 cg_g; cvta.to.global.u64 cg_g, %2; ld.global.cg.v2.u64 {%0, %1}, [cg_g]; }"
                  : "=l"(a), "=l"(b) : "l"(p) : "memory");
 }
-__device__ bool lookup_prog(const bpft_params &P, u32 id, bpft_prog *out) {
+static __device__ bool lookup_prog(const bpft_params &P, u32 id, bpft_prog *out) {
     if (id >= P.max_progs) return false;
     u32 idx = ld_rlx_gpu32((const u32 *)P.prog_index + id);
     if (idx == 0) return false;
@@ -401,13 +401,13 @@ __device__ bool lookup_prog(const bpft_params &P, u32 id, bpft_prog *out) {
 }
 
 // [off, off + need) inside a buffer of `size` bytes, without overflow.
-__device__ __forceinline__ bool fits(u64 off, u64 len, u64 need, u64 size) {
+static __device__ __forceinline__ bool fits(u64 off, u64 len, u64 need, u64 size) {
     return need <= len && off <= size && len <= size - off;
 }
 
 // Validates `d` for the GPU. On success fills the device addresses. Anything else goes to
 // the host runner, which produces the error completion (or runs what the GPU cannot).
-__device__ bool validate(const bpft_params &P, const bpft_job_desc &d, const bpft_prog &p,
+static __device__ bool validate(const bpft_params &P, const bpft_job_desc &d, const bpft_prog &p,
                          u64 &in_base, u64 &out_base, u64 &res_base) {
     if (d.flags & (JF_VARLEN | JF_STOP_ON_ERROR)) return false;
     if (d.flags & JF_INJECT_FAULT) return (P.flags & BPFT_ALLOW_FAULT) != 0;
@@ -442,7 +442,7 @@ __device__ bool validate(const bpft_params &P, const bpft_job_desc &d, const bpf
 }
 
 // Runs record `i`. Returns 0 or the interpreter's error code.
-__device__ __forceinline__ int run_record(const bpft_params &P, const bpft_prog &p,
+static __device__ __forceinline__ int run_record(const bpft_params &P, const bpft_prog &p,
                                           const bpft_job_desc &d, u64 in_base, u64 out_base,
                                           u64 i, u64 *r0, u32 *err_pc) {
     u64 ctx[10];
@@ -476,7 +476,7 @@ __device__ __forceinline__ int run_record(const bpft_params &P, const bpft_prog 
 // jobs, DONE (relaxed stores the fence orders after every field). With an error status
 // the host finalizes it (writes the message text, then publishes DONE). Waits while the
 // done log is a whole ring ahead of the host.
-__device__ void finish_job(const bpft_params &P, const bpft_job_desc &d, const bpft_prog &p,
+static __device__ void finish_job(const bpft_params &P, const bpft_job_desc &d, const bpft_prog &p,
                            s32 status, u64 done, u64 failed, u64 r0, u32 err_pc, u64 err_record,
                            u32 err_code, u64 started, u32 hop_poll = 0, u32 hop_fence = 0) {
     bpft_state *S = (bpft_state *)P.state;
@@ -523,7 +523,7 @@ static_assert(BPFT_SIZE_Completion % 128 == 0 && BPFT_OFF_Completion_message % 8
               "vector stores need their width's alignment (a misaligned one kills the context)");
 
 // Hands a job to the host runner.
-__device__ void forward(const bpft_params &P, const bpft_job_desc &d) {
+static __device__ void forward(const bpft_params &P, const bpft_job_desc &d) {
     bpft_state *S = (bpft_state *)P.state;
     bpft_ctl *C = (bpft_ctl *)P.ctl;
     u64 pos = atomicAdd(&S->fwd_pos, 1ull);
@@ -537,7 +537,7 @@ __device__ void forward(const bpft_params &P, const bpft_job_desc &d) {
 }
 
 // The short path: one record, run by the dispatcher lane that took the job.
-__device__ void run_short(const bpft_params &P, const bpft_job_desc &d, const bpft_prog &p,
+static __device__ void run_short(const bpft_params &P, const bpft_job_desc &d, const bpft_prog &p,
                           u64 in_base, u64 out_base, u64 res_base, u64 started, u32 hop_poll,
                           u32 hop_fence) {
     u64 r0 = 0;
@@ -554,7 +554,7 @@ __device__ void run_short(const bpft_params &P, const bpft_job_desc &d, const bp
 // Publishes a multi-record job to the ring. Reusing a slot waits until its previous job
 // has retired and no warp is still inside it: the slot's seq is cleared first, and a
 // worker re-checks seq after announcing itself in `active` (both sides fence in between).
-__device__ void publish(const bpft_params &P, const bpft_job_desc &d, const bpft_prog &p,
+static __device__ void publish(const bpft_params &P, const bpft_job_desc &d, const bpft_prog &p,
                         u64 in_base, u64 out_base, u64 res_base, u64 started) {
     bpft_state *S = (bpft_state *)P.state;
     u64 pos = atomicAdd(&S->job_pub, 1ull);
@@ -589,7 +589,7 @@ __device__ void publish(const bpft_params &P, const bpft_job_desc &d, const bpft
 // Benchmark of the host mailbox (job flag MAILBOX_PING): n times, write a record into the
 // trace ring and wait until the host thread has consumed it (ctl->trace_consumed), timed
 // with %globaltimer on the GPU alone. r0 = total ns, records_done = n.
-__device__ void mailbox_ping(const bpft_params &P, const bpft_job_desc &d, const bpft_prog &p,
+static __device__ void mailbox_ping(const bpft_params &P, const bpft_job_desc &d, const bpft_prog &p,
                              u64 started) {
     bpft_ctl *C = (bpft_ctl *)P.ctl;
     u64 *ring = (u64 *)P.trace_buf;
@@ -611,7 +611,7 @@ __device__ void mailbox_ping(const bpft_params &P, const bpft_job_desc &d, const
 
 // Reads a slot's descriptor (`src`) and inline words (`isrc`) one strong load at a time:
 // after a fence that ordered them after the slot's seq, they belong to that seq.
-__device__ __forceinline__ void reread_slot(const char *src, const char *isrc, u64 *dw, u64 *iw) {
+static __device__ __forceinline__ void reread_slot(const char *src, const char *isrc, u64 *dw, u64 *iw) {
 #pragma unroll
     for (int i = 0; i < 15; i++) dw[i] = ld_rlx_sys(src + 8 * i);
 #pragma unroll
@@ -620,7 +620,7 @@ __device__ __forceinline__ void reread_slot(const char *src, const char *isrc, u
 
 // Reads a slot's descriptor (`src`, 8 strong 16-byte loads, the last bringing the first
 // inline word) and only the inline words (`isrc`) its job has, after the acquire fence.
-__device__ __forceinline__ void read_slot(const char *src, const char *isrc, u64 *dw, u64 *iw) {
+static __device__ __forceinline__ void read_slot(const char *src, const char *isrc, u64 *dw, u64 *iw) {
 #pragma unroll
     for (int i = 0; i < 14; i += 2) ld_rlx_sys_v2(src + 8 * i, dw[i], dw[i + 1]);
     ld_rlx_sys_v2(src + 8 * 14, dw[14], iw[0]);
@@ -633,7 +633,7 @@ __device__ __forceinline__ void read_slot(const char *src, const char *isrc, u64
 // How many consecutive slots from the position are taken in this poll (`take`: one per
 // lane, below `w`), and the next poll's width: doubled while every slot read was taken,
 // else one past this batch.
-__device__ __forceinline__ u32 take_count(int take, u32 w, u32 &width) {
+static __device__ __forceinline__ u32 take_count(int take, u32 w, u32 &width) {
     const u32 mask = __ballot_sync(FULL_MASK, take);
     const u32 k = (~mask == 0) ? 32 : (__ffs(~mask) - 1);
     width = k == w ? (w < 16 ? 2 * w : 32) : k + 1;
@@ -643,7 +643,7 @@ __device__ __forceinline__ u32 take_count(int take, u32 w, u32 &width) {
 // How many dispatcher warps this launch has (BPFT_DISPATCHERS, at most one a block and
 // BPFT_MAX_DISPATCHERS, and a whole number of stripe rounds in the queue). Every launch of
 // a worker has the same grid and queue, hence the same count (`bpft_state::dpos`).
-__device__ __forceinline__ u32 dispatcher_count(const bpft_params &P) {
+static __device__ __forceinline__ u32 dispatcher_count(const bpft_params &P) {
     u32 n = BPFT_DISPATCHERS < BPFT_MAX_DISPATCHERS ? BPFT_DISPATCHERS : BPFT_MAX_DISPATCHERS;
     if (n > gridDim.x) n = gridDim.x;
     const u64 cap = (u64)P.queue_mask + 1;
@@ -652,14 +652,14 @@ __device__ __forceinline__ u32 dispatcher_count(const bpft_params &P) {
 }
 
 // The first position at or after `p` in dispatcher d's stripes (of D).
-__device__ __forceinline__ u64 stripe_from(u64 p, u32 d, u32 D) {
+static __device__ __forceinline__ u64 stripe_from(u64 p, u32 d, u32 D) {
     const u64 s = p / BPFT_STRIPE, own = s - s % D + d;
     if (own == s) return p;
     return (own > s ? own : own + D) * BPFT_STRIPE;
 }
 
 // Counts the lanes whose slot had to be read again (`torn_reads` in the control block).
-__device__ __forceinline__ void count_torn(int retry, bpft_state *S, bpft_ctl *C, u32 lane) {
+static __device__ __forceinline__ void count_torn(int retry, bpft_state *S, bpft_ctl *C, u32 lane) {
     const u32 retried = __ballot_sync(FULL_MASK, retry);
     if (retried && lane == 0) {
         const u64 t = atomicAdd(&S->torn, (u64)__popc(retried)) + __popc(retried);
@@ -672,7 +672,7 @@ __device__ __forceinline__ void count_torn(int retry, bpft_state *S, bpft_ctl *C
 // bodies go through shared memory, and each lane below `n` picks up its own slot's
 // descriptor and inline words.
 template <u32 N>
-__device__ __forceinline__ void unstage(u64 (*stage)[32], const u64 (&body)[N][2], u32 n, u32 lane,
+static __device__ __forceinline__ void unstage(u64 (*stage)[32], const u64 (&body)[N][2], u32 n, u32 lane,
                                         u64 *dw, u64 *iw) {
     const u32 half = lane >> 4, chunk = lane & 15;
 #pragma unroll
@@ -696,7 +696,7 @@ __device__ __forceinline__ void unstage(u64 (*stage)[32], const u64 (&body)[N][2
 // Dispatcher d of D. Walks its own positions in order (every D-th stripe of BPFT_STRIPE),
 // takes ready jobs in batches of up to 32 (one per lane), runs one-record jobs itself and
 // publishes the rest. At stop, dispatcher 0 waits for the others and drains.
-__device__ void dispatcher(const bpft_params &P, const u32 d, const u32 D) {
+static __device__ void dispatcher(const bpft_params &P, const u32 d, const u32 D) {
     bpft_state *S = (bpft_state *)P.state;
     bpft_ctl *C = (bpft_ctl *)P.ctl;
     const u32 lane = threadIdx.x & 31;
@@ -950,7 +950,7 @@ __device__ void dispatcher(const bpft_params &P, const u32 d, const u32 D) {
 
 // BPFT_PREFETCH: brings the input of records [from, to) toward L2 (the bytes wholly inside
 // the buffer: no request past its end).
-__device__ __forceinline__ void prefetch_input(u64 in_base, u32 in_size, u64 from, u64 to,
+static __device__ __forceinline__ void prefetch_input(u64 in_base, u32 in_size, u64 from, u64 to,
                                                u32 lane) {
 #if BPFT_PREFETCH == 1
     if (lane != 0 || from >= to) return;
@@ -971,7 +971,7 @@ __device__ __forceinline__ void prefetch_input(u64 in_base, u32 in_size, u64 fro
 // Runs records base+lane, base+lane+32, ... < end of a native program (which cannot fail:
 // the verifier proved it) through the JIT's chunk loop: one call per chunk, the body inline
 // with the ctx in registers.
-__device__ __forceinline__ void native_chunk(u32 slot, u64 in_base, u32 in_size, u64 out_base,
+static __device__ __forceinline__ void native_chunk(u32 slot, u64 in_base, u32 in_size, u64 out_base,
                                              u32 out_size, u64 res_base, u64 n, const u64 *args,
                                              u64 base, u64 end, u32 lane, u64 *ok_idx,
                                              u64 *ok_r0) {
@@ -1001,7 +1001,7 @@ __device__ __forceinline__ void native_chunk(u32 slot, u64 in_base, u32 in_size,
 
 // Raises {*idx, *idx+1 word} to {i, r0} if i is higher: the pair changes as one 16-byte
 // word (sm_90 atom.cas.b128), so no lock and no torn pair.
-__device__ void best_update(u64 *pair, u64 i, u64 r0) {
+static __device__ void best_update(u64 *pair, u64 i, u64 r0) {
     u64 cur_i = ld_rlx_gpu(pair), cur_r = ld_rlx_gpu(pair + 1);
     while (i > cur_i) {
         u64 got_i, got_r;
@@ -1023,7 +1023,7 @@ __device__ void best_update(u64 *pair, u64 i, u64 r0) {
 // A worker warp: walks the ring from this generation's start. A job of n records is
 // worked on by ceil(n / chunk) warps at most (chunk below), chosen by rotating over the workers, so
 // a small job costs one warp and a large one uses the whole GPU.
-__device__ void worker(const bpft_params &P, const u32 D) {
+static __device__ void worker(const bpft_params &P, const u32 D) {
     bpft_state *S = (bpft_state *)P.state;
     const u32 lane = threadIdx.x & 31;
     // Workers are numbered 0 .. nworkers-1 past the dispatchers (warp 0 of blocks below D).
