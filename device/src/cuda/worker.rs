@@ -49,8 +49,8 @@ pub const CODE_ARENA: u64 = 64 << 20;
 /// overrides it (a measurement knob).
 pub const STALE_CAP: usize = 32;
 /// Stale libraries one idle pause unloads at most (a job arriving meanwhile waits for it:
-/// 4 made idle pauses of up to 1.1 ms on an H200).
-const TIDY_LIBS: usize = 2;
+/// on an H200, idle pauses of 4 took up to 1.1 ms, of 2 up to 1.2 ms).
+const TIDY_LIBS: usize = 1;
 /// How long the queue must have been empty and its tail still before an idle pause.
 const TIDY_IDLE: Duration = Duration::from_millis(20);
 /// Exit status of a worker whose context failed.
