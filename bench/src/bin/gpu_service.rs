@@ -385,7 +385,15 @@ fn main() {
                 let p = c
                     .load_bytes("sum64i.bin", &sum64(), Some("sum64_instant"))
                     .expect("load");
-                (p.id, p.tier.unwrap_or_default())
+                // Its tier as the GPU reports it (`list` asks the worker), just before.
+                let tier = c
+                    .list()
+                    .expect("list")
+                    .into_iter()
+                    .find(|x| x.id == p.id)
+                    .and_then(|x| x.tier)
+                    .unwrap_or_default();
+                (p.id, tier)
             } else {
                 (sum_id, "native".to_string())
             };
