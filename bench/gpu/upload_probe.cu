@@ -8,7 +8,9 @@
 //      a persistent kernel runs in the first context: does it return before that kernel
 //      stops, and does the kernel see a gap (its own longest pause between two loop turns,
 //      timed with %globaltimer)?
+// PROBE_KERNEL names the kernel to fetch (default `gen`); PROBE_ONLY_SIZES=1 stops after 1.
 #include <cuda.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <algorithm>
@@ -79,7 +81,8 @@ static double load_fetch(const std::string &img, CUlibrary *lib, CUfunction *f, 
     CUkernel k;
     double a = now_ms();
     CU(cuLibraryLoadData(lib, img.data(), nullptr, nullptr, 0, nullptr, nullptr, 0));
-    CU(cuLibraryGetKernel(&k, *lib, "gen"));
+    const char *name = getenv("PROBE_KERNEL");
+    CU(cuLibraryGetKernel(&k, *lib, name ? name : "gen"));
     double b = now_ms();
     CU(cuKernelGetFunction(f, k));
     if (load_ms) *load_ms = b - a;
@@ -196,6 +199,11 @@ int main(int argc, char **argv) {
         }
         printf("cubin %s (%zu bytes): load %.3f ms, fetch (upload) %.3f ms, unload %.3f ms (p50 of 10)\n",
                argv[i], img.size(), p50(load), p50(fetch), p50(unload));
+    }
+    if (getenv("PROBE_ONLY_SIZES")) {
+        kill(child, SIGKILL);
+        waitpid(child, nullptr, 0);
+        return 0;
     }
     // 2. Unloading 16 fetched libraries in a row (the largest cubin).
     {

@@ -130,7 +130,9 @@ struct bpf_env {
 
 #define BPF_INTERP_MAX_FRAMES 8
 #define BPF_INTERP_FRAME_MAX 512
-#define BPF_PRANDOM_SLOTS 4096
+#ifndef BPF_PRANDOM_SLOTS
+#define BPF_PRANDOM_SLOTS 4096 /* per-thread prandom states (a module global: 32 KB) */
+#endif
 
 /* ---- Portability layer ---------------------------------------------------------------- */
 
