@@ -89,6 +89,23 @@ static double load_fetch(const std::string &img, CUlibrary *lib, CUfunction *f, 
     return now_ms() - b;
 }
 
+// In the current context: loads `img`, fetches its kernel and runs it once on a stream of
+// its own; says how long each step took.
+static std::string upload_and_run(const std::string &img) {
+    CUlibrary lib;
+    CUfunction f;
+    double load_ms;
+    const double fetch = load_fetch(img, &lib, &f, &load_ms);
+    CUstream s;
+    CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    const double b = now_ms();
+    CU(cuLaunchKernel(f, 1, 1, 1, 32, 1, 1, 0, s, nullptr, nullptr));
+    CU(cuStreamSynchronize(s));
+    char msg[160];
+    snprintf(msg, sizeof msg, "load %.3f ms, fetch %.3f ms, launch+sync %.3f ms", load_ms, fetch, now_ms() - b);
+    return msg;
+}
+
 // With a persistent kernel running in `ctx` (on all SMs, one thread a block), runs
 // `other` (which uploads and launches in another context), then stops the kernel after
 // 300 ms if `other` has not returned. Prints what happened.
@@ -153,22 +170,8 @@ int main(int argc, char **argv) {
         CUcontext ctx;
         CU(cuDevicePrimaryCtxRetain(&ctx, dev));
         CU(cuCtxSetCurrent(ctx));
-        std::string img = slurp(argv[nsizes]);
-        CUlibrary lib;
-        CUfunction f;
-        double load_ms;
-        double a = now_ms();
-        double fetch = load_fetch(img, &lib, &f, &load_ms);
-        CUstream s;
-        CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
-        double b = now_ms();
-        CU(cuLaunchKernel(f, 1, 1, 1, 32, 1, 1, 0, s, nullptr, nullptr));
-        CU(cuStreamSynchronize(s));
-        double c = now_ms();
-        char msg[256];
-        int n = snprintf(msg, sizeof msg, "load %.3f ms, fetch %.3f ms, launch+sync %.3f ms", load_ms, fetch, c - b);
-        (void)a;
-        if (write(pipefd[1], msg, n) != n) _exit(1);
+        const std::string msg = upload_and_run(slurp(argv[nsizes]));
+        if (write(pipefd[1], msg.data(), msg.size()) != (ssize_t)msg.size()) _exit(1);
         _exit(0);
     }
     CU(cuInit(0));
@@ -226,17 +229,7 @@ int main(int argc, char **argv) {
         CU(cuCtxSetCurrent(ctx));
         beside_persistent(ctx, "second context, same process: load + fetch + launch + sync", [&] {
             CU(cuCtxSetCurrent(other));
-            CUlibrary lib;
-            CUfunction f;
-            double l;
-            double fetch = load_fetch(img, &lib, &f, &l);
-            CUstream s;
-            CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
-            double b = now_ms();
-            CU(cuLaunchKernel(f, 1, 1, 1, 32, 1, 1, 0, s, nullptr, nullptr));
-            CU(cuStreamSynchronize(s));
-            printf("  (second context: load %.3f ms, fetch %.3f ms, launch+sync %.3f ms)\n", l, fetch,
-                   now_ms() - b);
+            printf("  (second context: %s)\n", upload_and_run(img).c_str());
         });
         // The same context, for comparison (GPU-FACTS: blocks).
         beside_persistent(ctx, "same context: load + fetch", [&] {
