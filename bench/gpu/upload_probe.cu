@@ -8,7 +8,9 @@
 //      a persistent kernel runs in the first context: does it return before that kernel
 //      stops, and does the kernel see a gap (its own longest pause between two loop turns,
 //      timed with %globaltimer)?
-// PROBE_KERNEL names the kernel to fetch (default `gen`); PROBE_ONLY_SIZES=1 stops after 1.
+// PROBE_KERNEL names the kernel to fetch (default `gen`); PROBE_ONLY_SIZES=1 stops after 1;
+// PROBE_LMEM_MAX=1 keeps the context's local memory at its largest (CU_CTX_LMEM_RESIZE_TO_MAX);
+// PROBE_STACK=N reserves N bytes of stack a thread first (CU_LIMIT_STACK_SIZE).
 #include <cuda.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -182,9 +184,17 @@ int main(int argc, char **argv) {
     int drv;
     CU(cuDriverGetVersion(&drv));
     printf("device %s, driver API %d\n", name, drv);
+    if (getenv("PROBE_LMEM_MAX")) CU(cuDevicePrimaryCtxSetFlags(dev, CU_CTX_LMEM_RESIZE_TO_MAX));
     CUcontext ctx;
     CU(cuDevicePrimaryCtxRetain(&ctx, dev));
     CU(cuCtxSetCurrent(ctx));
+    if (const char *st = getenv("PROBE_STACK")) {
+        // Reserve local memory for this many bytes of stack a thread before any fetch.
+        CU(cuCtxSetLimit(CU_LIMIT_STACK_SIZE, (size_t)atoll(st)));
+        size_t v = 0;
+        CU(cuCtxGetLimit(&v, CU_LIMIT_STACK_SIZE));
+        printf("stack limit %zu bytes a thread\n", v);
+    }
 
     // 1. Upload cost by size.
     for (int i = 1; i <= nsizes; i++) {
