@@ -180,6 +180,33 @@ impl Gpu {
         Ok(v)
     }
 
+    /// Whether the current context keeps local memory at its high-water mark
+    /// (`CU_CTX_LMEM_RESIZE_TO_MAX` in `cuCtxGetFlags`).
+    pub fn lmem_resize_to_max(&self) -> bool {
+        let mut f: std::ffi::c_uint = 0;
+        // SAFETY: a context is current (`open`); a local out-pointer.
+        let r = unsafe { sys::cuCtxGetFlags(&mut f) };
+        r == sys::CUresult::CUDA_SUCCESS && f & 0x10 != 0
+    }
+
+    /// Sets the stack of every thread to `bytes` (`CU_LIMIT_STACK_SIZE`), which sizes the
+    /// context's local memory before a kernel asks for it. Returns the limit now in force.
+    pub fn set_stack_limit(&self, bytes: usize) -> Result<usize, DeviceError> {
+        let mut v = 0usize;
+        // SAFETY: a context is current (`open`); a local out-pointer.
+        unsafe {
+            check(
+                "cuCtxSetLimit",
+                sys::cuCtxSetLimit(sys::CUlimit::CU_LIMIT_STACK_SIZE, bytes),
+            )?;
+            check(
+                "cuCtxGetLimit",
+                sys::cuCtxGetLimit(&mut v, sys::CUlimit::CU_LIMIT_STACK_SIZE),
+            )?;
+        }
+        Ok(v)
+    }
+
     /// Streaming multiprocessors.
     pub fn sm_count(&self) -> Result<u32, DeviceError> {
         Ok(

@@ -330,6 +330,22 @@ impl Worker {
             });
         }
         let gpu = Gpu::open(args.cfg.device)?;
+        // A measurement knob: BPFTIME_GPU_STACK=BYTES sizes local memory up front (does its
+        // sizing cost a generation's code upload? bench/results/gpu_service.md).
+        let stack = std::env::var("BPFTIME_GPU_STACK")
+            .ok()
+            .and_then(|v| v.parse::<usize>().ok())
+            .map(|b| gpu.set_stack_limit(b))
+            .transpose()?;
+        if !gpu.lmem_resize_to_max() {
+            tracing::warn!(
+                "the GPU context resizes local memory per launch (CU_CTX_LMEM_RESIZE_TO_MAX \
+                 not in force): generation swaps may pay for it"
+            );
+        }
+        if let Some(b) = stack {
+            tracing::warn!(stack = b, "BPFTIME_GPU_STACK: stack limit set");
+        }
         let sm = super::device_sm(args.cfg.device)?;
         let t = Instant::now();
         let runtime_ptx = Arc::new(source::compile_runtime(sm)?);
