@@ -721,6 +721,17 @@ impl Worker {
         }
     }
 
+    /// Before a launch: clears the drain and stop flags (bytes 24..32 of `bpft_state`)
+    /// after the uploads already queued on the copy stream, waits for them, and clears the
+    /// host's stop word.
+    fn rearm(&self) -> Result<(), DeviceError> {
+        self.gpu
+            .upload_async(self.copy, self.state + 24, &0u64.to_le_bytes())?;
+        self.gpu.sync(self.copy)?;
+        self.ctl().stop.store(0, Ordering::Release);
+        Ok(())
+    }
+
     /// Swaps in a built generation: the old kernel drains and exits, native entries are
     /// written, the new kernel is fetched and launched.
     fn swap(&mut self, built: Built) -> Result<SwapTimes, DeviceError> {
@@ -808,12 +819,8 @@ impl Worker {
                 x.tier = TIER_NATIVE;
             }
         }
-        // Clear the drain and stop flags (bytes 24..32 of bpft_state) for the new kernel,
-        // then wait once.
-        self.gpu
-            .upload_async(self.copy, self.state + 24, &0u64.to_le_bytes())?;
-        self.gpu.sync(self.copy)?;
-        self.ctl().stop.store(0, Ordering::Release);
+        // One wait for the index words above and the cleared flags.
+        self.rearm()?;
         times.publish_ns = t2.elapsed().as_nanos() as u64;
         let t3 = Instant::now();
         let mut lib = lib;
@@ -876,10 +883,7 @@ impl Worker {
         for l in self.stale.drain(..n) {
             self.gpu.unload(l);
         }
-        self.gpu
-            .upload_async(self.copy, self.state + 24, &0u64.to_le_bytes())?;
-        self.gpu.sync(self.copy)?;
-        self.ctl().stop.store(0, Ordering::Release);
+        self.rearm()?;
         let mut lib = self.lib.take().expect("checked above");
         let launched =
             self.gpu
