@@ -5,11 +5,20 @@
 use host::client::{Client, ClientError, Job};
 use host::service::{BackendChoice, Service, ServiceConfig};
 use shm_maps::RegionConfig;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 const T: Duration = Duration::from_secs(30);
+
+/// The tests of this file run one at a time: the tier test times microseconds, and the
+/// update test keeps every core busy (a CI run on two cores, with both at once, measured
+/// the tier's 20 µs as 13.7 µs over a plain map whose own fastest run carried the noise).
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+fn one_at_a_time() -> MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 fn start(tag: &str) -> (Arc<Service>, String) {
     let name = format!("bpftime-m-{}-{tag}", std::process::id());
@@ -41,6 +50,7 @@ fn halves_equal(v: &[u8]) -> bool {
 
 #[test]
 fn concurrent_map_updates_never_tear() {
+    let _serial = one_at_a_time();
     let Some(obj) = bpftime_tests::compile("pairs") else {
         return;
     };
@@ -110,6 +120,7 @@ fn concurrent_map_updates_never_tear() {
 
 #[test]
 fn replace_keeps_compatible_maps_and_refuses_incompatible_ones() {
+    let _serial = one_at_a_time();
     let (Some(v1), Some(v2), Some(hash)) = (
         bpftime_tests::compile("pairs"),
         bpftime_tests::compile_with("pairs", &["PAIRS_V2"], "pairs_v2"),
@@ -164,6 +175,7 @@ fn replace_keeps_compatible_maps_and_refuses_incompatible_ones() {
 /// on a plain shared map in the same run; counts stay exact.
 #[test]
 fn a_map_in_an_emulated_tier_pays_its_delay() {
+    let _serial = one_at_a_time();
     let Some(obj) = bpftime_tests::compile("job_counter") else {
         return;
     };
@@ -190,21 +202,22 @@ fn a_map_in_an_emulated_tier_pays_its_delay() {
     assert_eq!(placement(&capped), "cxl:0:0.0004");
     let n = 200u64;
     let input = c.alloc(n).unwrap();
+    // The worker's own run time of the job: the client's wake-ups and the queue's wait are
+    // noise of their own, as large as the whole delay on a busy two-core machine.
     let time = |c: &mut Client, id: u32| {
-        let t = std::time::Instant::now();
         let r = c.run(&Job::new(id, n).input(&input, 1), T).unwrap();
         assert!(r.ok(), "{r:?}");
         // The last record saw every count before it: whole jobs of n, none lost.
         assert!(r.r0 > 0 && r.r0.is_multiple_of(n), "{}", r.r0);
-        t.elapsed()
+        Duration::from_nanos(r.run_ns)
     };
     // A first job can pay for waking the worker.
     time(&mut c, plain.id);
     for (p, what) in [(&slow, "latency"), (&capped, "cap")] {
-        // The fastest of five on each side, plain and tier runs alternating, so that both
+        // The fastest of seven on each side, plain and tier runs alternating, so that both
         // see the same machine noise.
-        let (mut base, mut t) = (std::time::Duration::MAX, std::time::Duration::MAX);
-        for _ in 0..5 {
+        let (mut base, mut t) = (Duration::MAX, Duration::MAX);
+        for _ in 0..7 {
             base = base.min(time(&mut c, plain.id));
             t = t.min(time(&mut c, p.id));
         }
@@ -217,12 +230,13 @@ fn a_map_in_an_emulated_tier_pays_its_delay() {
         // runs on while the record works or its thread is descheduled, so on a loaded
         // machine the plain run's extra time hides inside the capped run's waits (a CI run
         // measured 13.7 µs over the plain map, with the total still above 20 µs).
-        // Through the service the plain run's minimum still carries noise of its own (a
-        // clean-clone CI run on two busy cores measured 16.9 µs over it); the tier's own
-        // unit test (`device::tier`, every_access_pays_the_latency) times the wait exactly.
+        // Timed by the worker, the plain run's minimum is the records' own work (client-side
+        // timing let a wake-up's noise into it: clean-clone CI runs on two busy cores
+        // measured 16.9 and 13.7 µs over it); the tier's own unit test (`device::tier`,
+        // every_access_pays_the_latency) times the wait alone.
         if what == "latency" {
             assert!(
-                per >= 15.0,
+                per >= 18.0,
                 "{what}: {per:.1} µs per access over the plain map (want about 20)"
             );
         }
