@@ -918,6 +918,8 @@ pub fn mem_block(
     let mut regs = Regs::default();
     let mut before = String::new();
     let mut after = String::new();
+    // The ctx words' code: at the body's ctx point when the probe has one, else before it.
+    let mut lazy = String::new();
     let mut fill: Vec<(usize, String)> = Vec::new();
     let line = |t: &mut String, l: &str| {
         t.push_str("\t\t");
@@ -941,7 +943,7 @@ pub fn mem_block(
             let v = regs.d();
             let code = site.value_into(&v, word, &mut regs);
             if site.value_after() {
-                after.push_str(&code);
+                lazy.push_str(&code);
             } else {
                 before.push_str(&code);
             }
@@ -956,7 +958,7 @@ pub fn mem_block(
     if wants(MemCtx::SIZE_OP) {
         let d = konst(
             &mut regs,
-            &mut after,
+            &mut lazy,
             site.size as u64 | (site.op.code() as u64) << 32,
         );
         fill.push((MemCtx::SIZE_OP, d));
@@ -964,20 +966,20 @@ pub fn mem_block(
     if wants(MemCtx::SPACE_SITE) {
         match site.space.code() {
             Some(c) => {
-                let d = konst(&mut regs, &mut after, c as u64 | (site_id as u64) << 32);
+                let d = konst(&mut regs, &mut lazy, c as u64 | (site_id as u64) << 32);
                 fill.push((MemCtx::SPACE_SITE, d));
             }
             None => {
                 let (r, id) = (regs.r(), regs.r());
                 let p = regs.p();
-                line(&mut after, &format!("mov.u32 {r}, 0;"));
+                line(&mut lazy, &format!("mov.u32 {r}, 0;"));
                 for (sp, code) in [("global", 1), ("shared", 2), ("local", 3)] {
-                    line(&mut after, &format!("isspacep.{sp} {p}, {a};"));
-                    line(&mut after, &format!("@{p} mov.u32 {r}, {code};"));
+                    line(&mut lazy, &format!("isspacep.{sp} {p}, {a};"));
+                    line(&mut lazy, &format!("@{p} mov.u32 {r}, {code};"));
                 }
-                line(&mut after, &format!("mov.u32 {id}, {site_id};"));
+                line(&mut lazy, &format!("mov.u32 {id}, {site_id};"));
                 let d = regs.d();
-                line(&mut after, &format!("mov.b64 {d}, {{{r}, {id}}};"));
+                line(&mut lazy, &format!("mov.b64 {d}, {{{r}, {id}}};"));
                 fill.push((MemCtx::SPACE_SITE, d));
             }
         }
@@ -989,83 +991,80 @@ pub fn mem_block(
         let off = MemCtx::THREAD_IDX + 8 * w;
         if wants(off) {
             let (lo, hi) = (regs.r(), regs.r());
-            line(&mut after, &format!("mov.u32 {lo}, {};", sregs[2 * w]));
-            line(&mut after, &format!("mov.u32 {hi}, {};", sregs[2 * w + 1]));
+            line(&mut lazy, &format!("mov.u32 {lo}, {};", sregs[2 * w]));
+            line(&mut lazy, &format!("mov.u32 {hi}, {};", sregs[2 * w + 1]));
             let d = regs.d();
-            line(&mut after, &format!("mov.b64 {d}, {{{lo}, {hi}}};"));
+            line(&mut lazy, &format!("mov.b64 {d}, {{{lo}, {hi}}};"));
             fill.push((off, d));
         }
     }
     if wants(MemCtx::TIMER) {
         let d = regs.d();
-        line(&mut after, &format!("mov.u64 {d}, %globaltimer;"));
+        line(&mut lazy, &format!("mov.u64 {d}, %globaltimer;"));
         fill.push((MemCtx::TIMER, d));
     }
     if wants(MemCtx::SM_LANE) {
         let (lo, hi) = (regs.r(), regs.r());
-        line(&mut after, &format!("mov.u32 {lo}, %smid;"));
-        line(&mut after, &format!("mov.u32 {hi}, %laneid;"));
+        line(&mut lazy, &format!("mov.u32 {lo}, %smid;"));
+        line(&mut lazy, &format!("mov.u32 {hi}, %laneid;"));
         let d = regs.d();
-        line(&mut after, &format!("mov.b64 {d}, {{{lo}, {hi}}};"));
+        line(&mut lazy, &format!("mov.b64 {d}, {{{lo}, {hi}}};"));
         fill.push((MemCtx::SM_LANE, d));
     }
     if wants(MemCtx::WARP) || wants(MemCtx::LEADER_FLAGS) {
         // The lanes making this access: the active lanes, less those the guard turns off.
         let (act, m) = (regs.r(), regs.r());
-        line(&mut after, &format!("activemask.b32 {act};"));
+        line(&mut lazy, &format!("activemask.b32 {act};"));
         match site.guard_operand() {
-            Some(g) => line(
-                &mut after,
-                &format!("vote.sync.ballot.b32 {m}, {g}, {act};"),
-            ),
-            None => line(&mut after, &format!("mov.b32 {m}, {act};")),
+            Some(g) => line(&mut lazy, &format!("vote.sync.ballot.b32 {m}, {g}, {act};")),
+            None => line(&mut lazy, &format!("mov.b32 {m}, {act};")),
         }
         if wants(MemCtx::WARP) {
             // Distinct 32-byte sectors: one leader per group of lanes with the same sector.
             let sec = regs.d();
-            line(&mut after, &format!("shr.u64 {sec}, {a}, 5;"));
+            line(&mut lazy, &format!("shr.u64 {sec}, {a}, 5;"));
             if let Some((p, neg)) = &site.guard {
                 let off = if *neg { "" } else { "!" };
-                line(&mut after, &format!("@{off}{p} mov.u64 {sec}, -1;"));
+                line(&mut lazy, &format!("@{off}{p} mov.u64 {sec}, -1;"));
             }
             let (mm, t, lm, lb, n) = (regs.r(), regs.r(), regs.r(), regs.r(), regs.r());
             let q = regs.p();
             line(
-                &mut after,
+                &mut lazy,
                 &format!("match.any.sync.b64 {mm}, {sec}, {act};"),
             );
-            line(&mut after, &format!("neg.s32 {t}, {mm};"));
-            line(&mut after, &format!("and.b32 {t}, {t}, {mm};"));
-            line(&mut after, &format!("mov.u32 {lm}, %lanemask_eq;"));
-            line(&mut after, &format!("setp.eq.u32 {q}, {t}, {lm};"));
+            line(&mut lazy, &format!("neg.s32 {t}, {mm};"));
+            line(&mut lazy, &format!("and.b32 {t}, {t}, {mm};"));
+            line(&mut lazy, &format!("mov.u32 {lm}, %lanemask_eq;"));
+            line(&mut lazy, &format!("setp.eq.u32 {q}, {t}, {lm};"));
             line(
-                &mut after,
+                &mut lazy,
                 &format!("vote.sync.ballot.b32 {lb}, {q}, {act};"),
             );
-            line(&mut after, &format!("and.b32 {lb}, {lb}, {m};"));
-            line(&mut after, &format!("popc.b32 {n}, {lb};"));
+            line(&mut lazy, &format!("and.b32 {lb}, {lb}, {m};"));
+            line(&mut lazy, &format!("popc.b32 {n}, {lb};"));
             let d = regs.d();
-            line(&mut after, &format!("mov.b64 {d}, {{{m}, {n}}};"));
+            line(&mut lazy, &format!("mov.b64 {d}, {{{m}, {n}}};"));
             fill.push((MemCtx::WARP, d));
         }
         if wants(MemCtx::LEADER_FLAGS) {
             let (t, lm, l, fl) = (regs.r(), regs.r(), regs.r(), regs.r());
             let q = regs.p();
-            line(&mut after, &format!("neg.s32 {t}, {m};"));
-            line(&mut after, &format!("and.b32 {t}, {t}, {m};"));
-            line(&mut after, &format!("mov.u32 {lm}, %lanemask_eq;"));
-            line(&mut after, &format!("setp.eq.u32 {q}, {t}, {lm};"));
-            line(&mut after, &format!("selp.u32 {l}, 1, 0, {q};"));
-            line(&mut after, &format!("mov.u32 {fl}, {};", generic as u32));
+            line(&mut lazy, &format!("neg.s32 {t}, {m};"));
+            line(&mut lazy, &format!("and.b32 {t}, {t}, {m};"));
+            line(&mut lazy, &format!("mov.u32 {lm}, %lanemask_eq;"));
+            line(&mut lazy, &format!("setp.eq.u32 {q}, {t}, {lm};"));
+            line(&mut lazy, &format!("selp.u32 {l}, 1, 0, {q};"));
+            line(&mut lazy, &format!("mov.u32 {fl}, {};", generic as u32));
             let d = regs.d();
-            line(&mut after, &format!("mov.b64 {d}, {{{l}, {fl}}};"));
+            line(&mut lazy, &format!("mov.b64 {d}, {{{l}, {fl}}};"));
             fill.push((MemCtx::LEADER_FLAGS, d));
         }
     }
     if wants(MemCtx::KERNEL_ID) {
         let d = konst(
             &mut regs,
-            &mut after,
+            &mut lazy,
             ebpf::ProbeCtx::kernel_id(&kernel.name),
         );
         fill.push((MemCtx::KERNEL_ID, d));
@@ -1078,7 +1077,7 @@ pub fn mem_block(
             let z = match &zero {
                 Some(z) => z.clone(),
                 None => {
-                    let z = konst(&mut regs, &mut after, 0);
+                    let z = konst(&mut regs, &mut lazy, 0);
                     zero = Some(z.clone());
                     z
                 }
@@ -1136,7 +1135,19 @@ pub fn mem_block(
         // The words in `%bt_cw<k>`, read by the inlined bodies; nothing in memory.
         cw = fill.last().map_or(0, |(o, _)| o / 8 + 1);
         for (off, d) in &fill {
-            line(&mut after, &format!("mov.b64 %bt_cw{}, {d};", off / 8));
+            line(&mut lazy, &format!("mov.b64 %bt_cw{}, {d};", off / 8));
+        }
+        // One probe with a ctx point (`jit::lower::CTX_POINT`) gets the words there: one
+        // that returns before it pays for none of them. Several probes share the words, so
+        // they are ready before the first.
+        let point = jit::lower::CTX_POINT.trim();
+        let at_point = probes.len() == 1
+            && probes[0]
+                .inline
+                .as_deref()
+                .is_some_and(|t| t.lines().filter(|l| l.trim() == point).count() == 1);
+        if !at_point {
+            after.push_str(&lazy);
         }
         let skip = format!("$__bt_skip{uid}");
         if let Some((p, neg)) = &pred {
@@ -1150,12 +1161,15 @@ pub fn mem_block(
                 true => deferred.apply(p.inline.as_deref().unwrap_or_default()),
                 false => p.inline.clone().unwrap_or_default(),
             };
+            // The point is a comment: replaced by the words, or dropped.
+            let body = splice_point(&body, if at_point { &lazy } else { "" });
             let _ = writeln!(after, "\t\t{{ // {}\n{body}\t\t}}", p.name);
         }
         if pred.is_some() {
             let _ = writeln!(after, "{skip}:");
         }
     } else {
+        after.push_str(&lazy);
         for (off, d) in &fill {
             line(
                 &mut after,
@@ -1204,6 +1218,20 @@ pub fn mem_block(
         after,
         comment: format!("memprobe {} site {site_id}{loc}", names.join(", ")),
     }
+}
+
+/// `body` with its ctx point line replaced by `words`.
+fn splice_point(body: &str, words: &str) -> String {
+    let point = jit::lower::CTX_POINT.trim();
+    let mut out = String::with_capacity(body.len() + words.len());
+    for l in body.split_inclusive('\n') {
+        if l.trim() == point {
+            out.push_str(words);
+        } else {
+            out.push_str(l);
+        }
+    }
+    out
 }
 
 #[cfg(test)]

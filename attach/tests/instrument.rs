@@ -522,3 +522,73 @@ fn the_clock_kernel_assembles() {
         "sm_90",
     );
 }
+
+/// A memory probe that returns on its configuration before it reads the ctx pays for no
+/// ctx word: at every site the warp collectives (`activemask`, `match.any`) come after the
+/// probe's gate, inside its body. Two probes at a site share the words, computed before
+/// either body.
+#[test]
+fn ctx_words_are_computed_where_the_probe_first_needs_them() {
+    let (Some(gated), Some(both)) = (probes(&["mem_gated"]), probes(&["mem_gated", "mem_exact"]))
+    else {
+        return;
+    };
+    for (set, alone) in [(gated, true), (both, false)] {
+        let b = attach::session::placeholder_bindings(&set, 0x7f00_0000_0000, 1024);
+        for sampling in [
+            attach::codegen::Sampling::default(),
+            attach::codegen::Sampling {
+                every: 4,
+                budget: 10,
+            },
+        ] {
+            let inst = Instrumenter::new(Arc::new(set.clone()), b.clone(), 90, 1).with_mem(
+                attach::instrument::MemConfig {
+                    shared: true,
+                    local: false,
+                    sampling,
+                    eager: false,
+                    trace: None,
+                },
+            );
+            let o = inst.ptx(SHAPES);
+            let Outcome::Instrumented { ptx, report } = &o else {
+                panic!("{:?}", o.report());
+            };
+            let blocks: Vec<&str> = ptx.split("// bpftime-super: memprobe").skip(1).collect();
+            assert_eq!(blocks.len(), report.sites.len());
+            assert_eq!(blocks.len(), 7);
+            for blk in blocks {
+                let body = blk.find("{ // mem_gated").expect("the body, inlined");
+                // The gate: the global's load and the branch on it.
+                let gate = blk[body..]
+                    .find("ld.global.u64")
+                    .map(|g| body + g)
+                    .expect("the gate's load");
+                let words = blk.find("match.any.sync.b64").expect("warp_sectors");
+                let active = blk.find("activemask.b32").expect("warp_active");
+                if alone {
+                    assert!(
+                        words > gate && active > gate,
+                        "words before the gate:\n{blk}"
+                    );
+                    assert!(!blk[..body].contains("%globaltimer"), "{blk}");
+                } else {
+                    assert!(words < body && active < body, "words after a body:\n{blk}");
+                }
+                assert!(
+                    !blk.contains("@bt_ctx_point"),
+                    "the marker is replaced:\n{blk}"
+                );
+            }
+            assemble(
+                ptx,
+                &format!(
+                    "ctx point, {} probe(s), every {}",
+                    if alone { 1 } else { 2 },
+                    sampling.every
+                ),
+            );
+        }
+    }
+}

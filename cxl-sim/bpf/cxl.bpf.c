@@ -94,8 +94,49 @@ int cxl_delay(void *ctx)
 {
 	const struct bpftime_mem_ctx *m = bpftime_mem_ctx(ctx);
 	struct cxl_config *c = &cxl_config;
+	/* The words the first decision needs, loaded together and tested by one branch: one
+	 * round trip before the common case (disabled, or nothing to delay, count or refresh)
+	 * returns, not two. */
 	__u64 flags = c->flags;
-	if (!(flags & CXL_FLAG_ENABLED) || !m->leader || m->space != BPFTIME_MEM_GLOBAL)
+	__u64 busy = c->latency[0] | c->latency[1] | c->latency[2] | c->byte_cost;
+	__u64 quiet = ((flags & CXL_FLAG_ENABLED) == 0) |
+		      (((flags & (CXL_FLAG_REFRESH | CXL_FLAG_STATS)) == 0) & (busy == 0));
+	if (quiet)
+		return 0;
+
+	/* The configuration came through this SM's L1, which the host's uploads do not
+	 * invalidate: a kernel whose working set never evicts it would keep its launch's
+	 * parameters. With CXL_FLAG_REFRESH (set when parameters change at run time), in the
+	 * first 2^CXL_REFRESH_WINDOW_SHIFT ns of every 2^CXL_REFRESH_SHIFT ns, an SM's first
+	 * access stamps the SM's slot and fences, which drops the SM's L1: from then on the
+	 * SM reads what the host last uploaded. Outside the window this costs a compare;
+	 * inside, a lookup. It reads the timer and the SM through helpers, not the ctx, so
+	 * that it runs before the ctx point below. */
+	if (flags & CXL_FLAG_REFRESH) {
+		__u64 tnow = bpf_get_globaltimer();
+		if (((tnow >> CXL_REFRESH_WINDOW_SHIFT) &
+		     ((1ull << (CXL_REFRESH_SHIFT - CXL_REFRESH_WINDOW_SHIFT)) - 1)) == 0) {
+			__u32 sm = bpf_get_sm_id() & (CXL_REFRESH_SLOTS - 1);
+			struct cxl_stamp *fresh = bpf_map_lookup_elem(&cxl_refresh, &sm);
+			if (fresh && tnow - fresh->t >= (1ull << CXL_REFRESH_WINDOW_SHIFT)) {
+				fresh->t = tnow;
+				CXL_REFRESH_FENCE();
+			}
+		}
+	}
+
+	/* Nothing to delay (Δt = 0, no cap): the emulated cache and the pattern decide only
+	 * delays, so neither is kept, and the data's arrival is not waited for (that wait
+	 * alone serialised a warp's loads); with statistics the bytes are counted, else
+	 * nothing is left to do. This is decided on the configuration alone, before the
+	 * first read of the ctx: the memory pass computes the ctx words (the warp's lanes and
+	 * sectors among them, warp collectives) only where the program first reads them.
+	 * cxl-sim's model does the same (model.rs). */
+	int idle = !busy;
+	if (idle && !(flags & CXL_FLAG_STATS))
+		return 0;
+
+	if (!m->leader || m->space != BPFTIME_MEM_GLOBAL)
 		return 0;
 	__u64 addr = m->addr;
 	if (!(flags & CXL_FLAG_EVERYTHING)) {
@@ -119,29 +160,7 @@ int cxl_delay(void *ctx)
 			return 0;
 	}
 
-	/* The configuration came through this SM's L1, which the host's uploads do not
-	 * invalidate: a kernel whose working set never evicts it would keep its launch's
-	 * parameters. With CXL_FLAG_REFRESH (set when parameters change at run time), in the
-	 * first 2^CXL_REFRESH_WINDOW_SHIFT ns of every 2^CXL_REFRESH_SHIFT ns, an SM's first
-	 * tier access stamps the SM's slot and fences, which drops the SM's L1: from then on
-	 * the SM reads what the host last uploaded. Outside the window this costs a compare;
-	 * inside, a lookup. */
-	__u64 tnow = m->timer;
-	if ((flags & CXL_FLAG_REFRESH) && ((tnow >> CXL_REFRESH_WINDOW_SHIFT) &
-	     ((1ull << (CXL_REFRESH_SHIFT - CXL_REFRESH_WINDOW_SHIFT)) - 1)) == 0) {
-		__u32 sm = m->sm_id & (CXL_REFRESH_SLOTS - 1);
-		struct cxl_stamp *fresh = bpf_map_lookup_elem(&cxl_refresh, &sm);
-		if (fresh && tnow - fresh->t >= (1ull << CXL_REFRESH_WINDOW_SHIFT)) {
-			fresh->t = tnow;
-			CXL_REFRESH_FENCE();
-		}
-	}
-
-	/* Nothing to delay (Δt = 0, no cap): the emulated cache and the pattern decide only
-	 * delays, so neither is kept, and the data's arrival is not waited for (that wait
-	 * alone serialised a warp's loads); the bytes are counted. cxl-sim's model does the
-	 * same (model.rs). */
-	if (!(c->latency[0] | c->latency[1] | c->latency[2] | c->byte_cost)) {
+	if (idle) {
 		stat_add(flags, CXL_STAT_BYTES, (__u64)m->warp_sectors * 32);
 		return 0;
 	}

@@ -41,7 +41,7 @@ pub const END_STRIPES: usize = 32;
 
 /// The delay probe reads the configuration through the SM's L1 cache, which the host's
 /// uploads do not invalidate. With [`FLAG_REFRESH`], in the first 2^[`REFRESH_WINDOW_SHIFT`] ns of every
-/// 2^`REFRESH_SHIFT` ns of `%globaltimer` (131 µs), an SM's first tier access stamps the
+/// 2^`REFRESH_SHIFT` ns of `%globaltimer` (131 µs), an SM's first probed access stamps the
 /// SM's slot and fences (`bpf_membar_gpu`, which drops the SM's L1), so a parameter change
 /// reaches running kernels within the shim's upload poll plus one period. Outside the
 /// window the check is a compare. The stamps are per SM (`%smid % REFRESH_SLOTS`, a

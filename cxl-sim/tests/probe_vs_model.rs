@@ -48,12 +48,15 @@ impl Probe {
         }
     }
 
+    /// Runs the probe on `m`, with the helpers' %globaltimer and %smid those of `m` (the
+    /// GPU reads the same registers for the ctx and for the helpers).
     fn run(&self, m: &MemCtx) {
         // SAFETY: MemCtx is repr(C) plain data of MemCtx::SIZE bytes.
         let mut b: Vec<u8> =
             unsafe { std::slice::from_raw_parts((m as *const MemCtx).cast::<u8>(), MemCtx::SIZE) }
                 .to_vec();
-        assert_eq!(self.vm.run_mem(&mut b, &mut Env::new(0)).unwrap(), 0);
+        let mut env = Env::new(m.sm_id as usize).with_clock(m.timer);
+        assert_eq!(self.vm.run_mem(&mut b, &mut env).unwrap(), 0);
     }
 
     /// The probe's map whose name ends with `name`.
@@ -284,7 +287,7 @@ fn disabled_probe_does_nothing_and_pointer_chase_is_random() {
 
 /// A parameter change must reach running kernels, whose SMs' L1 caches keep the
 /// configuration they read: in the first `2^REFRESH_WINDOW_SHIFT` ns of every
-/// `2^REFRESH_SHIFT` ns of the ctx's timer, an SM's first tier access stamps the SM's
+/// `2^REFRESH_SHIFT` ns of %globaltimer, an SM's first probed access stamps the SM's
 /// `cxl_refresh` slot and fences (on the GPU, the fence drops the SM's L1). Later accesses
 /// in the window, accesses outside it, and other SMs stamp nothing.
 #[test]

@@ -182,7 +182,10 @@ pub struct JitOptions {
     /// verifier's [`ebpf::verifier::Verified::ctx_loads`]) read `%bt_cw<k>`
     /// ([`lower::CTX_WORD_REGS`]) instead of memory, for a caller that inlines the program's
     /// body where those registers hold the ctx words. The program's `.func` then does not
-    /// assemble on its own. A subprogram reading the ctx is a compile error. Default `None`.
+    /// assemble on its own. A subprogram reading the ctx is a compile error. Where one
+    /// point of the body comes before every ctx read and outside any loop through them,
+    /// the line [`lower::CTX_POINT`] marks it: the caller may fill the registers there
+    /// instead of before the body. Default `None`.
     pub ctx_regs: Option<std::collections::BTreeMap<usize, i64>>,
     /// With `ctx_regs`: wrap each warp-aggregated add between `// @bt_defer_begin ADDR VAL
     /// BITS RED` and `// @bt_defer_end` lines, so that a caller inlining the body may

@@ -20,6 +20,7 @@ const PROGRAMS: &[(&str, &[&str])] = &[
     ("legacy_map", &["legacy"]),
     ("loop", &["loop"]),
     ("mem_exact", &["mem_exact"]),
+    ("mem_gated", &["mem_gated"]),
     ("memprobe_all", &["mem_all"]),
     ("minimal", &["minimal"]),
     (

@@ -638,3 +638,64 @@ fn callx_lowers_to_the_static_call_or_a_chain() {
     let p = Program::from_insns("cz", assemble("r6 = 507\ncallx r6\nr0 = 0\nexit").unwrap());
     assert_eq!(jit::compile(&p, &lp).unwrap().loop_func(), None);
 }
+
+/// The ctx point (`jit::lower::CTX_POINT`) of a body compiled with the ctx in registers:
+/// marked before the first ctx read when every path to a ctx read passes through it once;
+/// absent when a path bypasses it or a loop comes back to it.
+#[test]
+fn the_ctx_point_marks_where_the_words_may_be_computed() {
+    let point = jit::lower::CTX_POINT.trim();
+    let compile = |src: &str, loads: &[(usize, i64)]| {
+        let p = Program::from_insns("p", assemble(src).unwrap());
+        let opts = JitOptions {
+            entry: false,
+            ctx_regs: Some(loads.iter().copied().collect()),
+            ..JitOptions::default()
+        };
+        jit::compile(&p, &opts).unwrap().text()
+    };
+    // A gate on something else, then the ctx: the point follows the gate's branch and
+    // precedes the first read.
+    let t = compile(
+        "r6 = r1\nr2 = 7\nif r2 == 0 goto +3\nr3 = *(u64 *)(r6 + 0)\nr0 = r3\nexit\nr0 = 0\nexit",
+        &[(3, 0)],
+    );
+    let (at, read) = (t.find(point), t.find("%bt_cw0"));
+    assert!(at.is_some() && read.is_some(), "{t}");
+    assert!(at < read && t[..at.unwrap()].contains("bra"), "{t}");
+    assert_eq!(t.matches(point).count(), 1);
+    // The first read is a jump target: the point comes after its label, so that the
+    // jumping path computes the words too.
+    let t = compile(
+        "r6 = r1\nif r2 != 0 goto +1\nr2 = 1\nr3 = *(u64 *)(r6 + 0)\nr0 = r3\nexit",
+        &[(3, 0)],
+    );
+    let at = t.find(point).expect("a point");
+    assert!(t[..at].trim_end().ends_with(':'), "{t}");
+    // A path around the first read to another one: no point.
+    let t = compile(
+        "r6 = r1\nif r2 == 0 goto +2\nr3 = *(u64 *)(r6 + 0)\nexit\nr3 = *(u64 *)(r6 + 8)\nr0 = r3\nexit",
+        &[(2, 0), (4, 8)],
+    );
+    assert!(!t.contains(point), "{t}");
+    // A loop back to the first read: no point.
+    let t = compile(
+        "r6 = r1\nr4 = 3\nr3 = *(u64 *)(r6 + 0)\nr4 += -1\nif r4 != 0 goto -3\nr0 = r3\nexit",
+        &[(2, 0)],
+    );
+    assert!(!t.contains(point), "{t}");
+    // A loop before the point, and exits that read nothing past it, are fine.
+    let t = compile(
+        "r6 = r1\nr4 = 3\nr4 += -1\nif r4 != 0 goto -2\nif r2 == 0 goto +2\nr0 = *(u64 *)(r6 + 0)\nexit\nr0 = 0\nexit",
+        &[(5, 0)],
+    );
+    assert_eq!(t.matches(point).count(), 1, "{t}");
+    // Without the ctx in registers there is nothing to mark.
+    let p = Program::from_insns("p", assemble("r0 = *(u64 *)(r1 + 0)\nexit").unwrap());
+    assert!(
+        !jit::compile(&p, &JitOptions::default())
+            .unwrap()
+            .text()
+            .contains(point)
+    );
+}

@@ -487,6 +487,10 @@ if what in ("all", "tests"):
     mem_report_check()
     mem_trace_check()
     llm_reports()
+if what == "exact":
+    # The quick check: exact per-site sums and unchanged output, nothing else.
+    memtest()
+    identical_and_counted()
 if what == "ncu":
     ncu_compare()
 if what == "report":

@@ -4,7 +4,7 @@
 # each app really made and that its output is unchanged (check.py). Then the attach
 # benchmarks (bench.py). Needs the binaries built on the dev machine (scripts/gpu-carry):
 #   target/gpu-carry/{bpftime-super,libbpftime_attach.so,*.bpf.o}
-#   bash attach/tests/gpu/run.sh OUTDIR [tests|bench|all|mem|mem-tests|mem-bench|mem-report|mem-ncu|host]
+#   bash attach/tests/gpu/run.sh OUTDIR [tests|bench|all|mem|mem-tests|mem-exact|mem-bench|mem-report|mem-ncu|host]
 set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"; root="$(cd "$here/../../.." && pwd)"
 out="$1"; what="${2:-all}"; mkdir -p "$out"
@@ -27,7 +27,7 @@ if [ "$what" = host ]; then
 	python3 "$here/host.py" "$out" 2>&1 | tee "$out/host.log"
 	exit 0
 fi
-if [ "$what" = mem ] || [ "$what" = mem-tests ] || [ "$what" = mem-bench ] || [ "$what" = mem-report ] || [ "$what" = mem-ncu ]; then
+if [ "$what" = mem ] || [ "$what" = mem-tests ] || [ "$what" = mem-exact ] || [ "$what" = mem-bench ] || [ "$what" = mem-report ] || [ "$what" = mem-ncu ]; then
 	python3 "$here/mem.py" "$out" "$(echo "${what#mem}" | sed 's/^-//; s/^$/all/')" 2>&1 | tee "$out/mem.log"
 	exit 0
 fi

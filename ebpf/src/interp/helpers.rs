@@ -240,10 +240,12 @@ impl Vm {
                 env.emit(&String::from_utf8_lossy(&s));
                 0
             }
-            h::GET_GLOBALTIMER => std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_nanos() as u64)
-                .unwrap_or(0),
+            h::GET_GLOBALTIMER => env.clock.unwrap_or_else(|| {
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map(|d| d.as_nanos() as u64)
+                    .unwrap_or(0)
+            }),
             h::GET_BLOCK_IDX => {
                 self.write3(regs, mem, env, [geo.index / bd, 0, 0], pc, "get_block_idx")?;
                 0

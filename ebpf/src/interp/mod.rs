@@ -92,6 +92,9 @@ pub struct Env {
     pub prandom: u64,
     /// Instructions executed by the last run.
     pub last_insns: u64,
+    /// What `get_globaltimer` returns: `None` reads the wall clock (ns since 1970, the
+    /// scale of a GPU's %globaltimer); a value fixes it (tests, replays).
+    pub clock: Option<u64>,
     /// The application's process, for `get_stack` and `probe_read_user` (host probes).
     pub host: Option<HostAccess>,
     pub(crate) stack: Vec<u64>,
@@ -141,6 +144,7 @@ impl Env {
             trace: Vec::new(),
             prandom: 0x853c_49e6_748f_ea9b ^ thread as u64,
             last_insns: 0,
+            clock: None,
             host: None,
             stack: vec![0u64; MAX_FRAMES * FRAME_SIZE / 8],
             resv: Vec::with_capacity(8),
@@ -151,6 +155,12 @@ impl Env {
     /// Sets the random seed.
     pub fn with_seed(mut self, seed: u64) -> Env {
         self.prandom = seed;
+        self
+    }
+
+    /// Fixes what `get_globaltimer` returns.
+    pub fn with_clock(mut self, ns: u64) -> Env {
+        self.clock = Some(ns);
         self
     }
 

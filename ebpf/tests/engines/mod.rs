@@ -15,6 +15,7 @@ fn twin(env: &Env) -> Env {
     let mut e = Env::new(env.thread).with_max_insns(env.max_insns);
     e.block_dim = env.block_dim;
     e.prandom = env.prandom;
+    e.clock = env.clock;
     e
 }
 

@@ -587,6 +587,11 @@ fn lower_function(cx: &mut Ctx, start: usize, end: usize) -> Result<Function, Co
             targets[t - start] = true;
         }
     }
+    let point = if is_entry {
+        ctx_point(cx, end, &reachable)
+    } else {
+        None
+    };
     // Which map each register is known to hold (straight-line tracking, reset at labels).
     let mut known = Known::new();
     // The entry's r1 is the ctx until something overwrites it.
@@ -604,6 +609,9 @@ fn lower_function(cx: &mut Ctx, start: usize, end: usize) -> Result<Function, Co
         if targets[pc - start] {
             f.place(crate::ptx::Label(pc as u32));
             known = Known::new();
+        }
+        if point == Some(pc) {
+            f.body.push(Stmt::Raw(CTX_POINT.into()));
         }
         if let Some(run) = cx
             .opts
@@ -882,6 +890,62 @@ fn reachable(cx: &Ctx, start: usize, end: usize) -> Vec<bool> {
     seen
 }
 
+/// Where control goes after `pc`: the fall-through and the jump target, inside `start..end`.
+fn successors(cx: &Ctx, pc: usize, end: usize) -> [Option<usize>; 2] {
+    let Some(d) = cx.dec[pc] else {
+        return [None, None];
+    };
+    let next = pc + if d.op.is_wide() { 2 } else { 1 };
+    let at = |t: i64| usize::try_from(t).ok().filter(|&t| t < end);
+    match d.op.kind() {
+        OpKind::Ja => [at(pc as i64 + 1 + d.insn.off as i64), None],
+        OpKind::JaLong => [at(pc as i64 + 1 + d.insn.imm as i64), None],
+        OpKind::Jmp { .. } => [at(pc as i64 + 1 + d.insn.off as i64), at(next as i64)],
+        OpKind::Exit => [None, None],
+        _ => [at(next as i64), None],
+    }
+}
+
+/// The ctx point of the main function with [`JitOptions::ctx_regs`]: the first ctx load
+/// `S`, when every path from the entry to a ctx load passes through `S` and no path
+/// comes back to it. A caller inlining the body may compute the ctx words there, marked
+/// `// @bt_ctx_point`, instead of before the body: a probe that returns early on its
+/// configuration alone then never pays for them, warp collectives included (the lanes
+/// that reach `S` together are the ones that read the words). `None`: no such point
+/// (then the words must be ready before the body).
+fn ctx_point(cx: &Ctx, end: usize, reachable: &[bool]) -> Option<usize> {
+    let loads = cx.opts.ctx_regs.as_ref()?;
+    let s = *loads.keys().find(|&&pc| pc < end && reachable[pc])?;
+    // Slots from which a ctx load can be reached: backwards from the loads.
+    let mut preds: Vec<Vec<usize>> = vec![Vec::new(); end];
+    for pc in (0..end).filter(|&pc| reachable[pc]) {
+        for t in successors(cx, pc, end).into_iter().flatten() {
+            preds[t].push(pc);
+        }
+    }
+    let mut reads = vec![false; end];
+    let mut work: Vec<usize> = loads
+        .keys()
+        .copied()
+        .filter(|&pc| pc < end && reachable[pc])
+        .collect();
+    while let Some(pc) = work.pop() {
+        if !std::mem::replace(&mut reads[pc], true) {
+            work.extend(preds[pc].iter().copied());
+        }
+    }
+    // Before S, control reaches ctx-reading code past S only through S; from S on, it
+    // never comes back to S or before it on a path that reads the ctx again.
+    let ok = (0..end).filter(|&pc| reachable[pc]).all(|pc| {
+        successors(cx, pc, end).into_iter().flatten().all(|t| {
+            let bypass = pc < s && t > s;
+            let back = pc >= s && t <= s;
+            !((bypass || back) && reads[t])
+        })
+    });
+    ok.then_some(s)
+}
+
 fn lower_insn(
     cx: &mut Ctx,
     f: &mut Function,
@@ -992,6 +1056,8 @@ fn lower_insn(
                             format!("map_idx_value needs an array map, map {i} is {:?}", b.kind),
                         ));
                     }
+                    // A global variable (`.data`, `.bss`, `.rodata`): device memory.
+                    known.global[dr] = true;
                     prelude::array_value_addr(b, 0, 0).wrapping_add(d.next_imm as i64 as u64)
                 }
                 Ld64Kind::MapFd | Ld64Kind::MapValue | Ld64Kind::VarAddr | Ld64Kind::CodeAddr => {
@@ -1179,6 +1245,10 @@ fn lower_insn(
     }
     Ok(())
 }
+
+/// The line marking the body's ctx point (see `ctx_point`), with
+/// [`crate::JitOptions::ctx_regs`].
+pub const CTX_POINT: &str = "\t// @bt_ctx_point";
 
 /// Names of the registers holding ctx words with [`crate::JitOptions::ctx_regs`]:
 /// `%bt_cw<k>` holds ctx bytes `8k..8k+8`.
