@@ -919,6 +919,17 @@ pub fn mem_block(
     let mut before = String::new();
     let mut after = String::new();
     // The ctx words' code: at the body's ctx point when the probe has one, else before it.
+    // One probe with a ctx point (`jit::lower::CTX_POINT`) gets the words there: one that
+    // returns before it pays for none of them. Several probes share the words, so they are
+    // ready before the first. At the point the body's own registers hide the kernel's
+    // (`%r…`, `%p…`), so that code reads only the block's `%bt_…` and special registers,
+    // and only the lanes that run the probe are active there (the guard needs no ballot).
+    let point = jit::lower::CTX_POINT.trim();
+    let at_point = probes.len() == 1
+        && probes[0]
+            .inline
+            .as_deref()
+            .is_some_and(|t| t.lines().filter(|l| l.trim() == point).count() == 1);
     let mut lazy = String::new();
     let mut fill: Vec<(usize, String)> = Vec::new();
     let line = |t: &mut String, l: &str| {
@@ -943,7 +954,8 @@ pub fn mem_block(
             let v = regs.d();
             let code = site.value_into(&v, word, &mut regs);
             if site.value_after() {
-                lazy.push_str(&code);
+                // Reads the kernel's registers: before the body (moves ptxas folds away).
+                after.push_str(&code);
             } else {
                 before.push_str(&code);
             }
@@ -1015,7 +1027,7 @@ pub fn mem_block(
         // The lanes making this access: the active lanes, less those the guard turns off.
         let (act, m) = (regs.r(), regs.r());
         line(&mut lazy, &format!("activemask.b32 {act};"));
-        match site.guard_operand() {
+        match site.guard_operand().filter(|_| !at_point) {
             Some(g) => line(&mut lazy, &format!("vote.sync.ballot.b32 {m}, {g}, {act};")),
             None => line(&mut lazy, &format!("mov.b32 {m}, {act};")),
         }
@@ -1023,7 +1035,7 @@ pub fn mem_block(
             // Distinct 32-byte sectors: one leader per group of lanes with the same sector.
             let sec = regs.d();
             line(&mut lazy, &format!("shr.u64 {sec}, {a}, 5;"));
-            if let Some((p, neg)) = &site.guard {
+            if let Some((p, neg)) = site.guard.as_ref().filter(|_| !at_point) {
                 let off = if *neg { "" } else { "!" };
                 line(&mut lazy, &format!("@{off}{p} mov.u64 {sec}, -1;"));
             }
@@ -1137,15 +1149,6 @@ pub fn mem_block(
         for (off, d) in &fill {
             line(&mut lazy, &format!("mov.b64 %bt_cw{}, {d};", off / 8));
         }
-        // One probe with a ctx point (`jit::lower::CTX_POINT`) gets the words there: one
-        // that returns before it pays for none of them. Several probes share the words, so
-        // they are ready before the first.
-        let point = jit::lower::CTX_POINT.trim();
-        let at_point = probes.len() == 1
-            && probes[0]
-                .inline
-                .as_deref()
-                .is_some_and(|t| t.lines().filter(|l| l.trim() == point).count() == 1);
         if !at_point {
             after.push_str(&lazy);
         }

@@ -573,6 +573,36 @@ fn ctx_words_are_computed_where_the_probe_first_needs_them() {
                         "words before the gate:\n{blk}"
                     );
                     assert!(!blk[..body].contains("%globaltimer"), "{blk}");
+                    // Inside the body its own `%r…`, `%rd…`, `%p…` hide the kernel's: the
+                    // words' code there reads only the block's `%bt_…` registers.
+                    let tokens = |l: &str| -> Vec<String> {
+                        l.split(|c: char| !(c.is_alphanumeric() || c == '%' || c == '_'))
+                            .map(str::to_string)
+                            .collect()
+                    };
+                    // The block's registers: `%bt_d<k>`, `%bt_r<k>`, `%bt_p<k>`.
+                    let block_reg = |t: &str| {
+                        ["%bt_d", "%bt_r", "%bt_p"].iter().any(|b| {
+                            t.strip_prefix(b).is_some_and(|k| {
+                                !k.is_empty() && k.bytes().all(|c| c.is_ascii_digit())
+                            })
+                        })
+                    };
+                    for l in blk[body..]
+                        .lines()
+                        .filter(|l| tokens(l).iter().any(|t| block_reg(t)))
+                    {
+                        let kernel_reg = tokens(l).into_iter().find(|t| {
+                            t.starts_with('%')
+                                && !t.starts_with("%bt_")
+                                && t[1..].starts_with(|c: char| "rpfh".contains(c))
+                                && t.ends_with(|c: char| c.is_ascii_digit())
+                        });
+                        assert!(
+                            kernel_reg.is_none(),
+                            "a kernel register inside the body: {l}\n{blk}"
+                        );
+                    }
                 } else {
                     assert!(words < body && active < body, "words after a body:\n{blk}");
                 }
