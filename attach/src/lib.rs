@@ -23,6 +23,7 @@
 //! | [`codegen`]  | the probe `.func`s and the per-site ctx blocks                              |
 //! | [`instrument`] | image → what the driver should load, with a report; the content cache    |
 //! | [`memtrace`] | the `--mem-trace` ring, record and file layout                               |
+//! | [`occupancy`] | `.maxnreg` caps that keep an instrumented kernel's resident warps          |
 //! | [`session`]  | the contract between `trace` and the shim: environment, region, maps, report file |
 //! | [`shim`]     | the interception layer: driver types, real entry points, the hooks          |
 //!
@@ -38,6 +39,7 @@ pub mod codegen;
 pub mod image;
 pub mod instrument;
 pub mod memtrace;
+pub mod occupancy;
 pub mod probes;
 pub mod session;
 pub mod shim;

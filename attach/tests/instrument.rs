@@ -622,3 +622,44 @@ fn ctx_words_are_computed_where_the_probe_first_needs_them() {
         }
     }
 }
+
+/// `.maxnreg` caps (`attach::occupancy`) hold: a kernel whose probes need many registers
+/// assembles within the cap the original's occupancy allows, and without it needs more.
+#[test]
+fn register_caps_bound_instrumented_kernels() {
+    let (Some(p), Some(ptxas)) = (probes(&["mem_gated", "mem_exact"]), common::ptxas()) else {
+        return;
+    };
+    let inst = instrumenter(p, 90);
+    let Outcome::Instrumented { ptx, .. } = inst.ptx(SHAPES) else {
+        panic!("not instrumented");
+    };
+    let regs = |text: &str, what: &str| -> u32 {
+        let dir = bpftime_tests::scratch_dir("regcap");
+        let src = dir.path().join(format!("{what}.ptx"));
+        std::fs::write(&src, text).unwrap();
+        let out = std::process::Command::new(&ptxas)
+            .args(["-arch=sm_90", "-v", "-o"])
+            .arg(dir.path().join(format!("{what}.cubin")))
+            .arg(&src)
+            .output()
+            .unwrap();
+        let log = String::from_utf8_lossy(&out.stderr).to_string();
+        assert!(out.status.success(), "{log}");
+        log.split("Used ")
+            .nth(1)
+            .and_then(|r| r.split(' ').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("no register count in {log}"))
+    };
+    let free = regs(&ptx, "free");
+    let cap = attach::occupancy::register_cap(attach::occupancy::SmLimits::SM90, 20);
+    assert_eq!(cap, 32);
+    assert!(
+        free > cap,
+        "the probes need only {free} registers: nothing to test"
+    );
+    let (capped, which) = attach::occupancy::cap_registers(&ptx, &[("shapes".into(), cap)]);
+    assert_eq!(which, ["shapes"]);
+    assert!(regs(&capped, "capped") <= cap);
+}

@@ -460,9 +460,14 @@ fn run_once_with(
         objects.push(t);
     }
     let bin = bpftime_binary(tier.tier.bpftime.as_deref())?;
+    // Without statistics the probe's counters are never added to: summing them in
+    // registers through the kernel's loops (trace's default for memory probes) would only
+    // cost registers, hence occupancy, on every path.
+    let eager: &[&str] = if tier.no_stats { &["--mem-eager"] } else { &[] };
     let mut child = Command::new(&bin)
         .arg("trace")
         .args(&objects)
+        .args(eager)
         .args(["--json", "--quiet", "--interval", "0", "--"])
         .args(cmd)
         .stdout(Stdio::piped())

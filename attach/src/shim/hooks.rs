@@ -494,13 +494,139 @@ impl State {
             ));
         }
         match &*outcome {
-            Outcome::Instrumented { ptx, .. } => {
+            Outcome::Instrumented { ptx, report } => {
+                let ptx = capped(call, bytes, ptx, report);
                 let c = Arc::new(CString::new(ptx.as_bytes()).ok()?);
                 keep(c.clone());
                 Some(c)
             }
             Outcome::Unchanged(_) => None,
         }
+    }
+}
+
+/// `ptx` with each instrumented kernel capped at the registers that keep the original's
+/// resident warps per SM ([`crate::occupancy`]), the original's register counts read from
+/// the driver's load of the original image (its SASS, else its PTX compiled). Unchanged
+/// when `BPFTIME_REG_CAP=0`, or with a warning when the original cannot be read.
+fn capped<'a>(
+    call: &str,
+    original: &[u8],
+    ptx: &'a str,
+    report: &crate::instrument::Report,
+) -> std::borrow::Cow<'a, str> {
+    use std::borrow::Cow;
+    if std::env::var("BPFTIME_REG_CAP").is_ok_and(|v| v == "0") {
+        return Cow::Borrowed(ptx);
+    }
+    let mut kernels: Vec<&str> = report
+        .attached
+        .iter()
+        .map(|a| a.kernel.as_str())
+        .chain(report.sites.iter().map(|s| s.kernel.as_str()))
+        .collect();
+    kernels.sort_unstable();
+    kernels.dedup();
+    if kernels.is_empty() {
+        return Cow::Borrowed(ptx);
+    }
+    match original_registers(original, &kernels) {
+        Ok((limits, regs)) => {
+            let caps: Vec<(String, u32)> = regs
+                .into_iter()
+                .map(|(k, r)| (k, crate::occupancy::register_cap(limits, r)))
+                .collect();
+            let (t, done) = crate::occupancy::cap_registers(ptx, &caps);
+            tracing::debug!(
+                call,
+                kernels = done.len(),
+                "registers capped at the originals' occupancy"
+            );
+            Cow::Owned(t)
+        }
+        Err(why) => {
+            report_warning(format!(
+                "{call}: instrumented kernels not capped at the original's registers ({why}); they may run at a lower occupancy"
+            ));
+            Cow::Borrowed(ptx)
+        }
+    }
+}
+
+fn report_warning(what: String) {
+    report(&[ReportLine::Warning { what }]);
+}
+
+/// The SM's limits and the register count of each of `kernels` as the driver loads the
+/// original `image` in the current context.
+fn original_registers(
+    image: &[u8],
+    kernels: &[&str],
+) -> Result<(crate::occupancy::SmLimits, Vec<(String, u32)>), String> {
+    type GetFunction = unsafe extern "C" fn(*mut Handle, Handle, *const c_char) -> CuResult;
+    type FuncGetAttribute = unsafe extern "C" fn(*mut c_int, c_int, Handle) -> CuResult;
+    type ModuleUnload = unsafe extern "C" fn(Handle) -> CuResult;
+    const FUNC_NUM_REGS: c_int = 4;
+    const DEV_MAX_REGS_PER_SM: c_int = 82;
+    const DEV_MAX_THREADS_PER_SM: c_int = 39;
+    let missing = |n: &str| format!("{n} not found");
+    let get = driver::export_fn!(c"cuModuleGetFunction", GetFunction)
+        .ok_or_else(|| missing("cuModuleGetFunction"))?;
+    let attr = driver::export_fn!(c"cuFuncGetAttribute", FuncGetAttribute)
+        .ok_or_else(|| missing("cuFuncGetAttribute"))?;
+    let unload = driver::export_fn!(c"cuModuleUnload", ModuleUnload)
+        .ok_or_else(|| missing("cuModuleUnload"))?;
+    // A PTX image needs its NUL; fat binaries and cubins are passed as they are.
+    let binary = image.starts_with(&[0x50, 0xed, 0x55, 0xba]) || image.starts_with(b"\x7fELF");
+    let text;
+    let ptr = if binary {
+        image.as_ptr().cast::<c_void>()
+    } else {
+        let end = image.iter().position(|&b| b == 0).unwrap_or(image.len());
+        text = CString::new(&image[..end]).map_err(|e| e.to_string())?;
+        text.as_ptr().cast::<c_void>()
+    };
+    let _relaxed = RelaxedCapture::enter();
+    // SAFETY: real driver entries with their signatures; out-pointers are locals, `ptr`
+    // lives to the end of this function and the module is unloaded before it returns.
+    unsafe {
+        let device: driver::CtxGetDevice = fn_of(Hook::CtxGetDevice)?;
+        let dev_attr: driver::DeviceGetAttribute = fn_of(Hook::DeviceGetAttribute)?;
+        let load: driver::ModuleLoadData = fn_of(Hook::ModuleLoadData)?;
+        let mut dev: c_int = 0;
+        check(device(&mut dev), "cuCtxGetDevice")?;
+        let (mut regs, mut threads) = (0 as c_int, 0 as c_int);
+        check(
+            dev_attr(&mut regs, DEV_MAX_REGS_PER_SM, dev),
+            "cuDeviceGetAttribute",
+        )?;
+        check(
+            dev_attr(&mut threads, DEV_MAX_THREADS_PER_SM, dev),
+            "cuDeviceGetAttribute",
+        )?;
+        let limits = crate::occupancy::SmLimits {
+            regs: regs.max(1) as u32,
+            warps: (threads.max(32) / 32) as u32,
+        };
+        let mut module: Handle = std::ptr::null_mut();
+        check(
+            load(&mut module, ptr),
+            "cuModuleLoadData of the original image",
+        )?;
+        let mut out = Vec::with_capacity(kernels.len());
+        for k in kernels {
+            let Ok(name) = CString::new(*k) else { continue };
+            let mut f: Handle = std::ptr::null_mut();
+            let mut n: c_int = 0;
+            if get(&mut f, module, name.as_ptr()) == CUDA_SUCCESS
+                && attr(&mut n, FUNC_NUM_REGS, f) == CUDA_SUCCESS
+                && n > 0
+            {
+                out.push((k.to_string(), n as u32));
+            }
+        }
+        unload(module);
+        Ok((limits, out))
     }
 }
 

@@ -1,0 +1,181 @@
+//! Keeping an instrumented kernel's occupancy.
+//!
+//! ptxas gives a kernel the registers of its most demanding path. Probes inlined at every
+//! site bring their own slow paths (a delay probe's 64-bit bookkeeping, a counter's map
+//! lookups), so an instrumented kernel can need several times the registers of the original
+//! even where those paths never run: a 4096² SGEMM went from 32 to 88 registers per thread,
+//! from 64 resident warps per SM to 16, and ran 3.8× slower at a probe that returned at
+//! once. A block size the original could launch may then not launch at all.
+//!
+//! The shim therefore reads each original kernel's register count (from the image's own
+//! SASS, or the driver's compile of its PTX) and caps the instrumented kernel with
+//! `.maxnreg` at the most registers that keep the original's resident warps per SM
+//! ([`register_cap`]); ptxas spills what the probes' slow paths need beyond that. Kernels
+//! with `.minnctapersm` (launch bounds) are left alone: ptxas already bounds their
+//! registers.
+//!
+//! ```text
+//! original: 32 regs → 64 warps/SM ─┐
+//!                                  ├─ cap = most regs at 64 warps = 32 ─▶ `.maxnreg 32`
+//! instrumented: 88 regs ───────────┘
+//! ```
+
+/// An SM's register file and resident-warp limit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SmLimits {
+    /// 32-bit registers per SM.
+    pub regs: u32,
+    /// Resident warps per SM.
+    pub warps: u32,
+}
+
+impl SmLimits {
+    /// sm_80 and sm_90 (A100, H100, H200): 64K registers, 64 warps.
+    pub const SM90: SmLimits = SmLimits {
+        regs: 65536,
+        warps: 64,
+    };
+
+    /// Resident warps at `regs` registers per thread: registers are given out per warp, in
+    /// units of 256 (8 per thread).
+    pub fn warps_at(&self, regs: u32) -> u32 {
+        let per_warp = regs.max(1).div_ceil(8) * 8 * 32;
+        (self.regs / per_warp).min(self.warps)
+    }
+}
+
+/// The most registers per thread (at most 255) that keep the resident warps a kernel of
+/// `orig` registers has: at least `orig` rounded up to the allocation unit.
+pub fn register_cap(limits: SmLimits, orig: u32) -> u32 {
+    let want = limits.warps_at(orig);
+    let mut r = orig.max(1).div_ceil(8) * 8;
+    while r + 8 <= 255 && limits.warps_at(r + 8) >= want {
+        r += 8;
+    }
+    r.min(255)
+}
+
+/// `ptx` with `.maxnreg` set on each named `.entry`: inserted after its parameter list,
+/// or an existing `.maxnreg` lowered to the cap (never raised). Entries with
+/// `.minnctapersm`, and names not found, are left as they are. Returns the text and the
+/// kernels capped.
+pub fn cap_registers(ptx: &str, caps: &[(String, u32)]) -> (String, Vec<String>) {
+    let mut out = ptx.to_string();
+    let mut capped = Vec::new();
+    for (name, cap) in caps {
+        let Some(head) = entry_head(&out, name) else {
+            continue;
+        };
+        let (after_params, body) = head;
+        let directives = &out[after_params..body];
+        if directives.contains(".minnctapersm") {
+            continue;
+        }
+        if let Some(at) = directives.find(".maxnreg") {
+            let start = after_params + at + ".maxnreg".len();
+            let digits: String = out[start..]
+                .chars()
+                .skip_while(|c| c.is_whitespace())
+                .take_while(|c| c.is_ascii_digit())
+                .collect();
+            let ws = out[start..].len() - out[start..].trim_start().len();
+            let Ok(n) = digits.parse::<u32>() else {
+                continue;
+            };
+            if n > *cap {
+                out.replace_range(start + ws..start + ws + digits.len(), &cap.to_string());
+                capped.push(name.clone());
+            }
+        } else {
+            out.insert_str(after_params, &format!("\n.maxnreg {cap}"));
+            capped.push(name.clone());
+        }
+    }
+    (out, capped)
+}
+
+/// Where `.entry name`'s parameter list ends and its body's `{` is.
+fn entry_head(ptx: &str, name: &str) -> Option<(usize, usize)> {
+    let mut from = 0;
+    while let Some(k) = ptx[from..].find(".entry") {
+        let at = from + k + ".entry".len();
+        from = at;
+        let rest = &ptx[at..];
+        let trimmed = rest.trim_start();
+        let Some(after) = trimmed.strip_prefix(name) else {
+            continue;
+        };
+        if after.starts_with(|c: char| c.is_alphanumeric() || c == '_' || c == '$') {
+            continue;
+        }
+        let mut p = at + (rest.len() - trimmed.len()) + name.len();
+        let open = ptx[p..].trim_start();
+        if open.starts_with('(') {
+            let start = p + (ptx[p..].len() - open.len());
+            let close = start + ptx[start..].find(')')?;
+            p = close + 1;
+        }
+        let body = p + ptx[p..].find('{')?;
+        return Some((p, body));
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn caps_keep_the_resident_warps() {
+        let l = SmLimits::SM90;
+        // Up to 32 registers a thread, 64 warps: the cap is 32.
+        assert_eq!((l.warps_at(12), register_cap(l, 12)), (64, 32));
+        assert_eq!(register_cap(l, 32), 32);
+        // 40 → 48 warps (51 by registers, in units of 8 per thread: 40).
+        assert_eq!((l.warps_at(40), register_cap(l, 40)), (51, 40));
+        assert_eq!((l.warps_at(48), register_cap(l, 41)), (42, 48));
+        assert_eq!((l.warps_at(64), register_cap(l, 64)), (32, 64));
+        assert_eq!(register_cap(l, 128), 128);
+        assert_eq!(register_cap(l, 255), 255);
+        assert!(register_cap(l, 200) >= 200 && register_cap(l, 200) <= 255);
+        // Never fewer warps than the original, never fewer registers.
+        for orig in 1..=255 {
+            let c = register_cap(l, orig);
+            assert!(
+                c >= orig && l.warps_at(c) == l.warps_at(orig),
+                "{orig} -> {c}"
+            );
+        }
+    }
+
+    #[test]
+    fn maxnreg_is_inserted_lowered_or_left() {
+        let ptx = ".visible .entry a(\n.param .u64 a_0\n)\n{\nret;\n}\n\
+                   .visible .entry ab(.param .u32 x)\n.maxnreg 200\n{\nret;\n}\n\
+                   .visible .entry c()\n.maxntid 256, 1, 1\n.minnctapersm 4\n{\nret;\n}\n\
+                   .visible .entry d\n{\nret;\n}\n\
+                   .visible .entry e()\n.maxnreg 24\n{\nret;\n}\n";
+        let caps: Vec<(String, u32)> = [
+            ("a", 32),
+            ("ab", 64),
+            ("c", 32),
+            ("d", 40),
+            ("e", 32),
+            ("zz", 8),
+        ]
+        .iter()
+        .map(|(n, c)| (n.to_string(), *c))
+        .collect();
+        let (t, capped) = cap_registers(ptx, &caps);
+        assert_eq!(capped, ["a", "ab", "d"]);
+        assert!(t.contains("a(\n.param .u64 a_0\n)\n.maxnreg 32\n{"), "{t}");
+        assert!(t.contains("ab(.param .u32 x)\n.maxnreg 64\n{"), "{t}");
+        assert!(
+            t.contains(".minnctapersm 4\n{") && !t.contains("c()\n.maxnreg"),
+            "{t}"
+        );
+        assert!(t.contains("entry d\n.maxnreg 40\n{"), "{t}");
+        // Already below the cap: kept.
+        assert!(t.contains("e()\n.maxnreg 24\n{"), "{t}");
+    }
+}
