@@ -1,24 +1,70 @@
-//! Keeping an instrumented kernel's occupancy.
+//! Keeping an instrumented kernel launchable, and optionally its occupancy.
 //!
 //! ptxas gives a kernel the registers of its most demanding path. Probes inlined at every
-//! site bring their own slow paths (a delay probe's 64-bit bookkeeping, a counter's map
-//! lookups), so an instrumented kernel can need several times the registers of the original
-//! even where those paths never run: a 4096² SGEMM went from 32 to 88 registers per thread,
-//! from 64 resident warps per SM to 16, and ran 3.8× slower at a probe that returned at
-//! once. A block size the original could launch may then not launch at all.
+//! site bring their own slow paths (a delay probe's 64-bit bookkeeping, counters summed in
+//! registers through a loop), so an instrumented kernel can need several times the
+//! registers of the original even where those paths never run: ptxas 12.9 gave a 16×16-tiled
+//! SGEMM 88 registers per thread under cxl-sim's probe, against 32. At more than 64 a block
+//! of 1024 threads no longer fits an SM's 64K registers, and a launch the original made
+//! would fail.
 //!
 //! The shim therefore reads each original kernel's register count (from the image's own
 //! SASS, or the driver's compile of its PTX) and caps the instrumented kernel with
-//! `.maxnreg` at the most registers that keep the original's resident warps per SM
-//! ([`register_cap`]); ptxas spills what the probes' slow paths need beyond that. Kernels
-//! with `.minnctapersm` (launch bounds) are left alone: ptxas already bounds their
+//! `.maxnreg` ([`Cap`]):
+//! - [`Cap::Launch`] (the default): the most registers at which every block size the
+//!   original could launch still fits (64 for any original of at most 64);
+//! - [`Cap::Occupancy`]: the most registers that keep the original's resident warps per
+//!   SM. ptxas then spills what the probes need beyond that, and on an H200 the spills
+//!   cost more than the occupancy: SGEMM 2.73× against 1.95× uncapped, the triad 2.24×
+//!   against 1.66×, at a delay probe that returned at once (`bench/results/cxl_gpu.md`).
+//!
+//! Kernels with `.minnctapersm` (launch bounds) are left alone: ptxas already bounds their
 //! registers.
 //!
 //! ```text
-//! original: 32 regs → 64 warps/SM ─┐
-//!                                  ├─ cap = most regs at 64 warps = 32 ─▶ `.maxnreg 32`
-//! instrumented: 88 regs ───────────┘
+//! original: 32 regs ─▶ blocks up to 1024 threads, 64 warps/SM
+//!   Launch:    cap = most regs at which 1024 threads fit   = 64 ─▶ `.maxnreg 64`
+//!   Occupancy: cap = most regs at 64 resident warps         = 32 ─▶ `.maxnreg 32`
 //! ```
+
+/// Which cap the shim sets (`BPFTIME_REG_CAP`: `launch`, `occupancy`, `0` for none).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Cap {
+    /// No cap.
+    Off,
+    /// Every block size the original could launch still fits.
+    Launch,
+    /// The original's resident warps per SM.
+    Occupancy,
+}
+
+impl Cap {
+    /// From `BPFTIME_REG_CAP`'s value (unset: [`Cap::Launch`]); `None` for an unknown one.
+    pub fn parse(v: Option<&str>) -> Option<Cap> {
+        match v {
+            None | Some("") | Some("launch") => Some(Cap::Launch),
+            Some("0") | Some("off") => Some(Cap::Off),
+            Some("occupancy") => Some(Cap::Occupancy),
+            Some(_) => None,
+        }
+    }
+
+    /// The cap for an original kernel of `orig` registers, if any.
+    pub fn registers(self, limits: SmLimits, orig: u32) -> Option<u32> {
+        match self {
+            Cap::Off => None,
+            Cap::Occupancy => Some(register_cap(limits, orig)),
+            // A block has at most 1024 threads (32 warps) and one SM's registers.
+            Cap::Launch => Some(register_cap(
+                SmLimits {
+                    regs: limits.regs,
+                    warps: limits.warps.min(32),
+                },
+                orig,
+            )),
+        }
+    }
+}
 
 /// An SM's register file and resident-warp limit.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -146,6 +192,27 @@ mod tests {
                 "{orig} -> {c}"
             );
         }
+    }
+
+    #[test]
+    fn launch_caps_keep_every_block_size() {
+        let l = SmLimits::SM90;
+        assert_eq!(Cap::Launch.registers(l, 12), Some(64));
+        assert_eq!(Cap::Launch.registers(l, 64), Some(64));
+        // 72 registers: 28 warps fit, so blocks up to 896 threads; so does 72.
+        assert_eq!(Cap::Launch.registers(l, 72), Some(72));
+        assert_eq!(Cap::Occupancy.registers(l, 12), Some(32));
+        assert_eq!(Cap::Off.registers(l, 12), None);
+        for orig in 1..=255 {
+            let c = Cap::Launch.registers(l, orig).unwrap();
+            // The largest block the original fits, in warps, fits the cap too.
+            let block = l.warps_at(orig).min(32);
+            assert!(c >= orig && l.warps_at(c) >= block, "{orig} -> {c}");
+        }
+        assert_eq!(Cap::parse(None), Some(Cap::Launch));
+        assert_eq!(Cap::parse(Some("occupancy")), Some(Cap::Occupancy));
+        assert_eq!(Cap::parse(Some("0")), Some(Cap::Off));
+        assert_eq!(Cap::parse(Some("fast")), None);
     }
 
     #[test]

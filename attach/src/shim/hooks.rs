@@ -505,10 +505,10 @@ impl State {
     }
 }
 
-/// `ptx` with each instrumented kernel capped at the registers that keep the original's
-/// resident warps per SM ([`crate::occupancy`]), the original's register counts read from
-/// the driver's load of the original image (its SASS, else its PTX compiled). Unchanged
-/// when `BPFTIME_REG_CAP=0`, or with a warning when the original cannot be read.
+/// `ptx` with each instrumented kernel capped at the registers [`crate::occupancy::Cap`]
+/// allows (`BPFTIME_REG_CAP`: `launch`, the default, `occupancy` or `0`), from the
+/// original's register counts as the driver loads the original image (its SASS, else its
+/// PTX compiled). With a warning, unchanged when the original cannot be read.
 fn capped<'a>(
     call: &str,
     original: &[u8],
@@ -516,7 +516,15 @@ fn capped<'a>(
     report: &crate::instrument::Report,
 ) -> std::borrow::Cow<'a, str> {
     use std::borrow::Cow;
-    if std::env::var("BPFTIME_REG_CAP").is_ok_and(|v| v == "0") {
+    let var = std::env::var("BPFTIME_REG_CAP").ok();
+    let Some(cap) = crate::occupancy::Cap::parse(var.as_deref()) else {
+        report_warning(format!(
+            "BPFTIME_REG_CAP={}: expected launch, occupancy or 0; kernels not capped",
+            var.unwrap_or_default()
+        ));
+        return Cow::Borrowed(ptx);
+    };
+    if cap == crate::occupancy::Cap::Off {
         return Cow::Borrowed(ptx);
     }
     let mut kernels: Vec<&str> = report
@@ -534,7 +542,7 @@ fn capped<'a>(
         Ok((limits, regs)) => {
             let caps: Vec<(String, u32)> = regs
                 .into_iter()
-                .map(|(k, r)| (k, crate::occupancy::register_cap(limits, r)))
+                .filter_map(|(k, r)| Some((k, cap.registers(limits, r)?)))
                 .collect();
             let (t, done) = crate::occupancy::cap_registers(ptx, &caps);
             tracing::debug!(
@@ -546,7 +554,7 @@ fn capped<'a>(
         }
         Err(why) => {
             report_warning(format!(
-                "{call}: instrumented kernels not capped at the original's registers ({why}); they may run at a lower occupancy"
+                "{call}: instrumented kernels not capped from the original's registers ({why}); a block size the original launches may not fit"
             ));
             Cow::Borrowed(ptx)
         }
