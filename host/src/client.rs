@@ -23,7 +23,7 @@ use shm_maps::client::{ClientId, attach, detach};
 use shm_maps::layout::{INLINE_MAX, INLINE_WORDS, completion_state, job_flags, state, status};
 use shm_maps::region::monotonic_ns;
 use shm_maps::{JobDesc, ShmRegion};
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, ErrorKind, Write};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::sync::atomic::Ordering;
@@ -316,6 +316,8 @@ pub struct Client {
     /// Jobs whose wait ended with `ServiceDied`: their completion slots stay reserved,
     /// because a service started with `--recover` still ends them.
     orphans: Vec<Ticket>,
+    /// How long a control request waits for its reply.
+    request_timeout: Option<Duration>,
 }
 
 impl Client {
@@ -336,7 +338,20 @@ impl Client {
             free,
             next_tag: 1,
             orphans: Vec::new(),
+            request_timeout: Some(Self::REQUEST_TIMEOUT),
         })
+    }
+
+    /// How long a control request (load, status, map access, alloc…) waits for its reply
+    /// by default. The longest legitimate one, a load compiling a large program, takes
+    /// seconds; a service that does not answer in this time is stuck.
+    pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(120);
+
+    /// Sets how long control requests wait for their reply (`None`: as long as it takes).
+    /// A request that times out fails with [`ClientError::Timeout`] and drops the
+    /// connection, so that its late reply is never taken for the next request's.
+    pub fn set_request_timeout(&mut self, timeout: Option<Duration>) {
+        self.request_timeout = timeout;
     }
 
     /// The region this client is attached to.
@@ -377,9 +392,21 @@ impl Client {
                 .write_all(line.as_bytes())
                 .map_err(sock_err("write"))?;
         }
-        let (reader, _) = self.sock.as_mut().expect("connected above");
+        let (reader, writer) = self.sock.as_mut().expect("connected above");
+        writer
+            .set_read_timeout(self.request_timeout)
+            .map_err(sock_err("set a read timeout on"))?;
         let mut answer = String::new();
-        let n = reader.read_line(&mut answer).map_err(sock_err("read"))?;
+        let n = match reader.read_line(&mut answer) {
+            Ok(n) => n,
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+                self.sock = None;
+                return Err(ClientError::Timeout(
+                    self.request_timeout.unwrap_or_default(),
+                ));
+            }
+            Err(e) => return Err(sock_err("read")(e)),
+        };
         if n == 0 {
             self.sock = None;
             return Err(ClientError::Service(

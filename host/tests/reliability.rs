@@ -342,3 +342,44 @@ fn killed_under_load_20_times_every_job_ends_once_and_the_counter_agrees() {
     svc.wait().unwrap();
     cleanup(&name);
 }
+
+/// A service whose socket accepts a control request but never answers (stuck) makes the
+/// request fail with `Timeout` after the client's request timeout, and the connection is
+/// dropped: the next request goes out on a new one and gets its own answer.
+#[test]
+fn a_control_request_to_a_stuck_service_times_out() {
+    let name = unique("stuck");
+    let svc = Service::start(config(&name, false)).unwrap();
+    let mut c = Client::connect(&name).unwrap();
+    assert!(c.status().is_ok());
+    // A stuck service: its socket now belongs to a listener that reads and never replies.
+    let path = host::service::socket_path(&name);
+    let real = path.with_extension("sock.real");
+    std::fs::rename(&path, &real).unwrap();
+    let stuck = std::os::unix::net::UnixListener::bind(&path).unwrap();
+    let hold = std::thread::spawn(move || {
+        let (s, _) = stuck.accept().unwrap();
+        let mut line = String::new();
+        std::io::BufReader::new(&s).read_line(&mut line).unwrap();
+        std::thread::sleep(Duration::from_secs(3));
+        line
+    });
+    // The client's connection is to the real service: make it reconnect.
+    drop(c);
+    let mut c = Client::connect(&name).unwrap();
+    c.set_request_timeout(Some(Duration::from_millis(300)));
+    let t = Instant::now();
+    let e = c.status().unwrap_err();
+    assert!(
+        matches!(e, ClientError::Timeout(d) if d == Duration::from_millis(300)),
+        "{e}"
+    );
+    assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
+    assert!(hold.join().unwrap().contains("status"));
+    // Unstuck: the next request connects again and gets the real service's answer.
+    std::fs::remove_file(&path).unwrap();
+    std::fs::rename(&real, &path).unwrap();
+    assert_eq!(c.status().unwrap().name, name);
+    drop(c);
+    svc.stop(false);
+}

@@ -543,7 +543,17 @@ pub fn map(a: MapArgs) -> Result<ExitCode> {
 /// Runs `status`.
 pub fn status(a: CommonArgs) -> Result<ExitCode> {
     let mut c = connect(&a.name)?;
-    let s = c.status()?;
+    // A status costs the service microseconds: one that does not come is a stuck service.
+    c.set_request_timeout(Some(std::time::Duration::from_secs(10)));
+    let s = match c.status() {
+        Err(e @ host::client::ClientError::Timeout(_)) => {
+            return Err(anyhow::Error::new(e).context(format!(
+                "service `{}` accepted `status` but did not answer: it is running and stuck",
+                a.name
+            )));
+        }
+        r => r?,
+    };
     emit(a.json, &s, |s| {
         println!(
             "service {} ({} backend, {} workers), up {:.0} s",
