@@ -209,6 +209,9 @@ pub struct JobRunner<'a> {
     /// The queue the jobs come from (its finished count is bumped for each, dropped ones
     /// included); the caller sets it before running a queue's jobs.
     pub queue: u32,
+    /// Job buffers placed in an emulated tier (CPU backend): a job whose input lies in one
+    /// fetches each record through the tier before running it.
+    pub tiers: Option<&'a crate::tier::TierBuffers>,
 }
 
 /// Why a descriptor was refused before any record ran.
@@ -432,6 +435,10 @@ impl JobRunner<'_> {
             std::ptr::null_mut()
         };
         let stop_on_error = d.flags & job_flags::STOP_ON_ERROR != 0;
+        let tier = self.tiers.and_then(|t| {
+            let generation = region.client(d.client)?.generation.load(Ordering::Acquire);
+            t.of_input(d.input_off, d.input_len, (d.client, generation))
+        });
         let mut first_err: Option<String> = None;
         let mut done = 0u64;
         let mut failed = 0u64;
@@ -484,6 +491,10 @@ impl JobRunner<'_> {
                     )
                 }
             };
+            if let Some(t) = &tier {
+                // The record comes through the tier before the program reads it.
+                t.access(inp.len());
+            }
             match prog.exec.run_job(inp, out, i, n, d.args, &mut self.env) {
                 Ok(v) => {
                     r0 = v;

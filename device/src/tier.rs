@@ -13,6 +13,9 @@
 //! One access per helper call: the loads and stores a program then makes through the value
 //! pointer are not delayed one by one (the CPU JIT's inline array lookup is turned off for
 //! tiered maps, so every lookup is a call).
+//!
+//! Job buffers can be in a tier too ([`TierBuffers`]): a job reading its input from one
+//! fetches each record through the buffer's own [`Tier`] before the program runs on it.
 
 use ebpf::maps::{MapError, MapOps};
 use ebpf::program::MapDef;
@@ -68,9 +71,9 @@ impl std::fmt::Display for TierSpec {
     }
 }
 
-/// A map whose every helper access pays its tier.
-pub struct TieredMap {
-    inner: Arc<dyn MapOps>,
+/// One emulated link: its latency and its token bucket, shared by every worker that
+/// reaches through it.
+pub struct Tier {
     spec: TierSpec,
     /// Picoseconds per byte at the cap (0: no cap).
     ps_per_byte: u64,
@@ -79,22 +82,26 @@ pub struct TieredMap {
     epoch: Instant,
 }
 
-impl TieredMap {
-    /// `inner` seen through `spec`.
-    pub fn wrap(inner: Arc<dyn MapOps>, spec: TierSpec) -> Arc<dyn MapOps> {
-        Arc::new(TieredMap {
-            inner,
+impl Tier {
+    /// A link as `spec` says.
+    pub fn new(spec: TierSpec) -> Tier {
+        Tier {
             spec,
             ps_per_byte: spec
                 .gbps
                 .map_or(0, |g| (1000.0 / g).round().max(1.0) as u64),
             tat: AtomicU64::new(0),
             epoch: Instant::now(),
-        })
+        }
+    }
+
+    /// The spec.
+    pub fn spec(&self) -> TierSpec {
+        self.spec
     }
 
     /// Waits out one access of `bytes`.
-    fn access(&self, bytes: usize) {
+    pub fn access(&self, bytes: usize) {
         let start = Instant::now();
         let mut deadline = start + Duration::from_nanos(self.spec.latency_ns);
         if self.ps_per_byte != 0 {
@@ -117,6 +124,93 @@ impl TieredMap {
         while Instant::now() < deadline {
             std::hint::spin_loop();
         }
+    }
+}
+
+/// A map whose every helper access pays its tier.
+pub struct TieredMap {
+    inner: Arc<dyn MapOps>,
+    tier: Tier,
+}
+
+impl TieredMap {
+    /// `inner` seen through `spec`.
+    pub fn wrap(inner: Arc<dyn MapOps>, spec: TierSpec) -> Arc<dyn MapOps> {
+        Arc::new(TieredMap {
+            inner,
+            tier: Tier::new(spec),
+        })
+    }
+
+    fn access(&self, bytes: usize) {
+        self.tier.access(bytes);
+    }
+}
+
+/// Job buffers placed in a tier (CPU backend): each record of a job whose input lies in
+/// one is fetched through the tier before it runs (its latency, and its bytes through the
+/// cap). Entries name their owner (client slot and generation), so a buffer reclaimed from
+/// a dead client and handed out again is not taken for the old one; an allocation over a
+/// stale entry's range removes it.
+#[derive(Default)]
+pub struct TierBuffers {
+    placed: std::sync::RwLock<Vec<PlacedBuffer>>,
+    /// `placed.len()`, read without the lock: most services place no buffer, and every
+    /// job asks.
+    count: std::sync::atomic::AtomicUsize,
+}
+
+struct PlacedBuffer {
+    off: u64,
+    len: u64,
+    owner: (u32, u32),
+    tier: Arc<Tier>,
+}
+
+impl TierBuffers {
+    /// A new allocation `[off, off + len)` of `owner` (client slot, generation), in `tier`
+    /// or local (`None`): entries it overlaps are gone.
+    pub fn allocated(&self, off: u64, len: u64, owner: (u32, u32), tier: Option<TierSpec>) {
+        let mut p = self.placed.write().unwrap_or_else(|e| e.into_inner());
+        p.retain(|b| b.off + b.len <= off || off + len <= b.off);
+        if let Some(spec) = tier {
+            p.push(PlacedBuffer {
+                off,
+                len,
+                owner,
+                tier: Arc::new(Tier::new(spec)),
+            });
+        }
+        self.count.store(p.len(), Ordering::Release);
+    }
+
+    /// The buffer at `off` freed.
+    pub fn freed(&self, off: u64) {
+        let mut p = self.placed.write().unwrap_or_else(|e| e.into_inner());
+        p.retain(|b| b.off != off);
+        self.count.store(p.len(), Ordering::Release);
+    }
+
+    /// The tier of `owner`'s job input `[off, off + len)`, when it lies in a placed buffer
+    /// of that owner.
+    pub fn of_input(&self, off: u64, len: u64, owner: (u32, u32)) -> Option<Arc<Tier>> {
+        if self.is_empty() {
+            return None;
+        }
+        let p = self.placed.read().unwrap_or_else(|e| e.into_inner());
+        p.iter()
+            .find(|b| b.owner == owner && off >= b.off && off + len <= b.off + b.len)
+            .map(|b| b.tier.clone())
+    }
+
+    /// How many buffers are placed.
+    pub fn len(&self) -> usize {
+        self.count.load(Ordering::Acquire)
+    }
+
+    /// Whether none is.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 }
 

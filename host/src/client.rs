@@ -612,10 +612,23 @@ impl Client {
 
     /// Allocates a buffer in the arena.
     pub fn alloc(&mut self, len: u64) -> Result<Buffer, ClientError> {
+        self.alloc_placed(len, None)
+    }
+
+    /// Allocates a buffer in the arena, in an emulated tier with `placement`
+    /// (`cxl:LATENCY_NS[:GBPS]`, CPU backend): a job reading its input from it fetches each
+    /// record through the tier (the latency, and the record's bytes through the cap)
+    /// before the program runs on it.
+    pub fn alloc_placed(
+        &mut self,
+        len: u64,
+        placement: Option<&str>,
+    ) -> Result<Buffer, ClientError> {
         let v = self.request(&Request::Alloc {
             client: self.id.slot,
             generation: self.id.generation,
             len,
+            placement: placement.map(str::to_string),
         })?;
         let off = v["off"]
             .as_u64()

@@ -127,6 +127,10 @@ pub enum Request {
         generation: u32,
         /// Bytes.
         len: u64,
+        /// `cxl:LATENCY_NS[:GBPS]`: jobs reading their input from this buffer fetch each
+        /// record through that emulated tier (CPU backend). `None`: local.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        placement: Option<String>,
     },
     /// Free an arena buffer of a client.
     Free {

@@ -9,6 +9,7 @@
 use crate::job::JobRunner;
 use crate::programs::ProgramTable;
 use crate::stats::WorkerStats;
+use crate::tier::TierBuffers;
 use ebpf::interp::{Env, TraceSink};
 use shm_maps::{JobDesc, ShmRegion};
 use std::sync::Arc;
@@ -46,6 +47,7 @@ impl CpuBackend {
     pub fn start(
         region: Arc<ShmRegion>,
         table: Arc<ProgramTable>,
+        tiers: Arc<TierBuffers>,
         workers: usize,
         max_insns: u64,
     ) -> std::io::Result<CpuBackend> {
@@ -56,10 +58,11 @@ impl CpuBackend {
             let s = Arc::new(WorkerStats::default());
             stats.push(s.clone());
             let (region, table, control) = (region.clone(), table.clone(), control.clone());
+            let tiers = tiers.clone();
             handles.push(
                 std::thread::Builder::new()
                     .name(format!("bpftime-worker-{id}"))
-                    .spawn(move || worker(id, &region, &table, &s, &control, max_insns))?,
+                    .spawn(move || worker(id, &region, &table, &tiers, &s, &control, max_insns))?,
             );
         }
         tracing::info!(workers = workers.max(1), "CPU backend started");
@@ -90,6 +93,7 @@ fn worker(
     id: usize,
     region: &ShmRegion,
     table: &ProgramTable,
+    tiers: &TierBuffers,
     stats: &WorkerStats,
     control: &Control,
     max_insns: u64,
@@ -101,6 +105,7 @@ fn worker(
         cancel: &control.cancel,
         env: Env::new(id).with_max_insns(max_insns),
         queue: 0,
+        tiers: Some(tiers),
     };
     runner.env.sink = TraceSink::Callback(Box::new(
         move |line| tracing::info!(target: "bpftime::trace", worker = id, "{line}"),

@@ -748,6 +748,7 @@ impl Shared {
             cancel: &self.control.cancel,
             env,
             queue: self.cfg.queue,
+            tiers: None,
         }
     }
 

@@ -355,6 +355,10 @@ pub struct SubmitArgs {
     /// Give up waiting after this many seconds.
     #[arg(long, default_value_t = 60.0)]
     timeout: f64,
+    /// Put the input buffer in an emulated memory tier, `cxl:LATENCY_NS[:GBPS]` (CPU
+    /// backend): each record is fetched through it before the program runs on it.
+    #[arg(long, value_name = "cxl:LATENCY_NS[:GBPS]")]
+    input_placement: Option<String>,
 }
 
 #[derive(serde::Serialize)]
@@ -383,7 +387,9 @@ pub fn submit(a: SubmitArgs) -> Result<ExitCode> {
     let n = (data.len() / a.record_size as usize) as u64;
     let mut c = connect(&a.common.name)?;
     let prog = c.resolve(&a.prog)?;
-    let input = c.alloc(data.len().max(1) as u64)?;
+    let input = c
+        .alloc_placed(data.len().max(1) as u64, a.input_placement.as_deref())
+        .context("cannot allocate the input buffer")?;
     c.write(&input, 0, &data)?;
     let out_rec = a
         .out_record_size

@@ -169,15 +169,41 @@ fn handle(svc: &Arc<Service>, req: Request) -> (Reply, After) {
             client,
             generation,
             len,
-        } => buffer_op(svc, client, generation, Pool::Shared, |a, o| {
-            a.alloc(len, o).map(|off| serde_json::json!({ "off": off }))
-        }),
+            placement,
+        } => {
+            let tier = match placement.as_deref().map(tier_of_buffer).transpose() {
+                Ok(t) => t,
+                Err(e) => return (err(e), None),
+            };
+            if tier.is_some() && svc.gpu_count() > 0 {
+                return (
+                    err(format!(
+                        "buffer placement `{}` is emulated on the CPU backend only (this service runs the CUDA backend)",
+                        placement.unwrap_or_default()
+                    )),
+                    None,
+                );
+            }
+            buffer_op(svc, client, generation, Pool::Shared, |a, o| {
+                a.alloc(len, o).map(|off| {
+                    svc.tier_buffers
+                        .allocated(off, len, (client, generation), tier);
+                    match tier {
+                        Some(t) => serde_json::json!({ "off": off, "placement": t.to_string() }),
+                        None => serde_json::json!({ "off": off }),
+                    }
+                })
+            })
+        }
         Request::Free {
             client,
             generation,
             off,
         } => buffer_op(svc, client, generation, Pool::Shared, |a, o| {
-            a.free(off, o).map(|_| serde_json::Value::Null)
+            a.free(off, o).map(|_| {
+                svc.tier_buffers.freed(off);
+                serde_json::Value::Null
+            })
         }),
         Request::DeviceAlloc {
             client,
@@ -249,6 +275,12 @@ fn handle(svc: &Arc<Service>, req: Request) -> (Reply, After) {
         }
     };
     (reply, None)
+}
+
+/// A buffer's tier: `cxl:LATENCY_NS[:GBPS]`.
+fn tier_of_buffer(p: &str) -> Result<device::tier::TierSpec, String> {
+    p.parse()
+        .map_err(|e: device::tier::TierError| format!("buffer placement: {e}"))
 }
 
 /// Which buffer arena a request names.

@@ -157,6 +157,8 @@ pub struct Service {
     /// Held while a device map's arena mirror is synced and read or updated: the mirror is
     /// one for every GPU, so a dump or update on one GPU must not interleave with another's.
     pub(crate) device_maps: Mutex<()>,
+    /// Job buffers placed in an emulated tier (`alloc --placement cxl:…`, CPU backend).
+    pub(crate) tier_buffers: Arc<device::tier::TierBuffers>,
     stats: Vec<Arc<device::stats::WorkerStats>>,
     /// Value sets of per-thread arrays: CPU workers, or GPU threads.
     pub(crate) value_sets: u32,
@@ -302,6 +304,7 @@ impl Service {
                 Err(e) => return Err(e),
             }
         }
+        let tier_buffers = Arc::new(device::tier::TierBuffers::default());
         let (backend, stats, value_sets, backend_name) = match cuda {
             Some(gpus) => {
                 let stats = gpus.iter().flat_map(|b| b.stats.clone()).collect();
@@ -329,9 +332,14 @@ impl Service {
                 (Backend::Cuda(gpus), stats, sets, "cuda")
             }
             None => {
-                let b =
-                    CpuBackend::start(region.clone(), table.clone(), cfg.workers, cfg.max_insns)
-                        .map_err(io("cannot start worker threads"))?;
+                let b = CpuBackend::start(
+                    region.clone(),
+                    table.clone(),
+                    tier_buffers.clone(),
+                    cfg.workers,
+                    cfg.max_insns,
+                )
+                .map_err(io("cannot start worker threads"))?;
                 let stats = b.stats.clone();
                 (Backend::Cpu(b), stats, cfg.workers.max(1) as u32, "cpu")
             }
@@ -347,6 +355,7 @@ impl Service {
             state: Mutex::new(st),
             backend: Mutex::new(Some(backend)),
             device_maps: Mutex::new(()),
+            tier_buffers,
             started: Instant::now(),
             stopping: AtomicBool::new(false),
             stopped: (Mutex::new(false), Condvar::new()),
