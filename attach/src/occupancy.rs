@@ -19,7 +19,8 @@
 //!   against 1.66×, at a delay probe that returned at once (`bench/results/cxl_gpu.md`).
 //!
 //! Kernels with `.minnctapersm` (launch bounds) are left alone: ptxas already bounds their
-//! registers.
+//! registers. So are pieces given to the JIT linkers (`cuLinkAddData`, `nvJitLinkAddData`:
+//! not loadable on their own) and hot-attached copies (`shim::hot`).
 //!
 //! ```text
 //! original: 32 regs ─▶ blocks up to 1024 threads, 64 warps/SM

@@ -524,7 +524,11 @@ fn capped<'a>(
         ));
         return Cow::Borrowed(ptx);
     };
-    if cap == crate::occupancy::Cap::Off {
+    // A piece given to a linker is not a module the driver can load on its own.
+    if cap == crate::occupancy::Cap::Off
+        || call.starts_with("cuLink")
+        || call.starts_with("nvJitLink")
+    {
         return Cow::Borrowed(ptx);
     }
     let mut kernels: Vec<&str> = report
