@@ -290,7 +290,8 @@ fn a_job_buffer_in_a_tier_pays_per_record() {
     c.free(slow).unwrap();
     let again = c.alloc(n).unwrap();
     assert_eq!(again.off, off, "the arena hands the same space out again");
-    let t = time(&mut c, &again);
+    // (The best of three: a descheduled worker's run time carries the pause.)
+    let t = (0..3).map(|_| time(&mut c, &again)).min().unwrap();
     assert!(
         t < Duration::from_micros(20 * n / 2),
         "{t:?}: still in the tier"
