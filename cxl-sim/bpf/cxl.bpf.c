@@ -311,6 +311,49 @@ struct {
 	__type(value, __u64);
 } cxl_local SEC(".maps");
 
+/* Live `site=FUNC` placement: how deep each thread is in the site function (its entries
+ * less its returns), by pid_tgid. The two programs' section names are placeholders of a
+ * kind the attach side skips; `cxl run --placement site=FUNC` rewrites them in the
+ * object's bytes to `uprobe/APP:FUNC` and `uretprobe/APP:FUNC` (cxl_sim::probe::with_site),
+ * so they attach only then. */
+#define CXL_SITE_PAD \
+	"________________________________________________________________________________" \
+	"________________________________________________________________________________" \
+	"________________________________________________________________________________"
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u64);
+	__type(value, __u64);
+} cxl_site_depth SEC(".maps");
+
+SEC("cxl.site.enter/" CXL_SITE_PAD)
+int BPF_KPROBE(cxl_site_enter)
+{
+	__u64 tid = bpf_get_current_pid_tgid();
+	__u64 *d = bpf_map_lookup_elem(&cxl_site_depth, &tid);
+	if (d) {
+		*d += 1;
+	} else {
+		__u64 one = 1;
+		bpf_map_update_elem(&cxl_site_depth, &tid, &one, BPF_ANY);
+	}
+	return 0;
+}
+
+SEC("cxl.site.exit/" CXL_SITE_PAD)
+int BPF_KRETPROBE(cxl_site_exit)
+{
+	__u64 tid = bpf_get_current_pid_tgid();
+	__u64 *d = bpf_map_lookup_elem(&cxl_site_depth, &tid);
+	if (d && *d > 1)
+		*d -= 1;
+	else if (d)
+		bpf_map_delete_elem(&cxl_site_depth, &tid);
+	return 0;
+}
+
 SEC("uprobe/libcuda.so:cuMemAlloc_v2")
 int BPF_KPROBE(cxl_alloc, __u64 *dptr, __u64 size)
 {
@@ -347,6 +390,11 @@ int BPF_KRETPROBE(cxl_alloc_done, int rc)
 		}
 	} else if (kind == CXL_PLACE_INTERLEAVE) {
 		il = c->place_interleave;
+	} else if (kind == CXL_PLACE_SITE) {
+		__u64 tid = bpf_get_current_pid_tgid();
+		__u64 *d = bpf_map_lookup_elem(&cxl_site_depth, &tid);
+		if (!d || !*d)
+			return 0;
 	} else {
 		return 0;
 	}

@@ -24,6 +24,7 @@
 #define CXL_PLACE_SIZE 1
 #define CXL_PLACE_LOCAL 2
 #define CXL_PLACE_INTERLEAVE 3
+#define CXL_PLACE_SITE 4
 #define CXL_TIME_SHIFT 16
 #define CXL_ONE 1024
 #define CXL_RHO_MAX 972

@@ -62,6 +62,9 @@ pub const PLACE_SIZE: u64 = 1;
 pub const PLACE_LOCAL: u64 = 2;
 /// `place_kind`: every allocation, page-interleaved as `place_interleave` says.
 pub const PLACE_INTERLEAVE: u64 = 3;
+/// `place_kind`: allocations made while the site function runs in the allocating thread
+/// (the probe object's site programs, named by [`crate::probe::with_site`]).
+pub const PLACE_SITE: u64 = 4;
 
 /// `flags`: emulate (else the probe returns at once).
 pub const FLAG_ENABLED: u64 = 1;
@@ -342,7 +345,7 @@ pub fn c_header() -> String {
         "#define CXL_FLAG_ENABLED {FLAG_ENABLED}\n#define CXL_FLAG_EVERYTHING {FLAG_EVERYTHING}\n#define CXL_FLAG_SPIN {FLAG_SPIN}\n#define CXL_FLAG_NO_WAIT {FLAG_NO_WAIT}\n#define CXL_FLAG_STATS {FLAG_STATS}\n#define CXL_FLAG_REFRESH {FLAG_REFRESH}\n"
     );
     s += &format!(
-        "#define CXL_PLACE_NONE {PLACE_NONE}\n#define CXL_PLACE_SIZE {PLACE_SIZE}\n#define CXL_PLACE_LOCAL {PLACE_LOCAL}\n#define CXL_PLACE_INTERLEAVE {PLACE_INTERLEAVE}\n"
+        "#define CXL_PLACE_NONE {PLACE_NONE}\n#define CXL_PLACE_SIZE {PLACE_SIZE}\n#define CXL_PLACE_LOCAL {PLACE_LOCAL}\n#define CXL_PLACE_INTERLEAVE {PLACE_INTERLEAVE}\n#define CXL_PLACE_SITE {PLACE_SITE}\n"
     );
     s += &format!(
         "#define CXL_TIME_SHIFT {TIME_SHIFT}\n#define CXL_ONE {ONE}\n#define CXL_RHO_MAX {RHO_MAX}\n#define CXL_WINDOW_SHIFT {WINDOW_SHIFT}\n\n"

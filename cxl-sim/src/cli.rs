@@ -104,8 +104,9 @@ struct TierArgs {
     #[command(flatten)]
     tier: TierParams,
     /// Which memory is the tier's: `all`, `size>=64MB`, `local=4GB` (local capacity first),
-    /// `interleave=1:3@4KB`; host probes on the driver's allocator place each allocation
-    /// as it is made. (`site=TEXT` works offline only: `place`.)
+    /// `interleave=1:3@4KB`, `site=FUNCTION` (what the executable's FUNCTION allocates,
+    /// however deep); host probes on the driver's allocator place each allocation as it
+    /// is made.
     #[arg(long, default_value = "all")]
     placement: Policy,
     /// Compute every delay, never wait (the emulator's own cost).
@@ -391,9 +392,10 @@ fn probe_config(tier: &TierArgs, p: &Params) -> Result<CxlConfig> {
                 *local as u64 | (*cxl as u64) << 16 | (*page_shift as u64) << 32;
             abi::PLACE_INTERLEAVE
         }
-        Policy::Site(t) => bail!(
-            "--placement site={t}: call sites are matched offline only (`bpftime-super cxl place` on an API log); a running application takes all, size>=N, local=N or interleave=L:C"
-        ),
+        // On a running application the site is a function of its executable, by name:
+        // allocations made while it runs (`place` on an API log matches text in the call
+        // site's name instead).
+        Policy::Site(_) => abi::PLACE_SITE,
     };
     if tier.count_only {
         config.flags |= cxl_sim::abi::FLAG_NO_WAIT;
@@ -450,8 +452,16 @@ fn run_once_with(
         Some(p) => std::fs::read(p).with_context(|| format!("--object {}", p.display()))?,
         None => cxl_sim::probe::OBJECT.to_vec(),
     };
-    std::fs::write(&obj, cxl_sim::probe::patch(&base, &config)?)
-        .with_context(|| format!("write {}", obj.display()))?;
+    let mut bytes = cxl_sim::probe::patch(&base, &config)?;
+    if let Policy::Site(func) = &tier.placement {
+        let app = cmd
+            .first()
+            .and_then(|c| std::path::Path::new(c).file_name())
+            .map(|f| f.to_string_lossy().into_owned())
+            .context("--placement site=FUNCTION needs the command to run")?;
+        bytes = cxl_sim::probe::with_site(&bytes, &app, func)?;
+    }
+    std::fs::write(&obj, bytes).with_context(|| format!("write {}", obj.display()))?;
     let mut objects = vec![obj];
     if !tier.no_kernel_time {
         let t = dir.join("cxl_time.bpf.o");

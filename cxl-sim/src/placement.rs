@@ -9,7 +9,7 @@
 //! |---|---|
 //! | `all` | always (the probe skips the range check) |
 //! | `size>=N` (`size>=64MB`) | it is at least N bytes |
-//! | `site=TEXT` | its call site (the first frame that names it) contains TEXT |
+//! | `site=TEXT` | its call site (the first frame that names it) contains TEXT; on a running application (`cxl run`), TEXT is a function of the executable running in the allocating thread (`abi::PLACE_SITE`) |
 //! | `local=N` (`local=4GB`) | the local tier's N bytes, net of live allocations, cannot hold it (Linux's local-first fallback) |
 //! | `interleave=L:C[@PAGE]` | pages of PAGE (default 4KB) alternate, L local then C CXL (weighted interleave) |
 

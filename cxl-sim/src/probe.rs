@@ -37,6 +37,65 @@ pub enum ProbeError {
         /// What was found.
         found: String,
     },
+    /// The site programs cannot be named as asked.
+    #[error("site placement: {0}")]
+    Site(String),
+}
+
+/// The site programs' section names in the object (`bpf/cxl.bpf.c`): a prefix the attach
+/// side skips, then `_` padding that [`with_site`] overwrites.
+const SITE_SECTIONS: [(&str, &str); 2] = [
+    ("cxl.site.enter/", "uprobe"),
+    ("cxl.site.exit/", "uretprobe"),
+];
+
+/// `object` with its site programs named `uprobe/APP:FUNC` and `uretprobe/APP:FUNC`, so that
+/// they attach at the entry and return of `func`, a function of the executable `app` (its
+/// file name): `--placement site=FUNC` on a running application. Every copy of each
+/// placeholder (the section name table's and BTF's) is rewritten in place, padded with
+/// NULs.
+pub fn with_site(object: &[u8], app: &str, func: &str) -> Result<Vec<u8>, ProbeError> {
+    if func.is_empty() || app.is_empty() || [app, func].iter().any(|t| t.contains(['\0', ':'])) {
+        return Err(ProbeError::Site(format!(
+            "`{app}:{func}` is not a function of an executable (expected FILE:FUNCTION, neither empty, no `:` inside)"
+        )));
+    }
+    let mut bytes = object.to_vec();
+    for (prefix, kind) in SITE_SECTIONS {
+        let name = format!("{kind}/{app}:{func}");
+        let mut found = 0;
+        let mut at = 0;
+        while let Some(k) = find(&bytes[at..], prefix.as_bytes()) {
+            let start = at + k;
+            let pad = bytes[start + prefix.len()..]
+                .iter()
+                .take_while(|&&b| b == b'_')
+                .count();
+            let len = prefix.len() + pad;
+            at = start + len.max(1);
+            if pad < 64 || bytes.get(start + len) != Some(&0) {
+                continue;
+            }
+            if name.len() > len {
+                return Err(ProbeError::Site(format!(
+                    "section name `{name}` is longer than the {len} bytes the object has room for"
+                )));
+            }
+            bytes[start..start + len].fill(0);
+            bytes[start..start + name.len()].copy_from_slice(name.as_bytes());
+            found += 1;
+        }
+        if found == 0 {
+            return Err(ProbeError::Site(format!(
+                "the delay probe's object has no `{prefix}` site program: rebuild it with scripts/build-builtin-probes"
+            )));
+        }
+    }
+    Ok(bytes)
+}
+
+fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    hay.windows(needle.len()).position(|w| w == needle)
 }
 
 /// [`OBJECT`] with `config` as the global's initial value.

@@ -62,8 +62,8 @@ fn bad_parameters_are_refused_before_the_command_starts() {
             "no preset `nvme`: the presets are direct-x8, switch, pooled",
         ),
         (
-            vec!["--placement", "site=kv"],
-            "call sites are matched offline only",
+            vec!["--placement", "site=a:b"],
+            "is not a function of an executable",
         ),
         (
             vec!["--placement", "bogus"],
@@ -335,6 +335,39 @@ fn placement_follows_the_applications_allocations() {
     assert_eq!(placed[0]["address"].as_u64(), Some(small));
     assert!(placed.iter().all(|p| p["interleave"] == "1:3@4096"), "{v}");
     let _ = (big, mid);
+    // site=FUNCTION: what the executable's kv_cache_alloc allocates, nothing else.
+    let o = app(
+        &[
+            "--latency-ns",
+            "100",
+            "--json",
+            "--no-kernel-time",
+            "--placement",
+            "site=kv_cache_alloc",
+        ],
+        &["4096", "kv:65536", "8192", "kv:12288"],
+    )
+    .output()
+    .unwrap();
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "site: {err}");
+    let v: serde_json::Value =
+        serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{e}: {out}"));
+    let at = |size: &str| {
+        err.lines()
+            .find_map(|l| l.strip_prefix(&format!("alloc {size} at 0x")))
+            .map(|h| u64::from_str_radix(h, 16).unwrap())
+            .unwrap_or_else(|| panic!("{err}"))
+    };
+    assert_eq!(v["placement"], "site=kv_cache_alloc", "{v}");
+    assert_eq!(
+        v["placed"],
+        serde_json::json!([
+            {"address": at("kv:65536"), "bytes": 65536},
+            {"address": at("kv:12288"), "bytes": 12288}
+        ]),
+        "{v}"
+    );
     // A parameter change while the app runs: the app waits after its launch (for a file
     // this test makes once it has seen the upload); the change comes 12 s after `run`
     // started, well after the launch even on a loaded machine. The latency words of the

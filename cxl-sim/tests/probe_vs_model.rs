@@ -388,6 +388,46 @@ fn probe_verifies_as_a_memory_probe() {
     assert!(!set.add_only(0, "cxl_hist"));
 }
 
+/// `site=FUNC` on a running application: the object's two site programs are skipped until
+/// `probe::with_site` names them; then they are host probes at FUNC's entry and return in
+/// the executable, verified like the others. Names that do not fit or are not a function
+/// are refused.
+#[test]
+fn site_programs_attach_only_when_named() {
+    let c = Params::default().config(true).unwrap();
+    let bytes = cxl_sim::probe::object_with(&c).unwrap();
+    let sections = |b: Vec<u8>| -> Vec<String> {
+        let set = attach::ProbeSet::from_objects(&[("cxl.bpf.o".into(), b)]).unwrap();
+        set.probes
+            .iter()
+            .map(|p| p.program.section.clone())
+            .collect()
+    };
+    assert_eq!(sections(bytes.clone()).len(), 4);
+    let named = cxl_sim::probe::with_site(&bytes, "llm_app", "kv_cache_alloc").unwrap();
+    let s = sections(named);
+    assert_eq!(s.len(), 6, "{s:?}");
+    assert!(
+        s.contains(&"uprobe/llm_app:kv_cache_alloc".to_string()),
+        "{s:?}"
+    );
+    assert!(
+        s.contains(&"uretprobe/llm_app:kv_cache_alloc".to_string()),
+        "{s:?}"
+    );
+    let long = "f".repeat(300);
+    let e = cxl_sim::probe::with_site(&bytes, "app", &long)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("longer than"), "{e}");
+    for (app, func) in [("app", ""), ("", "f"), ("app", "a:b")] {
+        let e = cxl_sim::probe::with_site(&bytes, app, func)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("is not a function of an executable"), "{e}");
+    }
+}
+
 #[path = "../../jit/tests/common/mod.rs"]
 mod common;
 

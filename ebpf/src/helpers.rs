@@ -130,6 +130,7 @@ helpers! {
     5 KTIME_GET_NS "ktime_get_ns" () -> Scalar;
     6 TRACE_PRINTK "trace_printk" (ReadMem, ConstSize) -> Scalar;
     7 GET_PRANDOM_U32 "get_prandom_u32" () -> Scalar;
+    14 GET_CURRENT_PID_TGID "get_current_pid_tgid" () -> Scalar;
     67 GET_STACK "get_stack" (Ctx, WriteMem, ConstSize, Scalar) -> Scalar;
     112 PROBE_READ_USER "probe_read_user" (WriteMem, ConstSize, Scalar) -> Scalar;
     130 RINGBUF_OUTPUT "ringbuf_output" (ConstMapPtr, ReadMem, ConstSize, Scalar) -> Scalar;
@@ -152,7 +153,7 @@ helpers! {
 }
 
 /// Helpers that need the application's process (host probes); the GPU has none of them.
-pub const HOST_ONLY: &[i32] = &[GET_STACK, PROBE_READ_USER];
+pub const HOST_ONLY: &[i32] = &[GET_STACK, PROBE_READ_USER, GET_CURRENT_PID_TGID];
 
 /// The prototype of helper `id`, if this runtime has it.
 pub fn proto(id: i32) -> Option<&'static HelperProto> {

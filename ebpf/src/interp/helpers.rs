@@ -281,6 +281,11 @@ impl Vm {
             h::GET_WARP_ID => (geo.index % bd) / 32,
             h::GET_LANE_ID => geo.index % 32,
             h::WAIT_UNTIL => wait_until(regs[1]),
+            // As Linux: the process id (tgid) high, the thread id low.
+            h::GET_CURRENT_PID_TGID => {
+                (rustix::process::getpid().as_raw_nonzero().get() as u64) << 32
+                    | rustix::thread::gettid().as_raw_nonzero().get() as u64
+            }
             h::GET_STACK => {
                 let (buf, size, flags) = (regs[2], regs[3], regs[4]);
                 self.writable(mem, env, buf, size, pc, "get_stack buffer")?;
