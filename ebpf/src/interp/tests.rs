@@ -313,6 +313,21 @@ fn gpu_geometry_emulation() {
 }
 
 #[test]
+fn current_pid_tgid_is_linuxs() {
+    let v = vm("call get_current_pid_tgid\nexit", &[], 1);
+    let r = v.run_mem(&mut [], &mut Env::new(0)).unwrap();
+    assert_eq!(r >> 32, std::process::id() as u64);
+    let tid = rustix::thread::gettid().as_raw_nonzero().get() as u64;
+    assert_eq!(r & 0xffff_ffff, tid);
+    // Another thread: the same process, its own thread id.
+    let other = std::thread::spawn(move || v.run_mem(&mut [], &mut Env::new(0)).unwrap())
+        .join()
+        .unwrap();
+    assert_eq!(other >> 32, r >> 32);
+    assert_ne!(other & 0xffff_ffff, tid);
+}
+
+#[test]
 fn exit_helper_ends_the_program_from_a_callee() {
     let v = vm(
         "r0 = 5\ncall f\nr0 = 9\nexit\nf:\nr0 = 3\ncall exit\nr0 = 4\nexit",
