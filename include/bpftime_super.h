@@ -88,6 +88,10 @@ struct bpftime_mem_ctx {
 	__u64 kernel_id;         /*  96: FNV-1a 64 of the mangled kernel name */
 	__u64 correlation_id;    /* 104: launch number from the shim (0 when not passed) */
 };                               /* 112 bytes */
+/* timer, warp_active, warp_sectors and leader are taken where the probe first reads the ctx
+ * when every path to a ctx read passes that read once: a probe that filters lanes by
+ * themselves before it sees them counted only among the lanes that went on (see
+ * ebpf::MemCtx). */
 
 #define BPFTIME_MEM_LOAD 0
 #define BPFTIME_MEM_STORE 1

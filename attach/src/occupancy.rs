@@ -141,12 +141,17 @@ pub fn cap_registers(ptx: &str, caps: &[(String, u32)]) -> (String, Vec<String>)
     (out, capped)
 }
 
-/// Where `.entry name`'s parameter list ends and its body's `{` is.
+/// Where `.entry name`'s parameter list ends and its body's `{` is (a declaration without
+/// a body, and text in `//` comments, are passed over).
 fn entry_head(ptx: &str, name: &str) -> Option<(usize, usize)> {
     let mut from = 0;
     while let Some(k) = ptx[from..].find(".entry") {
         let at = from + k + ".entry".len();
         from = at;
+        let line_start = ptx[..at].rfind('\n').map_or(0, |n| n + 1);
+        if ptx[line_start..at].contains("//") {
+            continue;
+        }
         let rest = &ptx[at..];
         let trimmed = rest.trim_start();
         let Some(after) = trimmed.strip_prefix(name) else {
@@ -162,7 +167,10 @@ fn entry_head(ptx: &str, name: &str) -> Option<(usize, usize)> {
             let close = start + ptx[start..].find(')')?;
             p = close + 1;
         }
-        let body = p + ptx[p..].find('{')?;
+        let body = p + ptx[p..].find(['{', ';'])?;
+        if ptx[body..].starts_with(';') {
+            continue;
+        }
         return Some((p, body));
     }
     None
@@ -222,20 +230,29 @@ mod tests {
                    .visible .entry ab(.param .u32 x)\n.maxnreg 200\n{\nret;\n}\n\
                    .visible .entry c()\n.maxntid 256, 1, 1\n.minnctapersm 4\n{\nret;\n}\n\
                    .visible .entry d\n{\nret;\n}\n\
-                   .visible .entry e()\n.maxnreg 24\n{\nret;\n}\n";
+                   .visible .entry e()\n.maxnreg 24\n{\nret;\n}\n\
+                   // .entry f() is below\n.extern .entry f(.param .u32 y);\n\
+                   .visible .entry f(.param .u32 y)\n{\nret;\n}\n";
         let caps: Vec<(String, u32)> = [
             ("a", 32),
             ("ab", 64),
             ("c", 32),
             ("d", 40),
             ("e", 32),
+            ("f", 48),
             ("zz", 8),
         ]
         .iter()
         .map(|(n, c)| (n.to_string(), *c))
         .collect();
         let (t, capped) = cap_registers(ptx, &caps);
-        assert_eq!(capped, ["a", "ab", "d"]);
+        assert_eq!(capped, ["a", "ab", "d", "f"]);
+        // The definition, not the comment or the declaration before it.
+        assert!(
+            t.contains("// .entry f() is below\n.extern .entry f(.param .u32 y);\n"),
+            "{t}"
+        );
+        assert!(t.contains("f(.param .u32 y)\n.maxnreg 48\n{"), "{t}");
         assert!(t.contains("a(\n.param .u64 a_0\n)\n.maxnreg 32\n{"), "{t}");
         assert!(t.contains("ab(.param .u32 x)\n.maxnreg 64\n{"), "{t}");
         assert!(

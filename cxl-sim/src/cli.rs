@@ -365,6 +365,28 @@ fn bpftime_binary(explicit: Option<&Path>) -> Result<PathBuf> {
     Ok(PathBuf::from("bpftime-super"))
 }
 
+/// The file name the process of `cmd` will have as its executable: `cmd` found on `PATH`
+/// when it has no `/`, with symbolic links resolved (`python3` is `python3.11`), as the
+/// shim compares it with `/proc/self/exe`. `cmd`'s own file name when it is not found.
+fn executable_name(cmd: &str) -> String {
+    let path = std::path::Path::new(cmd);
+    let found = if cmd.contains('/') {
+        Some(path.to_path_buf())
+    } else {
+        std::env::var_os("PATH").and_then(|p| {
+            std::env::split_paths(&p)
+                .map(|d| d.join(cmd))
+                .find(|c| c.is_file())
+        })
+    };
+    found
+        .and_then(|f| std::fs::canonicalize(f).ok())
+        .as_deref()
+        .unwrap_or(path)
+        .file_name()
+        .map_or_else(|| cmd.to_string(), |f| f.to_string_lossy().into_owned())
+}
+
 /// One run of CMD under trace with the configured probe.
 fn run_once(tier: &TierArgs, p: &Params, cmd: &[String], echo: bool) -> Result<RunOut> {
     run_once_with(tier, p, cmd, echo, &[])
@@ -454,12 +476,10 @@ fn run_once_with(
     };
     let mut bytes = cxl_sim::probe::patch(&base, &config)?;
     if let Policy::Site(func) = &tier.placement {
-        let app = cmd
+        let first = cmd
             .first()
-            .and_then(|c| std::path::Path::new(c).file_name())
-            .map(|f| f.to_string_lossy().into_owned())
             .context("--placement site=FUNCTION needs the command to run")?;
-        bytes = cxl_sim::probe::with_site(&bytes, &app, func)?;
+        bytes = cxl_sim::probe::with_site(&bytes, &executable_name(first), func)?;
     }
     std::fs::write(&obj, bytes).with_context(|| format!("write {}", obj.display()))?;
     let mut objects = vec![obj];
@@ -837,6 +857,30 @@ fn allocs_from_log(path: &Path) -> Result<Vec<Alloc>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_executable_is_named_as_proc_self_exe_names_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let real = dir.path().join("app.real");
+        std::fs::write(&real, b"").unwrap();
+        let link = dir.path().join("app");
+        std::os::unix::fs::symlink(&real, &link).unwrap();
+        assert_eq!(executable_name(&link.display().to_string()), "app.real");
+        // On PATH: `sh` is found and its links resolved (to whatever file it is).
+        let sh = executable_name("sh");
+        let want = std::fs::canonicalize(
+            std::env::split_paths(&std::env::var_os("PATH").unwrap())
+                .map(|d| d.join("sh"))
+                .find(|c| c.is_file())
+                .unwrap(),
+        )
+        .unwrap();
+        assert_eq!(sh, want.file_name().unwrap().to_string_lossy());
+        assert_eq!(
+            executable_name("no-such-command-here"),
+            "no-such-command-here"
+        );
+    }
 
     fn run_args(args: &[&str]) -> (TierArgs, Vec<cxl_sim::live::Change>) {
         let mut argv = vec!["bpftime-super-cxl", "run"];

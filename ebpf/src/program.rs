@@ -467,6 +467,14 @@ impl ProbeCtx {
 /// | 104    | `correlation_id` | launch number from the shim (0 when not passed) |
 ///
 /// Only the fields a program reads are computed. Read-only by contract.
+///
+/// Where they are computed: at the site, or, when the site has one probe and every path
+/// of the probe to a ctx read passes one first read (its *ctx point*), at that read. Then
+/// `timer` is read there, and `warp_active`, `warp_sectors` and `leader` count the lanes
+/// that reach it together: the same lanes when what the probe does before its first ctx
+/// read decides alike for the whole warp (a configuration check), fewer when it filters
+/// lanes by themselves (a lane id, a random draw) before reading the ctx. With sampling,
+/// they count the sampled lanes.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[repr(C)]
 pub struct MemCtx {

@@ -347,11 +347,13 @@ impl Client {
     /// seconds; a service that does not answer in this time is stuck.
     pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(120);
 
-    /// Sets how long control requests wait for their reply (`None`: as long as it takes).
-    /// A request that times out fails with [`ClientError::Timeout`] and drops the
-    /// connection, so that its late reply is never taken for the next request's.
+    /// Sets how long control requests wait to be sent and for their reply (`None`, or
+    /// zero: as long as it takes). A request that times out fails with
+    /// [`ClientError::Timeout`] and drops the connection, so that its late reply is never
+    /// taken for the next request's. The service may still carry it out (a buffer
+    /// allocated, a program loaded): `list` and `status` show what it did.
     pub fn set_request_timeout(&mut self, timeout: Option<Duration>) {
-        self.request_timeout = timeout;
+        self.request_timeout = timeout.filter(|t| !t.is_zero());
     }
 
     /// The region this client is attached to.
@@ -380,17 +382,37 @@ impl Client {
         let mut line =
             serde_json::to_string(req).map_err(|e| ClientError::Protocol(e.to_string()))?;
         line.push('\n');
+        let timed_out =
+            |e: &std::io::Error| matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut);
         let (_, writer) = self.sock.as_mut().expect("connected above");
-        if writer.write_all(line.as_bytes()).is_err() {
+        writer
+            .set_write_timeout(self.request_timeout)
+            .map_err(sock_err("set a write timeout on"))?;
+        if let Err(e) = writer.write_all(line.as_bytes()) {
+            if timed_out(&e) {
+                // A stuck service that stopped reading: part of the line may be out.
+                self.sock = None;
+                return Err(ClientError::Timeout(
+                    self.request_timeout.unwrap_or_default(),
+                ));
+            }
             // The connection is from before a restart (`run --recover` binds a new
             // socket): the request never left, so send it once on a new connection.
             let s = UnixStream::connect(&path).map_err(sock_err("connect"))?;
+            s.set_write_timeout(self.request_timeout)
+                .map_err(sock_err("set a write timeout on"))?;
             let r = BufReader::new(s.try_clone().map_err(sock_err("clone"))?);
             self.sock = Some((r, s));
             let (_, writer) = self.sock.as_mut().expect("connected above");
-            writer
-                .write_all(line.as_bytes())
-                .map_err(sock_err("write"))?;
+            if let Err(e) = writer.write_all(line.as_bytes()) {
+                self.sock = None;
+                if timed_out(&e) {
+                    return Err(ClientError::Timeout(
+                        self.request_timeout.unwrap_or_default(),
+                    ));
+                }
+                return Err(sock_err("write")(e));
+            }
         }
         let (reader, writer) = self.sock.as_mut().expect("connected above");
         writer
@@ -399,7 +421,7 @@ impl Client {
         let mut answer = String::new();
         let n = match reader.read_line(&mut answer) {
             Ok(n) => n,
-            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+            Err(e) if timed_out(&e) => {
                 self.sock = None;
                 return Err(ClientError::Timeout(
                     self.request_timeout.unwrap_or_default(),

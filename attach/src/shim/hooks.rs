@@ -552,7 +552,8 @@ fn capped<'a>(
             tracing::debug!(
                 call,
                 kernels = done.len(),
-                "registers capped at the originals' occupancy"
+                ?cap,
+                "instrumented kernels' registers capped"
             );
             Cow::Owned(t)
         }

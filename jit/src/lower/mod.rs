@@ -616,7 +616,13 @@ fn lower_function(cx: &mut Ctx, start: usize, end: usize) -> Result<Function, Co
         if let Some(run) = cx
             .opts
             .unaligned
-            .then(|| aligned_run(cx, &known, pc, end, |q| targets[q - start]))
+            // A run stops before the ctx point, as before a jump target, so that the
+            // point's marker is not skipped.
+            .then(|| {
+                aligned_run(cx, &known, pc, end, |q| {
+                    targets[q - start] || point == Some(q)
+                })
+            })
             .flatten()
         {
             lower_aligned_run(cx, &mut f, pc, &run, &mut known)?;
