@@ -184,6 +184,13 @@ impl TierBuffers {
         self.count.store(p.len(), Ordering::Release);
     }
 
+    /// Every buffer of client slot `slot` freed (a dead client's, reclaimed).
+    pub fn freed_slot(&self, slot: u32) {
+        let mut p = self.placed.write().unwrap_or_else(|e| e.into_inner());
+        p.retain(|b| b.owner.0 != slot);
+        self.count.store(p.len(), Ordering::Release);
+    }
+
     /// The buffer at `off` freed.
     pub fn freed(&self, off: u64) {
         let mut p = self.placed.write().unwrap_or_else(|e| e.into_inner());
@@ -201,6 +208,15 @@ impl TierBuffers {
         p.iter()
             .find(|b| b.owner == owner && off >= b.off && off + len <= b.off + b.len)
             .map(|b| b.tier.clone())
+    }
+
+    /// The placement of the buffer at `off`, if it has one.
+    pub fn placement(&self, off: u64) -> Option<TierSpec> {
+        if self.is_empty() {
+            return None;
+        }
+        let p = self.placed.read().unwrap_or_else(|e| e.into_inner());
+        p.iter().find(|b| b.off == off).map(|b| b.tier.spec())
     }
 
     /// How many buffers are placed.

@@ -134,6 +134,8 @@ fn recover_keeps_programs_maps_buffers_and_queued_jobs() {
     assert_eq!(counter.version, 2);
     let input = c.alloc(64).unwrap();
     c.write(&input, 0, &[7; 64]).unwrap();
+    // A buffer in an emulated tier: its placement is part of what comes back.
+    let slow = c.alloc_placed(160, Some("cxl:20000")).unwrap();
     let one = Job::new(counter.id, 1).input(&input, 8);
     for i in 1..=3 {
         assert_eq!(c.run(&one, T).unwrap().r0, i);
@@ -204,6 +206,9 @@ fn recover_keeps_programs_maps_buffers_and_queued_jobs() {
         vec![(spin.id, "spin", 1), (counter.id, "counter", 2)]
     );
     assert_eq!(c.read(&input, 0, 64).unwrap(), vec![7; 64]);
+    // Still in the tier: each of 20 records waits its 20 µs.
+    let r = c.run(&Job::new(counter.id, 20).input(&slow, 8), T).unwrap();
+    assert!(r.ok() && r.run_ns >= 20 * 20_000, "{r:?}");
     let again = c
         .load_bytes("spin2.bin", &spinner(10), Some("spin2"))
         .unwrap();

@@ -93,6 +93,9 @@ pub(crate) struct AllocRec {
     pub len: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub client: Option<[u32; 2]>,
+    /// A job buffer's emulated tier (`cxl:LAT[:GBPS]`), if it was placed in one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tier: Option<String>,
 }
 
 impl Service {
@@ -120,6 +123,7 @@ impl Service {
                         Owner::Service => None,
                         Owner::Client { slot, generation } => Some([slot, generation]),
                     },
+                    tier: self.tier_buffers.placement(off).map(|t| t.to_string()),
                 })
                 .collect(),
         };
@@ -219,6 +223,24 @@ pub(crate) fn arena(region: &ShmRegion, cp: &Checkpoint) -> Result<Arena, super:
             }),
     )
     .map_err(|e| fail(region, e))
+}
+
+/// The job buffers the dead service had placed in a tier, registered again in `tiers`
+/// (a placement that no longer parses is named in the errors and the buffer stays local).
+pub(crate) fn tier_buffers(
+    cp: &Checkpoint,
+    tiers: &device::tier::TierBuffers,
+    errors: &mut Vec<String>,
+) {
+    for a in &cp.arena {
+        let (Some([slot, generation]), Some(t)) = (a.client, &a.tier) else {
+            continue;
+        };
+        match t.parse::<device::tier::TierSpec>() {
+            Ok(spec) => tiers.allocated(a.off, a.len, (slot, generation), Some(spec)),
+            Err(e) => errors.push(format!("buffer at {:#x}: {e}; it is local now", a.off)),
+        }
+    }
 }
 
 /// What a recovery needs of the service being started.

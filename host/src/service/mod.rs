@@ -277,6 +277,7 @@ impl Service {
         // backend's thread count is known only once it runs: until then, the dead
         // service's count stands in (checked below).
         let mut recovered = None;
+        let tier_buffers = Arc::new(device::tier::TierBuffers::default());
         if let Some((pid, cp)) = &adopted {
             st.arena = checkpoint::arena(&region, cp)?;
             let sets = if want_cuda {
@@ -290,7 +291,16 @@ impl Service {
                 value_sets: sets,
                 engine: cfg.engine,
             };
-            recovered = Some(checkpoint::restore(&ctx, &mut st, cp, *pid));
+            let mut info = checkpoint::restore(&ctx, &mut st, cp, *pid);
+            checkpoint::tier_buffers(cp, &tier_buffers, &mut info.errors);
+            if want_cuda && !tier_buffers.is_empty() {
+                info.errors.push(format!(
+                    "{} job buffers were placed in an emulated tier, which the CUDA backend \
+                     does not emulate: GPU jobs on them run at local speed",
+                    tier_buffers.len()
+                ));
+            }
+            recovered = Some(info);
         }
         let mut cuda = None;
         if want_cuda {
@@ -304,7 +314,6 @@ impl Service {
                 Err(e) => return Err(e),
             }
         }
-        let tier_buffers = Arc::new(device::tier::TierBuffers::default());
         let (backend, stats, value_sets, backend_name) = match cuda {
             Some(gpus) => {
                 let stats = gpus.iter().flat_map(|b| b.stats.clone()).collect();
@@ -526,6 +535,7 @@ impl Service {
             {
                 let freed = {
                     let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+                    self.tier_buffers.freed_slot(slot);
                     let n = st
                         .arena
                         .free_where(|o| matches!(o, Owner::Client { slot: s, .. } if s == slot));
