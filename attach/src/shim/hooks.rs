@@ -542,12 +542,37 @@ fn capped<'a>(
     if kernels.is_empty() {
         return Cow::Borrowed(ptx);
     }
-    match original_registers(original, &kernels) {
-        Ok((limits, regs)) => {
-            let caps: Vec<(String, u32)> = regs
-                .into_iter()
+    // The caps of an image loaded before (a module loaded again, or in another context of
+    // the same device) are known: its original is not loaded a second time.
+    type Caps = Result<Vec<(String, u32)>, String>;
+    /// Image hash, device, cap mode.
+    type Key = (u64, c_int, crate::occupancy::Cap);
+    static KNOWN: Mutex<Vec<(Key, Caps)>> = Mutex::new(Vec::new());
+    let caps = current_device().map(|dev| {
+        let key = {
+            use std::hash::{Hash, Hasher};
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            original.hash(&mut h);
+            (h.finish(), dev, cap)
+        };
+        let known = KNOWN.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, c)) = known.iter().find(|(k, _)| *k == key) {
+            return c.clone();
+        }
+        drop(known);
+        let c: Caps = original_registers(original, dev, &kernels).map(|(limits, regs)| {
+            regs.into_iter()
                 .filter_map(|(k, r)| Some((k, cap.registers(limits, r)?)))
-                .collect();
+                .collect()
+        });
+        KNOWN
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((key, c.clone()));
+        c
+    });
+    match caps.unwrap_or_else(|| Err("no current device".into())) {
+        Ok(caps) => {
             let (t, done) = crate::occupancy::cap_registers(ptx, &caps);
             tracing::debug!(
                 call,
@@ -570,10 +595,21 @@ fn report_warning(what: String) {
     report(&[ReportLine::Warning { what }]);
 }
 
-/// The SM's limits and the register count of each of `kernels` as the driver loads the
-/// original `image` in the current context.
+/// The current context's device, if the driver says.
+fn current_device() -> Option<c_int> {
+    // SAFETY: the real cuCtxGetDevice; the out-pointer is a local.
+    unsafe {
+        let device: driver::CtxGetDevice = fn_of(Hook::CtxGetDevice).ok()?;
+        let mut dev: c_int = 0;
+        (device(&mut dev) == CUDA_SUCCESS).then_some(dev)
+    }
+}
+
+/// The SM's limits of device `dev` and the register count of each of `kernels` as the
+/// driver loads the original `image` in the current context.
 fn original_registers(
     image: &[u8],
+    dev: c_int,
     kernels: &[&str],
 ) -> Result<(crate::occupancy::SmLimits, Vec<(String, u32)>), String> {
     type GetFunction = unsafe extern "C" fn(*mut Handle, Handle, *const c_char) -> CuResult;
@@ -603,11 +639,8 @@ fn original_registers(
     // SAFETY: real driver entries with their signatures; out-pointers are locals, `ptr`
     // lives to the end of this function and the module is unloaded before it returns.
     unsafe {
-        let device: driver::CtxGetDevice = fn_of(Hook::CtxGetDevice)?;
         let dev_attr: driver::DeviceGetAttribute = fn_of(Hook::DeviceGetAttribute)?;
         let load: driver::ModuleLoadData = fn_of(Hook::ModuleLoadData)?;
-        let mut dev: c_int = 0;
-        check(device(&mut dev), "cuCtxGetDevice")?;
         let (mut regs, mut threads) = (0 as c_int, 0 as c_int);
         check(
             dev_attr(&mut regs, DEV_MAX_REGS_PER_SM, dev),
