@@ -275,7 +275,9 @@ fn placement_follows_the_applications_allocations() {
             .env("FAKE_CUDA_DIR", dir.join("rec"));
         c
     };
-    let run = |placement: &str| {
+    // One run under `placement` over `sizes`: the report, and the app's stderr and the
+    // fake driver's call log.
+    let run_with = |placement: &str, sizes: &[&str]| {
         let _ = std::fs::remove_file(dir.join("rec/calls.log"));
         let o = app(
             &[
@@ -286,7 +288,7 @@ fn placement_follows_the_applications_allocations() {
                 "--placement",
                 placement,
             ],
-            &["4096", "3145728", "65536"],
+            sizes,
         )
         .output()
         .unwrap();
@@ -294,14 +296,20 @@ fn placement_follows_the_applications_allocations() {
         assert!(o.status.success(), "{placement}: {err}");
         let v: serde_json::Value =
             serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{e}: {out}"));
-        let addr = |size: &str| {
-            err.lines()
-                .find_map(|l| l.strip_prefix(&format!("alloc {size} at 0x")))
-                .map(|h| u64::from_str_radix(h, 16).unwrap())
-                .unwrap_or_else(|| panic!("{err}"))
-        };
         let calls = std::fs::read_to_string(dir.join("rec/calls.log")).unwrap_or_default();
-        (v, addr("4096"), addr("3145728"), addr("65536"), calls)
+        (v, err, calls)
+    };
+    // Where the app says it allocated `size`.
+    let addr = |err: &str, size: &str| {
+        err.lines()
+            .find_map(|l| l.strip_prefix(&format!("alloc {size} at 0x")))
+            .map(|h| u64::from_str_radix(h, 16).unwrap())
+            .unwrap_or_else(|| panic!("{err}"))
+    };
+    let run = |placement: &str| {
+        let (v, err, calls) = run_with(placement, &["4096", "3145728", "65536"]);
+        let a = |size| addr(&err, size);
+        (v, a("4096"), a("3145728"), a("65536"), calls)
     };
     // size>=1MB: the 3 MiB allocation only.
     let (v, _, big, _, calls) = run("size>=1MB");
@@ -336,29 +344,11 @@ fn placement_follows_the_applications_allocations() {
     assert!(placed.iter().all(|p| p["interleave"] == "1:3@4096"), "{v}");
     let _ = (big, mid);
     // site=FUNCTION: what the executable's kv_cache_alloc allocates, nothing else.
-    let o = app(
-        &[
-            "--latency-ns",
-            "100",
-            "--json",
-            "--no-kernel-time",
-            "--placement",
-            "site=kv_cache_alloc",
-        ],
+    let (v, err, _) = run_with(
+        "site=kv_cache_alloc",
         &["4096", "kv:65536", "8192", "kv:12288"],
-    )
-    .output()
-    .unwrap();
-    let (out, err) = text(&o);
-    assert!(o.status.success(), "site: {err}");
-    let v: serde_json::Value =
-        serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{e}: {out}"));
-    let at = |size: &str| {
-        err.lines()
-            .find_map(|l| l.strip_prefix(&format!("alloc {size} at 0x")))
-            .map(|h| u64::from_str_radix(h, 16).unwrap())
-            .unwrap_or_else(|| panic!("{err}"))
-    };
+    );
+    let at = |size| addr(&err, size);
     assert_eq!(v["placement"], "site=kv_cache_alloc", "{v}");
     assert_eq!(
         v["placed"],
