@@ -2,7 +2,7 @@
 //! `map update` and by clients attached directly, without torn values; and map carry-over
 //! rules of `replace`.
 
-use host::client::{Client, ClientError, Job};
+use host::client::{Client, ClientError, Job, JobResult};
 use host::service::{BackendChoice, Service, ServiceConfig};
 use shm_maps::RegionConfig;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -46,6 +46,32 @@ fn start(tag: &str) -> (Arc<Service>, String) {
 
 fn halves_equal(v: &[u8]) -> bool {
     v[..8] == v[8..16]
+}
+
+/// One `job_counter` job over `n` one-byte records of `input`, checked: ok, and the last
+/// record saw every count before it (whole jobs of `n`, none lost).
+fn counted_job(c: &mut Client, prog: u32, n: u64, input: &host::client::Buffer) -> JobResult {
+    let r = c.run(&Job::new(prog, n).input(input, 1), T).unwrap();
+    assert!(r.ok(), "{r:?}");
+    assert!(r.r0 > 0 && r.r0.is_multiple_of(n), "{}", r.r0);
+    r
+}
+
+/// The worker's own run time of a job: the client's wake-ups and the queue's wait are
+/// noise of their own, as large as the whole delay on a busy two-core machine.
+fn run_time(r: &JobResult) -> Duration {
+    Duration::from_nanos(r.run_ns)
+}
+
+/// The fastest of `rounds` runs of the baseline (`run(false)`) and of the tier
+/// (`run(true)`), alternating, so that both see the same machine noise.
+fn fastest(rounds: usize, mut run: impl FnMut(bool) -> Duration) -> (Duration, Duration) {
+    let (mut base, mut t) = (Duration::MAX, Duration::MAX);
+    for _ in 0..rounds {
+        base = base.min(run(false));
+        t = t.min(run(true));
+    }
+    (base, t)
 }
 
 #[test]
@@ -202,25 +228,13 @@ fn a_map_in_an_emulated_tier_pays_its_delay() {
     assert_eq!(placement(&capped), "cxl:0:0.0004");
     let n = 200u64;
     let input = c.alloc(n).unwrap();
-    // The worker's own run time of the job: the client's wake-ups and the queue's wait are
-    // noise of their own, as large as the whole delay on a busy two-core machine.
-    let time = |c: &mut Client, id: u32| {
-        let r = c.run(&Job::new(id, n).input(&input, 1), T).unwrap();
-        assert!(r.ok(), "{r:?}");
-        // The last record saw every count before it: whole jobs of n, none lost.
-        assert!(r.r0 > 0 && r.r0.is_multiple_of(n), "{}", r.r0);
-        Duration::from_nanos(r.run_ns)
-    };
     // A first job can pay for waking the worker.
-    time(&mut c, plain.id);
+    counted_job(&mut c, plain.id, n, &input);
     for (p, what) in [(&slow, "latency"), (&capped, "cap")] {
-        // The fastest of seven on each side, plain and tier runs alternating, so that both
-        // see the same machine noise.
-        let (mut base, mut t) = (Duration::MAX, Duration::MAX);
-        for _ in 0..7 {
-            base = base.min(time(&mut c, plain.id));
-            t = t.min(time(&mut c, p.id));
-        }
+        let (base, t) = fastest(7, |tier| {
+            let id = if tier { p.id } else { plain.id };
+            run_time(&counted_job(&mut c, id, n, &input))
+        });
         let total = t.as_secs_f64() * 1e6 / n as f64;
         let per = (t.saturating_sub(base)).as_secs_f64() * 1e6 / n as f64;
         eprintln!("{what}: {per:.2} µs per access over the plain map (configured 20)");
@@ -271,17 +285,12 @@ fn a_job_buffer_in_a_tier_pays_per_record() {
     let local = c.alloc(n).unwrap();
     let slow = c.alloc_placed(n, Some("cxl:20000")).unwrap();
     let time = |c: &mut Client, input: &host::client::Buffer| {
-        let r = c.run(&Job::new(p.id, n).input(input, 1), T).unwrap();
-        assert!(r.ok() && r.records_done == n, "{r:?}");
-        assert!(r.r0 > 0 && r.r0.is_multiple_of(n), "{}", r.r0);
-        Duration::from_nanos(r.run_ns)
+        let r = counted_job(c, p.id, n, input);
+        assert_eq!(r.records_done, n, "{r:?}");
+        run_time(&r)
     };
     time(&mut c, &local);
-    let (mut base, mut t) = (Duration::MAX, Duration::MAX);
-    for _ in 0..5 {
-        base = base.min(time(&mut c, &local));
-        t = t.min(time(&mut c, &slow));
-    }
+    let (base, t) = fastest(5, |tier| time(&mut c, if tier { &slow } else { &local }));
     let per = t.saturating_sub(base).as_secs_f64() * 1e6 / n as f64;
     eprintln!("tier buffer: {per:.2} µs per record over the local buffer (configured 20)");
     assert!((18.0..200.0).contains(&per), "{per:.1} µs per record");
