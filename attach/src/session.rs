@@ -520,6 +520,7 @@ pub fn bindings(
                     scope: AtomicScope::Sys,
                     stripes: 1,
                     stripe_stride: 0,
+                    tier: None,
                 },
             );
         }
@@ -572,6 +573,7 @@ pub fn placeholder_bindings(probes: &ProbeSet, base: u64, threads: u32) -> Bindi
                         scope: AtomicScope::Sys,
                         stripes: 1,
                         stripe_stride: 0,
+                        tier: None,
                     };
                     next += len.div_ceil(64) * 64;
                     (d.name.clone(), b)

@@ -61,6 +61,14 @@ impl std::str::FromStr for TierSpec {
     }
 }
 
+impl TierSpec {
+    /// Picoseconds per byte at the cap (0: no cap).
+    pub fn ps_per_byte(&self) -> u64 {
+        self.gbps
+            .map_or(0, |g| (1000.0 / g).round().max(1.0) as u64)
+    }
+}
+
 impl std::fmt::Display for TierSpec {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "cxl:{}", self.latency_ns)?;
@@ -87,9 +95,7 @@ impl Tier {
     pub fn new(spec: TierSpec) -> Tier {
         Tier {
             spec,
-            ps_per_byte: spec
-                .gbps
-                .map_or(0, |g| (1000.0 / g).round().max(1.0) as u64),
+            ps_per_byte: spec.ps_per_byte(),
             tat: AtomicU64::new(0),
             epoch: Instant::now(),
         }

@@ -235,6 +235,8 @@ struct Case {
     /// Frame size given to the C side (0 = 512).
     stack_size: u32,
     seed: u64,
+    /// An emulated tier every map of the C side pays (the reference has none).
+    tier: Option<jit::MapTier>,
 }
 
 impl Case {
@@ -249,6 +251,7 @@ impl Case {
             max_insns: 1_000_000,
             stack_size: 512,
             seed: 1,
+            tier: None,
         }
     }
 }
@@ -367,7 +370,10 @@ fn decode_trace(ring: &Buf, bufs: &[Buf]) -> Vec<Option<String>> {
 
 fn run_c(c: &Case) -> Outcome {
     let run = c_interp().run;
-    let maps = make_maps(&c.prog.maps, c.n);
+    let mut maps = make_maps(&c.prog.maps, c.n);
+    for b in &mut maps.bindings {
+        b.tier = c.tier;
+    }
     let code = bytecode::relocate(&c.prog, &maps.bindings)
         .unwrap_or_else(|e| panic!("{}: relocate: {e}", c.prog.name));
     let descs: Vec<MapDesc> = maps.bindings.iter().map(bytecode::map_desc).collect();
@@ -493,6 +499,130 @@ fn diff(c: &Case) -> Result<(), String> {
         ));
     }
     Ok(())
+}
+
+/// Runs `c` on the C side with `tier` on its maps: the results, maps and output equal the
+/// reference's (untiered), and the time it took.
+fn run_tiered(c: &Case, tier: jit::MapTier) -> std::time::Duration {
+    let c = Case {
+        tier: Some(tier),
+        prog: c.prog.clone(),
+        ..*c
+    };
+    c_interp(); // built once, not timed
+    let t = std::time::Instant::now();
+    let got = run_c(&c);
+    let took = t.elapsed();
+    let want = run_reference(&c);
+    assert_eq!(got.results, want.results);
+    assert_eq!(got.out, want.out);
+    assert_eq!(got.maps, want.maps);
+    took
+}
+
+/// A map in an emulated tier (`load --map-placement M=cxl:…` on the CUDA backend): every
+/// helper access of the device interpreter waits out the latency, and with a cap the bytes
+/// through the link word; the results stay those of the untiered reference.
+#[test]
+fn a_tiered_map_makes_every_helper_access_wait() {
+    // Each record: two lookups and an update of an 8-byte value.
+    let p = prog(
+        "tiered",
+        "*(u32 *)(r10 - 4) = 1
+         r2 = r10
+         r2 += -4
+         r1 = map_idx[0] ll
+         call map_lookup_elem
+         if r0 == 0 goto out
+         r6 = *(u64 *)(r0 + 0)
+         r2 = r10
+         r2 += -4
+         r1 = map_idx[0] ll
+         call map_lookup_elem
+         if r0 == 0 goto out
+         r6 += 1
+         *(u64 *)(r0 + 0) = r6
+         r2 = r10
+         r2 += -4
+         r1 = map_idx[0] ll
+         r3 = r0
+         r4 = 0
+         call map_update_elem
+         r0 = r6
+         out:
+         exit",
+        vec![mapdef(MapKind::Array, 4, 8, 4)],
+    );
+    let mut c = Case::job(p);
+    c.n = 40;
+    // 120 accesses at 50 µs: at least 6 ms.
+    let took = run_tiered(
+        &c,
+        jit::MapTier {
+            latency_ns: 50_000,
+            ps_per_byte: 0,
+            tat_addr: 0,
+        },
+    );
+    assert!(
+        took >= std::time::Duration::from_micros(120 * 50),
+        "{took:?} for 120 accesses at 50 µs"
+    );
+    // At 1 GB/s (1000 ps a byte), 120 lookups of 64 KiB: 65.5 µs of link time each, no
+    // latency. The link never carries more than the cap: the run takes at least 7.9 ms. It
+    // sits idle while the program works between lookups, so a run takes its link time
+    // plus its untiered time; on a shared CI machine the best of three must come within
+    // 10% of that.
+    let p = prog(
+        "tiered_lookups",
+        "*(u32 *)(r10 - 4) = 1
+         r6 = 0
+         again:
+         r2 = r10
+         r2 += -4
+         r1 = map_idx[0] ll
+         call map_lookup_elem
+         if r0 == 0 goto out
+         r6 += 1
+         if r6 < 3 goto again
+         out:
+         r0 = r6
+         exit",
+        vec![mapdef(MapKind::Array, 4, 65536, 4)],
+    );
+    let mut c = Case::job(p);
+    c.n = 40;
+    let link_time = std::time::Duration::from_nanos(120 * 65536);
+    let link = std::sync::atomic::AtomicU64::new(0);
+    let mut best = std::time::Duration::MAX;
+    for _ in 0..3 {
+        let local = run_tiered(
+            &c,
+            jit::MapTier {
+                latency_ns: 0,
+                ps_per_byte: 0,
+                tat_addr: 0,
+            },
+        );
+        let took = run_tiered(
+            &c,
+            jit::MapTier {
+                latency_ns: 0,
+                ps_per_byte: 1000,
+                tat_addr: link.as_ptr() as u64,
+            },
+        );
+        assert!(took >= link_time, "{took:?}: over the 1 GB/s cap");
+        best = best.min(took.saturating_sub(local));
+    }
+    assert!(
+        best <= link_time * 11 / 10,
+        "{best:?} over the untiered run, for {link_time:?} of link time"
+    );
+    assert!(
+        link.load(std::sync::atomic::Ordering::Relaxed) > 0,
+        "the link word was never taken"
+    );
 }
 
 fn mapdef(kind: MapKind, ks: u32, vs: u32, n: u32) -> MapDef {

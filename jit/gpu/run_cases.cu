@@ -19,7 +19,7 @@
 //
 // Line of STEM.run: case ENTRY MODE N IN_SIZE OUT_SIZE A0 A1 A2 A3 IN_OFF OUT_OFF NMAPS
 //                   [ADDR LEN OFF]*NMAPS [INTERP_OFF N_INSNS STACK_SIZE]
-//   INTERP_OFF: N_INSNS relocated 8-byte slots, then NMAPS 32-byte struct bpf_map_desc.
+//   INTERP_OFF: N_INSNS relocated 8-byte slots, then NMAPS 56-byte struct bpf_map_desc.
 //   MODE par: one launch of one block of N threads (one per record);
 //   MODE ser: N launches of one thread, record by record (extra param: the record index).
 #include <cuda.h>

@@ -120,6 +120,24 @@ pub struct MapBinding {
     pub stripes: u32,
     /// Bytes between stripes.
     pub stripe_stride: u64,
+    /// An emulated slower memory tier that every helper access to the map pays
+    /// (`map_lookup_elem`, `map_update_elem`, `map_delete_elem`); `None`: local.
+    pub tier: Option<MapTier>,
+}
+
+/// An emulated memory tier on the GPU, as [`prelude`] waits it out at a map helper: the
+/// access waits until `%globaltimer` passes `max(start + latency_ns, end)`, where `end` is
+/// when the tier's link has carried the access's bytes (`ps_per_byte` each) behind every
+/// earlier access of the tier (the link's next free time, a `u64` of `%globaltimer` ns at
+/// `tat_addr`, taken with `atom.add`; an idle link restarts at `start`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MapTier {
+    /// Nanoseconds added to every access.
+    pub latency_ns: u64,
+    /// Picoseconds per byte at the bandwidth cap; 0: no cap.
+    pub ps_per_byte: u64,
+    /// Device address of the link's next free time (8 bytes, zeroed; unused without a cap).
+    pub tat_addr: u64,
 }
 
 impl MapBinding {
@@ -140,6 +158,7 @@ impl MapBinding {
             scope: AtomicScope::Sys,
             stripes: 1,
             stripe_stride: 0,
+            tier: None,
         }
     }
 }

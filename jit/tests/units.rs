@@ -372,6 +372,72 @@ fn map_helpers_are_inlined_with_word_keys() {
 }
 
 #[test]
+fn helpers_of_a_tiered_map_wait_out_its_latency_and_link() {
+    let (p, mut opts) = hash_opts(4, jit::AtomicScope::Gpu);
+    let local = jit::compile(&p, &opts).unwrap().text();
+    assert!(
+        !local.contains("%globaltimer"),
+        "a local map waits for nothing"
+    );
+    // 170 ns, 26 GB/s (38 ps a byte): an 8-byte value costs ceil(304 / 1000) = 1 ns of link.
+    opts.maps[0].tier = Some(jit::MapTier {
+        latency_ns: 170,
+        ps_per_byte: 38,
+        tat_addr: 0x7000_0040,
+    });
+    let t = jit::compile(&p, &opts).unwrap().text();
+    // Both helpers (lookup, update), in the func and the entry: each starts with the wait.
+    for helper in ["map_lookup_elem", "map_update_elem"] {
+        let blocks: Vec<&str> = t.split(&format!("{{ // {helper} inline")).skip(1).collect();
+        assert_eq!(blocks.len(), 2, "{helper}: {t}");
+        for b in blocks {
+            let b = &b[..b.find("\t}\n").unwrap()];
+            let wait = b.find("$Ltierw:").expect("the wait");
+            assert!(b.contains("add.u64 %hd81, %hd80, 170;"), "{b}");
+            assert!(
+                b.contains("mov.b64 %hd82, 1879048256;")
+                    && b.contains("atom.relaxed.gpu.add.u64 %hd83, [%hd82], 1;"),
+                "{b}"
+            );
+            assert!(b.contains("max.u64 %hd81, %hd81, %hd83;"), "{b}");
+            assert!(wait < b.find("ld.acquire.gpu").unwrap_or(usize::MAX), "{b}");
+            assert!(b.find("atom.relaxed.gpu.add").unwrap() < wait, "{b}");
+        }
+    }
+    common::assemble(&t, "hashcount, tiered with a cap");
+    // Latency only: no link word.
+    opts.maps[0].tier = Some(jit::MapTier {
+        latency_ns: 170,
+        ps_per_byte: 0,
+        tat_addr: 0,
+    });
+    let t = jit::compile(&p, &opts).unwrap().text();
+    assert!(t.contains("$Ltierw:") && !t.contains("%hd82"), "{t}");
+    common::assemble(&t, "hashcount, tiered");
+    // As a `.func` (past the inline budget): the same wait first.
+    let used = [jit::prelude::Use {
+        id: ebpf::helpers::MAP_LOOKUP_ELEM,
+        map: Some(0),
+    }]
+    .into_iter()
+    .collect();
+    let (_, bodies) = jit::prelude::generate(&used, &opts);
+    let f = &bodies[0];
+    assert!(
+        f.find("add.u64 %rd81, %rd80, 170;").unwrap() < f.find("ld.acquire").unwrap(),
+        "{f}"
+    );
+    // A cap needs its link word.
+    opts.maps[0].tier = Some(jit::MapTier {
+        latency_ns: 0,
+        ps_per_byte: 38,
+        tat_addr: 0,
+    });
+    let e = jit::compile(&p, &opts).unwrap_err().to_string();
+    assert!(e.contains("link word"), "{e}");
+}
+
+#[test]
 fn map_counter_adds_are_warp_aggregated() {
     // HASHCOUNT adds a constant to the looked-up value without fetch. Fast path: when every
     // active lane has the same address (two shuffles and a vote), the highest lane adds the

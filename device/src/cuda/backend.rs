@@ -605,6 +605,13 @@ impl Shared {
                     .filter(|(_, d)| **d)
                     .map(|(m, _)| m.name.clone())
                     .collect(),
+                tiered_maps: p
+                    .program
+                    .maps
+                    .iter()
+                    .zip(&p.tiers)
+                    .filter_map(|(m, t)| t.map(|t| (m.name.clone(), t.latency_ns, t.ps_per_byte())))
+                    .collect(),
             },
             None => Cmd::Unload { id },
         };

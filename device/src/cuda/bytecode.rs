@@ -6,7 +6,7 @@
 //!
 //! | C struct              | Rust        | bytes | what                                          |
 //! |-----------------------|-------------|-------|-----------------------------------------------|
-//! | `struct bpf_map_desc` | [`MapDesc`] | 32    | one map: header address, kind id, geometry    |
+//! | `struct bpf_map_desc` | [`MapDesc`] | 56    | one map: header address, kind id, geometry, tier |
 //! | `struct bpf_prog_desc`| [`ProgDesc`]| 32    | bytecode address and length, maps, frame size |
 //! | `struct bpf_env`      | [`Env`]     | 32    | per thread: trace ring, budget, thread, pid   |
 //!
@@ -49,6 +49,12 @@ pub struct MapDesc {
     pub threads: u32,
     /// Map flags (unused by the interpreter).
     pub flags: u32,
+    /// The emulated tier's latency per helper access (`jit::MapTier`; 0: none).
+    pub tier_ns: u64,
+    /// The tier's picoseconds per byte at its cap (0: no cap).
+    pub tier_ps: u64,
+    /// Address of the tier link's next free time.
+    pub tier_tat: u64,
 }
 
 /// `struct bpf_prog_desc`: one program.
@@ -87,7 +93,7 @@ pub struct Env {
 }
 
 const _: () = {
-    assert!(size_of::<MapDesc>() == 32);
+    assert!(size_of::<MapDesc>() == 56);
     assert!(offset_of!(MapDesc, base) == 0);
     assert!(offset_of!(MapDesc, kind) == 8);
     assert!(offset_of!(MapDesc, key_size) == 12);
@@ -95,6 +101,9 @@ const _: () = {
     assert!(offset_of!(MapDesc, max_entries) == 20);
     assert!(offset_of!(MapDesc, threads) == 24);
     assert!(offset_of!(MapDesc, flags) == 28);
+    assert!(offset_of!(MapDesc, tier_ns) == 32);
+    assert!(offset_of!(MapDesc, tier_ps) == 40);
+    assert!(offset_of!(MapDesc, tier_tat) == 48);
     assert!(size_of::<ProgDesc>() == 32);
     assert!(offset_of!(ProgDesc, insns) == 0);
     assert!(offset_of!(ProgDesc, maps) == 8);
@@ -190,6 +199,9 @@ pub fn map_desc(b: &MapBinding) -> MapDesc {
         max_entries: b.max_entries,
         threads: b.threads.max(1),
         flags: 0,
+        tier_ns: b.tier.map_or(0, |t| t.latency_ns),
+        tier_ps: b.tier.map_or(0, |t| t.ps_per_byte),
+        tier_tat: b.tier.map_or(0, |t| t.tat_addr),
     }
 }
 

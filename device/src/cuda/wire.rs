@@ -311,6 +311,11 @@ pub enum Cmd {
         /// each from its arena mirror to device memory the first time it sees it.
         #[serde(default)]
         device_maps: Vec<String>,
+        /// Its maps in an emulated memory tier: (name within the program, latency ns,
+        /// picoseconds per byte at the cap or 0). Every helper access to one waits it out
+        /// on the GPU, in native code and in the device interpreter alike.
+        #[serde(default)]
+        tiered_maps: Vec<(String, u64, u64)>,
     },
     /// Copy a device map between GPU memory and its arena mirror: bytes `[off, off + len)`
     /// of the map's storage.

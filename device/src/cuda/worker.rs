@@ -140,10 +140,15 @@ struct Prog {
     tier: u32,
     /// Its maps that live in GPU memory.
     device_maps: Vec<String>,
+    /// Its maps in an emulated tier: (name, latency ns, ps per byte).
+    tiered_maps: Vec<(String, u64, u64)>,
 }
 
 /// Device maps: `program:map` → (device address, storage bytes).
 type DeviceMaps = HashMap<String, (u64, u64)>;
+
+/// Maps in an emulated tier: `program:map` → the tier, its link word in GPU memory.
+type TieredMaps = HashMap<String, jit::MapTier>;
 
 /// A generation built off the critical path.
 struct Built {
@@ -182,6 +187,7 @@ struct Worker {
     named: HashMap<u32, u32>,
     installed: HashMap<u32, Prog>,
     dev_maps: DeviceMaps,
+    tiered: TieredMaps,
     retired: Vec<u64>,
     generation: u32,
     swaps: u64,
@@ -438,6 +444,7 @@ impl Worker {
             named: HashMap::new(),
             installed: HashMap::new(),
             dev_maps: HashMap::new(),
+            tiered: HashMap::new(),
             retired: Vec::new(),
             generation: 0,
             swaps: 0,
@@ -528,7 +535,14 @@ impl Worker {
         name: &str,
         program: &ebpf::Program,
     ) -> Result<Vec<jit::MapBinding>, String> {
-        bindings(&self.region, self.region_dev, &self.dev_maps, name, program)
+        bindings(
+            &self.region,
+            self.region_dev,
+            &self.dev_maps,
+            &self.tiered,
+            name,
+            program,
+        )
     }
 
     /// Copies each of `p`'s device maps not on the GPU yet from its arena mirror.
@@ -563,6 +577,34 @@ impl Worker {
                 .map_err(|e| e.to_string())?;
             tracing::info!(map = %q, bytes = e.data_len, "map placed in GPU memory");
             self.dev_maps.insert(q, (dev, e.data_len));
+        }
+        Ok(())
+    }
+
+    /// Records `p`'s maps in an emulated tier, each with a zeroed link word in GPU memory
+    /// (kept while the map is: code of an older generation may still read it).
+    fn place_tiers(&mut self, p: &Prog) -> Result<(), String> {
+        for (m, latency_ns, ps_per_byte) in &p.tiered_maps {
+            let q = format!("{}:{m}", p.name);
+            let tat_addr = match self.tiered.get(&q) {
+                Some(t) => t.tat_addr,
+                None => {
+                    let dev = self.gpu.alloc(64).map_err(|e| e.to_string())?;
+                    self.gpu
+                        .upload(self.copy, dev, &[0u8; 64])
+                        .map_err(|e| e.to_string())?;
+                    dev
+                }
+            };
+            tracing::info!(map = %q, latency_ns, ps_per_byte, "map in an emulated tier");
+            self.tiered.insert(
+                q,
+                jit::MapTier {
+                    latency_ns: *latency_ns,
+                    ps_per_byte: *ps_per_byte,
+                    tat_addr,
+                },
+            );
         }
         Ok(())
     }
@@ -633,7 +675,8 @@ impl Worker {
         let code = bytecode::relocate(&p.program, &maps).map_err(|e| e.to_string())?;
         let descs: Vec<bytecode::MapDesc> = maps.iter().map(bytecode::map_desc).collect();
         let code_len = (code.len() * 8) as u64;
-        let maps_len = (descs.len() * 32).max(32) as u64;
+        let desc = std::mem::size_of::<bytecode::MapDesc>();
+        let maps_len = (descs.len() * desc).max(desc) as u64;
         let off = self
             .code_alloc
             .alloc(code_len + maps_len, Owner::Service)
@@ -805,6 +848,22 @@ impl Worker {
             }
             keep
         });
+        let tiered: std::collections::HashSet<String> = self
+            .installed
+            .values()
+            .flat_map(|p| {
+                p.tiered_maps
+                    .iter()
+                    .map(move |(m, _, _)| format!("{}:{m}", p.name))
+            })
+            .collect();
+        self.tiered.retain(|k, t| {
+            let keep = tiered.contains(k);
+            if !keep {
+                let _ = gpu.free(t.tat_addr);
+            }
+            keep
+        });
         times.unload_ns = t1.elapsed().as_nanos() as u64;
         let t2 = Instant::now();
         swap_step("publishing entries");
@@ -928,6 +987,7 @@ impl Worker {
                 object,
                 stack_depth,
                 device_maps,
+                tiered_maps,
             } => {
                 let r = ebpf::elf::load(&object, &file, selector.as_deref())
                     .map_err(|e| e.to_string())
@@ -941,8 +1001,10 @@ impl Worker {
                             allocs: Vec::new(),
                             tier: TIER_INTERP,
                             device_maps,
+                            tiered_maps,
                         };
                         self.place_maps(&p)?;
+                        self.place_tiers(&p)?;
                         self.publish_instant(p)
                     });
                 Some(ack(r))
@@ -1111,19 +1173,22 @@ impl Worker {
                         Vec::new()
                     },
                 );
-                let (region, region_dev, trace, dev_maps) = (
+                let (region, region_dev, trace, dev_maps, tiered) = (
                     self.region.clone(),
                     self.region_dev,
                     self.params.trace_buf,
                     self.dev_maps.clone(),
+                    self.tiered.clone(),
                 );
                 let btx = btx.clone();
                 std::thread::spawn(move || {
                     let progs: Vec<(Prog, Vec<jit::MapBinding>)> = progs
                         .into_iter()
                         .filter_map(|p| {
-                            let b = bindings(&region, region_dev, &dev_maps, &p.name, &p.program)
-                                .ok()?;
+                            let b = bindings(
+                                &region, region_dev, &dev_maps, &tiered, &p.name, &p.program,
+                            )
+                            .ok()?;
                             Some((p, b))
                         })
                         .collect();
@@ -1150,6 +1215,7 @@ fn bindings(
     region: &ShmRegion,
     region_dev: u64,
     dev_maps: &DeviceMaps,
+    tiered: &TieredMaps,
     name: &str,
     program: &ebpf::Program,
 ) -> Result<Vec<jit::MapBinding>, String> {
@@ -1171,6 +1237,7 @@ fn bindings(
             // had one per GPU thread (its values would land past its storage).
             let mut b = jit::MapBinding::for_def(def, base, e.threads);
             b.scope = scope;
+            b.tier = tiered.get(&qualified).copied();
             Ok(b)
         })
         .collect()
@@ -1338,7 +1405,17 @@ mod tests {
             ..ebpf::Program::from_insns("p", vec![])
         };
         let region_dev = 1 << 40;
-        let b = bindings(&r, region_dev, &DeviceMaps::default(), "p", &prog).unwrap();
+        // `plain` in an emulated tier: its binding carries it; `per` stays local.
+        let tier = jit::MapTier {
+            latency_ns: 170,
+            ps_per_byte: 38,
+            tat_addr: 0x9000_0040,
+        };
+        let tiered: TieredMaps = [("p:plain".to_string(), tier)].into_iter().collect();
+        let b = bindings(&r, region_dev, &DeviceMaps::default(), &tiered, "p", &prog).unwrap();
+        assert_eq!(b[0].tier, Some(tier));
+        assert_eq!(b[1].tier, None);
+        assert_eq!(bytecode::map_desc(&b[0]).tier_tat, 0x9000_0040);
         let arena = region_dev + r.header().arena_off;
         for (bind, d) in b.iter().zip(&defs) {
             let e = r.find_map(&format!("p:{}", d.name)).unwrap();

@@ -42,7 +42,8 @@ enum Asked {
     Device,
     /// Shared memory.
     Shm,
-    /// Shared memory, every helper access paying an emulated tier (CPU backend).
+    /// An emulated slower tier every helper access pays: shared memory on the CPU
+    /// backend, GPU memory on one GPU.
     Tier(TierSpec),
 }
 
@@ -111,11 +112,9 @@ fn placement_of(svc: &Service, def: &MapDef, asked: &[(String, Asked)]) -> Resul
             def.name
         )),
         Some(Asked::Shm) => Ok(false),
-        Some(Asked::Tier(t)) if cuda => Err(format!(
-            "map `{}`: placement `{t}` is emulated on the CPU backend only (this service runs the CUDA backend)",
-            def.name
-        )),
-        Some(Asked::Tier(_)) => Ok(false),
+        // On a GPU the tier's local memory is the GPU's own (where one GPU holds the map:
+        // with several, a map they share stays in host memory and pays the tier there).
+        Some(Asked::Tier(_)) => Ok(cuda && (gpus == 1 || per_thread)),
         None => Ok(cuda && per_thread),
     }
 }

@@ -1169,6 +1169,9 @@ fn build_case(c: &Case, seed: u64) -> Result<Built, String> {
         ] {
             blob.extend_from_slice(&f.to_le_bytes());
         }
+        for f in [d.tier_ns, d.tier_ps, d.tier_tat] {
+            blob.extend_from_slice(&f.to_le_bytes());
+        }
     }
     let _ = write!(maps_txt, " {interp_off} {} 0", code.len());
     // run line: entry mode n in_size out_size a0..a3 in_off out_off nmaps [addr len off]*

@@ -379,6 +379,15 @@ fn check_bindings(prog: &Program, opts: &JitOptions) -> Result<(), CompileError>
                 b.stripes, b.stripe_stride
             )));
         }
+        if let Some(t) = b.tier
+            && (t.latency_ns > 1_000_000_000
+                || (t.ps_per_byte != 0 && (t.tat_addr == 0 || t.tat_addr % 8 != 0)))
+        {
+            return Err(bad(format!(
+                "tier of {} ns and {} ps/byte with its link word at {:#x}: expected a latency of at most 1 s and, with a cap, an 8-byte aligned link word",
+                t.latency_ns, t.ps_per_byte, t.tat_addr
+            )));
+        }
     }
     Ok(())
 }

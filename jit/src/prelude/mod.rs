@@ -312,7 +312,7 @@ fn signature(name: &str, nargs: u8) -> String {
 
 /// Register declarations of a helper body (`.func` or inline block).
 const DECLS: &str =
-    "\t.reg .pred %p<16>;\n\t.reg .b16 %rs<8>;\n\t.reg .b32 %r<40>;\n\t.reg .b64 %rd<80>;\n";
+    "\t.reg .pred %p<16>;\n\t.reg .b16 %rs<8>;\n\t.reg .b32 %r<40>;\n\t.reg .b64 %rd<88>;\n";
 
 /// Prototypes and bodies of the helpers in `used`.
 pub fn generate(used: &BTreeSet<Use>, opts: &JitOptions) -> (Vec<String>, Vec<String>) {
@@ -694,7 +694,59 @@ fn stripe_lock(pid: u32) -> String {
     )
 }
 
+/// The wait of a map in an emulated tier ([`MapBinding::tier`](crate::MapBinding::tier)) before an
+/// access of `bytes`: until `%globaltimer` passes `max(start + latency, end)`, `end` being
+/// when the tier's link has carried the bytes behind every earlier access (its next free
+/// time at `tat_addr`, taken with `atom.add`; an idle link restarts at `start`, by a CAS
+/// that only the first to see it idle wins). The device interpreter does the same
+/// (`bpf_tier_wait`). Nothing for a local map.
+fn tier_wait(b: &MapBinding, bytes: u64) -> String {
+    let Some(t) = b.tier else {
+        return String::new();
+    };
+    let mut s = format!(
+        "\tmov.u64 %rd80, %globaltimer;\n\tadd.u64 %rd81, %rd80, {};\n",
+        t.latency_ns as i64
+    );
+    if t.ps_per_byte != 0 {
+        let cost = (bytes * t.ps_per_byte).div_ceil(1000).max(1) as i64;
+        s.push_str(&format!(
+            "\tmov.b64 %rd82, {tat};
+\tatom.relaxed.gpu.add.u64 %rd83, [%rd82], {cost};
+\tsetp.ge.u64 %p14, %rd83, %rd80;
+\t@%p14 bra $Ltierq;
+\tadd.u64 %rd84, %rd83, {cost};
+\tadd.u64 %rd85, %rd80, {cost};
+\tatom.relaxed.gpu.cas.b64 %rd86, [%rd82], %rd84, %rd85;
+\tsetp.eq.u64 %p14, %rd86, %rd84;
+\tselp.b64 %rd83, %rd80, %rd83, %p14;
+$Ltierq:
+\tadd.u64 %rd83, %rd83, {cost};
+\tmax.u64 %rd81, %rd81, %rd83;
+",
+            tat = t.tat_addr as i64
+        ));
+    }
+    s.push_str("$Ltierw:\n\tmov.u64 %rd80, %globaltimer;\n\tsetp.lt.u64 %p14, %rd80, %rd81;\n\t@%p14 bra $Ltierw;\n");
+    s
+}
+
 fn map_lookup(g: &Gen) -> String {
+    let b = map_of(g);
+    tier_wait(b, b.value_size as u64) + &map_lookup_local(g)
+}
+
+fn map_update(g: &Gen) -> String {
+    let b = map_of(g);
+    tier_wait(b, b.value_size as u64) + &map_update_local(g)
+}
+
+fn map_delete(g: &Gen) -> String {
+    let b = map_of(g);
+    tier_wait(b, b.key_size as u64) + &map_delete_local(g)
+}
+
+fn map_lookup_local(g: &Gen) -> String {
     let b = map_of(g);
     match b.kind {
         MapKind::Array | MapKind::PerThreadArray => {
@@ -720,7 +772,7 @@ fn map_lookup(g: &Gen) -> String {
 
 const FLAGS_CHECK: &str = "\tmov.b64 %rd0, -22;\n\tsetp.gt.u64 %p1, %rd4, 2;\n\t@%p1 bra $Ldone;\n";
 
-fn map_update(g: &Gen) -> String {
+fn map_update_local(g: &Gen) -> String {
     let b = map_of(g);
     let pid = g.opts.lock_pid;
     match b.kind {
@@ -823,7 +875,7 @@ $Lclaimed:
     }
 }
 
-fn map_delete(g: &Gen) -> String {
+fn map_delete_local(g: &Gen) -> String {
     let b = map_of(g);
     match b.kind {
         MapKind::Array | MapKind::PerThreadArray | MapKind::RingBuf => {

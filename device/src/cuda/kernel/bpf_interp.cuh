@@ -86,6 +86,10 @@ struct bpf_map_desc {
     bpf_u64 base;        /* device-visible address of the map header (shm-maps layout) */
     bpf_u32 kind;        /* MapKind id: BPF_MAP_KIND_* */
     bpf_u32 key_size, value_size, max_entries, threads, flags;
+    /* An emulated slower tier every helper access pays (jit::MapTier; 0, 0: local): */
+    bpf_u64 tier_ns;     /* latency added to each access */
+    bpf_u64 tier_ps;     /* picoseconds per byte at the tier's cap, 0 = no cap */
+    bpf_u64 tier_tat;    /* address of the link's next free time (globaltimer ns) */
 };
 
 /* One program (32 bytes). */
@@ -406,6 +410,22 @@ BPF_FN bpf_u64 bpf_hash_lock_addr(const struct bpf_map_desc *m, const struct bpf
     return m->base + 64 + 4 * ((h & (g->slots - 1)) & (g->locks - 1));
 }
 
+/* An access of `bytes` to a map in an emulated tier waits until the clock passes
+ * max(start + tier_ns, end), `end` being when the tier's link has carried the bytes behind
+ * every earlier access (its next free time, taken with an add; an idle link restarts now).
+ * The JIT's map helpers do the same (jit/src/prelude, tier_wait). */
+BPF_FN void bpf_tier_wait(const struct bpf_map_desc *m, bpf_u64 bytes) {
+    if (!m->tier_ns && !m->tier_ps) return;
+    bpf_u64 start = bpf_globaltimer(), deadline = start + m->tier_ns;
+    if (m->tier_ps) {
+        bpf_u64 cost = (bytes * m->tier_ps + 999) / 1000;
+        bpf_u64 old = bpf_add_rlx64(m->tier_tat, cost);
+        if (old < start && bpf_cas_rlx64(m->tier_tat, old + cost, start + cost) == old + cost) old = start;
+        if (old + cost > deadline) deadline = old + cost;
+    }
+    while (bpf_globaltimer() < deadline) {}
+}
+
 BPF_FN bpf_u64 bpf_map_lookup(const struct bpf_map_desc *m, bpf_u64 key, const struct bpf_env *env) {
     if (m->kind == BPF_MAP_KIND_ARRAY || m->kind == BPF_MAP_KIND_PER_THREAD_ARRAY) {
         bpf_s64 idx = bpf_array_index(m, key, env->thread);
@@ -620,9 +640,9 @@ BPF_FN int bpf_call_helper(const struct bpf_prog_desc *p, bpf_s32 id, bpf_u64 *r
         break;
     }
     switch (id) {
-    case 1: r0 = bpf_map_lookup(m, regs[2], env); break;
-    case 2: r0 = bpf_map_update(m, regs[2], regs[3], regs[4], env); break;
-    case 3: r0 = bpf_map_delete(m, regs[2], env); break;
+    case 1: bpf_tier_wait(m, m->value_size); r0 = bpf_map_lookup(m, regs[2], env); break;
+    case 2: bpf_tier_wait(m, m->value_size); r0 = bpf_map_update(m, regs[2], regs[3], regs[4], env); break;
+    case 3: bpf_tier_wait(m, m->key_size); r0 = bpf_map_delete(m, regs[2], env); break;
     case 5:
 #if defined(BPF_HOST)
         r0 = bpf_clock(0);
