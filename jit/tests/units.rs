@@ -396,11 +396,16 @@ fn helpers_of_a_tiered_map_wait_out_its_latency_and_link() {
             assert!(b.contains("add.u64 %hd81, %hd80, 170;"), "{b}");
             assert!(
                 b.contains("mov.b64 %hd82, 1879048256;")
+                    && b.contains("atom.relaxed.gpu.max.u64 %hd83, [%hd82], %hd80;")
                     && b.contains("atom.relaxed.gpu.add.u64 %hd83, [%hd82], 1;"),
                 "{b}"
             );
             assert!(b.contains("max.u64 %hd81, %hd81, %hd83;"), "{b}");
             assert!(wait < b.find("ld.acquire.gpu").unwrap_or(usize::MAX), "{b}");
+            assert!(
+                b.find("atom.relaxed.gpu.max").unwrap() < b.find("atom.relaxed.gpu.add").unwrap(),
+                "{b}"
+            );
             assert!(b.find("atom.relaxed.gpu.add").unwrap() < wait, "{b}");
         }
     }

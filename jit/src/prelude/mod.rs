@@ -696,9 +696,10 @@ fn stripe_lock(pid: u32) -> String {
 
 /// The wait of a map in an emulated tier ([`MapBinding::tier`](crate::MapBinding::tier)) before an
 /// access of `bytes`: until `%globaltimer` passes `max(start + latency, end)`, `end` being
-/// when the tier's link has carried the bytes behind every earlier access (its next free
-/// time at `tat_addr`, taken with `atom.add`; an idle link restarts at `start`, by a CAS
-/// that only the first to see it idle wins). The device interpreter does the same
+/// when the tier's link has carried the bytes behind every earlier access. The link's next
+/// free time (at `tat_addr`) is raised to `start` (`atom.max`: an idle link restarts now),
+/// then the bytes are added to it (`atom.add`); both only raise it, so concurrent accesses
+/// queue behind each other and none is lost. The device interpreter does the same
 /// (`bpf_tier_wait`). Nothing for a local map.
 fn tier_wait(b: &MapBinding, bytes: u64) -> String {
     let Some(t) = b.tier else {
@@ -712,15 +713,8 @@ fn tier_wait(b: &MapBinding, bytes: u64) -> String {
         let cost = (bytes * t.ps_per_byte).div_ceil(1000).max(1) as i64;
         s.push_str(&format!(
             "\tmov.b64 %rd82, {tat};
+\tatom.relaxed.gpu.max.u64 %rd83, [%rd82], %rd80;
 \tatom.relaxed.gpu.add.u64 %rd83, [%rd82], {cost};
-\tsetp.ge.u64 %p14, %rd83, %rd80;
-\t@%p14 bra $Ltierq;
-\tadd.u64 %rd84, %rd83, {cost};
-\tadd.u64 %rd85, %rd80, {cost};
-\tatom.relaxed.gpu.cas.b64 %rd86, [%rd82], %rd84, %rd85;
-\tsetp.eq.u64 %p14, %rd86, %rd84;
-\tselp.b64 %rd83, %rd80, %rd83, %p14;
-$Ltierq:
 \tadd.u64 %rd83, %rd83, {cost};
 \tmax.u64 %rd81, %rd81, %rd83;
 ",

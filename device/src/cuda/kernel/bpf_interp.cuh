@@ -412,16 +412,23 @@ BPF_FN bpf_u64 bpf_hash_lock_addr(const struct bpf_map_desc *m, const struct bpf
 
 /* An access of `bytes` to a map in an emulated tier waits until the clock passes
  * max(start + tier_ns, end), `end` being when the tier's link has carried the bytes behind
- * every earlier access (its next free time, taken with an add; an idle link restarts now).
- * The JIT's map helpers do the same (jit/src/prelude, tier_wait). */
+ * every earlier access: its next free time is raised to now if the link was idle, then
+ * the bytes are added to it. Both only ever raise it, so concurrent accesses queue behind
+ * each other and none is lost. The JIT's map helpers do the same (jit/src/prelude,
+ * tier_wait, with atom.max). */
 BPF_FN void bpf_tier_wait(const struct bpf_map_desc *m, bpf_u64 bytes) {
     if (!m->tier_ns && !m->tier_ps) return;
     bpf_u64 start = bpf_globaltimer(), deadline = start + m->tier_ns;
     if (m->tier_ps) {
         bpf_u64 cost = (bytes * m->tier_ps + 999) / 1000;
-        bpf_u64 old = bpf_add_rlx64(m->tier_tat, cost);
-        if (old < start && bpf_cas_rlx64(m->tier_tat, old + cost, start + cost) == old + cost) old = start;
-        if (old + cost > deadline) deadline = old + cost;
+        bpf_u64 cur = bpf_ld_rlx64(m->tier_tat);
+        while (cur < start) {
+            bpf_u64 o = bpf_cas_rlx64(m->tier_tat, cur, start);
+            if (o == cur) break;
+            cur = o;
+        }
+        bpf_u64 end = bpf_add_rlx64(m->tier_tat, cost) + cost;
+        if (end > deadline) deadline = end;
     }
     while (bpf_globaltimer() < deadline) {}
 }
