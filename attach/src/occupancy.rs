@@ -11,8 +11,12 @@
 //! The shim therefore reads each original kernel's register count (from the image's own
 //! SASS, or the driver's compile of its PTX) and caps the instrumented kernel with
 //! `.maxnreg` ([`Cap`]):
-//! - [`Cap::Launch`] (the default): the most registers at which every block size the
-//!   original could launch still fits (64 for any original of at most 64);
+//! - [`Cap::Launch`] (the default): only where the driver's build of the instrumented
+//!   kernel would launch smaller blocks than the original ([`launch_caps`]), at the most
+//!   registers at which every block size the original could launch still fits (64 for any
+//!   original of at most 64). Capping every kernel so was measured slower where it changed
+//!   no launch: the driver's compiler then spills (a STREAM triad at 1.96× against 1.67×
+//!   uncapped under cxl-sim's probe, `bench/results/cxl_gpu.md` run 16);
 //! - [`Cap::Occupancy`]: the most registers that keep the original's resident warps per
 //!   SM. ptxas then spills what the probes need beyond that, and on an H200 the spills
 //!   cost more than the occupancy: SGEMM 2.73× against 1.95× uncapped, the triad 2.24×
@@ -24,7 +28,9 @@
 //!
 //! ```text
 //! original: 32 regs ─▶ blocks up to 1024 threads, 64 warps/SM
-//!   Launch:    cap = most regs at which 1024 threads fit   = 64 ─▶ `.maxnreg 64`
+//!   Launch:    instrumented, uncapped: 48 regs, 1024 threads ─▶ no cap
+//!              instrumented, uncapped: 72 regs,  896 threads ─▶ cap = most regs at
+//!                                                 which 1024 threads fit = 64 ─▶ `.maxnreg 64`
 //!   Occupancy: cap = most regs at 64 resident warps         = 32 ─▶ `.maxnreg 32`
 //! ```
 
@@ -100,6 +106,38 @@ pub fn register_cap(limits: SmLimits, orig: u32) -> u32 {
         r += 8;
     }
     r.min(255)
+}
+
+/// A kernel as the driver loaded it: its registers per thread and the largest block it
+/// launches (`CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK`, which the registers bound).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Loaded {
+    /// Registers per thread.
+    pub regs: u32,
+    /// Most threads per block.
+    pub max_threads: u32,
+}
+
+/// The caps of [`Cap::Launch`]: only the kernels whose instrumented build, uncapped, launches
+/// smaller blocks than the original did, each at the most registers at which the
+/// original's blocks fit (the others run uncapped: a cap that changes nothing a launch can
+/// see only makes ptxas spill). `original` and `instrumented` are per kernel, by name; a
+/// kernel missing from either is left alone.
+pub fn launch_caps(
+    limits: SmLimits,
+    original: &[(String, Loaded)],
+    instrumented: &[(String, Loaded)],
+) -> Vec<(String, u32)> {
+    original
+        .iter()
+        .filter_map(|(k, o)| {
+            let (_, i) = instrumented.iter().find(|(n, _)| n == k)?;
+            if i.max_threads >= o.max_threads {
+                return None;
+            }
+            Some((k.clone(), Cap::Launch.registers(limits, o.regs)?))
+        })
+        .collect()
 }
 
 /// `ptx` with `.maxnreg` set on each named `.entry`: inserted after its parameter list,
@@ -201,6 +239,27 @@ mod tests {
                 "{orig} -> {c}"
             );
         }
+    }
+
+    #[test]
+    fn only_kernels_that_lose_block_sizes_are_capped() {
+        let l = SmLimits::SM90;
+        let k = |n: &str, regs, max_threads| (n.to_string(), Loaded { regs, max_threads });
+        let original = [
+            k("a", 16, 1024),
+            k("b", 32, 1024),
+            k("c", 100, 608),
+            k("d", 20, 1024),
+        ];
+        // a: 48 registers, still 1024 threads: left uncapped. b: 72, down to 896: capped at
+        // 64. c: from 608 threads (19 warps of 104 registers) to 512: capped at 104, what
+        // keeps 19 warps. d: not in the instrumented image: left alone.
+        let instrumented = [k("a", 48, 1024), k("b", 72, 896), k("c", 120, 512)];
+        assert_eq!(
+            launch_caps(l, &original, &instrumented),
+            vec![("b".to_string(), 64), ("c".to_string(), 104)]
+        );
+        assert!(launch_caps(l, &original, &[]).is_empty());
     }
 
     #[test]

@@ -165,11 +165,19 @@ int cxl_delay(void *ctx)
 		return 0;
 	}
 
+	/* A load's delay runs from when its data arrived: the timer is read on a branch of
+	 * the loaded value, so it waits for the data (the ctx's timer was read when the load
+	 * issued). The two arms call different helpers so that they cannot be merged. The
+	 * probe's own work below then runs inside the delay: an access costs its load, then
+	 * the longer of that work and the delay. */
+	__u64 arrived;
+	if (m->op == BPFTIME_MEM_STORE || m->value != 0x5bd1e9955bd1e995ull)
+		arrived = bpf_get_globaltimer();
+	else
+		arrived = bpf_ktime_get_ns();
 	/* Everything this access needs from memory is looked up first, with no branch on
-	 * what comes back in between, so that the loads are in flight together and with the
-	 * application's own load; and all the bookkeeping below runs before that load's data
-	 * is waited for, inside its latency. Only the wait itself comes after the data (the
-	 * helper calls there keep the compiler from moving these loads past it). */
+	 * what comes back in between, so that the loads are in flight together (and with the
+	 * application's own load). */
 	__u64 active = __builtin_popcount(m->warp_active);
 	__u64 bytes = (__u64)m->warp_sectors * 32;
 	int coalesced = active > 1 && bytes <= 2 * active * m->size;
@@ -273,16 +281,6 @@ int cxl_delay(void *ctx)
 	stat_add(flags, CXL_STAT_DELAY_NS, delay);
 	stat_add(flags, CXL_STAT_SEQUENTIAL + pat, 1);
 	if (delay && !(flags & CXL_FLAG_NO_WAIT)) {
-		/* A load's delay runs from when its data arrived: the timer is read on a branch
-		 * of the loaded value, so it waits for the data (the ctx's timer was read when
-		 * the load issued). The two arms call different helpers so that they cannot be
-		 * merged. An access costs its load (or the probe's work above, if longer), then
-		 * Δt. */
-		__u64 arrived;
-		if (op == BPFTIME_MEM_STORE || m->value != 0x5bd1e9955bd1e995ull)
-			arrived = bpf_get_globaltimer();
-		else
-			arrived = bpf_ktime_get_ns();
 		__u64 t = bpf_wait_until(arrived + delay, (flags & CXL_FLAG_SPIN) ? 1 : 0);
 		stat_add(flags, CXL_STAT_WAITED_NS, t - arrived);
 	}

@@ -505,10 +505,12 @@ impl State {
     }
 }
 
-/// `ptx` with each instrumented kernel capped at the registers [`crate::occupancy::Cap`]
+/// `ptx` with instrumented kernels capped at the registers [`crate::occupancy::Cap`]
 /// allows (`BPFTIME_REG_CAP`: `launch`, the default, `occupancy` or `0`), from the
 /// original's register counts as the driver loads the original image (its SASS, else its
-/// PTX compiled). With a warning, unchanged when the original cannot be read.
+/// PTX compiled). `launch` caps only the kernels that the driver's build of `ptx` would
+/// launch in smaller blocks than the original (`occupancy::launch_caps`). With a warning,
+/// unchanged when an image cannot be read.
 fn capped<'a>(
     call: &str,
     original: &[u8],
@@ -545,7 +547,7 @@ fn capped<'a>(
     // The caps of an image loaded before (a module loaded again, or in another context of
     // the same device) are known: its original is not loaded a second time.
     type Caps = Result<Vec<(String, u32)>, String>;
-    /// Image hash, device, cap mode.
+    /// Hash of the image and of its instrumented PTX, device, cap mode.
     type Key = (u64, c_int, crate::occupancy::Cap);
     static KNOWN: Mutex<Vec<(Key, Caps)>> = Mutex::new(Vec::new());
     let caps = current_device().map(|dev| {
@@ -553,6 +555,7 @@ fn capped<'a>(
             use std::hash::{Hash, Hasher};
             let mut h = std::collections::hash_map::DefaultHasher::new();
             original.hash(&mut h);
+            ptx.hash(&mut h);
             (h.finish(), dev, cap)
         };
         let known = KNOWN.lock().unwrap_or_else(|e| e.into_inner());
@@ -560,10 +563,16 @@ fn capped<'a>(
             return c.clone();
         }
         drop(known);
-        let c: Caps = original_registers(original, dev, &kernels).map(|(limits, regs)| {
-            regs.into_iter()
-                .filter_map(|(k, r)| Some((k, cap.registers(limits, r)?)))
-                .collect()
+        let c: Caps = loaded_kernels(original, dev, &kernels).and_then(|(limits, orig)| {
+            if cap == crate::occupancy::Cap::Launch {
+                let (_, inst) = loaded_kernels(ptx.as_bytes(), dev, &kernels)
+                    .map_err(|e| format!("the instrumented image: {e}"))?;
+                return Ok(crate::occupancy::launch_caps(limits, &orig, &inst));
+            }
+            Ok(orig
+                .into_iter()
+                .filter_map(|(k, l)| Some((k, cap.registers(limits, l.regs)?)))
+                .collect())
         });
         KNOWN
             .lock()
@@ -605,16 +614,24 @@ fn current_device() -> Option<c_int> {
     }
 }
 
-/// The SM's limits of device `dev` and the register count of each of `kernels` as the
-/// driver loads the original `image` in the current context.
-fn original_registers(
+/// The SM's limits of device `dev`, and the registers and largest block of each of
+/// `kernels` as the driver loads `image` (a fat binary, cubin or PTX) in the current
+/// context.
+fn loaded_kernels(
     image: &[u8],
     dev: c_int,
     kernels: &[&str],
-) -> Result<(crate::occupancy::SmLimits, Vec<(String, u32)>), String> {
+) -> Result<
+    (
+        crate::occupancy::SmLimits,
+        Vec<(String, crate::occupancy::Loaded)>,
+    ),
+    String,
+> {
     type GetFunction = unsafe extern "C" fn(*mut Handle, Handle, *const c_char) -> CuResult;
     type FuncGetAttribute = unsafe extern "C" fn(*mut c_int, c_int, Handle) -> CuResult;
     type ModuleUnload = unsafe extern "C" fn(Handle) -> CuResult;
+    const FUNC_MAX_THREADS_PER_BLOCK: c_int = 0;
     const FUNC_NUM_REGS: c_int = 4;
     const DEV_MAX_REGS_PER_SM: c_int = 82;
     const DEV_MAX_THREADS_PER_SM: c_int = 39;
@@ -655,20 +672,25 @@ fn original_registers(
             warps: (threads.max(32) / 32) as u32,
         };
         let mut module: Handle = std::ptr::null_mut();
-        check(
-            load(&mut module, ptr),
-            "cuModuleLoadData of the original image",
-        )?;
+        check(load(&mut module, ptr), "cuModuleLoadData")?;
         let mut out = Vec::with_capacity(kernels.len());
         for k in kernels {
             let Ok(name) = CString::new(*k) else { continue };
             let mut f: Handle = std::ptr::null_mut();
-            let mut n: c_int = 0;
+            let (mut n, mut t): (c_int, c_int) = (0, 0);
             if get(&mut f, module, name.as_ptr()) == CUDA_SUCCESS
                 && attr(&mut n, FUNC_NUM_REGS, f) == CUDA_SUCCESS
+                && attr(&mut t, FUNC_MAX_THREADS_PER_BLOCK, f) == CUDA_SUCCESS
                 && n > 0
+                && t > 0
             {
-                out.push((k.to_string(), n as u32));
+                out.push((
+                    k.to_string(),
+                    crate::occupancy::Loaded {
+                        regs: n as u32,
+                        max_threads: t as u32,
+                    },
+                ));
             }
         }
         unload(module);
