@@ -921,9 +921,11 @@ pub fn mem_block(
     // The ctx words' code: at the body's ctx point when the probe has one, else before it.
     // One probe with a ctx point (`jit::lower::CTX_POINT`) gets the words there: one that
     // returns before it pays for none of them. Several probes share the words, so they are
-    // ready before the first. At the point the body's own registers hide the kernel's
-    // (`%r…`, `%p…`), so that code reads only the block's `%bt_…` and special registers,
-    // and only the lanes that run the probe are active there (the guard needs no ballot).
+    // ready before the first. The body's own registers are renamed there
+    // ([`unshadow`]), so a loaded value is read from the kernel's register at the point
+    // too: reading it before the body would wait for the load's data at every site, before
+    // the probe could decide anything. Only the lanes that run the probe are active at the
+    // point (the guard needs no ballot).
     let point = jit::lower::CTX_POINT.trim();
     let at_point = probes.len() == 1
         && probes[0]
@@ -953,10 +955,13 @@ pub fn mem_block(
         if wants(off) {
             let v = regs.d();
             let code = site.value_into(&v, word, &mut regs);
-            if site.value_after() {
-                // Reads the kernel's registers: before the body (moves ptxas folds away).
+            if site.value_after() && at_point {
+                // Nothing but the probe's own code runs between the load and the point.
+                lazy.push_str(&code);
+            } else if site.value_after() {
                 after.push_str(&code);
             } else {
+                // A store's or an atomic's operand: an atomic may write its result over it.
                 before.push_str(&code);
             }
             fill.push((off, v));
@@ -1165,7 +1170,10 @@ pub fn mem_block(
                 false => p.inline.clone().unwrap_or_default(),
             };
             // The point is a comment: replaced by the words, or dropped.
-            let body = splice_point(&body, if at_point { &lazy } else { "" });
+            let body = match at_point {
+                true => splice_point(&unshadow(&body), &lazy),
+                false => splice_point(&body, ""),
+            };
             let _ = writeln!(after, "\t\t{{ // {}\n{body}\t\t}}", p.name);
         }
         if pred.is_some() {
@@ -1224,6 +1232,35 @@ pub fn mem_block(
 }
 
 /// `body` with its ctx point line replaced by `words`.
+/// An inlined body with its own registers renamed (`%rd7` → `%bq_rd7`, `.reg .b64
+/// %rd<48>` → `.reg .b64 %bq_rd<48>`; also `%r`, `%rs`, `%p`, `%f`, `%fd`), so that code
+/// spliced into it can read the kernel's registers of those names. The helper blocks'
+/// `%h…`, the warp blocks' `%w…` and the block's `%bt_…` are other names and stay.
+fn unshadow(body: &str) -> String {
+    let mut out = String::with_capacity(body.len() + body.len() / 8);
+    let b = body.as_bytes();
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%' {
+            let rest = &body[i + 1..];
+            let prefix = ["rd", "rs", "fd", "r", "f", "p"].into_iter().find(|p| {
+                rest.strip_prefix(p)
+                    .is_some_and(|t| t.starts_with(|c: char| c.is_ascii_digit() || c == '<'))
+            });
+            if let Some(p) = prefix {
+                out.push_str("%bq_");
+                out.push_str(p);
+                i += 1 + p.len();
+                continue;
+            }
+        }
+        let c = body[i..].chars().next().unwrap_or('\0');
+        out.push(c);
+        i += c.len_utf8();
+    }
+    out
+}
+
 fn splice_point(body: &str, words: &str) -> String {
     let point = jit::lower::CTX_POINT.trim();
     let mut out = String::with_capacity(body.len() + words.len());
@@ -1240,6 +1277,15 @@ fn splice_point(body: &str, words: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn unshadow_renames_the_bodys_registers_only() {
+        let t = "\t.reg .b64 %rd<48>;\n\t.reg .pred %p<3>;\n\tadd.s64 %rd1, %rd12, %r3;\n\t@%p0 mov.u64 %hd1, %rd1;\n\tmov.u64 %bt_d3, %globaltimer; setp.ne.u32 %wp0, %wr1, %rs2; cvt.f64.f32 %fd1, %f2;\n";
+        assert_eq!(
+            unshadow(t),
+            "\t.reg .b64 %bq_rd<48>;\n\t.reg .pred %bq_p<3>;\n\tadd.s64 %bq_rd1, %bq_rd12, %bq_r3;\n\t@%bq_p0 mov.u64 %hd1, %bq_rd1;\n\tmov.u64 %bt_d3, %globaltimer; setp.ne.u32 %wp0, %wr1, %bq_rs2; cvt.f64.f32 %bq_fd1, %bq_f2;\n"
+        );
+    }
 
     #[test]
     fn rename_touches_only_bpf_identifiers() {

@@ -558,6 +558,7 @@ fn ctx_words_are_computed_where_the_probe_first_needs_them() {
             let blocks: Vec<&str> = ptx.split("// bpftime-super: memprobe").skip(1).collect();
             assert_eq!(blocks.len(), report.sites.len());
             assert_eq!(blocks.len(), 7);
+            let mut values_seen = 0;
             for blk in blocks {
                 let body = blk.find("{ // mem_gated").expect("the body, inlined");
                 // The gate: the global's load and the branch on it.
@@ -573,35 +574,34 @@ fn ctx_words_are_computed_where_the_probe_first_needs_them() {
                         "words before the gate:\n{blk}"
                     );
                     assert!(!blk[..body].contains("%globaltimer"), "{blk}");
-                    // Inside the body its own `%r…`, `%rd…`, `%p…` hide the kernel's: the
-                    // words' code there reads only the block's `%bt_…` registers.
-                    let tokens = |l: &str| -> Vec<String> {
-                        l.split(|c: char| !(c.is_alphanumeric() || c == '%' || c == '_'))
-                            .map(str::to_string)
-                            .collect()
-                    };
-                    // The block's registers: `%bt_d<k>`, `%bt_r<k>`, `%bt_p<k>`.
-                    let block_reg = |t: &str| {
-                        ["%bt_d", "%bt_r", "%bt_p"].iter().any(|b| {
-                            t.strip_prefix(b).is_some_and(|k| {
-                                !k.is_empty() && k.bytes().all(|c| c.is_ascii_digit())
-                            })
-                        })
-                    };
-                    for l in blk[body..]
-                        .lines()
-                        .filter(|l| tokens(l).iter().any(|t| block_reg(t)))
-                    {
-                        let kernel_reg = tokens(l).into_iter().find(|t| {
-                            t.starts_with('%')
-                                && !t.starts_with("%bt_")
-                                && t[1..].starts_with(|c: char| "rpfh".contains(c))
-                                && t.ends_with(|c: char| c.is_ascii_digit())
-                        });
+                    // Inside the body the words' code reads the kernel's registers (the
+                    // loaded value) and the block's `%bt_…`: the body declares none of the
+                    // kernel's names (`%r…`, `%rd…`, `%p…`, `%f…`), so none is hidden.
+                    let inner = &blk[body..];
+                    for l in inner.lines().filter(|l| l.trim_start().starts_with(".reg")) {
+                        let name = l.split('%').nth(1).unwrap_or("");
+                        let kernel_style = ["rd<", "rs<", "fd<", "r<", "f<", "p<"]
+                            .iter()
+                            .any(|k| name.starts_with(k));
                         assert!(
-                            kernel_reg.is_none(),
-                            "a kernel register inside the body: {l}\n{blk}"
+                            !kernel_style,
+                            "the body hides the kernel's registers: {l}\n{blk}"
                         );
+                    }
+                    // A load's value is taken at the point, after the gate (not before the
+                    // body, where it would wait for the data at every site).
+                    let at_value = blk.find("@bt_value").or_else(|| {
+                        let load = blk.find("ld.global.u32")?;
+                        let dst = blk[load..]
+                            .split_whitespace()
+                            .nth(1)?
+                            .trim_end_matches(',')
+                            .to_string();
+                        blk.find(&format!(", {dst};")).filter(|&v| v > load)
+                    });
+                    if let Some(v) = at_value {
+                        assert!(v > gate, "a loaded value read before the gate:\n{blk}");
+                        values_seen += 1;
                     }
                 } else {
                     assert!(words < body && active < body, "words after a body:\n{blk}");
@@ -609,6 +609,12 @@ fn ctx_words_are_computed_where_the_probe_first_needs_them() {
                 assert!(
                     !blk.contains("@bt_ctx_point"),
                     "the marker is replaced:\n{blk}"
+                );
+            }
+            if alone {
+                assert!(
+                    values_seen > 0,
+                    "no loaded value found at a ctx point:\n{ptx}"
                 );
             }
             assemble(
