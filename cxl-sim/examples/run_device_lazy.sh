@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Run 18 of bench/results/cxl_gpu.md: loaded values read at the probe's ctx point (the body's
+# registers renamed) instead of before the body. Pointer chase under the committed probe
+# (arrival first) and run 16's "between" order (`--object`), the cost at Δt = 0, against
+# the plain app in the same run. One `R …` line per measurement in $OUT/cxl18/log.txt.
+#   OBJ_DIR=dir-with-between.bpf.o CARRY=target/gpu-carry OUT=/tmp/o bash cxl-sim/examples/run_device_lazy.sh
+set -u
+out=${OUT:?}; w=$out/cxl18; mkdir -p "$w"; log=$w/log.txt
+carry=${CARRY:-target/gpu-carry}; cxl=$carry/bpftime-super-cxl; objs=${OBJ_DIR:?}
+b=${APPS:-/tmp/cxlbin}; mkdir -p "$b"
+gen="-gencode arch=compute_90,code=[sm_90,compute_90]"
+for s in cxl-sim/examples/chase.cu attach/tests/apps/stream.cu attach/tests/apps/sgemm.cu; do
+	[ -x "$b/$(basename "${s%.cu}")" ] || nvcc -O3 $gen -o "$b/$(basename "${s%.cu}")" "$s" 2>> "$w/nvcc.err" &
+done
+wait
+r() { echo "R $*" | tee -a "$log"; }
+val() { sed -n "s/.*$1=\([^ ]*\).*/\1/p" | tail -1; }
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$w/device.txt"
+q="--no-stats --no-kernel-time"
+v=$($b/chase 1024 50000 random | val ns_per_step); r chase probe=none lat=plain ns=$v
+v=$($b/chase 1024 50000 seq | val ns_per_step); r chase_seq probe=none lat=plain ns=$v
+for p in committed between; do
+	o=""; [ $p = between ] && o="--object $objs/between.bpf.o"
+	for l in 0 100 200 400 800 1600; do
+		v=$($cxl run $q $o --latency-ns $l --no-cap -- $b/chase 1024 50000 random | val ns_per_step)
+		r chase probe=$p lat=$l ns=$v
+	done
+	for l in 100 200 400; do
+		v=$($cxl run $q $o --cache-mib 0 --latency-ns $l --no-cap -- $b/chase 1024 50000 random | val ns_per_step)
+		r chase_nocache probe=$p lat=$l ns=$v
+	done
+	for m in random seq; do
+		v=$($cxl run $q $o --cache-mib 0 --latency-ns 1600 --seq-ratio 2 --no-cap -- $b/chase 1024 50000 $m | val ns_per_step)
+		r chase_ratio2_nocache probe=$p mode=$m lat=1600 ns=$v
+	done
+done
+for rep in 1 2; do
+	for app in "stream 67108864 10" "sgemm 4096 5"; do
+		name=${app%% *}
+		v=$($b/$app | val kernel_us); r cost app=$name probe=none rep=$rep us=$v
+		v=$($cxl run $q --latency-ns 0 --no-cap -- $b/$app | val kernel_us); r cost app=$name probe=committed rep=$rep us=$v
+	done
+done
+echo "done" >> "$log"
