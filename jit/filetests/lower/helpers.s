@@ -30,7 +30,7 @@ exit
 ; 	.reg .pred %hp<16>;
 ; 	.reg .b16 %hs<8>;
 ; 	.reg .b32 %hr<40>;
-; 	.reg .b64 %hd<80>;
+; 	.reg .b64 %hd<88>;
 ; 	mov.b64 %hd0, 0;
 ; 	mov.u32 %hr1, %laneid;
 ; 	cvt.u64.u32 %hd0, %hr1;
@@ -42,7 +42,7 @@ exit
 ; 	.reg .pred %hp<16>;
 ; 	.reg .b16 %hs<8>;
 ; 	.reg .b32 %hr<40>;
-; 	.reg .b64 %hd<80>;
+; 	.reg .b64 %hd<88>;
 ; 	mov.b64 %hd0, 0;
 ; 	mov.u64 %hd0, %globaltimer;
 ; $Ldone:
