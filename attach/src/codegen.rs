@@ -1231,7 +1231,6 @@ pub fn mem_block(
     }
 }
 
-/// `body` with its ctx point line replaced by `words`.
 /// An inlined body with its own registers renamed (`%rd7` → `%bq_rd7`, `.reg .b64
 /// %rd<48>` → `.reg .b64 %bq_rd<48>`; also `%r`, `%rs`, `%p`, `%f`, `%fd`), so that code
 /// spliced into it can read the kernel's registers of those names. The helper blocks'
@@ -1261,6 +1260,7 @@ fn unshadow(body: &str) -> String {
     out
 }
 
+/// `body` with its ctx point line replaced by `words`.
 fn splice_point(body: &str, words: &str) -> String {
     let point = jit::lower::CTX_POINT.trim();
     let mut out = String::with_capacity(body.len() + words.len());

@@ -590,15 +590,24 @@ fn ctx_words_are_computed_where_the_probe_first_needs_them() {
                     }
                     // A load's value is taken at the point, after the gate (not before the
                     // body, where it would wait for the data at every site).
-                    let at_value = blk.find("@bt_value").or_else(|| {
+                    // The probe's copy: a block register (`%bt_…`) set from the load's
+                    // destination.
+                    let at_value = (|| {
                         let load = blk.find("ld.global.u32")?;
                         let dst = blk[load..]
                             .split_whitespace()
                             .nth(1)?
                             .trim_end_matches(',')
                             .to_string();
-                        blk.find(&format!(", {dst};")).filter(|&v| v > load)
-                    });
+                        let mut at = load;
+                        blk[load..].lines().find_map(|l| {
+                            let here = at;
+                            at += l.len() + 1;
+                            let t = l.trim();
+                            (t.contains(" %bt_") && t.ends_with(&format!(", {dst};")))
+                                .then_some(here)
+                        })
+                    })();
                     if let Some(v) = at_value {
                         assert!(v > gate, "a loaded value read before the gate:\n{blk}");
                         values_seen += 1;

@@ -74,8 +74,8 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
-    /// Load a program into a running service (CPU backend) with some of its maps in the
-    /// emulated tier: every helper access to them waits the tier's random latency and,
+    /// Load a program into a running service (CPU or CUDA backend) with some of its maps in
+    /// the emulated tier: every helper access to them waits the tier's random latency and,
     /// with a cap, its bytes through the link. Runs `bpftime-super load … --map-placement
     /// MAP=cxl:LATENCY_NS[:GBPS]`.
     Load {

@@ -36,7 +36,7 @@ pub struct TierSpec {
 /// A tier spec that does not parse.
 #[derive(Debug, thiserror::Error, PartialEq)]
 #[error(
-    "tier `{0}`: expected cxl:LATENCY_NS or cxl:LATENCY_NS:GBPS (latency at most 1e9 ns, bandwidth above 0 and at most 10000 GB/s)"
+    "tier `{0}`: expected cxl:LATENCY_NS or cxl:LATENCY_NS:GBPS (latency at most 1e9 ns, bandwidth from 0.0001 to 10000 GB/s)"
 )]
 pub struct TierError(pub String);
 
@@ -53,7 +53,7 @@ impl std::str::FromStr for TierSpec {
         };
         if parts.next().is_some()
             || latency_ns > 1_000_000_000
-            || gbps.is_some_and(|g| !(g > 0.0 && g <= 10_000.0))
+            || gbps.is_some_and(|g| !(0.0001..=10_000.0).contains(&g))
         {
             return Err(bad());
         }
@@ -335,6 +335,7 @@ mod tests {
             "cxl:-1",
             "cxl:2000000000",
             "cxl:10:0",
+            "cxl:10:0.00001",
             "cxl:10:x",
             "dram:10",
             "cxl:1:2:3",

@@ -565,7 +565,16 @@ fn capped<'a>(
         drop(known);
         let c: Caps = loaded_kernels(original, dev, &kernels).and_then(|(limits, orig)| {
             if cap == crate::occupancy::Cap::Launch {
-                let (_, inst) = loaded_kernels(ptx.as_bytes(), dev, &kernels)
+                // The build the driver will load: with the JIT linker, the linked cubin
+                // (cached, so loading it later does not link again); else the PTX, which
+                // the driver compiles again at the load unless its compute cache (on by
+                // default) kept this build.
+                let linker = state().is_some_and(|st| st.config.jit_linker);
+                let cubin = linker
+                    .then(|| CString::new(ptx).ok().and_then(|c| linked(&c).ok()))
+                    .flatten();
+                let image = cubin.as_deref().map_or(ptx.as_bytes(), |b| b.as_slice());
+                let (_, inst) = loaded_kernels(image, dev, &kernels)
                     .map_err(|e| format!("the instrumented image: {e}"))?;
                 return Ok(crate::occupancy::launch_caps(limits, &orig, &inst));
             }
@@ -829,10 +838,24 @@ unsafe fn file_replacement(call: &str, path: *const c_char) -> Option<Arc<CStrin
 /// Linked images are cached by the PTX's hash (an image loaded again is not relinked);
 /// the JIT options of `cuModuleLoadDataEx`/`cuLibraryLoadData` do not reach a cubin.
 fn image_for_load(ptx: &Arc<CString>) -> *const c_void {
-    static CUBINS: Mutex<Vec<(u64, Arc<Vec<u8>>)>> = Mutex::new(Vec::new());
     if !state().is_some_and(|st| st.config.jit_linker) {
         return ptx.as_ptr() as *const c_void;
     }
+    match linked(ptx) {
+        Ok(bin) => bin.as_ptr() as *const c_void,
+        Err(why) => {
+            report(&[ReportLine::Warning {
+                what: format!("JIT linker: {why}; the instrumented PTX is loaded directly"),
+            }]);
+            ptx.as_ptr() as *const c_void
+        }
+    }
+}
+
+/// `ptx` linked by the driver's JIT linker ([`link`]), cached by the PTX's hash: the cubin
+/// lives as long as the process.
+fn linked(ptx: &CString) -> Result<Arc<Vec<u8>>, String> {
+    static CUBINS: Mutex<Vec<(u64, Arc<Vec<u8>>)>> = Mutex::new(Vec::new());
     let key = {
         use std::hash::{Hash, Hasher};
         let mut h = std::collections::hash_map::DefaultHasher::new();
@@ -842,25 +865,14 @@ fn image_for_load(ptx: &Arc<CString>) -> *const c_void {
     if let Ok(c) = CUBINS.lock()
         && let Some((_, bin)) = c.iter().find(|(k, _)| *k == key)
     {
-        return bin.as_ptr() as *const c_void;
+        return Ok(bin.clone());
     }
     let _relaxed = RelaxedCapture::enter();
-    match link(ptx) {
-        Ok(bin) => {
-            let bin = Arc::new(bin);
-            let p = bin.as_ptr() as *const c_void;
-            if let Ok(mut c) = CUBINS.lock() {
-                c.push((key, bin));
-            }
-            p
-        }
-        Err(why) => {
-            report(&[ReportLine::Warning {
-                what: format!("JIT linker: {why}; the instrumented PTX is loaded directly"),
-            }]);
-            ptx.as_ptr() as *const c_void
-        }
+    let bin = Arc::new(link(ptx)?);
+    if let Ok(mut c) = CUBINS.lock() {
+        c.push((key, bin.clone()));
     }
+    Ok(bin)
 }
 
 /// `ptx` compiled and linked by the driver, as a cubin.

@@ -928,13 +928,20 @@ fn tier_row(svc: &Service, c: &mut Client) -> Result<Value, String> {
             "met": (added / 20.0 - 1.0).abs() <= 0.1 && capped_ms >= link_ms && capped_ms <= 1.1 * link_ms + local_ms,
         }))
     };
-    let instant = measure(c)?;
-    svc.cuda_swap_now()
-        .ok_or("no GPU")?
-        .map_err(|e| format!("swap: {e}"))?;
-    let native = measure(c)?;
-    let met = instant["met"] == json!(true) && native["met"] == json!(true);
+    let both = (|| -> Result<(Value, Value), String> {
+        let instant = measure(c)?;
+        svc.cuda_swap_now()
+            .ok_or("no GPU")?
+            .map_err(|e| format!("swap: {e}"))?;
+        Ok((instant, measure(c)?))
+    })();
+    // The row leaves the service as it found it, whatever happened.
     let _ = c.free(input);
+    for p in [&plain, &slow, &capped] {
+        let _ = c.unload(&p.name);
+    }
+    let (instant, native) = both?;
+    let met = instant["met"] == json!(true) && native["met"] == json!(true);
     Ok(json!({
         "placements": {"local": placement(&plain), "slow": placement(&slow), "capped": placement(&capped)},
         "first": instant, "after_swap": native,

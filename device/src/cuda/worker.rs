@@ -529,19 +529,17 @@ impl Worker {
         }
     }
 
-    /// The device address of each map's header, from the map directory.
-    fn bindings(
-        &self,
-        name: &str,
-        program: &ebpf::Program,
-    ) -> Result<Vec<jit::MapBinding>, String> {
+    /// The device address of each of `p`'s maps' headers, from the map directory, and the
+    /// tiers `p` asks for.
+    fn bindings(&self, p: &Prog) -> Result<Vec<jit::MapBinding>, String> {
         bindings(
             &self.region,
             self.region_dev,
             &self.dev_maps,
             &self.tiered,
-            name,
-            program,
+            &p.tiered_maps,
+            &p.name,
+            &p.program,
         )
     }
 
@@ -671,7 +669,7 @@ impl Worker {
     }
 
     fn interp_entry(&mut self, p: &Prog) -> Result<(ProgEntry, Vec<u64>), String> {
-        let maps = self.bindings(&p.name, &p.program)?;
+        let maps = self.bindings(p)?;
         let code = bytecode::relocate(&p.program, &maps).map_err(|e| e.to_string())?;
         let descs: Vec<bytecode::MapDesc> = maps.iter().map(bytecode::map_desc).collect();
         let code_len = (code.len() * 8) as u64;
@@ -1186,7 +1184,13 @@ impl Worker {
                         .into_iter()
                         .filter_map(|p| {
                             let b = bindings(
-                                &region, region_dev, &dev_maps, &tiered, &p.name, &p.program,
+                                &region,
+                                region_dev,
+                                &dev_maps,
+                                &tiered,
+                                &p.tiered_maps,
+                                &p.name,
+                                &p.program,
                             )
                             .ok()?;
                             Some((p, b))
@@ -1216,6 +1220,7 @@ fn bindings(
     region_dev: u64,
     dev_maps: &DeviceMaps,
     tiered: &TieredMaps,
+    own_tiers: &[(String, u64, u64)],
     name: &str,
     program: &ebpf::Program,
 ) -> Result<Vec<jit::MapBinding>, String> {
@@ -1237,7 +1242,13 @@ fn bindings(
             // had one per GPU thread (its values would land past its storage).
             let mut b = jit::MapBinding::for_def(def, base, e.threads);
             b.scope = scope;
-            b.tier = tiered.get(&qualified).copied();
+            // Only the tiers this version asks for: an entry can outlive a version that
+            // dropped it until the next swap frees it.
+            b.tier = own_tiers
+                .iter()
+                .any(|(m, _, _)| *m == def.name)
+                .then(|| tiered.get(&qualified).copied())
+                .flatten();
             Ok(b)
         })
         .collect()
@@ -1412,9 +1423,31 @@ mod tests {
             tat_addr: 0x9000_0040,
         };
         let tiered: TieredMaps = [("p:plain".to_string(), tier)].into_iter().collect();
-        let b = bindings(&r, region_dev, &DeviceMaps::default(), &tiered, "p", &prog).unwrap();
+        let own = [("plain".to_string(), 170, 38)];
+        let b = bindings(
+            &r,
+            region_dev,
+            &DeviceMaps::default(),
+            &tiered,
+            &own,
+            "p",
+            &prog,
+        )
+        .unwrap();
         assert_eq!(b[0].tier, Some(tier));
         assert_eq!(b[1].tier, None);
+        // A version that no longer asks for the tier does not get the entry left behind.
+        let b2 = bindings(
+            &r,
+            region_dev,
+            &DeviceMaps::default(),
+            &tiered,
+            &[],
+            "p",
+            &prog,
+        )
+        .unwrap();
+        assert_eq!(b2[0].tier, None);
         assert_eq!(bytecode::map_desc(&b[0]).tier_tat, 0x9000_0040);
         let arena = region_dev + r.header().arena_off;
         for (bind, d) in b.iter().zip(&defs) {

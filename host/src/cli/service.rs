@@ -251,10 +251,11 @@ pub struct LoadArgs {
     #[arg(long = "as")]
     install_as: Option<String>,
     /// Where a map lives on the CUDA backend: `MAP=device` (GPU memory) or `MAP=shm` (the
-    /// shared region). Default: per-thread arrays in GPU memory, other maps shared. On the
-    /// CPU backend, `MAP=cxl:LATENCY_NS[:GBPS]` puts the map behind an emulated slower tier:
-    /// every helper access waits the latency and, with a cap, its bytes through the link
-    /// (`bpftime-super cxl load` fills it from a preset).
+    /// shared region). Default: per-thread arrays in GPU memory, other maps shared.
+    /// `MAP=cxl:LATENCY_NS[:GBPS]` puts the map behind an emulated slower tier (on one GPU,
+    /// in GPU memory): every helper access waits the latency and, with a cap, its bytes
+    /// through the link; on several GPUs only a latency (`bpftime-super cxl load` fills it
+    /// from a preset).
     #[arg(long = "map-placement", value_name = "MAP=device|shm|cxl:NS[:GBPS]")]
     placement: Vec<String>,
 }

@@ -112,6 +112,12 @@ fn placement_of(svc: &Service, def: &MapDef, asked: &[(String, Asked)]) -> Resul
             def.name
         )),
         Some(Asked::Shm) => Ok(false),
+        // A link that several GPUs share would need one token word for all of them: each
+        // GPU's own would give every GPU the whole cap.
+        Some(Asked::Tier(t)) if gpus > 1 && t.gbps.is_some() => Err(format!(
+            "map `{}`: placement `{t}` caps a link that the service's {gpus} GPUs would each              get whole (one token word per GPU); a latency-only tier (cxl:{}) works on              several GPUs, a cap on one",
+            def.name, t.latency_ns
+        )),
         // On a GPU the tier's local memory is the GPU's own (where one GPU holds the map:
         // with several, a map they share stays in host memory and pays the tier there).
         Some(Asked::Tier(_)) => Ok(cuda && (gpus == 1 || per_thread)),
@@ -187,12 +193,10 @@ pub(super) fn bind(
                         shape(def)
                     ));
                 }
-                if asked.iter().any(|(n, _)| *n == def.name) {
-                    // The same refusals as for a new map (a tier on the CUDA backend).
-                    placement_of(svc, def, &asked)?;
-                }
-                if let Some((_, want)) = asked.iter().find(|(n, _)| *n == def.name)
-                    && (*want == Asked::Device) != *on_gpu
+                // The same refusals as for a new map, and the same memory as before (a tier
+                // on one GPU lives in GPU memory, like `device`).
+                if asked.iter().any(|(n, _)| *n == def.name)
+                    && placement_of(svc, def, &asked)? != *on_gpu
                 {
                     return Err(format!(
                         "replace refused: map `{}` keeps its placement across a replace",

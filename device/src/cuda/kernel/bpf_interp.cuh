@@ -81,7 +81,7 @@ typedef signed char bpf_s8;
 
 /* ---- Fixed interface (mirrored in device/src/cuda/bytecode.rs) ------------------------ */
 
-/* One map of a program (32 bytes). */
+/* One map of a program (56 bytes). */
 struct bpf_map_desc {
     bpf_u64 base;        /* device-visible address of the map header (shm-maps layout) */
     bpf_u32 kind;        /* MapKind id: BPF_MAP_KIND_* */
