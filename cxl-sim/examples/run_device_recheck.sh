@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Run 19 of bench/results/cxl_gpu.md: the live parameter change (as run_device_live.sh) and
+# the CuPy decoder's output under the emulator, after the memory pass's ctx-point change
+# (values read at the point, the body's registers renamed). One `R …` line per
+# measurement in $OUT/cxl19/log.txt.
+#   CARRY=target/gpu-carry OUT=/tmp/o bash cxl-sim/examples/run_device_recheck.sh
+set -u
+out=${OUT:?}; w=$out/cxl19; mkdir -p "$w"; log=$w/log.txt
+carry=${CARRY:-target/gpu-carry}; cxl=$carry/bpftime-super-cxl
+b=${APPS:-/tmp/cxlbin}; mkdir -p "$b"
+gen="-gencode arch=compute_90,code=[sm_90,compute_90]"
+[ -x "$b/chase" ] || nvcc -O3 $gen -o "$b/chase" cxl-sim/examples/chase.cu 2>> "$w/nvcc.err"
+r() { echo "R $*" | tee -a "$log"; }
+val() { sed -n "s/.*$1=\([^ ]*\).*/\1/p" | tail -1; }
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$w/device.txt"
+q="--no-stats --no-kernel-time"
+for at in ${LIVE_AT:-3800 4200 4600}; do
+	CHASE_SLOW_NS=2200 $cxl run $q --latency-ns 0 --no-cap --json --at ${at}ms:latency-ns=3200 -- $b/chase 1024 400000 random 6 > "$w/live_$at.json" 2> "$w/live_$at.err"
+	written=$(python3 -c "import json; print(json.load(open('$w/live_$at.json'))['changes'][0]['written_unix_ns'])" 2>/dev/null)
+	seen=$(val first_unix_ns < "$w/live_$at.err"); unc=$(val uncertainty_ns < "$w/live_$at.err")
+	r live at_ms=$at written_unix_ns=$written first_slow_unix_ns=$seen clock_uncertainty_ns=$unc delay_ns=$(python3 -c "print(${seen:-0} - ${written:-0})") $(grep -o "chase_slow launch=[0-9]* step=[0-9]*" "$w/live_$at.err" | head -1)
+done
+app=attach/tests/apps/llm_cupy.py
+python3 $app 2 16 > "$w/llm_plain.txt" 2>&1
+$cxl run $q --latency-ns 0 --no-cap -- python3 $app 2 16 > "$w/llm_zero.txt" 2>&1
+$cxl run $q --preset direct-x8 -- python3 $app 2 16 > "$w/llm_x8.txt" 2>&1
+for f in plain zero x8; do
+	line=$(grep "^llm layers" "$w/llm_$f.txt" | tail -1)
+	r llm cfg=$f checksum=$(echo "$line" | sed -n 's/.*checksum=\([^ ]*\).*/\1/p') tokens_md5=$(echo "$line" | sed -n 's/.*tokens=\(\[[^]]*\]\).*/\1/p' | md5sum | cut -c1-12)
+done
+echo "done" >> "$log"
