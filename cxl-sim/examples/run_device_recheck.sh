@@ -14,8 +14,10 @@ r() { echo "R $*" | tee -a "$log"; }
 val() { sed -n "s/.*$1=\([^ ]*\).*/\1/p" | tail -1; }
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$w/device.txt"
 q="--no-stats --no-kernel-time"
+# 2,000,000 steps a launch (about 0.7 s, 4 s in all), so that the changes land while
+# the chase runs whether the app took 3 or 4 s to reach its first kernel.
 for at in ${LIVE_AT:-3800 4200 4600}; do
-	CHASE_SLOW_NS=2200 $cxl run $q --latency-ns 0 --no-cap --json --at ${at}ms:latency-ns=3200 -- $b/chase 1024 400000 random 6 > "$w/live_$at.json" 2> "$w/live_$at.err"
+	CHASE_SLOW_NS=2200 $cxl run $q --latency-ns 0 --no-cap --json --at ${at}ms:latency-ns=3200 -- $b/chase 1024 2000000 random 6 > "$w/live_$at.json" 2> "$w/live_$at.err"
 	written=$(python3 -c "import json; print(json.load(open('$w/live_$at.json'))['changes'][0]['written_unix_ns'])" 2>/dev/null)
 	seen=$(val first_unix_ns < "$w/live_$at.err"); unc=$(val uncertainty_ns < "$w/live_$at.err")
 	r live at_ms=$at written_unix_ns=$written first_slow_unix_ns=$seen clock_uncertainty_ns=$unc delay_ns=$(python3 -c "print(${seen:-0} - ${written:-0})") $(grep -o "chase_slow launch=[0-9]* step=[0-9]*" "$w/live_$at.err" | head -1)
