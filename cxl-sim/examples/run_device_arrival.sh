@@ -6,17 +6,8 @@
 # run. One `R …` line per measurement in $OUT/cxl15/log.txt.
 #   CARRY=target/gpu-carry OUT=/tmp/o bash cxl-sim/examples/run_device_arrival.sh
 set -u
-out=${OUT:?}; w=$out/cxl15; mkdir -p "$w"; log=$w/log.txt
-carry=${CARRY:-target/gpu-carry}; cxl=$carry/bpftime-super-cxl
-b=${APPS:-/tmp/cxlbin}; mkdir -p "$b"
-gen="-gencode arch=compute_90,code=[sm_90,compute_90]"
-for s in cxl-sim/examples/chase.cu cxl-sim/examples/gather.cu attach/tests/apps/stream.cu attach/tests/apps/sgemm.cu; do
-	[ -x "$b/$(basename "${s%.cu}")" ] || nvcc -O3 $gen -o "$b/$(basename "${s%.cu}")" "$s" 2>> "$w/nvcc.err" &
-done
-wait
-r() { echo "R $*" | tee -a "$log"; }
-val() { sed -n "s/.*$1=\([^ ]*\).*/\1/p" | tail -1; }
-nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$w/device.txt"
+. "$(dirname "$0")/device_lib.sh"
+cxl_device_setup cxl15 cxl-sim/examples/chase.cu cxl-sim/examples/gather.cu attach/tests/apps/stream.cu attach/tests/apps/sgemm.cu
 q="--no-stats --no-kernel-time"
 # Latency: local + Δt, ±10% for 100, 200, 400 (the issue's check), with and without the
 # emulated cache.

@@ -6,17 +6,8 @@
 # direct-x8 preset. One `R …` line per measurement in $OUT/cxl17/log.txt.
 #   CARRY=target/gpu-carry OUT=/tmp/o bash cxl-sim/examples/run_device_cap.sh
 set -u
-out=${OUT:?}; w=$out/cxl17; mkdir -p "$w"; log=$w/log.txt
-carry=${CARRY:-target/gpu-carry}; cxl=$carry/bpftime-super-cxl
-b=${APPS:-/tmp/cxlbin}; mkdir -p "$b"
-gen="-gencode arch=compute_90,code=[sm_90,compute_90]"
-for s in cxl-sim/examples/chase.cu cxl-sim/examples/gather.cu attach/tests/apps/stream.cu attach/tests/apps/sgemm.cu; do
-	[ -x "$b/$(basename "${s%.cu}")" ] || nvcc -O3 $gen -o "$b/$(basename "${s%.cu}")" "$s" 2>> "$w/nvcc.err" &
-done
-wait
-r() { echo "R $*" | tee -a "$log"; }
-val() { sed -n "s/.*$1=\([^ ]*\).*/\1/p" | tail -1; }
-nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$w/device.txt"
+. "$(dirname "$0")/device_lib.sh"
+cxl_device_setup cxl17 cxl-sim/examples/chase.cu cxl-sim/examples/gather.cu attach/tests/apps/stream.cu attach/tests/apps/sgemm.cu
 q="--no-stats --no-kernel-time"
 for rep in 1 2 3; do
 	for app in "stream 67108864 10" "sgemm 4096 5" "gather 16777216 1024 5"; do

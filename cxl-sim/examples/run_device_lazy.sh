@@ -5,17 +5,9 @@
 # the plain app in the same run. One `R …` line per measurement in $OUT/cxl18/log.txt.
 #   OBJ_DIR=dir-with-between.bpf.o CARRY=target/gpu-carry OUT=/tmp/o bash cxl-sim/examples/run_device_lazy.sh
 set -u
-out=${OUT:?}; w=$out/cxl18; mkdir -p "$w"; log=$w/log.txt
-carry=${CARRY:-target/gpu-carry}; cxl=$carry/bpftime-super-cxl; objs=${OBJ_DIR:?}
-b=${APPS:-/tmp/cxlbin}; mkdir -p "$b"
-gen="-gencode arch=compute_90,code=[sm_90,compute_90]"
-for s in cxl-sim/examples/chase.cu attach/tests/apps/stream.cu attach/tests/apps/sgemm.cu; do
-	[ -x "$b/$(basename "${s%.cu}")" ] || nvcc -O3 $gen -o "$b/$(basename "${s%.cu}")" "$s" 2>> "$w/nvcc.err" &
-done
-wait
-r() { echo "R $*" | tee -a "$log"; }
-val() { sed -n "s/.*$1=\([^ ]*\).*/\1/p" | tail -1; }
-nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$w/device.txt"
+. "$(dirname "$0")/device_lib.sh"
+objs=${OBJ_DIR:?}
+cxl_device_setup cxl18 cxl-sim/examples/chase.cu attach/tests/apps/stream.cu attach/tests/apps/sgemm.cu
 q="--no-stats --no-kernel-time"
 v=$($b/chase 1024 50000 random | val ns_per_step); r chase probe=none lat=plain ns=$v
 v=$($b/chase 1024 50000 seq | val ns_per_step); r chase_seq probe=none lat=plain ns=$v

@@ -1,27 +1,20 @@
 #!/usr/bin/env bash
 # Run 16 of bench/results/cxl_gpu.md: where the delay probe reads the load's arrival time,
 # three builds of bpf/cxl.bpf.c side by side in one run (`cxl run --object`):
-#   before  — arrival first, then the lookups and the work (runs 13-14's probe);
+#   before  — arrival first, then the lookups and the work (runs 13-14's probe, and the
+#             committed one);
 #   after   — the lookups and all the work, then arrival (run 15's probe);
 #   between — the lookups' loads issued, the cache's hit test, arrival, then the work
-#             (the committed probe).
+#             (bench/results/cxl_gpu/run16_between.patch).
 # Pointer-chase latency for small Δt, random against sequential with `--cache-mib 0`, and
 # the cost at Δt = 0 under the default register cap and without one (BPFTIME_REG_CAP=0).
 # One `R …` line per measurement in $OUT/cxl16/log.txt.
 #   OBJ_DIR=dir-with-{before,after,between}.bpf.o CARRY=target/gpu-carry OUT=/tmp/o \
 #     bash cxl-sim/examples/run_device_order.sh
 set -u
-out=${OUT:?}; w=$out/cxl16; mkdir -p "$w"; log=$w/log.txt
-carry=${CARRY:-target/gpu-carry}; cxl=$carry/bpftime-super-cxl; objs=${OBJ_DIR:?}
-b=${APPS:-/tmp/cxlbin}; mkdir -p "$b"
-gen="-gencode arch=compute_90,code=[sm_90,compute_90]"
-for s in cxl-sim/examples/chase.cu attach/tests/apps/stream.cu attach/tests/apps/sgemm.cu; do
-	[ -x "$b/$(basename "${s%.cu}")" ] || nvcc -O3 $gen -o "$b/$(basename "${s%.cu}")" "$s" 2>> "$w/nvcc.err" &
-done
-wait
-r() { echo "R $*" | tee -a "$log"; }
-val() { sed -n "s/.*$1=\([^ ]*\).*/\1/p" | tail -1; }
-nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$w/device.txt"
+. "$(dirname "$0")/device_lib.sh"
+objs=${OBJ_DIR:?}
+cxl_device_setup cxl16 cxl-sim/examples/chase.cu attach/tests/apps/stream.cu attach/tests/apps/sgemm.cu
 q="--no-stats --no-kernel-time"
 v=$($b/chase 1024 50000 random | val ns_per_step); r chase probe=none lat=plain ns=$v
 v=$($b/chase 1024 50000 seq | val ns_per_step); r chase_seq probe=none lat=plain ns=$v

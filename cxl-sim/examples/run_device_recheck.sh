@@ -5,14 +5,8 @@
 # measurement in $OUT/cxl19/log.txt.
 #   CARRY=target/gpu-carry OUT=/tmp/o bash cxl-sim/examples/run_device_recheck.sh
 set -u
-out=${OUT:?}; w=$out/cxl19; mkdir -p "$w"; log=$w/log.txt
-carry=${CARRY:-target/gpu-carry}; cxl=$carry/bpftime-super-cxl
-b=${APPS:-/tmp/cxlbin}; mkdir -p "$b"
-gen="-gencode arch=compute_90,code=[sm_90,compute_90]"
-[ -x "$b/chase" ] || nvcc -O3 $gen -o "$b/chase" cxl-sim/examples/chase.cu 2>> "$w/nvcc.err"
-r() { echo "R $*" | tee -a "$log"; }
-val() { sed -n "s/.*$1=\([^ ]*\).*/\1/p" | tail -1; }
-nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$w/device.txt"
+. "$(dirname "$0")/device_lib.sh"
+cxl_device_setup cxl19 cxl-sim/examples/chase.cu
 q="--no-stats --no-kernel-time"
 # 2,000,000 steps a launch (about 0.7 s, 4 s in all), so that the changes land while
 # the chase runs whether the app took 3 or 4 s to reach its first kernel.

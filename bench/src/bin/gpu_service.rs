@@ -883,10 +883,11 @@ fn tier_row(svc: &Service, c: &mut Client) -> Result<Value, String> {
             tier_of(c, slow.id),
             tier_of(c, capped.id),
         ];
-        let one = |c: &mut Client, id: u32| -> Result<f64, String> {
+        // A job of `n` records of program `id`, its round trip in µs.
+        let job_us = |c: &mut Client, id: u32, n: u64| -> Result<f64, String> {
             let t = Instant::now();
             let r = c
-                .run(&Job::new(id, 1).input(&input, 1), T)
+                .run(&Job::new(id, n).input(&input, 1), T)
                 .map_err(|e| e.to_string())?;
             if !r.ok() {
                 return Err(format!("job failed: {r:?}"));
@@ -895,25 +896,15 @@ fn tier_row(svc: &Service, c: &mut Client) -> Result<Value, String> {
         };
         let (mut a, mut b) = (Vec::new(), Vec::new());
         for _ in 0..100 {
-            a.push(one(c, plain.id)?);
-            b.push(one(c, slow.id)?);
+            a.push(job_us(c, plain.id, 1)?);
+            b.push(job_us(c, slow.id, 1)?);
         }
         let (local50, slow50) = (pct(&mut a, 0.5), pct(&mut b, 0.5));
         let added = slow50 - local50;
-        let big = |c: &mut Client, id: u32| -> Result<f64, String> {
-            let t = Instant::now();
-            let r = c
-                .run(&Job::new(id, 4096).input(&input, 1), T)
-                .map_err(|e| e.to_string())?;
-            if !r.ok() {
-                return Err(format!("job failed: {r:?}"));
-            }
-            Ok(t.elapsed().as_secs_f64() * 1e3)
-        };
         let (mut lt, mut ct) = (Vec::new(), Vec::new());
         for _ in 0..5 {
-            lt.push(big(c, plain.id)?);
-            ct.push(big(c, capped.id)?);
+            lt.push(job_us(c, plain.id, 4096)? / 1e3);
+            ct.push(job_us(c, capped.id, 4096)? / 1e3);
         }
         let (local_ms, capped_ms) = (pct(&mut lt, 0.5), pct(&mut ct, 0.5));
         let link_ms = 4096.0 * 1e-3;
