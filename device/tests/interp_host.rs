@@ -32,7 +32,24 @@ use shm_maps::maps as sm;
 use std::path::PathBuf;
 use std::process::Command;
 use std::ptr::NonNull;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, OnceLock, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+// ---------------------------------------------------------------------------------------
+// Timing
+// ---------------------------------------------------------------------------------------
+
+/// The tests of this binary run on parallel threads and some start compilers; on a 2-core CI
+/// machine they preempt a timed run for milliseconds. Every test holds this lock shared, a
+/// timed test holds it alone.
+static TIMING: RwLock<()> = RwLock::new(());
+
+fn shared() -> RwLockReadGuard<'static, ()> {
+    TIMING.read().unwrap_or_else(|e| e.into_inner())
+}
+
+fn alone() -> RwLockWriteGuard<'static, ()> {
+    TIMING.write().unwrap_or_else(|e| e.into_inner())
+}
 
 // ---------------------------------------------------------------------------------------
 // The C side
@@ -525,6 +542,7 @@ fn run_tiered(c: &Case, tier: jit::MapTier) -> std::time::Duration {
 /// through the link word; the results stay those of the untiered reference.
 #[test]
 fn a_tiered_map_makes_every_helper_access_wait() {
+    let _timing = alone();
     // Each record: two lookups and an update of an 8-byte value.
     let p = prog(
         "tiered",
@@ -571,8 +589,8 @@ fn a_tiered_map_makes_every_helper_access_wait() {
     // At 1 GB/s (1000 ps a byte), 120 lookups of 64 KiB: 65.5 µs of link time each, no
     // latency. The link never carries more than the cap: the run takes at least 7.9 ms. It
     // sits idle while the program works between lookups, so a run takes its link time
-    // plus its untiered time; on a shared CI machine the best of three must come within
-    // 10% of that.
+    // plus its untiered time; with this binary's other tests held off (`alone`), the best
+    // of five must come within 10% of that.
     let p = prog(
         "tiered_lookups",
         "*(u32 *)(r10 - 4) = 1
@@ -595,7 +613,7 @@ fn a_tiered_map_makes_every_helper_access_wait() {
     let link_time = std::time::Duration::from_nanos(120 * 65536);
     let link = std::sync::atomic::AtomicU64::new(0);
     let mut best = std::time::Duration::MAX;
-    for _ in 0..3 {
+    for _ in 0..5 {
         let local = run_tiered(
             &c,
             jit::MapTier {
@@ -650,6 +668,7 @@ fn prog(name: &str, text: &str, maps: Vec<MapDef>) -> Program {
 
 #[test]
 fn header_compiles_as_cxx() {
+    let _timing = shared();
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
     let src = dir.join(format!("interp_cxx_{}.cpp", std::process::id()));
     std::fs::write(&src, SHIM).unwrap();
@@ -680,6 +699,7 @@ fn header_compiles_as_cxx() {
 /// skipped, loudly, where either is missing.
 #[test]
 fn header_compiles_for_the_gpu() {
+    let _timing = shared();
     let root = bpftime_tests::repo_root();
     let ptxas = Command::new(root.join("scripts/ptxas"))
         .arg("--locate")
@@ -757,6 +777,7 @@ fn header_compiles_for_the_gpu() {
 
 #[test]
 fn accept_corpus() {
+    let _timing = shared();
     let mut ran = 0;
     let mut failures = Vec::new();
     for path in bpftime_tests::corpus::files("accept") {
@@ -787,6 +808,7 @@ fn accept_corpus() {
 
 #[test]
 fn c_test_programs() {
+    let _timing = shared();
     if !bpftime_tests::clang_available() {
         return;
     }
@@ -851,6 +873,7 @@ fn c_test_programs() {
 
 #[test]
 fn map_helpers_all_kinds() {
+    let _timing = shared();
     // Array, per-thread array, hash (insert, update, NOEXIST/EXIST flags, delete, full map),
     // ring buffer output/reserve/submit/discard, on every record.
     let text = "
@@ -984,6 +1007,7 @@ fn map_helpers_all_kinds() {
 
 #[test]
 fn hash_keys_collide_and_fill() {
+    let _timing = shared();
     // 16-byte keys, 40 inserts into a 32-entry map (8 fail with -E2BIG), deletes and
     // re-inserts in a loop: probing, tombstones, count.
     let text = "
@@ -1027,6 +1051,7 @@ fn hash_keys_collide_and_fill() {
 
 #[test]
 fn trace_and_gpu_helpers() {
+    let _timing = shared();
     let mut rodata = mapdef(MapKind::Array, 4, 32, 1);
     rodata.name = ".rodata".into();
     rodata.origin = MapOrigin::GlobalData { writable: false };
@@ -1103,6 +1128,7 @@ fn trace_and_gpu_helpers() {
 
 #[test]
 fn budget_is_enforced() {
+    let _timing = shared();
     // 6 instructions per run.
     let p = prog(
         "budget",
@@ -1154,6 +1180,7 @@ fn c_raw(insns: &[Insn], max_insns: u64) -> (i32, u32, u64) {
 
 #[test]
 fn malformed_programs_are_errors() {
+    let _timing = shared();
     let ins = Insn::new;
     let exit = ins(0x95, 0, 0, 0, 0);
     let mov = |d: u8, v: i32| ins(0xb7, d, 0, 0, v);
@@ -1279,6 +1306,7 @@ fn malformed_programs_are_errors() {
 
 #[test]
 fn edge_semantics_match_reference() {
+    let _timing = shared();
     // Division/modulo by zero and overflow, shifts past the width, sign extension, byte
     // swaps, 32-bit zero extension, atomics on the stack, bpf-to-bpf calls keeping r6-r9.
     let text = "
@@ -1585,6 +1613,7 @@ fn gen_case(seed: u64, len: usize, force: Option<Opcode>) -> Case {
 
 #[test]
 fn every_opcode() {
+    let _timing = shared();
     let mut covered = 0;
     for (k, &op) in Opcode::ALL.iter().enumerate() {
         // Map forms of ld_imm64 and kfunc calls are covered by relocation / the error test.
@@ -1616,6 +1645,7 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(256))]
     #[test]
     fn random_programs(seed in any::<u64>(), len in 1usize..40) {
+        let _timing = shared();
         let c = gen_case(seed, len, None);
         if let Err(e) = diff(&c) {
             return Err(TestCaseError::fail(format!("{e}\n{}", ebpf::asm::disasm(&c.prog.insns))));
