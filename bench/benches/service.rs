@@ -14,7 +14,7 @@
 
 use bench::cmd;
 use ebpf::interp::{Env, Vm};
-use host::client::{Buffer, Client, Job, Wait};
+use host::client::{Client, Job, Wait};
 use host::service::{BackendChoice, Service, ServiceConfig};
 use serde::Serialize;
 use shm_maps::RegionConfig;
@@ -114,15 +114,7 @@ fn throughput_role(name: &str) {
         c.write(&input, i * 8, &i.to_le_bytes()).unwrap();
     }
     let batch: Vec<Job> = (0..B)
-        .map(|i| {
-            Job::new(prog, 1).input(
-                &Buffer {
-                    off: input.off + i * 8,
-                    len: 8,
-                },
-                8,
-            )
-        })
+        .map(|i| Job::new(prog, 1).input(&input.slice(i * 8, 8), 8))
         .collect();
     while shm_maps::region::monotonic_ns() < start_ns {
         std::hint::spin_loop();

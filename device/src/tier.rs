@@ -16,6 +16,9 @@
 //!
 //! Job buffers can be in a tier too ([`TierBuffers`]): a job reading its input from one
 //! fetches each record through the buffer's own [`Tier`] before the program runs on it.
+//! Each placed buffer has a tier slot (1 ..= 255) that its jobs name in their flags
+//! (`shm_maps::job_flags::TIER_MASK`); the CUDA backend keeps a table of them in GPU
+//! memory ([`TierSlot`], sent whole after every change) and does the same waits there.
 
 use ebpf::maps::{MapError, MapOps};
 use ebpf::program::MapDef;
@@ -171,23 +174,85 @@ struct PlacedBuffer {
     len: u64,
     owner: (u32, u32),
     tier: Arc<Tier>,
+    slot: u8,
+}
+
+/// Every tier slot is taken.
+#[derive(Debug, thiserror::Error, PartialEq)]
+#[error("at most {} buffers can be in an emulated tier at once; free one first", shm_maps::job_flags::TIER_SLOTS - 1)]
+pub struct TierSlotsFull;
+
+/// A placed buffer as the CUDA backend's tier table holds it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct TierSlot {
+    /// 1 ..= 255: what its jobs' flags name.
+    pub slot: u8,
+    /// Arena offset.
+    pub off: u64,
+    /// Length.
+    pub len: u64,
+    /// Owner's client slot.
+    pub client: u32,
+    /// Nanoseconds added to each record's fetch.
+    pub latency_ns: u64,
+    /// Picoseconds per byte at the cap (0: none).
+    pub ps_per_byte: u64,
 }
 
 impl TierBuffers {
     /// A new allocation `[off, off + len)` of `owner` (client slot, generation), in `tier`
-    /// or local (`None`): entries it overlaps are gone.
-    pub fn allocated(&self, off: u64, len: u64, owner: (u32, u32), tier: Option<TierSpec>) {
+    /// or local (`None`): entries it overlaps are gone. Returns the tier slot its jobs name
+    /// (the lowest free one), or `None` for a local buffer.
+    pub fn allocated(
+        &self,
+        off: u64,
+        len: u64,
+        owner: (u32, u32),
+        tier: Option<TierSpec>,
+    ) -> Result<Option<u8>, TierSlotsFull> {
         let mut p = self.placed.write().unwrap_or_else(|e| e.into_inner());
         p.retain(|b| b.off + b.len <= off || off + len <= b.off);
+        let mut slot = None;
         if let Some(spec) = tier {
+            let s = (1..shm_maps::job_flags::TIER_SLOTS)
+                .map(|s| s as u8)
+                .find(|s| p.iter().all(|b| b.slot != *s));
+            let Some(s) = s else {
+                self.count.store(p.len(), Ordering::Release);
+                return Err(TierSlotsFull);
+            };
             p.push(PlacedBuffer {
                 off,
                 len,
                 owner,
                 tier: Arc::new(Tier::new(spec)),
+                slot: s,
             });
+            slot = Some(s);
         }
         self.count.store(p.len(), Ordering::Release);
+        Ok(slot)
+    }
+
+    /// Every placed buffer as the CUDA backend's tier table holds it, by slot.
+    pub fn slots(&self) -> Vec<TierSlot> {
+        let p = self.placed.read().unwrap_or_else(|e| e.into_inner());
+        let mut v: Vec<TierSlot> = p
+            .iter()
+            .map(|b| {
+                let spec = b.tier.spec();
+                TierSlot {
+                    slot: b.slot,
+                    off: b.off,
+                    len: b.len,
+                    client: b.owner.0,
+                    latency_ns: spec.latency_ns,
+                    ps_per_byte: spec.ps_per_byte(),
+                }
+            })
+            .collect();
+        v.sort_by_key(|t| t.slot);
+        v
     }
 
     /// Every buffer of client slot `slot` freed (a dead client's, reclaimed).
@@ -218,11 +283,18 @@ impl TierBuffers {
 
     /// The placement of the buffer at `off`, if it has one.
     pub fn placement(&self, off: u64) -> Option<TierSpec> {
+        self.placed_at(off).map(|(t, _)| t)
+    }
+
+    /// The placement and tier slot of the buffer at `off`, if it has one.
+    pub fn placed_at(&self, off: u64) -> Option<(TierSpec, u8)> {
         if self.is_empty() {
             return None;
         }
         let p = self.placed.read().unwrap_or_else(|e| e.into_inner());
-        p.iter().find(|b| b.off == off).map(|b| b.tier.spec())
+        p.iter()
+            .find(|b| b.off == off)
+            .map(|b| (b.tier.spec(), b.slot))
     }
 
     /// How many buffers are placed.
@@ -343,6 +415,55 @@ mod tests {
             let e = bad.parse::<TierSpec>().unwrap_err().to_string();
             assert!(e.contains(&format!("`{bad}`")), "{e}");
         }
+    }
+
+    #[test]
+    fn placed_buffers_get_the_lowest_free_slot() {
+        let t = TierBuffers::default();
+        let spec = Some(TierSpec {
+            latency_ns: 100,
+            gbps: Some(2.0),
+        });
+        assert_eq!(t.allocated(0, 64, (1, 1), None), Ok(None));
+        assert_eq!(t.allocated(64, 64, (1, 1), spec), Ok(Some(1)));
+        assert_eq!(t.allocated(128, 64, (2, 1), spec), Ok(Some(2)));
+        t.freed(64);
+        assert_eq!(t.allocated(256, 64, (3, 1), spec), Ok(Some(1)));
+        assert_eq!(
+            t.slots(),
+            vec![
+                TierSlot {
+                    slot: 1,
+                    off: 256,
+                    len: 64,
+                    client: 3,
+                    latency_ns: 100,
+                    ps_per_byte: 500
+                },
+                TierSlot {
+                    slot: 2,
+                    off: 128,
+                    len: 64,
+                    client: 2,
+                    latency_ns: 100,
+                    ps_per_byte: 500
+                },
+            ]
+        );
+        assert_eq!(t.placed_at(128).map(|(_, s)| s), Some(2));
+        // A local allocation over a placed one takes its slot away.
+        assert_eq!(t.allocated(120, 16, (4, 1), None), Ok(None));
+        assert_eq!(t.slots().len(), 1);
+        // 255 slots, then a clear error, and nothing lost.
+        let u = TierBuffers::default();
+        for i in 0..255u64 {
+            assert_eq!(u.allocated(i * 64, 64, (1, 1), spec), Ok(Some(i as u8 + 1)));
+        }
+        assert_eq!(u.allocated(1 << 20, 64, (1, 1), spec), Err(TierSlotsFull));
+        assert_eq!(u.len(), 255);
+        assert!(TierSlotsFull.to_string().contains("at most 255"));
+        u.freed_slot(1);
+        assert!(u.is_empty());
     }
 
     #[test]

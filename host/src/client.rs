@@ -127,6 +127,21 @@ pub struct Buffer {
     pub off: u64,
     /// Length.
     pub len: u64,
+    /// Its emulated-tier slot (0: local memory), from the service's answer to
+    /// [`Client::alloc_placed`]; jobs reading it name the slot in their flags.
+    pub tier_slot: u8,
+}
+
+impl Buffer {
+    /// The `len` bytes at `off` within this buffer, in the same tier (jobs on a part of a
+    /// buffer pay its tier too).
+    pub fn slice(&self, off: u64, len: u64) -> Buffer {
+        Buffer {
+            off: self.off + off,
+            len,
+            tier_slot: self.tier_slot,
+        }
+    }
 }
 
 /// A device-resident buffer (CUDA backend): an offset into the GPU's buffer arena. Fill
@@ -171,6 +186,7 @@ impl Job {
         self.desc.input_off = buf.off;
         self.desc.input_len = buf.len;
         self.desc.in_rec_size = rec_size;
+        self.desc.flags = shm_maps::job_flags::with_tier(self.desc.flags, buf.tier_slot);
         self
     }
 
@@ -180,6 +196,7 @@ impl Job {
         self.desc.input_len = buf.len;
         self.desc.offsets_off = offsets.off;
         self.desc.flags |= shm_maps::job_flags::VARLEN;
+        self.desc.flags = shm_maps::job_flags::with_tier(self.desc.flags, buf.tier_slot);
         self
     }
 
@@ -189,6 +206,7 @@ impl Job {
         self.desc.input_off = buf.off;
         self.desc.input_len = buf.len;
         self.desc.in_rec_size = rec_size;
+        self.desc.flags = shm_maps::job_flags::with_tier(self.desc.flags, 0);
         self.desc.flags |= shm_maps::job_flags::DEVICE_INPUT;
         self.input_on = Some(buf.device);
         self.on_device(buf.device)
@@ -638,9 +656,10 @@ impl Client {
     }
 
     /// Allocates a buffer in the arena, in an emulated tier with `placement`
-    /// (`cxl:LATENCY_NS[:GBPS]`, CPU backend): a job reading its input from it fetches each
-    /// record through the tier (the latency, and the record's bytes through the cap)
-    /// before the program runs on it.
+    /// (`cxl:LATENCY_NS[:GBPS]`): a job reading its input from it fetches each record
+    /// through the tier (the latency, and the record's bytes through the cap) before the
+    /// program runs on it, on the CPU backend and on the GPU alike (there a cap needs a
+    /// one-GPU service).
     pub fn alloc_placed(
         &mut self,
         len: u64,
@@ -655,7 +674,20 @@ impl Client {
         let off = v["off"]
             .as_u64()
             .ok_or_else(|| ClientError::Protocol("alloc reply has no offset".into()))?;
-        Ok(Buffer { off, len })
+        let tier_slot = match (placement, v["tier_slot"].as_u64()) {
+            (None, _) => 0,
+            (Some(_), Some(s @ 1..=255)) => s as u8,
+            (Some(p), _) => {
+                return Err(ClientError::Protocol(format!(
+                    "alloc reply for placement `{p}` names no tier slot"
+                )));
+            }
+        };
+        Ok(Buffer {
+            off,
+            len,
+            tier_slot,
+        })
     }
 
     /// Allocates a device-resident buffer on the first GPU (CUDA backend only).

@@ -112,10 +112,7 @@ fn child_entry() {
                 for i in 0..k {
                     let v = base + done + i;
                     c.write(&input, i * 8, &v.to_le_bytes()).unwrap();
-                    let slot = host::client::Buffer {
-                        off: input.off + i * 8,
-                        len: 8,
-                    };
+                    let slot = input.slice(i * 8, 8);
                     batch.push(Job::new(prog, 1).input(&slot, 8));
                 }
                 let tickets = c.submit_batch(&batch, Wait::Block(T)).unwrap();

@@ -284,6 +284,11 @@ fn a_job_buffer_in_a_tier_pays_per_record() {
     let n = 100u64;
     let local = c.alloc(n).unwrap();
     let slow = c.alloc_placed(n, Some("cxl:20000")).unwrap();
+    // The service names the buffer's tier slot; the jobs carry it (the CUDA backend's
+    // table is indexed by it, the CPU backend finds the buffer itself).
+    assert_eq!((local.tier_slot, slow.tier_slot), (0, 1));
+    let mut job = host::client::Job::new(p.id, 1).input(&slow.slice(8, 8), 8);
+    assert_eq!(shm_maps::job_flags::tier_of(job.desc_mut().flags), 1);
     let time = |c: &mut Client, input: &host::client::Buffer| {
         let r = counted_job(c, p.id, n, input);
         assert_eq!(r.records_done, n, "{r:?}");

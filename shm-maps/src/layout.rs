@@ -336,6 +336,27 @@ pub mod job_flags {
             d => Some(d - 1),
         }
     }
+
+    /// Bits 24..32: the emulated-tier slot of the job's input buffer (0: none), as the
+    /// service's answer to a placed `alloc` named it; the client library sets it. The CUDA
+    /// backend reads only that slot of its tier table (and checks that it holds this
+    /// client's buffer around the input) instead of searching every placed buffer for each
+    /// job; the CPU backend finds the buffer itself and ignores the bits.
+    pub const TIER_MASK: u32 = 0xff << TIER_SHIFT;
+    /// Where [`TIER_MASK`] starts.
+    pub const TIER_SHIFT: u32 = 24;
+    /// Tier slots: 1 ..= `TIER_SLOTS - 1` name a buffer.
+    pub const TIER_SLOTS: u32 = 256;
+
+    /// `flags` naming tier slot `slot` (0: none).
+    pub const fn with_tier(flags: u32, slot: u8) -> u32 {
+        (flags & !TIER_MASK) | (slot as u32) << TIER_SHIFT
+    }
+
+    /// The tier slot `flags` name (0: none).
+    pub const fn tier_of(flags: u32) -> u8 {
+        ((flags & TIER_MASK) >> TIER_SHIFT) as u8
+    }
 }
 
 /// A job descriptor: what a client puts in the queue.
@@ -579,6 +600,22 @@ const _: () = {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The tier slot rides in bits 24..32 without touching the device bits or the flags.
+    #[test]
+    fn tier_slots_ride_in_the_top_byte() {
+        let f = job_flags::on_device(job_flags::RESULTS | job_flags::INLINE, 3);
+        let t = job_flags::with_tier(f, 255);
+        assert_eq!(t & !job_flags::TIER_MASK, f);
+        assert_eq!(job_flags::tier_of(t), 255);
+        assert_eq!(job_flags::device_of(t), Some(3));
+        assert_eq!(job_flags::with_tier(t, 0), f);
+        assert_eq!(job_flags::tier_of(job_flags::with_tier(t, 7)), 7);
+        assert_eq!(
+            job_flags::TIER_MASK & (job_flags::DEVICE_MASK | job_flags::INJECT_FAULT),
+            0
+        );
+    }
 
     fn sample() -> JobDesc {
         JobDesc {

@@ -13,6 +13,7 @@
 //! | g | 1,000 `replace` calls under 4 client processes: lost / duplicated / wrong-version jobs | — (target 0) |
 //! | h | host mailbox latency: trace record written on the GPU → read by the host thread | — (target 10 µs) |
 //! | t | a map in an emulated tier (cxl-sim, issue 15): added latency of a one-record job, a capped link's pace | the same program on a local map |
+//! | u | job input buffers in an emulated tier (issue 15): the same figures, each record fetched through its buffer's tier | the same program on a local buffer |
 //!
 //! Checks (pass/fail in the JSON): a 100,000-record job's outputs equal the CPU
 //! interpreter's; a fault injected on the GPU completes the faulting job with
@@ -804,6 +805,13 @@ fn main() {
         save(&res);
     }
 
+    if want("u") {
+        step("u: job buffers in an emulated tier (cxl-sim) on the GPU: instant tier, then native");
+        let v = buffer_tier_row(&svc, &mut c).unwrap_or_else(|e| json!({"error": e}));
+        res.insert("u_tiered_buffers".into(), v);
+        save(&res);
+    }
+
     let st = svc.status();
     res.insert("service_status".into(), serde_json::to_value(&st).unwrap());
     let date = Command::new("date")
@@ -883,41 +891,10 @@ fn tier_row(svc: &Service, c: &mut Client) -> Result<Value, String> {
             tier_of(c, slow.id),
             tier_of(c, capped.id),
         ];
-        // A job of `n` records of program `id`, its round trip in µs.
-        let job_us = |c: &mut Client, id: u32, n: u64| -> Result<f64, String> {
-            let t = Instant::now();
-            let r = c
-                .run(&Job::new(id, n).input(&input, 1), T)
-                .map_err(|e| e.to_string())?;
-            if !r.ok() {
-                return Err(format!("job failed: {r:?}"));
-            }
-            Ok(t.elapsed().as_secs_f64() * 1e6)
-        };
-        let (mut a, mut b) = (Vec::new(), Vec::new());
-        for _ in 0..100 {
-            a.push(job_us(c, plain.id, 1)?);
-            b.push(job_us(c, slow.id, 1)?);
-        }
-        let (local50, slow50) = (pct(&mut a, 0.5), pct(&mut b, 0.5));
-        let added = slow50 - local50;
-        let (mut lt, mut ct) = (Vec::new(), Vec::new());
-        for _ in 0..5 {
-            lt.push(job_us(c, plain.id, 4096)? / 1e3);
-            ct.push(job_us(c, capped.id, 4096)? / 1e3);
-        }
-        let (local_ms, capped_ms) = (pct(&mut lt, 0.5), pct(&mut ct, 0.5));
-        let link_ms = 4096.0 * 1e-3;
-        Ok(json!({
-            "tiers": {"local": tiers[0], "slow": tiers[1], "capped": tiers[2]},
-            "one_record_p50_us": {"local": local50, "slow": slow50, "added": added},
-            "latency_configured_us": 20.0,
-            "latency_error": added / 20.0 - 1.0,
-            "job_4096_ms": {"local": local_ms, "capped": capped_ms},
-            "link_time_ms": link_ms,
-            "cap_ratio": capped_ms / link_ms,
-            "met": (added / 20.0 - 1.0).abs() <= 0.1 && capped_ms >= link_ms && capped_ms <= 1.1 * link_ms + local_ms,
-        }))
+        let ids = [plain.id, slow.id, capped.id];
+        let mut v = tier_figures(&mut |k, n| job_us(c, &Job::new(ids[k], n).input(&input, 1)))?;
+        v["tiers"] = json!({"local": tiers[0], "slow": tiers[1], "capped": tiers[2]});
+        Ok(v)
     };
     let both = (|| -> Result<(Value, Value), String> {
         let instant = measure(c)?;
@@ -935,6 +912,97 @@ fn tier_row(svc: &Service, c: &mut Client) -> Result<Value, String> {
     let met = instant["met"] == json!(true) && native["met"] == json!(true);
     Ok(json!({
         "placements": {"local": placement(&plain), "slow": placement(&slow), "capped": placement(&capped)},
+        "first": instant, "after_swap": native,
+        "target": "added latency = 20 µs ± 10%; the 4,096-record job at least the link time, at most 1.1× it plus the local job",
+        "met": met,
+    }))
+}
+
+/// A job's round trip in µs (an error unless every record ran).
+fn job_us(c: &mut Client, job: &Job) -> Result<f64, String> {
+    let t = Instant::now();
+    let r = c.run(job, T).map_err(|e| e.to_string())?;
+    if !r.ok() {
+        return Err(format!("job failed: {r:?}"));
+    }
+    Ok(t.elapsed().as_secs_f64() * 1e6)
+}
+
+/// Rows t and u: `job_us(k, n)` runs an `n`-record job against the local (k = 0), the
+/// `cxl:20000` (1) or the `cxl:0:0.008` (2) setup and gives its round trip in µs; an
+/// access of 8 bytes takes 1 µs of the capped link. The latency is the one-record p50 over
+/// the local one (100 each, alternating); the cap a 4,096-record job's p50 of 5 against
+/// 4.096 ms of link time.
+fn tier_figures(
+    job_us: &mut dyn FnMut(usize, u64) -> Result<f64, String>,
+) -> Result<Value, String> {
+    let (mut a, mut b) = (Vec::new(), Vec::new());
+    for _ in 0..100 {
+        a.push(job_us(0, 1)?);
+        b.push(job_us(1, 1)?);
+    }
+    let (local50, slow50) = (pct(&mut a, 0.5), pct(&mut b, 0.5));
+    let added = slow50 - local50;
+    let (mut lt, mut ct) = (Vec::new(), Vec::new());
+    for _ in 0..5 {
+        lt.push(job_us(0, 4096)? / 1e3);
+        ct.push(job_us(2, 4096)? / 1e3);
+    }
+    let (local_ms, capped_ms) = (pct(&mut lt, 0.5), pct(&mut ct, 0.5));
+    let link_ms = 4096.0 * 1e-3;
+    Ok(json!({
+        "one_record_p50_us": {"local": local50, "slow": slow50, "added": added},
+        "latency_configured_us": 20.0,
+        "latency_error": added / 20.0 - 1.0,
+        "job_4096_ms": {"local": local_ms, "capped": capped_ms},
+        "link_time_ms": link_ms,
+        "cap_ratio": capped_ms / link_ms,
+        "met": (added / 20.0 - 1.0).abs() <= 0.1 && capped_ms >= link_ms && capped_ms <= 1.1 * link_ms + local_ms,
+    }))
+}
+
+/// Row u: job buffers in an emulated tier. `job_counter` (its `counts` in GPU memory) runs
+/// on 8-byte records from a local buffer, one at `cxl:20000` and one at `cxl:0:0.008`
+/// (each record's 8 bytes: 1 µs of link), each record fetched through its buffer's tier on
+/// the GPU before the program runs; first on the instant tier, then on native code. The
+/// figures are row t's ([`tier_figures`]).
+fn buffer_tier_row(svc: &Service, c: &mut Client) -> Result<Value, String> {
+    let obj = std::env::var("BPFTIME_TIER_PROG")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|_| {
+            std::env::current_exe()
+                .unwrap_or_default()
+                .with_file_name("job_counter.bpf.o")
+        });
+    let prog = c
+        .load_file_placed(&obj, None, Some("tier_buffers"), &["counts=device".into()])
+        .map_err(|e| format!("{}: {e}", obj.display()))?;
+    let mut bufs = Vec::new();
+    let both = (|| -> Result<(Value, Value), String> {
+        for place in [None, Some("cxl:20000"), Some("cxl:0:0.008")] {
+            bufs.push(c.alloc_placed(4096 * 8, place).map_err(|e| e.to_string())?);
+        }
+        let measure = |c: &mut Client| {
+            tier_figures(&mut |k, n| {
+                job_us(c, &Job::new(prog.id, n).input(&bufs[k].slice(0, n * 8), 8))
+            })
+        };
+        let instant = measure(c)?;
+        svc.cuda_swap_now()
+            .ok_or("no GPU")?
+            .map_err(|e| format!("swap: {e}"))?;
+        Ok((instant, measure(c)?))
+    })();
+    let slots: Vec<u8> = bufs.iter().map(|b| b.tier_slot).collect();
+    for b in bufs {
+        let _ = c.free(b);
+    }
+    let _ = c.unload(&prog.name);
+    let (instant, native) = both?;
+    let met = instant["met"] == json!(true) && native["met"] == json!(true);
+    Ok(json!({
+        "placements": {"local": "shm", "slow": "cxl:20000", "capped": "cxl:0:0.008"},
+        "tier_slots": slots,
         "first": instant, "after_swap": native,
         "target": "added latency = 20 µs ± 10%; the 4,096-record job at least the link time, at most 1.1× it plus the local job",
         "met": met,
@@ -1116,12 +1184,24 @@ fn report(j: &Value) -> String {
             f(&h["p50_us"], 2), f(&h["p99_us"], 2), h["target"].as_str().unwrap_or(""), met(h)
         ));
     }
-    if let Some(t) = j.get("t_tiered_map") {
+    for (key, row, what) in [
+        ("t_tiered_map", "t", "a map in an emulated tier"),
+        (
+            "u_tiered_buffers",
+            "u",
+            "job input buffers in an emulated tier",
+        ),
+    ] {
+        let Some(t) = j.get(key) else { continue };
         let part = |k: &str| {
             let x = &t[k];
             format!(
                 "{} tier: +{} µs a one-record job ({} against {}); 4,096 records {} ms (local {} ms)",
-                x["tiers"]["slow"].as_str().unwrap_or("?"),
+                x["tiers"]["slow"].as_str().unwrap_or(if k == "first" {
+                    "instant"
+                } else {
+                    "native"
+                }),
                 f(&x["one_record_p50_us"]["added"], 2),
                 f(&x["one_record_p50_us"]["slow"], 2),
                 f(&x["one_record_p50_us"]["local"], 2),
@@ -1130,7 +1210,7 @@ fn report(j: &Value) -> String {
             )
         };
         s.push_str(&format!(
-            "| t | a map in an emulated tier (`cxl:20000`; `cxl:0:0.008`, 1 µs of link an access) | {}; {} {} | the local map, same program | {} | {} |\n",
+            "| {row} | {what} (`cxl:20000`; `cxl:0:0.008`, 1 µs of link an access) | {}; {} {} | the local one, same program | {} | {} |\n",
             part("first"),
             part("after_swap"),
             t["error"].as_str().map(|e| format!("error: {e}")).unwrap_or_default(),

@@ -22,6 +22,7 @@ use crate::cpu::Control;
 use crate::job::JobRunner;
 use crate::programs::ProgramTable;
 use crate::stats::WorkerStats;
+use crate::tier::TierBuffers;
 use ebpf::interp::{Env, TraceSink};
 use shm_maps::layout::{completion_state, status};
 use shm_maps::{JobDesc, ShmRegion};
@@ -140,6 +141,10 @@ impl Link {
 struct Shared {
     region: Arc<ShmRegion>,
     table: Arc<ProgramTable>,
+    /// Job buffers in an emulated tier: the worker's GPU table follows them
+    /// ([`CudaBackend::sync_tier_buffers`]), and the host runner fetches forwarded jobs'
+    /// records through them.
+    tiers: Arc<TierBuffers>,
     cfg: CudaConfig,
     mailbox_off: u64,
     exe: PathBuf,
@@ -209,10 +214,13 @@ fn worker_exe(cfg: &CudaConfig) -> Result<PathBuf, DeviceError> {
 
 impl CudaBackend {
     /// Starts the GPU worker on `cfg.device`. `mailbox_off` is an arena allocation of
-    /// [`MAILBOX_BYTES`] the service made for the mailboxes. Errors leave nothing running.
+    /// [`MAILBOX_BYTES`] the service made for the mailboxes; `tiers` are the job buffers
+    /// placed in an emulated tier (the worker gets them at once). Errors leave nothing
+    /// running.
     pub fn start(
         region: Arc<ShmRegion>,
         table: Arc<ProgramTable>,
+        tiers: Arc<TierBuffers>,
         cfg: CudaConfig,
         mailbox_off: u64,
     ) -> Result<CudaBackend, DeviceError> {
@@ -233,13 +241,18 @@ impl CudaBackend {
         }
         let exe = worker_exe(&cfg)?;
         let control = Arc::new(Control::default());
-        let shared = Shared::new(region, table, cfg, mailbox_off, exe, control.clone());
+        let shared = Shared::new(region, table, tiers, cfg, mailbox_off, exe, control.clone());
         let link = shared.spawn().map_err(|e| DeviceError::Call {
             call: "gpu-worker",
             code: e,
             log: String::new(),
         })?;
         *lock(&shared.link) = Some(link);
+        if !shared.tiers.is_empty()
+            && let Err(e) = shared.send_tiers()
+        {
+            tracing::error!("the GPU worker did not take the tiered job buffers: {e}");
+        }
         shared.warm_up();
         let s = shared.clone();
         let mailbox = std::thread::Builder::new()
@@ -269,6 +282,13 @@ impl CudaBackend {
         if let Err(e) = self.shared.send_program(id) {
             tracing::error!(id, "the GPU worker did not take the program: {e}");
         }
+    }
+
+    /// Makes the GPU's tier table hold every job buffer now placed in a tier (after an
+    /// `alloc` with a placement, or a free of one): when this returns, jobs naming the
+    /// buffer's slot pay its tier on the GPU.
+    pub fn sync_tier_buffers(&self) -> Result<(), String> {
+        self.shared.send_tiers()
     }
 
     /// Builds and swaps a generation now; returns its timings.
@@ -377,6 +397,7 @@ impl Shared {
     fn new(
         region: Arc<ShmRegion>,
         table: Arc<ProgramTable>,
+        tiers: Arc<TierBuffers>,
         cfg: CudaConfig,
         mailbox_off: u64,
         exe: PathBuf,
@@ -385,6 +406,7 @@ impl Shared {
         let s = Arc::new(Shared {
             region,
             table,
+            tiers,
             cfg,
             mailbox_off,
             exe,
@@ -587,6 +609,21 @@ impl Shared {
         }
     }
 
+    fn send_tiers(&self) -> Result<(), String> {
+        let cmd = Cmd::TierBuffers {
+            slots: self.tiers.slots(),
+        };
+        let mut l = lock(&self.link);
+        let link = l
+            .as_mut()
+            .ok_or("the GPU worker is restarting; it will take the tier table when it is back")?;
+        match link.request(&cmd)? {
+            Msg::Ack { error: None } => Ok(()),
+            Msg::Ack { error: Some(e) } => Err(e),
+            other => Err(format!("unexpected reply {other:?}")),
+        }
+    }
+
     fn send_program(&self, id: u32) -> Result<(), String> {
         let cmd = match self.table.get(id) {
             Some(p) => Cmd::Program {
@@ -755,7 +792,7 @@ impl Shared {
             cancel: &self.control.cancel,
             env,
             queue: self.cfg.queue,
-            tiers: None,
+            tiers: Some(&self.tiers),
         }
     }
 
@@ -1035,6 +1072,12 @@ impl Shared {
                 }
             }
         }
+        if !self.tiers.is_empty() {
+            step("sending the tier table to the new worker");
+            if let Err(e) = self.send_tiers() {
+                tracing::error!("cannot send the tier table to the new worker: {e}");
+            }
+        }
         for p in self.table.list() {
             step("sending the programs to the new worker");
             if let Err(e) = self.send_program(p.id) {
@@ -1193,6 +1236,7 @@ mod tests {
         Shared::new(
             region,
             Arc::new(ProgramTable::default()),
+            Arc::new(TierBuffers::default()),
             CudaConfig {
                 queue,
                 ..CudaConfig::default()

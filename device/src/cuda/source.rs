@@ -69,6 +69,12 @@ pub fn layout_header() -> String {
         "#define BPFT_INLINE_WORDS {}",
         shm_maps::layout::INLINE_WORDS
     );
+    let _ = writeln!(
+        s,
+        "#define BPFT_TIER_SHIFT {}\n#define BPFT_TIER_SLOTS {}",
+        shm_maps::job_flags::TIER_SHIFT,
+        shm_maps::job_flags::TIER_SLOTS
+    );
     s.push_str(&check_c());
     s
 }

@@ -329,6 +329,12 @@ pub enum Cmd {
         /// Bytes.
         len: u64,
     },
+    /// Every job buffer now placed in an emulated tier (the whole set, after each change):
+    /// the worker rewrites the slots of its GPU tier table that differ.
+    TierBuffers {
+        /// By slot.
+        slots: Vec<crate::tier::TierSlot>,
+    },
     /// Program `id` is gone.
     Unload {
         /// Program id.

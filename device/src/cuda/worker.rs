@@ -22,6 +22,7 @@ use super::bytecode;
 use super::driver::{Gpu, Library, Stream, StreamState};
 use super::source;
 use super::wire::*;
+use crate::tier::TierSlot;
 use shm_maps::ShmRegion;
 use shm_maps::arena::{Arena, Owner};
 use shm_maps::region::monotonic_ns;
@@ -98,6 +99,7 @@ struct Params {
     time_offset: u64,
     max_insns: u64,
     scratch: u64,
+    tier_table: u64,
     queue_mask: u32,
     max_progs: u32,
     completions_total: u32,
@@ -114,8 +116,69 @@ const _: () = {
     use std::mem::{offset_of, size_of};
     assert!(size_of::<ProgEntry>() == 64);
     assert!(offset_of!(ProgEntry, interp) == 16);
-    assert!(size_of::<Params>() == 18 * 8 + 10 * 4);
+    assert!(size_of::<Params>() == 19 * 8 + 10 * 4);
+    assert!(size_of::<TierEntry>() == 64);
+    assert!(offset_of!(TierEntry, tat) == 40);
 };
+
+/// One slot of the GPU tier table (runtime.cu `struct bpft_tier`): a job buffer in an
+/// emulated tier, and its link word.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct TierEntry {
+    off: u64,
+    /// 0: the slot is free.
+    len: u64,
+    client: u32,
+    pad: u32,
+    latency_ns: u64,
+    ps_per_byte: u64,
+    /// The link's next free time (%globaltimer ns), the GPU's.
+    tat: u64,
+    reserved: [u64; 2],
+}
+
+const TIER_TABLE_BYTES: usize = shm_maps::job_flags::TIER_SLOTS as usize * 64;
+
+/// The writes that turn the GPU tier table holding `have` into one holding `want`, in
+/// order: `(slot, entry)`, an entry with `len` 0 clearing its slot. A slot that changes is
+/// cleared first and its new entry written with `len` 0, then its `len` (the kernel reads
+/// `len` first: it sees the old buffer, none, or the new one, never a mix); a new entry's
+/// link starts idle.
+fn tier_writes(have: &[TierSlot], want: &[TierSlot]) -> Vec<(u8, TierWrite)> {
+    let mut w = Vec::new();
+    for h in have {
+        if !want.contains(h) {
+            w.push((h.slot, TierWrite::Len(0)));
+        }
+    }
+    for t in want {
+        if !have.contains(t) {
+            w.push((
+                t.slot,
+                TierWrite::Entry(TierEntry {
+                    off: t.off,
+                    len: 0,
+                    client: t.client,
+                    latency_ns: t.latency_ns,
+                    ps_per_byte: t.ps_per_byte,
+                    ..TierEntry::default()
+                }),
+            ));
+            w.push((t.slot, TierWrite::Len(t.len)));
+        }
+    }
+    w
+}
+
+/// One write of [`tier_writes`].
+#[derive(Debug, PartialEq)]
+enum TierWrite {
+    /// The whole entry.
+    Entry(TierEntry),
+    /// Its `len` word alone.
+    Len(u64),
+}
 
 fn as_bytes<T: Copy>(v: &T) -> &[u8] {
     // SAFETY: `T` is a `#[repr(C)]` plain-data struct; the device reads these bytes.
@@ -188,6 +251,8 @@ struct Worker {
     installed: HashMap<u32, Prog>,
     dev_maps: DeviceMaps,
     tiered: TieredMaps,
+    /// The job buffers the GPU tier table holds.
+    tier_slots: Vec<TierSlot>,
     retired: Vec<u64>,
     generation: u32,
     swaps: u64,
@@ -372,6 +437,8 @@ impl Worker {
         let code = gpu.alloc(CODE_ARENA as usize)?;
         let dev_arena = gpu.alloc(args.cfg.device_arena as usize)?;
         let scratch = gpu.alloc(SCRATCH_BYTES)?;
+        let tier_table = gpu.alloc(TIER_TABLE_BYTES)?;
+        gpu.memset32(copy, tier_table, 0, TIER_TABLE_BYTES / 4)?;
         gpu.memset32(copy, state, 0, source::STATE_BYTES / 4)?;
         gpu.memset32(copy, prog_index, 0, MAX_PROGS as usize)?;
         gpu.memset32(copy, progs, 0, MAX_ENTRIES as usize * 16)?;
@@ -403,6 +470,7 @@ impl Worker {
             time_offset: monotonic_ns().wrapping_sub(wall),
             max_insns: args.cfg.max_insns,
             scratch,
+            tier_table,
             queue_mask: h.queue_capacity - 1,
             max_progs: MAX_PROGS,
             completions_total: h.max_clients * h.completions_per_client,
@@ -445,6 +513,7 @@ impl Worker {
             installed: HashMap::new(),
             dev_maps: HashMap::new(),
             tiered: HashMap::new(),
+            tier_slots: Vec::new(),
             retired: Vec::new(),
             generation: 0,
             swaps: 0,
@@ -604,6 +673,21 @@ impl Worker {
                 },
             );
         }
+        Ok(())
+    }
+
+    /// Makes the GPU tier table hold `want` (every job buffer now in a tier).
+    fn set_tier_slots(&mut self, want: Vec<TierSlot>) -> Result<(), String> {
+        for (slot, w) in tier_writes(&self.tier_slots, &want) {
+            let at = self.params.tier_table + slot as u64 * 64;
+            let r = match w {
+                TierWrite::Entry(e) => self.gpu.upload(self.copy, at, as_bytes(&e)),
+                TierWrite::Len(len) => self.gpu.upload(self.copy, at + 8, &len.to_le_bytes()),
+            };
+            r.map_err(|e| format!("tier table slot {slot}: {e}"))?;
+        }
+        tracing::info!(buffers = want.len(), "job buffers in an emulated tier");
+        self.tier_slots = want;
         Ok(())
     }
 
@@ -1013,6 +1097,7 @@ impl Worker {
                 off,
                 len,
             } => Some(ack(self.map_sync(&map, to_device, off, len))),
+            Cmd::TierBuffers { slots } => Some(ack(self.set_tier_slots(slots))),
             Cmd::Unload { id } => Some(ack(self.unpublish(id).map_err(|e| e.to_string()))),
             Cmd::Swap => {
                 *swap_waiters += 1;
@@ -1366,6 +1451,53 @@ mod tests {
         named.insert(8, 1);
         assert_eq!(next_unnamed(&mut next, &named), 3);
         assert_eq!(next, 4);
+    }
+
+    /// The tier table changes slot by slot: a slot whose buffer goes is cleared (its `len`
+    /// first), a new one is written with `len` 0 and then given its `len`, an unchanged
+    /// one is not touched (its link word keeps counting).
+    #[test]
+    fn tier_table_writes_clear_before_they_fill() {
+        let t = |slot: u8, off: u64, latency_ns: u64| TierSlot {
+            slot,
+            off,
+            len: 4096,
+            client: 3,
+            latency_ns,
+            ps_per_byte: 125,
+        };
+        let entry = |x: TierSlot| {
+            TierWrite::Entry(TierEntry {
+                off: x.off,
+                len: 0,
+                client: x.client,
+                pad: 0,
+                latency_ns: x.latency_ns,
+                ps_per_byte: x.ps_per_byte,
+                tat: 0,
+                reserved: [0; 2],
+            })
+        };
+        assert_eq!(
+            tier_writes(&[], &[t(1, 0, 100)]),
+            vec![(1, entry(t(1, 0, 100))), (1, TierWrite::Len(4096))]
+        );
+        assert!(tier_writes(&[t(1, 0, 100)], &[t(1, 0, 100)]).is_empty());
+        assert_eq!(
+            tier_writes(
+                &[t(1, 0, 100), t(2, 8192, 100)],
+                &[t(2, 8192, 100), t(1, 0, 400)]
+            ),
+            vec![
+                (1, TierWrite::Len(0)),
+                (1, entry(t(1, 0, 400))),
+                (1, TierWrite::Len(4096))
+            ]
+        );
+        assert_eq!(
+            tier_writes(&[t(5, 0, 100)], &[]),
+            vec![(5, TierWrite::Len(0))]
+        );
     }
     use shm_maps::{DirEntry, OnStale, RegionConfig};
 

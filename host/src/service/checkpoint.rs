@@ -237,7 +237,11 @@ pub(crate) fn tier_buffers(
             continue;
         };
         match t.parse::<device::tier::TierSpec>() {
-            Ok(spec) => tiers.allocated(a.off, a.len, (slot, generation), Some(spec)),
+            Ok(spec) => {
+                if let Err(e) = tiers.allocated(a.off, a.len, (slot, generation), Some(spec)) {
+                    errors.push(format!("buffer at {:#x}: {e}; it is local now", a.off));
+                }
+            }
             Err(e) => errors.push(format!("buffer at {:#x}: {e}; it is local now", a.off)),
         }
     }

@@ -175,36 +175,62 @@ fn handle(svc: &Arc<Service>, req: Request) -> (Reply, After) {
                 Ok(t) => t,
                 Err(e) => return (err(e), None),
             };
-            if tier.is_some() && svc.gpu_count() > 0 {
+            let gpus = svc.gpu_count();
+            if let Some(t) = tier.filter(|t| t.gbps.is_some() && gpus > 1) {
                 return (
                     err(format!(
-                        "buffer placement `{}` is emulated on the CPU backend only (this service runs the CUDA backend)",
-                        placement.unwrap_or_default()
+                        "buffer placement `{t}` caps a link that the service's {gpus} GPUs                          would each get whole (one link word per GPU); a latency-only tier                          (cxl:{}) works on several GPUs, a cap on one",
+                        t.latency_ns
                     )),
                     None,
                 );
             }
-            buffer_op(svc, client, generation, Pool::Shared, |a, o| {
-                a.alloc(len, o).map(|off| {
-                    svc.tier_buffers
-                        .allocated(off, len, (client, generation), tier);
-                    match tier {
-                        Some(t) => serde_json::json!({ "off": off, "placement": t.to_string() }),
-                        None => serde_json::json!({ "off": off }),
+            let mut full = None;
+            let before = svc.tier_buffers.len();
+            let r = buffer_op(svc, client, generation, Pool::Shared, |a, o| {
+                let off = a.alloc(len, o)?;
+                match svc
+                    .tier_buffers
+                    .allocated(off, len, (client, generation), tier)
+                {
+                    Ok(Some(slot)) => Ok(serde_json::json!({
+                        "off": off,
+                        "placement": tier.map(|t| t.to_string()),
+                        "tier_slot": slot,
+                    })),
+                    Ok(None) => Ok(serde_json::json!({ "off": off })),
+                    Err(e) => {
+                        full = Some(e);
+                        a.free(off, o).map(|_| serde_json::Value::Null)
                     }
-                })
-            })
+                }
+            });
+            if let Some(e) = full {
+                return (err(e.to_string()), None);
+            }
+            if r.ok && (tier.is_some() || svc.tier_buffers.len() != before) {
+                sync_tier_buffers(svc);
+            }
+            r
         }
         Request::Free {
             client,
             generation,
             off,
-        } => buffer_op(svc, client, generation, Pool::Shared, |a, o| {
-            a.free(off, o).map(|_| {
-                svc.tier_buffers.freed(off);
-                serde_json::Value::Null
-            })
-        }),
+        } => {
+            let mut tiered = false;
+            let r = buffer_op(svc, client, generation, Pool::Shared, |a, o| {
+                a.free(off, o).map(|_| {
+                    tiered = svc.tier_buffers.placement(off).is_some();
+                    svc.tier_buffers.freed(off);
+                    serde_json::Value::Null
+                })
+            });
+            if tiered {
+                sync_tier_buffers(svc);
+            }
+            r
+        }
         Request::DeviceAlloc {
             client,
             generation,
@@ -278,6 +304,18 @@ fn handle(svc: &Arc<Service>, req: Request) -> (Reply, After) {
 }
 
 /// A buffer's tier: `cxl:LATENCY_NS[:GBPS]`.
+/// Brings every GPU's tier table up to the service's placed buffers. A GPU worker that is
+/// restarting takes the table when it is back; anything else is logged.
+pub(crate) fn sync_tier_buffers(svc: &Service) {
+    svc.with_gpus(|g| {
+        for (i, b) in g.iter().enumerate() {
+            if let Err(e) = b.sync_tier_buffers() {
+                tracing::warn!(gpu = i, "tier table not updated: {e}");
+            }
+        }
+    });
+}
+
 fn tier_of_buffer(p: &str) -> Result<device::tier::TierSpec, String> {
     p.parse()
         .map_err(|e: device::tier::TierError| format!("buffer placement: {e}"))

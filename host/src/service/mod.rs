@@ -293,18 +293,18 @@ impl Service {
             };
             let mut info = checkpoint::restore(&ctx, &mut st, cp, *pid);
             checkpoint::tier_buffers(cp, &tier_buffers, &mut info.errors);
-            if want_cuda && !tier_buffers.is_empty() {
-                info.errors.push(format!(
-                    "{} job buffers were placed in an emulated tier, which the CUDA backend \
-                     does not emulate: GPU jobs on them run at local speed",
-                    tier_buffers.len()
-                ));
-            }
             recovered = Some(info);
         }
         let mut cuda = None;
         if want_cuda {
-            match Self::start_gpus(&region, &table, &cfg, &devices, &mut st.arena) {
+            match Self::start_gpus(
+                &region,
+                &table,
+                &tier_buffers,
+                &cfg,
+                &devices,
+                &mut st.arena,
+            ) {
                 Ok(b) => cuda = Some(b),
                 Err(e) if cfg.backend == BackendChoice::Auto && devices.len() == 1 => {
                     let why =
@@ -407,6 +407,7 @@ impl Service {
     fn start_gpus(
         region: &Arc<ShmRegion>,
         table: &Arc<ProgramTable>,
+        tiers: &Arc<device::tier::TierBuffers>,
         cfg: &ServiceConfig,
         devices: &[i32],
         arena: &mut Arena,
@@ -440,7 +441,7 @@ impl Service {
                 shared_mirrors: devices.len() > 1,
                 ..cfg.cuda.clone()
             };
-            match CudaBackend::start(region.clone(), table.clone(), c, mailbox) {
+            match CudaBackend::start(region.clone(), table.clone(), tiers.clone(), c, mailbox) {
                 Ok(b) => gpus.push(b),
                 Err(e) => {
                     undo(gpus, &mailboxes, arena);
@@ -533,6 +534,7 @@ impl Service {
             if c.state.load(Ordering::Acquire) == client_state::DEAD
                 && c.in_flight.load(Ordering::Acquire) == 0
             {
+                let placed = self.tier_buffers.len();
                 let freed = {
                     let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
                     self.tier_buffers.freed_slot(slot);
@@ -544,6 +546,9 @@ impl Service {
                     }
                     n
                 };
+                if self.tier_buffers.len() != placed {
+                    control::sync_tier_buffers(self);
+                }
                 for a in &mut self
                     .state
                     .lock()

@@ -416,21 +416,25 @@ BPF_FN bpf_u64 bpf_hash_lock_addr(const struct bpf_map_desc *m, const struct bpf
  * the bytes are added to it. Both only ever raise it, so concurrent accesses queue behind
  * each other and none is lost. The JIT's map helpers do the same (jit/src/prelude,
  * tier_wait, with atom.max). */
-BPF_FN void bpf_tier_wait(const struct bpf_map_desc *m, bpf_u64 bytes) {
-    if (!m->tier_ns && !m->tier_ps) return;
-    bpf_u64 start = bpf_globaltimer(), deadline = start + m->tier_ns;
-    if (m->tier_ps) {
-        bpf_u64 cost = (bytes * m->tier_ps + 999) / 1000;
-        bpf_u64 cur = bpf_ld_rlx64(m->tier_tat);
+BPF_FN void bpf_tier_wait_at(bpf_u64 ns, bpf_u64 ps, bpf_u64 tat, bpf_u64 bytes) {
+    if (!ns && !ps) return;
+    bpf_u64 start = bpf_globaltimer(), deadline = start + ns;
+    if (ps) {
+        bpf_u64 cost = (bytes * ps + 999) / 1000;
+        bpf_u64 cur = bpf_ld_rlx64(tat);
         while (cur < start) {
-            bpf_u64 o = bpf_cas_rlx64(m->tier_tat, cur, start);
+            bpf_u64 o = bpf_cas_rlx64(tat, cur, start);
             if (o == cur) break;
             cur = o;
         }
-        bpf_u64 end = bpf_add_rlx64(m->tier_tat, cost) + cost;
+        bpf_u64 end = bpf_add_rlx64(tat, cost) + cost;
         if (end > deadline) deadline = end;
     }
     while (bpf_globaltimer() < deadline) {}
+}
+/* The same for job buffers in a tier (runtime.cu, job_tier). */
+BPF_FN void bpf_tier_wait(const struct bpf_map_desc *m, bpf_u64 bytes) {
+    bpf_tier_wait_at(m->tier_ns, m->tier_ps, m->tier_tat, bytes);
 }
 
 BPF_FN bpf_u64 bpf_map_lookup(const struct bpf_map_desc *m, bpf_u64 key, const struct bpf_env *env) {

@@ -227,12 +227,28 @@ struct bpft_params {
     u64 time_offset;     // host CLOCK_MONOTONIC ns - %globaltimer ns (two's complement)
     u64 max_insns;       // interpreter budget per record
     u64 scratch;         // device, 128 bytes per dispatcher lane: inline job input
+    u64 tier_table;      // struct bpft_tier[BPFT_TIER_SLOTS], device: job buffers in a tier
     u32 queue_mask, max_progs;
     u32 completions_total, max_records;
     u32 job_mask, done_mask, fwd_mask, flags;
     u32 generation, lock_pid;
 };
+static_assert(sizeof(struct bpft_params) == 19 * 8 + 10 * 4, "bpft_params: worker.rs Params");
 #define BPFT_ALLOW_FAULT 1u
+
+// A job buffer in an emulated tier (the service's `alloc` with a placement), one entry a
+// tier slot (job_flags::TIER_MASK names one). Written by the worker while the kernel runs:
+// `len` is cleared before an entry changes and set last, so a job sees the old buffer, the
+// new one or none (it then runs at local speed). worker.rs TierEntry mirrors it.
+struct bpft_tier {
+    u64 off, len;        // the buffer: arena offset and length (0: the slot is free)
+    u32 client, pad;     // its owner's client slot
+    u64 latency_ns;      // added to each record's fetch
+    u64 ps_per_byte;     // picoseconds per byte at the cap (0: none)
+    u64 tat;             // the link's next free time, %globaltimer ns (the GPU's alone)
+    u64 reserved[2];
+};
+static_assert(sizeof(struct bpft_tier) == 64, "bpft_tier: worker.rs TierEntry");
 
 // Control block in pinned host memory. Line 0: written by the host. Line 1: by the GPU.
 struct bpft_ctl {
@@ -405,6 +421,35 @@ static __device__ __forceinline__ bool fits(u64 off, u64 len, u64 need, u64 size
     return need <= len && off <= size && len <= size - off;
 }
 
+// What a job's records pay to come through its input buffer's tier: `tat` is the address of
+// the link word, 0 for a local buffer.
+struct bpft_tier_ref {
+    u64 ns, ps, tat;
+};
+
+// The tier of job `d`'s input: the slot its flags name, if that slot holds a buffer of this
+// client around the whole input in the shared arena; else local.
+static __device__ bpft_tier_ref job_tier(const bpft_params &P, const bpft_job_desc &d) {
+    bpft_tier_ref r = {0, 0, 0};
+    const u32 s = (d.flags >> BPFT_TIER_SHIFT) & (BPFT_TIER_SLOTS - 1);
+    if (s == 0 || (d.flags & JF_DEVICE_INPUT)) return r;
+    bpft_tier *t = (bpft_tier *)P.tier_table + s;
+    const u64 len = ld_rlx_gpu(&t->len), off = ld_rlx_gpu(&t->off);
+    if (len == 0 || ld_rlx_gpu32(&t->client) != d.client || d.input_off < off ||
+        d.input_off - off > len || d.input_len > len - (d.input_off - off))
+        return r;
+    r.ns = ld_rlx_gpu(&t->latency_ns);
+    r.ps = ld_rlx_gpu(&t->ps_per_byte);
+    r.tat = (u64)&t->tat;
+    return r;
+}
+
+// One record of `bytes` comes through the tier: its latency, and its bytes through the
+// link (bpf_tier_wait_at, as a tiered map's helpers do).
+static __device__ __forceinline__ void tier_fetch(const bpft_tier_ref &t, u64 bytes) {
+    if (t.tat) bpf_tier_wait_at(t.ns, t.ps, t.tat, bytes);
+}
+
 // Validates `d` for the GPU. On success fills the device addresses. Anything else goes to
 // the host runner, which produces the error completion (or runs what the GPU cannot).
 static __device__ bool validate(const bpft_params &P, const bpft_job_desc &d, const bpft_prog &p,
@@ -542,6 +587,7 @@ static __device__ void run_short(const bpft_params &P, const bpft_job_desc &d, c
                           u32 hop_fence) {
     u64 r0 = 0;
     u32 err_pc = 0;
+    if (d.flags & (BPFT_TIER_SLOTS - 1u) << BPFT_TIER_SHIFT) tier_fetch(job_tier(P, d), d.in_rec_size);
     int e = run_record(P, p, d, in_base, out_base, 0, &r0, &err_pc);
 #if BPFT_HOP_SPLIT == 1
     hop_fence = (u32)(now_ns(P) - started);
@@ -1051,6 +1097,8 @@ static __device__ void worker(const bpft_params &P, const u32 D) {
         const bpft_prog jprog = j->p;
         const u64 in_base = j->in_base, out_base = j->out_base, res_base = j->res_base;
         const u64 n = jd.n;
+        // An input buffer in a tier: each record waits for its fetch, one at a time.
+        const bpft_tier_ref tier = job_tier(P, jd);
         // About BPFT_WARP_CHUNKS chunks per warp (at least BPFT_CHUNK records): a claim is an atomic on
         // one word that every warp shares, so a big job must not need many of them.
         // Input in pinned host memory (zero-copy over PCIe) is cut much finer (a big job
@@ -1094,7 +1142,15 @@ static __device__ void worker(const bpft_params &P, const u32 D) {
             u64 next = 0;
             if (lane == 0) next = atomicAdd(&j->next, chunk);
             u64 end = base + chunk < n ? base + chunk : n;
-            if (jprog.tier == BPFT_TIER_NATIVE) {
+            if (tier.tat && jprog.tier == BPFT_TIER_NATIVE) {
+                for (u64 i = base + lane; i < end; i += 32) {
+                    tier_fetch(tier, jd.in_rec_size);
+                    ok_r0 = bpft_native_loop(jprog.native_slot, in_base, jd.in_rec_size, out_base,
+                                             jd.out_rec_size, n, jd.args[0], jd.args[1], jd.args[2],
+                                             jd.args[3], res_base, i, i + 1, 32);
+                    ok_idx = i + 1;
+                }
+            } else if (jprog.tier == BPFT_TIER_NATIVE) {
                 u64 ci = 0, cr = 0;
                 native_chunk(jprog.native_slot, in_base, jd.in_rec_size, out_base, jd.out_rec_size,
                              res_base, n, jd.args, base, end, lane, &ci, &cr);
@@ -1105,6 +1161,7 @@ static __device__ void worker(const bpft_params &P, const u32 D) {
             } else for (u64 i = base + lane; i < end; i += 32) {
                 u64 r0 = 0;
                 u32 pc = 0;
+                tier_fetch(tier, jd.in_rec_size);
                 int e = run_record(P, jprog, jd, in_base, out_base, i, &r0, &pc);
                 if (res_base) ((u64 *)res_base)[i] = e ? ~0ull : r0;
                 if (e) {
