@@ -356,8 +356,9 @@ pub struct SubmitArgs {
     /// Give up waiting after this many seconds.
     #[arg(long, default_value_t = 60.0)]
     timeout: f64,
-    /// Put the input buffer in an emulated memory tier, `cxl:LATENCY_NS[:GBPS]` (CPU
-    /// backend): each record is fetched through it before the program runs on it.
+    /// Put the input buffer in an emulated memory tier, `cxl:LATENCY_NS[:GBPS]`: each
+    /// record is fetched through it before the program runs on it (on the GPU too; a cap
+    /// there needs a one-GPU service).
     #[arg(long, value_name = "cxl:LATENCY_NS[:GBPS]")]
     input_placement: Option<String>,
 }
