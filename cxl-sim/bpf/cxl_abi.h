@@ -29,7 +29,6 @@
 #define CXL_ONE 1024
 #define CXL_RHO_MAX 972
 #define CXL_WINDOW_SHIFT 16
-#define CXL_RESTART_SLACK 67108864ULL
 
 struct cxl_range {
 	__u64 base;

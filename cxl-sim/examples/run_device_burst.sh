@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# Runs 20–21 of bench/results/cxl_gpu.md: the kernels' link after an idle spell. The
-# earlier probe added an access's bytes to the link word first and restarted an idle link
-# with a compare-and-swap after; in a simultaneous burst every swap but one failed and
-# those accesses passed free. The committed probe raises the word to now first (a swap
-# loop, only when it is more than CXL_RESTART_SLACK behind), then adds. Builds side by side
-# (`cxl run --object` for the others): the STREAM triad's bandwidth under a cap, small
-# launches (the link idles between them) to the full 2^26, and the direct-x8 preset. One
-# `R …` line per measurement in $OUT/cxl20/log.txt.
+# Run 20 of bench/results/cxl_gpu.md: the kernels' link after an idle spell. The probe
+# adds an access's bytes to the link word first and restarts an idle link with a
+# compare-and-swap after; when many accesses meet an idle link at once, one swap takes and
+# the others pass on the old word. The variants of bench/results/cxl_gpu/run20_raise.patch
+# raise the word to now first (a swap loop; `new` there also only when it is more than
+# 1 µs behind), then add. Builds side by side (`cxl run --object` for all but the
+# embedded one): the STREAM triad's bandwidth under a cap, small launches (the link idles
+# between them) to the full 2^26, and the direct-x8 preset. One `R …` line per measurement
+# in $OUT/cxl20/log.txt.
 #   PROBES="old=earlier.bpf.o raise=other.bpf.o" CARRY=target/gpu-carry OUT=/tmp/o \
 #     bash cxl-sim/examples/run_device_burst.sh
 # SMALL_ONLY=1: the small launches with `--cache-mib 0` alone.
@@ -14,8 +15,8 @@ set -u
 . "$(dirname "$0")/device_lib.sh"
 cxl_device_setup cxl20 cxl-sim/examples/gather.cu attach/tests/apps/stream.cu attach/tests/apps/sgemm.cu
 q="--no-stats --no-kernel-time"
-probes="${PROBES:-} new="
-# run NAME ARGS…: the cxl run with probe NAME's object (`new`: the embedded one).
+probes="${PROBES:-} embedded="
+# run NAME ARGS…: the cxl run with probe NAME's object (`embedded`: the binary's own).
 run() {
 	local p=$1 o="" e; shift
 	for e in $probes; do [ "${e%%=*}" = "$p" ] && [ -n "${e#*=}" ] && o="--object ${e#*=}"; done

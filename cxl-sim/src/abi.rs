@@ -14,12 +14,6 @@ pub const TIME_SHIFT: u32 = 16;
 pub const ONE: u64 = 1024;
 /// Highest link utilisation the queueing term uses (0.95 × [`ONE`]): Δq stays finite.
 pub const RHO_MAX: u64 = 972;
-/// A link word this little behind now (1,024 ns, in [`TIME_SHIFT`] fixed point) is not
-/// raised to now: it is busy enough. Thousands of warps meeting an idle link at a launch's
-/// start would otherwise each swap it up to their own now, a few ns apart, one after the
-/// other on one word. It lets a link restart at most 1 µs late (at 64 GB/s, 64 KB of
-/// extra credit for each idle spell).
-pub const RESTART_SLACK: u64 = 1024 << TIME_SHIFT;
 /// Bandwidth windows are `1 << WINDOW_SHIFT` ns (65.5 µs).
 pub const WINDOW_SHIFT: u32 = 16;
 /// Ranges [`CxlConfig`] holds.
@@ -354,7 +348,7 @@ pub fn c_header() -> String {
         "#define CXL_PLACE_NONE {PLACE_NONE}\n#define CXL_PLACE_SIZE {PLACE_SIZE}\n#define CXL_PLACE_LOCAL {PLACE_LOCAL}\n#define CXL_PLACE_INTERLEAVE {PLACE_INTERLEAVE}\n#define CXL_PLACE_SITE {PLACE_SITE}\n"
     );
     s += &format!(
-        "#define CXL_TIME_SHIFT {TIME_SHIFT}\n#define CXL_ONE {ONE}\n#define CXL_RHO_MAX {RHO_MAX}\n#define CXL_WINDOW_SHIFT {WINDOW_SHIFT}\n#define CXL_RESTART_SLACK {RESTART_SLACK}ULL\n\n"
+        "#define CXL_TIME_SHIFT {TIME_SHIFT}\n#define CXL_ONE {ONE}\n#define CXL_RHO_MAX {RHO_MAX}\n#define CXL_WINDOW_SHIFT {WINDOW_SHIFT}\n\n"
     );
     s += "struct cxl_range {\n\t__u64 base;\n\t__u64 len;\n\t__u32 interleave_local;\n\t__u32 interleave_cxl;\n\t__u32 page_shift;\n\t__u32 pad;\n};\n\n";
     s += "struct cxl_config {\n\t__u64 magic;\n\t__u64 version;\n\t__u64 flags;\n\t__u64 latency[3];\n\t__u64 byte_cost;\n\t__u64 burst;\n\t__u64 window_cap_bytes;\n\t__u64 queue_k;\n\t__u64 seq_stride;\n\t__u64 cache_lines;\n\t__u64 place_kind;\n\t__u64 place_arg;\n\t__u64 place_used;\n\t__u64 place_interleave;\n\t__u64 place_dropped;\n\t__u64 nranges;\n\tstruct cxl_range ranges[CXL_MAX_RANGES];\n};\n\n";

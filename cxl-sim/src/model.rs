@@ -16,8 +16,7 @@
 //! ρ        = bytes the tier moved in the last window / what the cap allows in a window   (≤ 0.95)
 //! Δq       = base · k · ρ / (1 − ρ)                      (queueing: grows as the link fills)
 //! link     = token bucket (GCRA): the transfer ends at tat = max(tat, now) + bytes / cap; up
-//!            to --burst-bytes may run ahead of it (tat is raised to now only when more than
-//!            RESTART_SLACK, 1 µs, behind it)
+//!            to --burst-bytes may run ahead of it
 //! deadline = max(now + base + Δq, link end − burst)      the access completes no earlier
 //! ```
 //!
@@ -29,7 +28,7 @@ use crate::abi::{
     CACHE_SLOTS, CxlConfig, CxlState, FLAG_ENABLED, FLAG_EVERYTHING, FLAG_SPIN, FLAG_STATS,
     LINE_SHIFT, STRIPES,
 };
-pub use crate::abi::{ONE, RESTART_SLACK, RHO_MAX, TIME_SHIFT, WINDOW_SHIFT};
+pub use crate::abi::{ONE, RHO_MAX, TIME_SHIFT, WINDOW_SHIFT};
 use serde::{Deserialize, Serialize};
 
 /// Longest added latency accepted (1 s).
@@ -387,14 +386,15 @@ impl Emulator {
             deadline += queue_delay(c, base, st.last_window);
             // The link.
             let cost = bytes * c.byte_cost;
+            let mut old = st.tat;
+            st.tat += cost;
             let now_fp = a.now.saturating_sub(st.t0) << TIME_SHIFT;
-            if st.tat + RESTART_SLACK < now_fp {
+            if old < now_fp {
                 // The link was idle: it starts now (GCRA: tat = max(tat, now) + cost), and
                 // the burst is all the credit there is.
-                st.tat = now_fp;
+                old = now_fp;
+                st.tat = old + cost;
             }
-            let old = st.tat;
-            st.tat += cost;
             let link_end = ((old + cost).saturating_sub(c.burst) >> TIME_SHIFT) + st.t0;
             deadline = deadline.max(link_end);
         }
@@ -620,18 +620,6 @@ mod tests {
         assert_eq!(e.access(&a(t), 0, 0).delay(t), 0);
         assert_eq!(e.access(&a(t), 0, 0).delay(t), 0);
         assert_eq!(e.access(&a(t), 0, 0).delay(t), 512);
-        // The link word is now at t + 1,536 (1 GB/s: 1 ns a byte). Idle for longer than
-        // the restart slack (1,024 ns), it restarts at now: two requests pass, the third
-        // waits, as above.
-        let burst = |e: &mut Emulator, u| -> Vec<u64> {
-            (0..4).map(|_| e.access(&a(u), 0, 0).delay(u)).collect()
-        };
-        let u = t + 1536 + 1025;
-        assert_eq!(burst(&mut e, u), [0, 0, 512, 1024]);
-        // Idle for less than the slack (512 ns), it is not raised to now: the gap is
-        // credit, one request more passes.
-        let v = u + 2048 + 512;
-        assert_eq!(burst(&mut e, v), [0, 0, 0, 512]);
     }
 
     #[test]
