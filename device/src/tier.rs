@@ -210,13 +210,29 @@ impl TierBuffers {
         owner: (u32, u32),
         tier: Option<TierSpec>,
     ) -> Result<Option<u8>, TierSlotsFull> {
+        self.allocated_in(off, len, owner, tier, None)
+    }
+
+    /// [`TierBuffers::allocated`] in tier slot `want` when that is free (a recovery puts
+    /// each buffer back in the slot its client's jobs name), else the lowest free one.
+    pub fn allocated_in(
+        &self,
+        off: u64,
+        len: u64,
+        owner: (u32, u32),
+        tier: Option<TierSpec>,
+        want: Option<u8>,
+    ) -> Result<Option<u8>, TierSlotsFull> {
         let mut p = self.placed.write().unwrap_or_else(|e| e.into_inner());
         p.retain(|b| b.off + b.len <= off || off + len <= b.off);
         let mut slot = None;
         if let Some(spec) = tier {
-            let s = (1..shm_maps::job_flags::TIER_SLOTS)
-                .map(|s| s as u8)
-                .find(|s| p.iter().all(|b| b.slot != *s));
+            let free = |s: &u8| *s != 0 && p.iter().all(|b| b.slot != *s);
+            let s = want.filter(free).or_else(|| {
+                (1..shm_maps::job_flags::TIER_SLOTS)
+                    .map(|s| s as u8)
+                    .find(free)
+            });
             let Some(s) = s else {
                 self.count.store(p.len(), Ordering::Release);
                 return Err(TierSlotsFull);
@@ -451,6 +467,11 @@ mod tests {
             ]
         );
         assert_eq!(t.placed_at(128).map(|(_, s)| s), Some(2));
+        // A recovery asks for a slot: it gets it when free, else the lowest free one.
+        assert_eq!(t.allocated_in(512, 64, (5, 1), spec, Some(9)), Ok(Some(9)));
+        assert_eq!(t.allocated_in(640, 64, (5, 1), spec, Some(9)), Ok(Some(3)));
+        t.freed(512);
+        t.freed(640);
         // A local allocation over a placed one takes its slot away.
         assert_eq!(t.allocated(120, 16, (4, 1), None), Ok(None));
         assert_eq!(t.slots().len(), 1);

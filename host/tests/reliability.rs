@@ -134,8 +134,12 @@ fn recover_keeps_programs_maps_buffers_and_queued_jobs() {
     assert_eq!(counter.version, 2);
     let input = c.alloc(64).unwrap();
     c.write(&input, 0, &[7; 64]).unwrap();
-    // A buffer in an emulated tier: its placement is part of what comes back.
+    // A buffer in an emulated tier: its placement is part of what comes back, in the tier
+    // slot its jobs name (slot 2: the first one's is free again by then).
+    let first = c.alloc_placed(64, Some("cxl:20000")).unwrap();
     let slow = c.alloc_placed(160, Some("cxl:20000")).unwrap();
+    c.free(first).unwrap();
+    assert_eq!(slow.tier_slot, 2);
     let one = Job::new(counter.id, 1).input(&input, 8);
     for i in 1..=3 {
         assert_eq!(c.run(&one, T).unwrap().r0, i);
@@ -209,6 +213,9 @@ fn recover_keeps_programs_maps_buffers_and_queued_jobs() {
     // Still in the tier: each of 20 records waits its 20 µs.
     let r = c.run(&Job::new(counter.id, 20).input(&slow, 8), T).unwrap();
     assert!(r.ok() && r.run_ns >= 20 * 20_000, "{r:?}");
+    // And in its slot: a new placed buffer takes the free slot 1, not slot 2.
+    let fresh = c.alloc_placed(64, Some("cxl:100")).unwrap();
+    assert_eq!(fresh.tier_slot, 1);
     let again = c
         .load_bytes("spin2.bin", &spinner(10), Some("spin2"))
         .unwrap();

@@ -96,6 +96,9 @@ pub(crate) struct AllocRec {
     /// A job buffer's emulated tier (`cxl:LAT[:GBPS]`), if it was placed in one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tier: Option<String>,
+    /// Its tier slot, which its client's jobs name: a recovery gives it the same one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tier_slot: Option<u8>,
 }
 
 impl Service {
@@ -116,14 +119,18 @@ impl Service {
             arena: st
                 .arena
                 .allocations()
-                .map(|(off, len, owner)| AllocRec {
-                    off,
-                    len,
-                    client: match owner {
-                        Owner::Service => None,
-                        Owner::Client { slot, generation } => Some([slot, generation]),
-                    },
-                    tier: self.tier_buffers.placement(off).map(|t| t.to_string()),
+                .map(|(off, len, owner)| {
+                    let placed = self.tier_buffers.placed_at(off);
+                    AllocRec {
+                        off,
+                        len,
+                        client: match owner {
+                            Owner::Service => None,
+                            Owner::Client { slot, generation } => Some([slot, generation]),
+                        },
+                        tier: placed.map(|(t, _)| t.to_string()),
+                        tier_slot: placed.map(|(_, s)| s),
+                    }
                 })
                 .collect(),
         };
@@ -238,8 +245,17 @@ pub(crate) fn tier_buffers(
         };
         match t.parse::<device::tier::TierSpec>() {
             Ok(spec) => {
-                if let Err(e) = tiers.allocated(a.off, a.len, (slot, generation), Some(spec)) {
-                    errors.push(format!("buffer at {:#x}: {e}; it is local now", a.off));
+                match tiers.allocated_in(a.off, a.len, (slot, generation), Some(spec), a.tier_slot)
+                {
+                    Err(e) => errors.push(format!("buffer at {:#x}: {e}; it is local now", a.off)),
+                    Ok(s) if s != a.tier_slot && a.tier_slot.is_some() => errors.push(format!(
+                        "buffer at {:#x}: tier slot {} was taken, it is in slot {} now: \
+                         jobs naming the old slot run at local speed on a GPU",
+                        a.off,
+                        a.tier_slot.unwrap_or(0),
+                        s.unwrap_or(0)
+                    )),
+                    Ok(_) => {}
                 }
             }
             Err(e) => errors.push(format!("buffer at {:#x}: {e}; it is local now", a.off)),
