@@ -6,8 +6,10 @@
 //! | scaling | a compute-bound job mix (64 jobs of 65,536 records, a 64-bit LCG iterated `ITERS` times per record), submitted at once, jobs/s | the same mix on GPU 0 alone, and on GPU 1 alone (target: 2 GPUs ≥ 1.8× one) |
 //! | routing | jobs naming a GPU run there; unnamed jobs split by load | — |
 //! | maps | `job_counter` (atomic adds on a shared array in host memory): exact where the GPUs have native host atomics, refused at load where they do not; `device` placement of the shared array refused; `thread_count` (a per-thread array, placed per GPU): the sum of every GPU's value sets equals the records run | — |
+//! | tiers | a job input buffer in a latency-only emulated tier (`cxl:20000`): one-record jobs on each GPU pay the 20 µs; a capped placement is refused | the same jobs on a local buffer, on the same GPU |
 //! | fault | a fault on GPU 1 ends only GPU 1's job; GPU 0's running job finishes with correct results; GPU 1 serves again | — |
 //!
+//! `BPFTIME_MULTI_PARTS=routing,tiers` runs only those parts (all by default).
 //! Every record's result of a sample (one in 1,024) is checked against the same LCG computed
 //! here. The run exits with status 1 when any check fails.
 //!
@@ -174,25 +176,36 @@ fn main() {
         std::process::exit(2);
     }
     let mut ok = true;
+    let parts = std::env::var("BPFTIME_MULTI_PARTS").ok();
+    let want = |p: &str| {
+        parts
+            .as_deref()
+            .is_none_or(|l| l.split(',').any(|x| x == p))
+    };
 
-    eprintln!("== scaling: one GPU, then the other, then both");
-    let one0 = mix(&start("g0", vec![0]), iters);
-    let one1 = mix(&start("g1", vec![1]), iters);
-    let both_run = start("g01", vec![0, 1]);
-    let both = mix(&both_run, iters);
-    let ratio = both["jobs_per_s"].as_f64().unwrap_or(0.0)
-        / one0["jobs_per_s"].as_f64().unwrap_or(f64::NAN);
-    for m in [&one0, &one1, &both] {
-        ok &= m["mismatches"] == 0 && m["failed_jobs"] == 0;
+    let both_run;
+    if want("scaling") {
+        eprintln!("== scaling: one GPU, then the other, then both");
+        let one0 = mix(&start("g0", vec![0]), iters);
+        let one1 = mix(&start("g1", vec![1]), iters);
+        both_run = start("g01", vec![0, 1]);
+        let both = mix(&both_run, iters);
+        let ratio = both["jobs_per_s"].as_f64().unwrap_or(0.0)
+            / one0["jobs_per_s"].as_f64().unwrap_or(f64::NAN);
+        for m in [&one0, &one1, &both] {
+            ok &= m["mismatches"] == 0 && m["failed_jobs"] == 0;
+        }
+        res.insert(
+            "scaling".into(),
+            json!({"gpu0": one0, "gpu1": one1, "both": both, "ratio_both_over_gpu0": ratio, "target": 1.8}),
+        );
+        save(&res);
+    } else {
+        both_run = start("g01", vec![0, 1]);
     }
-    res.insert(
-        "scaling".into(),
-        json!({"gpu0": one0, "gpu1": one1, "both": both, "ratio_both_over_gpu0": ratio, "target": 1.8}),
-    );
-    save(&res);
 
-    eprintln!("== routing and status on two GPUs");
-    {
+    if want("routing") {
+        eprintln!("== routing and status on two GPUs");
         let mut c = Client::connect(&both_run.name).expect("connect");
         let p = c.load_bytes("lcg1.bin", &lcg(1), Some("lcg1")).unwrap();
         let b = c.alloc(8).unwrap();
@@ -220,27 +233,37 @@ fn main() {
         save(&res);
     }
 
-    eprintln!("== maps: a shared array and a per-thread array on two GPUs");
-    match (
-        std::env::var_os("BPFTIME_JOB_COUNTER"),
-        std::env::var_os("BPFTIME_THREAD_COUNT"),
-    ) {
-        (Some(jc), Some(tc)) => {
-            let v = maps_check(&both_run, jc.as_ref(), tc.as_ref());
-            ok &= v["pass"] == true;
-            res.insert("maps".into(), v);
-        }
-        _ => {
-            res.insert(
+    if want("tiers") {
+        eprintln!("== tiers: a job buffer in an emulated tier on two GPUs");
+        let v = tiers_check(&both_run);
+        ok &= v["pass"] == true;
+        res.insert("tiers".into(), v);
+        save(&res);
+    }
+
+    if want("maps") {
+        eprintln!("== maps: a shared array and a per-thread array on two GPUs");
+        match (
+            std::env::var_os("BPFTIME_JOB_COUNTER"),
+            std::env::var_os("BPFTIME_THREAD_COUNT"),
+        ) {
+            (Some(jc), Some(tc)) => {
+                let v = maps_check(&both_run, jc.as_ref(), tc.as_ref());
+                ok &= v["pass"] == true;
+                res.insert("maps".into(), v);
+            }
+            _ => {
+                res.insert(
                 "maps".into(),
                 json!({"skipped": "BPFTIME_JOB_COUNTER and BPFTIME_THREAD_COUNT (tests/programs/{job_counter,thread_count}.bpf.o) not given"}),
             );
+            }
         }
+        save(&res);
     }
-    save(&res);
 
-    eprintln!("== fault on GPU 1 while GPU 0 runs");
-    {
+    if want("fault") {
+        eprintln!("== fault on GPU 1 while GPU 0 runs");
         let mut c = Client::connect(&both_run.name).expect("connect");
         let p = c.load_bytes("lcgf.bin", &lcg(iters), Some("lcgf")).unwrap();
         let tiny = c.load_bytes("lcgt.bin", &lcg(1), Some("lcgt")).unwrap();
@@ -320,6 +343,54 @@ fn main() {
         eprintln!("FAILED: a multi-GPU check failed (see gpu_multi.json)");
         std::process::exit(1);
     }
+}
+
+/// The tiers part: a one-record job's round trip on each GPU from a buffer at `cxl:20000`
+/// against a local one (medians of 100 each, alternating), and the refusal of a capped
+/// placement on two GPUs (each GPU's link word would give it the whole cap).
+fn tiers_check(r: &Running) -> Value {
+    let mut c = Client::connect(&r.name).expect("connect");
+    let p = c
+        .load_bytes("lcg_tier.bin", &lcg(1), Some("lcg_tier"))
+        .unwrap();
+    let local = c.alloc(8).unwrap();
+    let slow = c.alloc_placed(8, Some("cxl:20000")).unwrap();
+    for b in [&local, &slow] {
+        c.write(b, 0, &5u64.to_le_bytes()).unwrap();
+    }
+    let mut per_gpu = Vec::new();
+    let mut pass = slow.tier_slot != 0;
+    for d in [0u32, 1] {
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        for _ in 0..100 {
+            for (buf, times) in [(&local, &mut a), (&slow, &mut b)] {
+                let t = Instant::now();
+                let res = c
+                    .run(&Job::new(p.id, 1).input(buf, 8).on_device(d), T)
+                    .unwrap();
+                times.push(t.elapsed().as_secs_f64() * 1e6);
+                pass &= res.ok() && res.device == d && res.r0 == lcg_ref(5, 1);
+            }
+        }
+        a.sort_by(f64::total_cmp);
+        b.sort_by(f64::total_cmp);
+        let added = b[50] - a[50];
+        pass &= (added / 20.0 - 1.0).abs() <= 0.1;
+        per_gpu.push(
+            json!({"gpu": d, "local_p50_us": a[50], "tiered_p50_us": b[50], "added_us": added}),
+        );
+    }
+    let refused = c
+        .alloc_placed(8, Some("cxl:0:16"))
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    pass &= refused.contains("caps a link");
+    let _ = c.free(local);
+    let _ = c.free(slow);
+    json!({"placement": "cxl:20000", "tier_slot": slow.tier_slot, "per_gpu": per_gpu,
+           "capped_refused": refused,
+           "target": "added latency = 20 µs ± 10% on each GPU; a cap refused", "pass": pass})
 }
 
 /// Sum of every u64 in a dump's values, and the byte length of one value.
@@ -428,30 +499,33 @@ fn report(j: &Value) -> String {
         run["records_per_job"],
         run["iters"]
     );
-    md.push_str("| service | jobs/s | records/s | jobs per GPU | sampled records wrong |\n|---|---|---|---|---|\n");
-    for (label, k) in [
-        ("GPU 0 alone", "gpu0"),
-        ("GPU 1 alone", "gpu1"),
-        ("GPUs 0 and 1", "both"),
-    ] {
-        let m = &s[k];
+    if !s.is_null() {
+        md.push_str("| service | jobs/s | records/s | jobs per GPU | sampled records wrong |\n|---|---|---|---|---|\n");
+        for (label, k) in [
+            ("GPU 0 alone", "gpu0"),
+            ("GPU 1 alone", "gpu1"),
+            ("GPUs 0 and 1", "both"),
+        ] {
+            let m = &s[k];
+            md.push_str(&format!(
+                "| {label} | {:.1} | {:.3e} | {} | {} of {} |\n",
+                f(&m["jobs_per_s"]),
+                f(&m["records_per_s"]),
+                m["jobs_per_gpu"],
+                m["mismatches"],
+                m["checked"]
+            ));
+        }
         md.push_str(&format!(
-            "| {label} | {:.1} | {:.3e} | {} | {} of {} |\n",
-            f(&m["jobs_per_s"]),
-            f(&m["records_per_s"]),
-            m["jobs_per_gpu"],
-            m["mismatches"],
-            m["checked"]
+            "\nTwo GPUs over GPU 0 alone: **{:.2}×** (target ≥ 1.8×).\n\n",
+            f(&s["ratio_both_over_gpu0"])
         ));
     }
     md.push_str(&format!(
-        "\nTwo GPUs over GPU 0 alone: **{:.2}×** (target ≥ 1.8×).\n\n",
-        f(&s["ratio_both_over_gpu0"])
-    ));
-    md.push_str(&format!(
-        "Routing: {}\n\nMaps: {}\n\nFault isolation: {}\n\nAll checks: **{}**\n",
+        "Routing: {}\n\nMaps: {}\n\nTiers: {}\n\nFault isolation: {}\n\nAll checks: **{}**\n",
         j["routing"],
         j["maps"],
+        j["tiers"],
         j["fault"],
         if j["pass"].as_bool() == Some(true) {
             "pass"
