@@ -179,7 +179,7 @@ fn handle(svc: &Arc<Service>, req: Request) -> (Reply, After) {
             if let Some(t) = tier.filter(|t| t.gbps.is_some() && gpus > 1) {
                 return (
                     err(format!(
-                        "buffer placement `{t}` caps a link that the service's {gpus} GPUs                          would each get whole (one link word per GPU); a latency-only tier                          (cxl:{}) works on several GPUs, a cap on one",
+                        "buffer placement `{t}` caps a link that the service's {gpus} GPUs would each get whole (one link word per GPU); a latency-only tier (cxl:{}) works on several GPUs, a cap on one",
                         t.latency_ns
                     )),
                     None,

@@ -115,7 +115,7 @@ fn placement_of(svc: &Service, def: &MapDef, asked: &[(String, Asked)]) -> Resul
         // A link that several GPUs share would need one token word for all of them: each
         // GPU's own would give every GPU the whole cap.
         Some(Asked::Tier(t)) if gpus > 1 && t.gbps.is_some() => Err(format!(
-            "map `{}`: placement `{t}` caps a link that the service's {gpus} GPUs would each              get whole (one token word per GPU); a latency-only tier (cxl:{}) works on              several GPUs, a cap on one",
+            "map `{}`: placement `{t}` caps a link that the service's {gpus} GPUs would each get whole (one token word per GPU); a latency-only tier (cxl:{}) works on several GPUs, a cap on one",
             def.name, t.latency_ns
         )),
         // On a GPU the tier's local memory is the GPU's own (where one GPU holds the map:
