@@ -435,10 +435,18 @@ impl JobRunner<'_> {
             std::ptr::null_mut()
         };
         let stop_on_error = d.flags & job_flags::STOP_ON_ERROR != 0;
-        let tier = self.tiers.and_then(|t| {
-            let generation = region.client(d.client)?.generation.load(Ordering::Acquire);
-            t.of_input(d.input_off, d.input_len, (d.client, generation))
-        });
+        let tier_of = |off, len| {
+            self.tiers.and_then(|t| {
+                let generation = region.client(d.client)?.generation.load(Ordering::Acquire);
+                t.of_buffer(off, len, (d.client, generation))
+            })
+        };
+        let tier = tier_of(d.input_off, d.input_len);
+        let out_tier = if output.is_null() {
+            None
+        } else {
+            tier_of(d.output_off, d.output_len)
+        };
         let mut first_err: Option<String> = None;
         let mut done = 0u64;
         let mut failed = 0u64;
@@ -495,7 +503,12 @@ impl JobRunner<'_> {
                 // The record comes through the tier before the program reads it.
                 t.access(inp.len());
             }
-            match prog.exec.run_job(inp, out, i, n, d.args, &mut self.env) {
+            let ran = prog.exec.run_job(inp, out, i, n, d.args, &mut self.env);
+            if let Some(t) = &out_tier {
+                // The record's output goes out through the tier's link.
+                t.store(out_size as usize);
+            }
+            match ran {
                 Ok(v) => {
                     r0 = v;
                     done += 1;

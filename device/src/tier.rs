@@ -111,8 +111,20 @@ impl Tier {
 
     /// Waits out one access of `bytes`.
     pub fn access(&self, bytes: usize) {
+        self.wait(self.spec.latency_ns, bytes);
+    }
+
+    /// Waits out one write of `bytes`: a posted write pays the link (its cap), not the
+    /// latency.
+    pub fn store(&self, bytes: usize) {
+        if self.ps_per_byte != 0 {
+            self.wait(0, bytes);
+        }
+    }
+
+    fn wait(&self, latency_ns: u64, bytes: usize) {
         let start = Instant::now();
-        let mut deadline = start + Duration::from_nanos(self.spec.latency_ns);
+        let mut deadline = start + Duration::from_nanos(latency_ns);
         if self.ps_per_byte != 0 {
             let now = start.duration_since(self.epoch).as_nanos() as u64;
             let cost = (bytes as u64 * self.ps_per_byte).div_ceil(1000);
@@ -158,7 +170,8 @@ impl TieredMap {
 
 /// Job buffers placed in a tier (CPU backend): each record of a job whose input lies in
 /// one is fetched through the tier before it runs (its latency, and its bytes through the
-/// cap). Entries name their owner (client slot and generation), so a buffer reclaimed from
+/// cap); each record's output written into one goes through its link (the cap alone: a
+/// posted write). Entries name their owner (client slot and generation), so a buffer reclaimed from
 /// a dead client and handed out again is not taken for the old one; an allocation over a
 /// stale entry's range removes it.
 #[derive(Default)]
@@ -285,9 +298,9 @@ impl TierBuffers {
         self.count.store(p.len(), Ordering::Release);
     }
 
-    /// The tier of `owner`'s job input `[off, off + len)`, when it lies in a placed buffer
-    /// of that owner.
-    pub fn of_input(&self, off: u64, len: u64, owner: (u32, u32)) -> Option<Arc<Tier>> {
+    /// The tier of `owner`'s job buffer `[off, off + len)` (its input or output), when it
+    /// lies in a placed buffer of that owner.
+    pub fn of_buffer(&self, off: u64, len: u64, owner: (u32, u32)) -> Option<Arc<Tier>> {
         if self.is_empty() {
             return None;
         }

@@ -218,6 +218,7 @@ impl Job {
         self.desc.output_off = buf.off;
         self.desc.output_len = buf.len;
         self.desc.out_rec_size = rec_size;
+        self.desc.flags = shm_maps::job_flags::with_out_tier(self.desc.flags, 0);
         self.desc.flags |= shm_maps::job_flags::DEVICE_OUTPUT;
         self.output_on = Some(buf.device);
         self.on_device(buf.device)
@@ -235,6 +236,7 @@ impl Job {
         self.desc.output_off = buf.off;
         self.desc.output_len = buf.len;
         self.desc.out_rec_size = rec_size;
+        self.desc.flags = shm_maps::job_flags::with_out_tier(self.desc.flags, buf.tier_slot);
         self
     }
 

@@ -299,6 +299,38 @@ fn a_job_buffer_in_a_tier_pays_per_record() {
     let per = t.saturating_sub(base).as_secs_f64() * 1e6 / n as f64;
     eprintln!("tier buffer: {per:.2} µs per record over the local buffer (configured 20)");
     assert!((18.0..200.0).contains(&per), "{per:.1} µs per record");
+    // An output buffer in a tier: each record's 8 bytes leave through its link, a posted
+    // write (0.0008 GB/s: 10 µs a record; a latency alone costs nothing).
+    let out_local = c.alloc(n * 8).unwrap();
+    let out_capped = c.alloc_placed(n * 8, Some("cxl:0:0.0008")).unwrap();
+    let out_slow = c.alloc_placed(n * 8, Some("cxl:20000")).unwrap();
+    let mut with_out = |c: &mut Client, out: &host::client::Buffer| {
+        let mut job = Job::new(p.id, n).input(&local, 1).output(out, 8);
+        assert_eq!(
+            shm_maps::job_flags::out_tier_of(job.desc_mut().flags),
+            out.tier_slot
+        );
+        let r = c.run(&job, T).unwrap();
+        assert_eq!(r.records_done, n, "{r:?}");
+        run_time(&r)
+    };
+    let (base, capped) = fastest(5, |tier| {
+        with_out(&mut c, if tier { &out_capped } else { &out_local })
+    });
+    let per = capped.saturating_sub(base).as_secs_f64() * 1e6 / n as f64;
+    eprintln!("tier output: {per:.2} µs per record over the local buffer (link 10)");
+    assert!((9.0..100.0).contains(&per), "{per:.1} µs per record");
+    let (base, posted) = fastest(5, |tier| {
+        with_out(&mut c, if tier { &out_slow } else { &out_local })
+    });
+    let per = posted.saturating_sub(base).as_secs_f64() * 1e6 / n as f64;
+    assert!(
+        per < 5.0,
+        "{per:.1} µs per record for a latency-only output tier"
+    );
+    for b in [out_local, out_capped, out_slow] {
+        c.free(b).unwrap();
+    }
     // Freed, its space is local again for the next buffer there.
     let off = slow.off;
     c.free(slow).unwrap();

@@ -357,6 +357,23 @@ pub mod job_flags {
     pub const fn tier_of(flags: u32) -> u8 {
         ((flags & TIER_MASK) >> TIER_SHIFT) as u8
     }
+
+    /// Bits 6..14: the emulated-tier slot of the job's output buffer (0: none), as
+    /// [`TIER_MASK`] for the input: each record's output bytes go through the buffer's link
+    /// (posted writes: its cap, not its latency).
+    pub const OUT_TIER_MASK: u32 = 0xff << OUT_TIER_SHIFT;
+    /// Where [`OUT_TIER_MASK`] starts.
+    pub const OUT_TIER_SHIFT: u32 = 6;
+
+    /// `flags` naming tier slot `slot` for the output buffer (0: none).
+    pub const fn with_out_tier(flags: u32, slot: u8) -> u32 {
+        (flags & !OUT_TIER_MASK) | (slot as u32) << OUT_TIER_SHIFT
+    }
+
+    /// The output buffer's tier slot `flags` name (0: none).
+    pub const fn out_tier_of(flags: u32) -> u8 {
+        ((flags & OUT_TIER_MASK) >> OUT_TIER_SHIFT) as u8
+    }
 }
 
 /// A job descriptor: what a client puts in the queue.
@@ -615,6 +632,20 @@ mod tests {
             job_flags::TIER_MASK & (job_flags::DEVICE_MASK | job_flags::INJECT_FAULT),
             0
         );
+        let o = job_flags::with_out_tier(t, 9);
+        assert_eq!((job_flags::out_tier_of(o), job_flags::tier_of(o)), (9, 255));
+        assert_eq!(job_flags::with_out_tier(o, 0), t);
+        let others = job_flags::RESULTS
+            | job_flags::VARLEN
+            | job_flags::STOP_ON_ERROR
+            | job_flags::DEVICE_INPUT
+            | job_flags::DEVICE_OUTPUT
+            | job_flags::INLINE
+            | job_flags::MAILBOX_PING
+            | job_flags::INJECT_FAULT
+            | job_flags::DEVICE_MASK
+            | job_flags::TIER_MASK;
+        assert_eq!(job_flags::OUT_TIER_MASK & others, 0);
     }
 
     fn sample() -> JobDesc {

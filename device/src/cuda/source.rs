@@ -71,8 +71,9 @@ pub fn layout_header() -> String {
     );
     let _ = writeln!(
         s,
-        "#define BPFT_TIER_SHIFT {}\n#define BPFT_TIER_SLOTS {}",
+        "#define BPFT_TIER_SHIFT {}\n#define BPFT_OUT_TIER_SHIFT {}\n#define BPFT_TIER_SLOTS {}",
         shm_maps::job_flags::TIER_SHIFT,
+        shm_maps::job_flags::OUT_TIER_SHIFT,
         shm_maps::job_flags::TIER_SLOTS
     );
     s.push_str(&check_c());

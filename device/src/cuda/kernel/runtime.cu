@@ -427,22 +427,26 @@ struct bpft_tier_ref {
     u64 ns, ps, tat;
 };
 
-// The tier of job `d`'s input: the slot its flags name, if that slot holds a buffer of this
-// client around the whole input in the shared arena; else local.
-static __device__ bpft_tier_ref job_tier(const bpft_params &P, const bpft_job_desc &d) {
+// The tier of job `d`'s input (`out`: its output): the slot its flags name, if that slot
+// holds a buffer of this client around the whole buffer in the shared arena; else local.
+// Output pays the link alone (a posted write): no latency.
+static __device__ bpft_tier_ref job_tier(const bpft_params &P, const bpft_job_desc &d, bool out) {
     bpft_tier_ref r = {0, 0, 0};
-    const u32 s = (d.flags >> BPFT_TIER_SHIFT) & (BPFT_TIER_SLOTS - 1);
-    if (s == 0 || (d.flags & JF_DEVICE_INPUT)) return r;
+    const u32 s = (d.flags >> (out ? BPFT_OUT_TIER_SHIFT : BPFT_TIER_SHIFT)) & (BPFT_TIER_SLOTS - 1);
+    const u64 boff = out ? d.output_off : d.input_off, blen = out ? d.output_len : d.input_len;
+    if (s == 0 || (d.flags & (out ? JF_DEVICE_OUTPUT : JF_DEVICE_INPUT)) || (out && !d.out_rec_size))
+        return r;
     bpft_tier *t = (bpft_tier *)P.tier_table + s;
     const u64 len = ld_rlx_gpu(&t->len), off = ld_rlx_gpu(&t->off);
-    if (len == 0 || ld_rlx_gpu32(&t->client) != d.client || d.input_off < off ||
-        d.input_off - off > len || d.input_len > len - (d.input_off - off))
+    if (len == 0 || ld_rlx_gpu32(&t->client) != d.client || boff < off || boff - off > len ||
+        blen > len - (boff - off))
         return r;
-    r.ns = ld_rlx_gpu(&t->latency_ns);
+    r.ns = out ? 0 : ld_rlx_gpu(&t->latency_ns);
     r.ps = ld_rlx_gpu(&t->ps_per_byte);
-    r.tat = (u64)&t->tat;
+    r.tat = out && r.ps == 0 ? 0 : (u64)&t->tat;
     return r;
 }
+#define BPFT_ANY_TIER ((BPFT_TIER_SLOTS - 1u) << BPFT_TIER_SHIFT | (BPFT_TIER_SLOTS - 1u) << BPFT_OUT_TIER_SHIFT)
 
 // One record of `bytes` comes through the tier: its latency, and its bytes through the
 // link (bpf_tier_wait_at, as a tiered map's helpers do).
@@ -587,8 +591,10 @@ static __device__ void run_short(const bpft_params &P, const bpft_job_desc &d, c
                           u32 hop_fence) {
     u64 r0 = 0;
     u32 err_pc = 0;
-    if (d.flags & (BPFT_TIER_SLOTS - 1u) << BPFT_TIER_SHIFT) tier_fetch(job_tier(P, d), d.in_rec_size);
+    const bool tiered = d.flags & BPFT_ANY_TIER;
+    if (tiered) tier_fetch(job_tier(P, d, false), d.in_rec_size);
     int e = run_record(P, p, d, in_base, out_base, 0, &r0, &err_pc);
+    if (tiered) tier_fetch(job_tier(P, d, true), d.out_rec_size);
 #if BPFT_HOP_SPLIT == 1
     hop_fence = (u32)(now_ns(P) - started);
 #endif
@@ -1097,8 +1103,9 @@ static __device__ void worker(const bpft_params &P, const u32 D) {
         const bpft_prog jprog = j->p;
         const u64 in_base = j->in_base, out_base = j->out_base, res_base = j->res_base;
         const u64 n = jd.n;
-        // An input buffer in a tier: each record waits for its fetch, one at a time.
-        const bpft_tier_ref tier = job_tier(P, jd);
+        // An input buffer in a tier: each record waits for its fetch, one at a time; an
+        // output buffer in one: for its bytes to leave through the link.
+        const bpft_tier_ref tier = job_tier(P, jd, false), otier = job_tier(P, jd, true);
         // About BPFT_WARP_CHUNKS chunks per warp (at least BPFT_CHUNK records): a claim is an atomic on
         // one word that every warp shares, so a big job must not need many of them.
         // Input in pinned host memory (zero-copy over PCIe) is cut much finer (a big job
@@ -1142,12 +1149,13 @@ static __device__ void worker(const bpft_params &P, const u32 D) {
             u64 next = 0;
             if (lane == 0) next = atomicAdd(&j->next, chunk);
             u64 end = base + chunk < n ? base + chunk : n;
-            if (tier.tat && jprog.tier == BPFT_TIER_NATIVE) {
+            if ((tier.tat || otier.tat) && jprog.tier == BPFT_TIER_NATIVE) {
                 for (u64 i = base + lane; i < end; i += 32) {
                     tier_fetch(tier, jd.in_rec_size);
                     ok_r0 = bpft_native_loop(jprog.native_slot, in_base, jd.in_rec_size, out_base,
                                              jd.out_rec_size, n, jd.args[0], jd.args[1], jd.args[2],
                                              jd.args[3], res_base, i, i + 1, 32);
+                    tier_fetch(otier, jd.out_rec_size);
                     ok_idx = i + 1;
                 }
             } else if (jprog.tier == BPFT_TIER_NATIVE) {
@@ -1163,6 +1171,7 @@ static __device__ void worker(const bpft_params &P, const u32 D) {
                 u32 pc = 0;
                 tier_fetch(tier, jd.in_rec_size);
                 int e = run_record(P, jprog, jd, in_base, out_base, i, &r0, &pc);
+                tier_fetch(otier, jd.out_rec_size);
                 if (res_base) ((u64 *)res_base)[i] = e ? ~0ull : r0;
                 if (e) {
                     nfail++;
