@@ -304,7 +304,7 @@ fn a_job_buffer_in_a_tier_pays_per_record() {
     let out_local = c.alloc(n * 8).unwrap();
     let out_capped = c.alloc_placed(n * 8, Some("cxl:0:0.0008")).unwrap();
     let out_slow = c.alloc_placed(n * 8, Some("cxl:20000")).unwrap();
-    let mut with_out = |c: &mut Client, out: &host::client::Buffer| {
+    let with_out = |c: &mut Client, out: &host::client::Buffer| {
         let mut job = Job::new(p.id, n).input(&local, 1).output(out, 8);
         assert_eq!(
             shm_maps::job_flags::out_tier_of(job.desc_mut().flags),
