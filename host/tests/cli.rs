@@ -277,6 +277,29 @@ fn bad_inputs_fail_with_a_message_not_a_panic() {
     let o = run(&["exec", &example(), "--prog", "nope"]);
     assert!(!o.status.success());
     assert!(stderr(&o).contains("nope"));
+    // An output placement without an output, refused before any service is asked.
+    let input = std::env::temp_dir().join(format!("bpftime-cli-{}.bin", std::process::id()));
+    std::fs::write(&input, [0u8; 16]).unwrap();
+    let o = run(&[
+        "submit",
+        "--name",
+        "no-such-service",
+        "--prog",
+        "p",
+        "--input",
+        input.to_str().unwrap(),
+        "--record-size",
+        "8",
+        "--output-placement",
+        "cxl:100",
+    ]);
+    let _ = std::fs::remove_file(&input);
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("--output-placement needs an output"),
+        "{}",
+        stderr(&o)
+    );
 }
 
 #[test]

@@ -361,6 +361,10 @@ pub struct SubmitArgs {
     /// there needs a one-GPU service).
     #[arg(long, value_name = "cxl:LATENCY_NS[:GBPS]")]
     input_placement: Option<String>,
+    /// Put the output buffer in an emulated memory tier: each record's output bytes leave
+    /// through its link (the cap; a posted write pays no latency).
+    #[arg(long, value_name = "cxl:LATENCY_NS[:GBPS]")]
+    output_placement: Option<String>,
 }
 
 #[derive(serde::Serialize)]
@@ -387,6 +391,9 @@ pub fn submit(a: SubmitArgs) -> Result<ExitCode> {
         );
     }
     let n = (data.len() / a.record_size as usize) as u64;
+    if a.output_placement.is_some() && a.out_record_size.is_none() && a.out.is_none() {
+        bail!("--output-placement needs an output: give --out or --out-record-size");
+    }
     let mut c = connect(&a.common.name)?;
     let prog = c.resolve(&a.prog)?;
     let input = c
@@ -399,7 +406,9 @@ pub fn submit(a: SubmitArgs) -> Result<ExitCode> {
         .unwrap_or(0);
     let mut job = Job::new(prog.id, n).input(&input, a.record_size);
     let output = if out_rec > 0 {
-        let b = c.alloc((n * out_rec as u64).max(1))?;
+        let b = c
+            .alloc_placed((n * out_rec as u64).max(1), a.output_placement.as_deref())
+            .context("cannot allocate the output buffer")?;
         job = job.output(&b, out_rec);
         Some(b)
     } else {
