@@ -284,11 +284,14 @@ impl TierBuffers {
         v
     }
 
-    /// Every buffer of client slot `slot` freed (a dead client's, reclaimed).
-    pub fn freed_slot(&self, slot: u32) {
+    /// Every buffer of client slot `slot` freed (a dead client's, reclaimed). Returns how
+    /// many placed buffers went.
+    pub fn freed_slot(&self, slot: u32) -> usize {
         let mut p = self.placed.write().unwrap_or_else(|e| e.into_inner());
+        let before = p.len();
         p.retain(|b| b.owner.0 != slot);
         self.count.store(p.len(), Ordering::Release);
+        before - p.len()
     }
 
     /// The buffer at `off` freed.

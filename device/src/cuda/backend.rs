@@ -610,10 +610,12 @@ impl Shared {
     }
 
     fn send_tiers(&self) -> Result<(), String> {
+        // The set is read under the link's lock: two threads syncing at once then send
+        // in the order they read, and the newer set is the last the worker gets.
+        let mut l = lock(&self.link);
         let cmd = Cmd::TierBuffers {
             slots: self.tiers.slots(),
         };
-        let mut l = lock(&self.link);
         let link = l
             .as_mut()
             .ok_or("the GPU worker is restarting; it will take the tier table when it is back")?;

@@ -684,7 +684,21 @@ impl Worker {
                 TierWrite::Entry(e) => self.gpu.upload(self.copy, at, as_bytes(&e)),
                 TierWrite::Len(len) => self.gpu.upload(self.copy, at + 8, &len.to_le_bytes()),
             };
-            r.map_err(|e| format!("tier table slot {slot}: {e}"))?;
+            if let Err(e) = r {
+                // What the table holds is unknown now: entries that match nothing real
+                // make the next change clear every slot first.
+                self.tier_slots = (1..shm_maps::job_flags::TIER_SLOTS)
+                    .map(|s| TierSlot {
+                        slot: s as u8,
+                        off: u64::MAX,
+                        len: 0,
+                        client: u32::MAX,
+                        latency_ns: 0,
+                        ps_per_byte: 0,
+                    })
+                    .collect();
+                return Err(format!("tier table slot {slot}: {e}"));
+            }
         }
         tracing::info!(buffers = want.len(), "job buffers in an emulated tier");
         self.tier_slots = want;

@@ -233,10 +233,12 @@ pub(crate) fn arena(region: &ShmRegion, cp: &Checkpoint) -> Result<Arena, super:
 }
 
 /// The job buffers the dead service had placed in a tier, registered again in `tiers`
-/// (a placement that no longer parses is named in the errors and the buffer stays local).
+/// (a placement that no longer parses, or a cap on a service of `gpus` > 1 GPUs, where each
+/// GPU's link would get the whole cap, is named in the errors and the buffer stays local).
 pub(crate) fn tier_buffers(
     cp: &Checkpoint,
     tiers: &device::tier::TierBuffers,
+    gpus: usize,
     errors: &mut Vec<String>,
 ) {
     for a in &cp.arena {
@@ -244,6 +246,11 @@ pub(crate) fn tier_buffers(
             continue;
         };
         match t.parse::<device::tier::TierSpec>() {
+            Ok(spec) if spec.gbps.is_some() && gpus > 1 => errors.push(format!(
+                "buffer at {:#x}: placement `{spec}` caps a link that each of the {gpus} GPUs \
+                 would get whole; it is local now",
+                a.off
+            )),
             Ok(spec) => {
                 match tiers.allocated_in(a.off, a.len, (slot, generation), Some(spec), a.tier_slot)
                 {

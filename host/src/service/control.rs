@@ -303,7 +303,6 @@ fn handle(svc: &Arc<Service>, req: Request) -> (Reply, After) {
     (reply, None)
 }
 
-/// A buffer's tier: `cxl:LATENCY_NS[:GBPS]`.
 /// Brings every GPU's tier table up to the service's placed buffers. A GPU worker that is
 /// restarting takes the table when it is back; anything else is logged.
 pub(crate) fn sync_tier_buffers(svc: &Service) {
@@ -316,6 +315,7 @@ pub(crate) fn sync_tier_buffers(svc: &Service) {
     });
 }
 
+/// A buffer's tier: `cxl:LATENCY_NS[:GBPS]`.
 fn tier_of_buffer(p: &str) -> Result<device::tier::TierSpec, String> {
     p.parse()
         .map_err(|e: device::tier::TierError| format!("buffer placement: {e}"))

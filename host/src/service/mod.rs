@@ -292,7 +292,8 @@ impl Service {
                 engine: cfg.engine,
             };
             let mut info = checkpoint::restore(&ctx, &mut st, cp, *pid);
-            checkpoint::tier_buffers(cp, &tier_buffers, &mut info.errors);
+            let gpus = if want_cuda { devices.len() } else { 0 };
+            checkpoint::tier_buffers(cp, &tier_buffers, gpus, &mut info.errors);
             recovered = Some(info);
         }
         let mut cuda = None;
@@ -534,19 +535,18 @@ impl Service {
             if c.state.load(Ordering::Acquire) == client_state::DEAD
                 && c.in_flight.load(Ordering::Acquire) == 0
             {
-                let placed = self.tier_buffers.len();
-                let freed = {
+                let (freed, unplaced) = {
                     let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
-                    self.tier_buffers.freed_slot(slot);
+                    let unplaced = self.tier_buffers.freed_slot(slot);
                     let n = st
                         .arena
                         .free_where(|o| matches!(o, Owner::Client { slot: s, .. } if s == slot));
                     if n > 0 {
                         self.save(&st);
                     }
-                    n
+                    (n, unplaced)
                 };
-                if self.tier_buffers.len() != placed {
+                if unplaced > 0 {
                     control::sync_tier_buffers(self);
                 }
                 for a in &mut self

@@ -437,16 +437,33 @@ static __device__ bpft_tier_ref job_tier(const bpft_params &P, const bpft_job_de
     if (s == 0 || (d.flags & (out ? JF_DEVICE_OUTPUT : JF_DEVICE_INPUT)) || (out && !d.out_rec_size))
         return r;
     bpft_tier *t = (bpft_tier *)P.tier_table + s;
-    const u64 len = ld_rlx_gpu(&t->len), off = ld_rlx_gpu(&t->off);
+    // `len` first (acquire), the fields, then `len` again: the worker clears it before it
+    // rewrites an entry and sets it last, so a changed `len` means a torn read (local).
+    const u64 len = ld_acq_gpu(&t->len), off = ld_rlx_gpu(&t->off);
     if (len == 0 || ld_rlx_gpu32(&t->client) != d.client || boff < off || boff - off > len ||
         blen > len - (boff - off))
         return r;
-    r.ns = out ? 0 : ld_rlx_gpu(&t->latency_ns);
-    r.ps = ld_rlx_gpu(&t->ps_per_byte);
-    r.tat = out && r.ps == 0 ? 0 : (u64)&t->tat;
+    const u64 ns = out ? 0 : ld_rlx_gpu(&t->latency_ns), ps = ld_rlx_gpu(&t->ps_per_byte);
+    asm volatile("fence.acq_rel.gpu;" ::: "memory");
+    if (ld_rlx_gpu(&t->len) != len) return r;
+    r.ns = ns;
+    r.ps = ps;
+    r.tat = out && ps == 0 ? 0 : (u64)&t->tat;
     return r;
 }
 #define BPFT_ANY_TIER ((BPFT_TIER_SLOTS - 1u) << BPFT_TIER_SHIFT | (BPFT_TIER_SLOTS - 1u) << BPFT_OUT_TIER_SHIFT)
+
+// The longest tier latency a dispatcher waits out itself on a one-record job (a tuning
+// knob). A longer one, or a capped link (whose backlog has no bound), sends the job to the
+// worker warps: a dispatcher that waited would hold every job behind it in its stripe.
+#ifndef BPFT_SHORT_TIER_NS
+#define BPFT_SHORT_TIER_NS 50000
+#endif
+static __device__ __forceinline__ bool long_tier(const bpft_params &P, const bpft_job_desc &d) {
+    if (!(d.flags & BPFT_ANY_TIER)) return false;
+    const bpft_tier_ref i = job_tier(P, d, false), o = job_tier(P, d, true);
+    return i.ps || o.tat || i.ns > BPFT_SHORT_TIER_NS;
+}
 
 // One record of `bytes` comes through the tier: its latency, and its bytes through the
 // link (bpf_tier_wait_at, as a tiered map's helpers do).
@@ -898,7 +915,7 @@ static __device__ void dispatcher(const bpft_params &P, const u32 d, const u32 D
         if (live) {
             if (lookup_prog(P, dj.prog_id, &p) && validate(P, dj, p, in_base, out_base, res_base)) {
                 if (dj.flags & JF_INJECT_FAULT) asm volatile("trap;");
-                kind = (dj.flags & JF_MAILBOX_PING) ? 4 : dj.n == 1 ? 1 : 2;
+                kind = (dj.flags & JF_MAILBOX_PING) ? 4 : dj.n == 1 && !long_tier(P, dj) ? 1 : 2;
             } else {
                 kind = 3;
             }
