@@ -437,13 +437,15 @@ static __device__ bpft_tier_ref job_tier(const bpft_params &P, const bpft_job_de
     if (s == 0 || (d.flags & (out ? JF_DEVICE_OUTPUT : JF_DEVICE_INPUT)) || (out && !d.out_rec_size))
         return r;
     bpft_tier *t = (bpft_tier *)P.tier_table + s;
-    // `len` first (acquire), the fields, then `len` again: the worker clears it before it
-    // rewrites an entry and sets it last, so a changed `len` means a torn read (local).
-    const u64 len = ld_acq_gpu(&t->len), off = ld_rlx_gpu(&t->off);
-    if (len == 0 || ld_rlx_gpu32(&t->client) != d.client || boff < off || boff - off > len ||
+    // The fields and `len` in one round trip, a fence, then `len` again: the worker clears
+    // it before it rewrites an entry and sets it last, each write a synchronous copy of
+    // microseconds, so a read that overlaps a rewrite sees `len` change (local).
+    const u64 len = ld_rlx_gpu(&t->len), off = ld_rlx_gpu(&t->off);
+    const u64 ns = out ? 0 : ld_rlx_gpu(&t->latency_ns), ps = ld_rlx_gpu(&t->ps_per_byte);
+    const u32 client = ld_rlx_gpu32(&t->client);
+    if (len == 0 || client != d.client || boff < off || boff - off > len ||
         blen > len - (boff - off))
         return r;
-    const u64 ns = out ? 0 : ld_rlx_gpu(&t->latency_ns), ps = ld_rlx_gpu(&t->ps_per_byte);
     asm volatile("fence.acq_rel.gpu;" ::: "memory");
     if (ld_rlx_gpu(&t->len) != len) return r;
     r.ns = ns;
@@ -459,11 +461,6 @@ static __device__ bpft_tier_ref job_tier(const bpft_params &P, const bpft_job_de
 #ifndef BPFT_SHORT_TIER_NS
 #define BPFT_SHORT_TIER_NS 50000
 #endif
-static __device__ __forceinline__ bool long_tier(const bpft_params &P, const bpft_job_desc &d) {
-    if (!(d.flags & BPFT_ANY_TIER)) return false;
-    const bpft_tier_ref i = job_tier(P, d, false), o = job_tier(P, d, true);
-    return i.ps || o.tat || i.ns > BPFT_SHORT_TIER_NS;
-}
 
 // One record of `bytes` comes through the tier: its latency, and its bytes through the
 // link (bpf_tier_wait_at, as a tiered map's helpers do).
@@ -603,15 +600,15 @@ static __device__ void forward(const bpft_params &P, const bpft_job_desc &d) {
 }
 
 // The short path: one record, run by the dispatcher lane that took the job.
+// `ti`, `to`: its input's and output's tiers (job_tier), read by the dispatcher.
 static __device__ void run_short(const bpft_params &P, const bpft_job_desc &d, const bpft_prog &p,
-                          u64 in_base, u64 out_base, u64 res_base, u64 started, u32 hop_poll,
-                          u32 hop_fence) {
+                          const bpft_tier_ref &ti, const bpft_tier_ref &to, u64 in_base,
+                          u64 out_base, u64 res_base, u64 started, u32 hop_poll, u32 hop_fence) {
     u64 r0 = 0;
     u32 err_pc = 0;
-    const bool tiered = d.flags & BPFT_ANY_TIER;
-    if (tiered) tier_fetch(job_tier(P, d, false), d.in_rec_size);
+    tier_fetch(ti, d.in_rec_size);
     int e = run_record(P, p, d, in_base, out_base, 0, &r0, &err_pc);
-    if (tiered) tier_fetch(job_tier(P, d, true), d.out_rec_size);
+    tier_fetch(to, d.out_rec_size);
 #if BPFT_HOP_SPLIT == 1
     hop_fence = (u32)(now_ns(P) - started);
 #endif
@@ -911,11 +908,17 @@ static __device__ void dispatcher(const bpft_params &P, const u32 d, const u32 D
         // Classify and run, lane by lane in queue order for ring publication.
         bpft_prog p;
         u64 in_base = 0, out_base = 0, res_base = 0;
+        bpft_tier_ref ti = {0, 0, 0}, to = {0, 0, 0};
         int kind = 0;  // 0 none, 1 short, 2 ring, 3 forward
         if (live) {
             if (lookup_prog(P, dj.prog_id, &p) && validate(P, dj, p, in_base, out_base, res_base)) {
                 if (dj.flags & JF_INJECT_FAULT) asm volatile("trap;");
-                kind = (dj.flags & JF_MAILBOX_PING) ? 4 : dj.n == 1 && !long_tier(P, dj) ? 1 : 2;
+                if (dj.flags & BPFT_ANY_TIER) {
+                    ti = job_tier(P, dj, false);
+                    to = job_tier(P, dj, true);
+                }
+                const bool long_wait = ti.ps || to.tat || ti.ns > BPFT_SHORT_TIER_NS;
+                kind = (dj.flags & JF_MAILBOX_PING) ? 4 : dj.n == 1 && !long_wait ? 1 : 2;
             } else {
                 kind = 3;
             }
@@ -934,12 +937,12 @@ static __device__ void dispatcher(const bpft_params &P, const u32 d, const u32 D
                 in_base = (u64)line;
             }
 #if BPFT_HOP_SPLIT == 1
-            run_short(P, dj, p, in_base, out_base, res_base, started, (u32)(now_ns(P) - started), 0);
+            run_short(P, dj, p, ti, to, in_base, out_base, res_base, started, (u32)(now_ns(P) - started), 0);
 #elif BPFT_HOP_SPLIT == 2
-            run_short(P, dj, p, in_base, out_base, res_base, started, (u32)(t_stored - started),
+            run_short(P, dj, p, ti, to, in_base, out_base, res_base, started, (u32)(t_stored - started),
                       (u32)(t_looked - started));
 #else
-            run_short(P, dj, p, in_base, out_base, res_base, started, hop_poll, hop_fence);
+            run_short(P, dj, p, ti, to, in_base, out_base, res_base, started, hop_poll, hop_fence);
 #endif
         }
         if (kind == 4) mailbox_ping(P, dj, p, started);
