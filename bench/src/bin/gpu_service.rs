@@ -848,6 +848,18 @@ fn main() {
     }
 }
 
+/// Rows t and u's program: `$BPFTIME_TIER_PROG`, else `job_counter.bpf.o` next to this
+/// binary.
+fn tier_prog() -> std::path::PathBuf {
+    std::env::var("BPFTIME_TIER_PROG")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|_| {
+            std::env::current_exe()
+                .unwrap_or_default()
+                .with_file_name("job_counter.bpf.o")
+        })
+}
+
 /// Row t: `job_counter` (one lookup of `counts` a record) loaded three times, its `counts`
 /// local (GPU memory), at `cxl:20000` and at `cxl:0:0.008` (GPU memory behind the tier). The latency shows in a one-record job's round
 /// trip over the local map's, alternating, medians of 100 each; the cap (8 B at 0.008 GB/s:
@@ -855,13 +867,7 @@ fn main() {
 /// on the instant tier (the device interpreter), then after a swap on native code. The
 /// object is `$BPFTIME_TIER_PROG`, else `job_counter.bpf.o` next to this binary.
 fn tier_row(svc: &Service, c: &mut Client) -> Result<Value, String> {
-    let obj = std::env::var("BPFTIME_TIER_PROG")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|_| {
-            std::env::current_exe()
-                .unwrap_or_default()
-                .with_file_name("job_counter.bpf.o")
-        });
+    let obj = tier_prog();
     let load = |c: &mut Client, name: &str, place: &[String]| {
         c.load_file_placed(&obj, None, Some(name), place)
             .map_err(|e| format!("{}: {e}", obj.display()))
@@ -968,13 +974,7 @@ fn tier_figures(
 /// figures are row t's ([`tier_figures`]), and a 4,096-record job's 8-byte outputs
 /// written into a `cxl:0:0.008` buffer (posted writes: the link's 4.096 ms, no latency).
 fn buffer_tier_row(svc: &Service, c: &mut Client) -> Result<Value, String> {
-    let obj = std::env::var("BPFTIME_TIER_PROG")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|_| {
-            std::env::current_exe()
-                .unwrap_or_default()
-                .with_file_name("job_counter.bpf.o")
-        });
+    let obj = tier_prog();
     let prog = c
         .load_file_placed(&obj, None, Some("tier_buffers"), &["counts=device".into()])
         .map_err(|e| format!("{}: {e}", obj.display()))?;

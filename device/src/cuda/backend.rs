@@ -73,6 +73,15 @@ fn discard(mut child: Child) {
         });
 }
 
+/// A worker's answer to a command that only acknowledges.
+fn acked(m: Msg) -> Result<(), String> {
+    match m {
+        Msg::Ack { error: None } => Ok(()),
+        Msg::Ack { error: Some(e) } => Err(e),
+        other => Err(format!("unexpected reply {other:?}")),
+    }
+}
+
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
@@ -315,16 +324,12 @@ impl CudaBackend {
         let link = l
             .as_mut()
             .ok_or("the GPU worker is restarting; try again")?;
-        match link.request(&Cmd::Transfer {
+        acked(link.request(&Cmd::Transfer {
             to_device,
             shm_off,
             dev_off,
             len,
-        })? {
-            Msg::Ack { error: None } => Ok(()),
-            Msg::Ack { error: Some(e) } => Err(e),
-            other => Err(format!("unexpected reply {other:?}")),
-        }
+        })?)
     }
 
     /// Copies bytes `[off, off + len)` of device map `map` (`program:map`) between GPU
@@ -334,16 +339,12 @@ impl CudaBackend {
         let link = l
             .as_mut()
             .ok_or("the GPU worker is restarting; try again")?;
-        match link.request(&Cmd::MapSync {
+        acked(link.request(&Cmd::MapSync {
             map: map.to_string(),
             to_device,
             off,
             len,
-        })? {
-            Msg::Ack { error: None } => Ok(()),
-            Msg::Ack { error: Some(e) } => Err(e),
-            other => Err(format!("unexpected reply {other:?}")),
-        }
+        })?)
     }
 
     /// Whether this GPU's atomics on host memory are atomic with other devices' (known
@@ -619,11 +620,7 @@ impl Shared {
         let link = l
             .as_mut()
             .ok_or("the GPU worker is restarting; it will take the tier table when it is back")?;
-        match link.request(&cmd)? {
-            Msg::Ack { error: None } => Ok(()),
-            Msg::Ack { error: Some(e) } => Err(e),
-            other => Err(format!("unexpected reply {other:?}")),
-        }
+        acked(link.request(&cmd)?)
     }
 
     fn send_program(&self, id: u32) -> Result<(), String> {
@@ -658,11 +655,7 @@ impl Shared {
         let link = l
             .as_mut()
             .ok_or("the GPU worker is restarting; it will load the program when it is back")?;
-        match link.request(&cmd)? {
-            Msg::Ack { error: None } => Ok(()),
-            Msg::Ack { error: Some(e) } => Err(e),
-            other => Err(format!("unexpected reply {other:?}")),
-        }
+        acked(link.request(&cmd)?)
     }
 
     /// Processes up to `max` done-log entries.
