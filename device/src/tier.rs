@@ -180,6 +180,9 @@ pub struct TierBuffers {
     /// `placed.len()`, read without the lock: most services place no buffer, and every
     /// job asks.
     count: std::sync::atomic::AtomicUsize,
+    /// Moves on at every change of the set (the service syncs the GPUs' tables when it
+    /// did).
+    version: AtomicU64,
 }
 
 struct PlacedBuffer {
@@ -237,6 +240,7 @@ impl TierBuffers {
         want: Option<u8>,
     ) -> Result<Option<u8>, TierSlotsFull> {
         let mut p = self.placed.write().unwrap_or_else(|e| e.into_inner());
+        let before = p.len();
         p.retain(|b| b.off + b.len <= off || off + len <= b.off);
         let mut slot = None;
         if let Some(spec) = tier {
@@ -247,7 +251,7 @@ impl TierBuffers {
                     .find(free)
             });
             let Some(s) = s else {
-                self.count.store(p.len(), Ordering::Release);
+                self.publish(&p, p.len() != before);
                 return Err(TierSlotsFull);
             };
             p.push(PlacedBuffer {
@@ -259,8 +263,21 @@ impl TierBuffers {
             });
             slot = Some(s);
         }
-        self.count.store(p.len(), Ordering::Release);
+        self.publish(&p, slot.is_some() || p.len() != before);
         Ok(slot)
+    }
+
+    /// Stores the count of `p`, and moves the version on when the set `changed`.
+    fn publish(&self, p: &[PlacedBuffer], changed: bool) {
+        self.count.store(p.len(), Ordering::Release);
+        if changed {
+            self.version.fetch_add(1, Ordering::AcqRel);
+        }
+    }
+
+    /// A number that moves on at every change of the placed set.
+    pub fn version(&self) -> u64 {
+        self.version.load(Ordering::Acquire)
     }
 
     /// Every placed buffer as the CUDA backend's tier table holds it, by slot.
@@ -290,15 +307,16 @@ impl TierBuffers {
         let mut p = self.placed.write().unwrap_or_else(|e| e.into_inner());
         let before = p.len();
         p.retain(|b| b.owner.0 != slot);
-        self.count.store(p.len(), Ordering::Release);
+        self.publish(&p, p.len() != before);
         before - p.len()
     }
 
     /// The buffer at `off` freed.
     pub fn freed(&self, off: u64) {
         let mut p = self.placed.write().unwrap_or_else(|e| e.into_inner());
+        let before = p.len();
         p.retain(|b| b.off != off);
-        self.count.store(p.len(), Ordering::Release);
+        self.publish(&p, p.len() != before);
     }
 
     /// The tier of `owner`'s job buffer `[off, off + len)` (its input or output), when it
@@ -488,9 +506,13 @@ mod tests {
         assert_eq!(t.allocated_in(640, 64, (5, 1), spec, Some(9)), Ok(Some(3)));
         t.freed(512);
         t.freed(640);
-        // A local allocation over a placed one takes its slot away.
+        // A local allocation over a placed one takes its slot away, and that is a change.
+        let v = t.version();
+        assert_eq!(t.allocated(2048, 16, (4, 1), None), Ok(None));
+        assert_eq!(t.version(), v, "nothing placed changed");
         assert_eq!(t.allocated(120, 16, (4, 1), None), Ok(None));
         assert_eq!(t.slots().len(), 1);
+        assert!(t.version() > v);
         // 255 slots, then a clear error, and nothing lost.
         let u = TierBuffers::default();
         for i in 0..255u64 {

@@ -186,7 +186,7 @@ fn handle(svc: &Arc<Service>, req: Request) -> (Reply, After) {
                 );
             }
             let mut full = None;
-            let before = svc.tier_buffers.len();
+            let before = svc.tier_buffers.version();
             let r = buffer_op(svc, client, generation, Pool::Shared, |a, o| {
                 let off = a.alloc(len, o)?;
                 match svc
@@ -208,7 +208,7 @@ fn handle(svc: &Arc<Service>, req: Request) -> (Reply, After) {
             if let Some(e) = full {
                 return (err(e.to_string()), None);
             }
-            if r.ok && (tier.is_some() || svc.tier_buffers.len() != before) {
+            if r.ok && svc.tier_buffers.version() != before {
                 sync_tier_buffers(svc);
             }
             r
