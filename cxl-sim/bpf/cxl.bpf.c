@@ -94,15 +94,13 @@ int cxl_delay(void *ctx)
 {
 	const struct bpftime_mem_ctx *m = bpftime_mem_ctx(ctx);
 	struct cxl_config *c = &cxl_config;
-	/* The words the first decision needs, loaded together and tested by one branch: one
-	 * round trip before the common case (disabled, or nothing to delay, count or refresh)
-	 * returns, not two. */
+	/* The first decision reads one word: CXL_FLAG_ACTIVE, which the host derives from the
+	 * others (enabled, and a delay, a cap, statistics or the refresh). In the common case
+	 * (Δt = 0, no cap, no statistics) every access pays this one load and a branch. */
 	__u64 flags = c->flags;
-	__u64 busy = c->latency[0] | c->latency[1] | c->latency[2] | c->byte_cost;
-	__u64 quiet = ((flags & CXL_FLAG_ENABLED) == 0) |
-		      (((flags & (CXL_FLAG_REFRESH | CXL_FLAG_STATS)) == 0) & (busy == 0));
-	if (quiet)
+	if (!(flags & CXL_FLAG_ACTIVE))
 		return 0;
+	__u64 busy = c->latency[0] | c->latency[1] | c->latency[2] | c->byte_cost;
 
 	/* The configuration came through this SM's L1, which the host's uploads do not
 	 * invalidate: a kernel whose working set never evicts it would keep its launch's

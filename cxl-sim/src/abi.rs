@@ -80,6 +80,11 @@ pub const FLAG_STATS: u64 = 16;
 /// check sits on the probe's path before the data wait, where it cost a pointer chase
 /// 16–22 ns a step on an H200, so `cxl run` sets it only when `--at` changes parameters.
 pub const FLAG_REFRESH: u64 = 32;
+/// `flags`: the probe has work: [`FLAG_ENABLED`], and a delay, a cap, [`FLAG_STATS`] or
+/// [`FLAG_REFRESH`]. Derived by [`CxlConfig::to_bytes`] from the other words (never set by
+/// hand; [`CxlConfig::from_bytes`] drops it), so that the probe's first test at every
+/// access reads one word, not five.
+pub const FLAG_ACTIVE: u64 = 64;
 
 /// One address range of the tier. With `interleave_local + interleave_cxl > 0`, pages of
 /// `1 << page_shift` bytes alternate: the first `interleave_local` of every group stay
@@ -167,13 +172,21 @@ impl CxlConfig {
         }
     }
 
-    /// Its bytes, as the probe's global holds them.
+    /// The flags as the probe reads them: [`FLAG_ACTIVE`] derived.
+    pub fn probe_flags(&self) -> u64 {
+        let busy = self.latency.iter().any(|l| *l != 0) || self.byte_cost != 0;
+        let active = self.flags & FLAG_ENABLED != 0
+            && (busy || self.flags & (FLAG_STATS | FLAG_REFRESH) != 0);
+        (self.flags & !FLAG_ACTIVE) | if active { FLAG_ACTIVE } else { 0 }
+    }
+
+    /// Its bytes, as the probe's global holds them (with [`FLAG_ACTIVE`] derived).
     pub fn to_bytes(&self) -> Vec<u8> {
         let mut v = Vec::with_capacity(std::mem::size_of::<Self>());
         for w in [
             self.magic,
             self.version,
-            self.flags,
+            self.probe_flags(),
             self.latency[0],
             self.latency[1],
             self.latency[2],
@@ -342,7 +355,7 @@ pub fn c_header() -> String {
         "#define CXL_MAX_RANGES {MAX_RANGES}\n#define CXL_HIST_SLOTS {HIST_SLOTS}\n#define CXL_KERNEL_SLOTS {KERNEL_SLOTS}\n#define CXL_END_STRIPES {END_STRIPES}\n#define CXL_STRIPES {STRIPES}\n#define CXL_CACHE_SLOTS {CACHE_SLOTS}\n#define CXL_LINE_SHIFT {LINE_SHIFT}\n#define CXL_REFRESH_SHIFT {REFRESH_SHIFT}\n#define CXL_REFRESH_WINDOW_SHIFT {REFRESH_WINDOW_SHIFT}\n#define CXL_REFRESH_SLOTS {REFRESH_SLOTS}\n"
     );
     s += &format!(
-        "#define CXL_FLAG_ENABLED {FLAG_ENABLED}\n#define CXL_FLAG_EVERYTHING {FLAG_EVERYTHING}\n#define CXL_FLAG_SPIN {FLAG_SPIN}\n#define CXL_FLAG_NO_WAIT {FLAG_NO_WAIT}\n#define CXL_FLAG_STATS {FLAG_STATS}\n#define CXL_FLAG_REFRESH {FLAG_REFRESH}\n"
+        "#define CXL_FLAG_ENABLED {FLAG_ENABLED}\n#define CXL_FLAG_EVERYTHING {FLAG_EVERYTHING}\n#define CXL_FLAG_SPIN {FLAG_SPIN}\n#define CXL_FLAG_NO_WAIT {FLAG_NO_WAIT}\n#define CXL_FLAG_STATS {FLAG_STATS}\n#define CXL_FLAG_REFRESH {FLAG_REFRESH}\n#define CXL_FLAG_ACTIVE {FLAG_ACTIVE}\n"
     );
     s += &format!(
         "#define CXL_PLACE_NONE {PLACE_NONE}\n#define CXL_PLACE_SIZE {PLACE_SIZE}\n#define CXL_PLACE_LOCAL {PLACE_LOCAL}\n#define CXL_PLACE_INTERLEAVE {PLACE_INTERLEAVE}\n#define CXL_PLACE_SITE {PLACE_SITE}\n"
@@ -377,7 +390,7 @@ impl CxlConfig {
             return None;
         }
         c.version = w(1)?;
-        c.flags = w(2)?;
+        c.flags = w(2)? & !FLAG_ACTIVE;
         c.latency = [w(3)?, w(4)?, w(5)?];
         c.byte_cost = w(6)?;
         c.burst = w(7)?;
@@ -466,6 +479,38 @@ mod tests {
             pad: 0,
         };
         assert_eq!(CxlConfig::from_bytes(&c.to_bytes()), Some(c));
+        // FLAG_ACTIVE is derived on the way out and dropped on the way in.
+        let active = |c: &CxlConfig| {
+            let b = c.to_bytes();
+            u64::from_le_bytes(b[16..24].try_into().unwrap()) & FLAG_ACTIVE != 0
+        };
+        let mut q = CxlConfig::new();
+        assert!(!active(&q), "disabled");
+        q.flags = FLAG_ENABLED;
+        assert!(!active(&q), "enabled, nothing to do");
+        for (what, set) in [
+            (
+                "a latency",
+                (|q: &mut CxlConfig| q.latency[2] = 1) as fn(&mut CxlConfig),
+            ),
+            ("a cap", |q| q.byte_cost = 1),
+            ("statistics", |q| q.flags |= FLAG_STATS),
+            ("the refresh", |q| q.flags |= FLAG_REFRESH),
+        ] {
+            let mut a = q;
+            set(&mut a);
+            assert!(active(&a), "{what}");
+            a.flags &= !FLAG_ENABLED;
+            assert!(!active(&a), "{what}, disabled");
+        }
+        q.flags |= FLAG_ACTIVE; // set by hand: ignored
+        assert!(!active(&q));
+        let mut a = q;
+        a.latency[0] = 5;
+        assert_eq!(
+            CxlConfig::from_bytes(&a.to_bytes()).unwrap().flags,
+            FLAG_ENABLED
+        );
         assert_eq!(CxlConfig::from_bytes(&[0u8; 64]), None);
     }
 
