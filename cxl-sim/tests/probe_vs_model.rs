@@ -609,3 +609,31 @@ fn embedded_objects_match_their_sources() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The probe's common case (Δt = 0, no cap, no statistics) is paid at every access of every
+/// kernel: before its first branch the probe loads one word, `flags` (for
+/// `abi::FLAG_ACTIVE`), and nothing else (five loads there cost the triad 1.66× where one
+/// costs 1.47×, `bench/results/cxl_gpu.md` run 21).
+#[test]
+fn the_first_test_reads_one_word() {
+    use ebpf::isa::{OpKind, Opcode};
+    let p = ebpf::elf::load(cxl_sim::probe::OBJECT, "cxl.bpf.o", Some("cxl_delay")).unwrap();
+    let mut loads = Vec::new();
+    let mut branched = false;
+    for i in &p.insns {
+        match Opcode::decode(i).map(Opcode::kind) {
+            Ok(OpKind::Load { .. }) => loads.push(i.off),
+            Ok(OpKind::Jmp { .. }) => {
+                branched = true;
+                break;
+            }
+            _ => {}
+        }
+    }
+    assert!(branched, "no branch in the probe");
+    assert_eq!(
+        loads,
+        [std::mem::offset_of!(CxlConfig, flags) as i16],
+        "loads before the probe's first branch (field offsets)"
+    );
+}
