@@ -73,15 +73,6 @@ fn discard(mut child: Child) {
         });
 }
 
-/// A worker's answer to a command that only acknowledges.
-fn acked(m: Msg) -> Result<(), String> {
-    match m {
-        Msg::Ack { error: None } => Ok(()),
-        Msg::Ack { error: Some(e) } => Err(e),
-        other => Err(format!("unexpected reply {other:?}")),
-    }
-}
-
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
@@ -320,31 +311,27 @@ impl CudaBackend {
         dev_off: u64,
         len: u64,
     ) -> Result<(), String> {
-        let mut l = lock(&self.shared.link);
-        let link = l
-            .as_mut()
-            .ok_or("the GPU worker is restarting; try again")?;
-        acked(link.request(&Cmd::Transfer {
-            to_device,
-            shm_off,
-            dev_off,
-            len,
-        })?)
+        self.shared
+            .ack("the GPU worker is restarting; try again", || {
+                Cmd::Transfer {
+                    to_device,
+                    shm_off,
+                    dev_off,
+                    len,
+                }
+            })
     }
 
     /// Copies bytes `[off, off + len)` of device map `map` (`program:map`) between GPU
     /// memory and its arena mirror.
     pub fn map_sync(&self, map: &str, to_device: bool, off: u64, len: u64) -> Result<(), String> {
-        let mut l = lock(&self.shared.link);
-        let link = l
-            .as_mut()
-            .ok_or("the GPU worker is restarting; try again")?;
-        acked(link.request(&Cmd::MapSync {
-            map: map.to_string(),
-            to_device,
-            off,
-            len,
-        })?)
+        self.shared
+            .ack("the GPU worker is restarting; try again", || Cmd::MapSync {
+                map: map.to_string(),
+                to_device,
+                off,
+                len,
+            })
     }
 
     /// Whether this GPU's atomics on host memory are atomic with other devices' (known
@@ -610,17 +597,28 @@ impl Shared {
         }
     }
 
+    /// Sends the command `cmd` makes (under the link's lock) and waits for the worker's
+    /// acknowledgement; `restarting` says why not while there is no worker.
+    fn ack(&self, restarting: &str, cmd: impl FnOnce() -> Cmd) -> Result<(), String> {
+        let mut l = lock(&self.link);
+        let cmd = cmd();
+        let link = l.as_mut().ok_or(restarting)?;
+        match link.request(&cmd)? {
+            Msg::Ack { error: None } => Ok(()),
+            Msg::Ack { error: Some(e) } => Err(e),
+            other => Err(format!("unexpected reply {other:?}")),
+        }
+    }
+
     fn send_tiers(&self) -> Result<(), String> {
         // The set is read under the link's lock: two threads syncing at once then send
         // in the order they read, and the newer set is the last the worker gets.
-        let mut l = lock(&self.link);
-        let cmd = Cmd::TierBuffers {
-            slots: self.tiers.slots(),
-        };
-        let link = l
-            .as_mut()
-            .ok_or("the GPU worker is restarting; it will take the tier table when it is back")?;
-        acked(link.request(&cmd)?)
+        self.ack(
+            "the GPU worker is restarting; it will take the tier table when it is back",
+            || Cmd::TierBuffers {
+                slots: self.tiers.slots(),
+            },
+        )
     }
 
     fn send_program(&self, id: u32) -> Result<(), String> {
@@ -651,11 +649,10 @@ impl Shared {
             },
             None => Cmd::Unload { id },
         };
-        let mut l = lock(&self.link);
-        let link = l
-            .as_mut()
-            .ok_or("the GPU worker is restarting; it will load the program when it is back")?;
-        acked(link.request(&cmd)?)
+        self.ack(
+            "the GPU worker is restarting; it will load the program when it is back",
+            || cmd,
+        )
     }
 
     /// Processes up to `max` done-log entries.

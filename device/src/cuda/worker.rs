@@ -143,8 +143,8 @@ const TIER_TABLE_BYTES: usize = shm_maps::job_flags::TIER_SLOTS as usize * 64;
 /// The writes that turn the GPU tier table holding `have` into one holding `want`, in
 /// order: `(slot, entry)`, an entry with `len` 0 clearing its slot. A slot that changes is
 /// cleared first and its new entry written with `len` 0, then its `len` (the kernel reads
-/// `len` first: it sees the old buffer, none, or the new one, never a mix); a new entry's
-/// link starts idle.
+/// an entry with its `len` and checks `len` again after a fence: a read that overlaps a
+/// rewrite is taken as local); a new entry's link starts idle.
 fn tier_writes(have: &[TierSlot], want: &[TierSlot]) -> Vec<(u8, TierWrite)> {
     let mut w = Vec::new();
     for h in have {
@@ -178,6 +178,28 @@ enum TierWrite {
     Entry(TierEntry),
     /// Its `len` word alone.
     Len(u64),
+}
+
+/// Drops each entry of `m` (keyed `program:map`) that no installed program names among
+/// its `maps`, freeing the GPU memory at its `addr`.
+fn drop_unnamed<V>(
+    gpu: &Gpu,
+    m: &mut HashMap<String, V>,
+    installed: &HashMap<u32, Prog>,
+    maps: impl Fn(&Prog) -> Vec<String>,
+    addr: impl Fn(&V) -> u64,
+) {
+    let live: std::collections::HashSet<String> = installed
+        .values()
+        .flat_map(|p| maps(p).into_iter().map(move |n| format!("{}:{n}", p.name)))
+        .collect();
+    m.retain(|k, v| {
+        let keep = live.contains(k);
+        if !keep {
+            let _ = gpu.free(addr(v));
+        }
+        keep
+    });
 }
 
 fn as_bytes<T: Copy>(v: &T) -> &[u8] {
@@ -930,36 +952,23 @@ impl Worker {
             self.gpu.unload(l);
             times.unloaded = 1;
         }
-        // Device maps no installed program uses any more (no kernel runs now).
-        let live: std::collections::HashSet<String> = self
-            .installed
-            .values()
-            .flat_map(|p| p.device_maps.iter().map(move |m| format!("{}:{m}", p.name)))
-            .collect();
-        let gpu = self.gpu.clone();
-        self.dev_maps.retain(|k, (dev, _)| {
-            let keep = live.contains(k);
-            if !keep {
-                let _ = gpu.free(*dev);
-            }
-            keep
-        });
-        let tiered: std::collections::HashSet<String> = self
-            .installed
-            .values()
-            .flat_map(|p| {
-                p.tiered_maps
-                    .iter()
-                    .map(move |(m, _, _)| format!("{}:{m}", p.name))
-            })
-            .collect();
-        self.tiered.retain(|k, t| {
-            let keep = tiered.contains(k);
-            if !keep {
-                let _ = gpu.free(t.tat_addr);
-            }
-            keep
-        });
+        // Device maps and tier link words no installed program uses any more (no kernel
+        // runs now).
+        let installed = &self.installed;
+        drop_unnamed(
+            &self.gpu,
+            &mut self.dev_maps,
+            installed,
+            |p| p.device_maps.clone(),
+            |(dev, _)| *dev,
+        );
+        drop_unnamed(
+            &self.gpu,
+            &mut self.tiered,
+            installed,
+            |p| p.tiered_maps.iter().map(|(m, _, _)| m.clone()).collect(),
+            |t| t.tat_addr,
+        );
         times.unload_ns = t1.elapsed().as_nanos() as u64;
         let t2 = Instant::now();
         swap_step("publishing entries");

@@ -246,11 +246,12 @@ pub(crate) fn tier_buffers(
             continue;
         };
         match t.parse::<device::tier::TierSpec>() {
-            Ok(spec) if spec.gbps.is_some() && gpus > 1 => errors.push(format!(
-                "buffer at {:#x}: placement `{spec}` caps a link that each of the {gpus} GPUs \
-                 would get whole; it is local now",
-                a.off
-            )),
+            Ok(spec)
+                if let Some(e) =
+                    super::maps::cap_refusal(&format!("buffer at {:#x}", a.off), &spec, gpus) =>
+            {
+                errors.push(format!("{e}; it is local now"))
+            }
             Ok(spec) => {
                 match tiers.allocated_in(a.off, a.len, (slot, generation), Some(spec), a.tier_slot)
                 {

@@ -175,15 +175,10 @@ fn handle(svc: &Arc<Service>, req: Request) -> (Reply, After) {
                 Ok(t) => t,
                 Err(e) => return (err(e), None),
             };
-            let gpus = svc.gpu_count();
-            if let Some(t) = tier.filter(|t| t.gbps.is_some() && gpus > 1) {
-                return (
-                    err(format!(
-                        "buffer placement `{t}` caps a link that the service's {gpus} GPUs would each get whole (one link word per GPU); a latency-only tier (cxl:{}) works on several GPUs, a cap on one",
-                        t.latency_ns
-                    )),
-                    None,
-                );
+            if let Some(e) =
+                tier.and_then(|t| super::maps::cap_refusal("buffer", &t, svc.gpu_count()))
+            {
+                return (err(e), None);
             }
             let mut full = None;
             let before = svc.tier_buffers.version();

@@ -90,6 +90,20 @@ fn requested(program: &Program, placement: &[String]) -> Result<Vec<(String, Ask
 /// right for per-thread arrays only (each GPU's threads own their value sets; a dump
 /// lists every GPU's sets, GPU by GPU), so those stay on the GPUs and every other map is
 /// shared in host memory.
+/// Why tier `t` cannot be placed on a service of `gpus` GPUs (`what`: the map or buffer),
+/// if it cannot: a capped link that several GPUs share would need one link word for all of
+/// them, and each GPU's own would give every GPU the whole cap.
+pub(super) fn cap_refusal(what: &str, t: &TierSpec, gpus: usize) -> Option<String> {
+    (gpus > 1 && t.gbps.is_some()).then(|| {
+        format!(
+            "{what}: placement `{t}` caps a link that the service's {gpus} GPUs would each get \
+             whole (one link word per GPU); a latency-only tier (cxl:{}) works on several \
+             GPUs, a cap on one",
+            t.latency_ns
+        )
+    })
+}
+
 fn placement_of(svc: &Service, def: &MapDef, asked: &[(String, Asked)]) -> Result<bool, String> {
     let gpus = svc.gpu_count();
     let cuda = gpus > 0;
@@ -112,12 +126,11 @@ fn placement_of(svc: &Service, def: &MapDef, asked: &[(String, Asked)]) -> Resul
             def.name
         )),
         Some(Asked::Shm) => Ok(false),
-        // A link that several GPUs share would need one token word for all of them: each
-        // GPU's own would give every GPU the whole cap.
-        Some(Asked::Tier(t)) if gpus > 1 && t.gbps.is_some() => Err(format!(
-            "map `{}`: placement `{t}` caps a link that the service's {gpus} GPUs would each get whole (one token word per GPU); a latency-only tier (cxl:{}) works on several GPUs, a cap on one",
-            def.name, t.latency_ns
-        )),
+        Some(Asked::Tier(t))
+            if let Some(e) = cap_refusal(&format!("map `{}`", def.name), &t, gpus) =>
+        {
+            Err(e)
+        }
         // On a GPU the tier's local memory is the GPU's own (where one GPU holds the map:
         // with several, a map they share stays in host memory and pays the tier there).
         Some(Asked::Tier(_)) => Ok(cuda && (gpus == 1 || per_thread)),
