@@ -80,7 +80,9 @@ pub const MIN_SM: u32 = 70;
 /// ([`CompiledProbe::inline`]): no call and no ctx in memory at each site. Kernel entry and
 /// exit probes are inlined only with `inline_kernel`: inlined, ptxas compiles the body in
 /// every kernel, which costs load time where one `.func` per module would be compiled once
-/// (the JIT linker's relocatable code).
+/// (the JIT linker's relocatable code). With `outline`, an inlined memory probe's code from
+/// its ctx point on is one `.func` of the module that its sites call
+/// ([`jit::JitOptions::split_cold`]), in [`CompiledProbe::text`].
 pub fn compile_probe(
     probe: &Probe,
     index: usize,
@@ -88,6 +90,7 @@ pub fn compile_probe(
     sm: u32,
     lock_pid: u32,
     inline_kernel: bool,
+    outline: bool,
 ) -> Result<CompiledProbe, jit::CompileError> {
     let opts = JitOptions {
         ptx_version: (7, 8),
@@ -113,6 +116,7 @@ pub fn compile_probe(
             // Adds summed in registers until the thread exits: only at memory sites,
             // which repeat in loops; an entry or exit site runs once per thread.
             defer_adds: probe.site == SiteKind::Memory,
+            split_cold: outline && probe.site == SiteKind::Memory,
             ..opts.clone()
         };
         match jit::compile(&probe.program, &inline_opts)
@@ -910,6 +914,7 @@ pub fn mem_block(
     sampling: Sampling,
     deferred: &mut Deferred,
     trace: Option<crate::memtrace::TraceRing>,
+    mut save: Option<&mut SaveArea>,
 ) -> jit::passes::mem::MemBlock {
     use ebpf::MemCtx;
     use jit::passes::mem::{MemBlock, MemSpace, Regs};
@@ -1169,10 +1174,22 @@ pub fn mem_block(
                 true => deferred.apply(p.inline.as_deref().unwrap_or_default()),
                 false => p.inline.clone().unwrap_or_default(),
             };
-            // The point is a comment: replaced by the words, or dropped.
-            let body = match at_point {
-                true => splice_point(&unshadow(&body), &lazy),
-                false => splice_point(&body, ""),
+            // The point is a comment: replaced by the words, or dropped. A body split at it
+            // (`jit::JitOptions::split_cold`) frees the kernel's live registers for its cold
+            // part: stored at the point, loaded at the cold part's one exit.
+            let cold_end = jit::lower::COLD_END.trim();
+            let body = match (at_point, &save) {
+                (true, Some(_)) if body.lines().any(|l| l.trim() == cold_end) => {
+                    let (store, load, bytes) = save_live(&site.live);
+                    if let Some(s) = save.as_deref_mut() {
+                        s.bytes = s.bytes.max(bytes);
+                        s.blocks += 1;
+                    }
+                    let body = splice_point(&unshadow(&body), &(store + &lazy));
+                    splice_marker(&body, cold_end, &load)
+                }
+                (true, _) => splice_point(&unshadow(&body), &lazy),
+                (false, _) => splice_point(&body, ""),
             };
             let _ = writeln!(after, "\t\t{{ // {}\n{body}\t\t}}", p.name);
         }
@@ -1210,6 +1227,9 @@ pub fn mem_block(
     if all_inline {
         if cw > 0 {
             let _ = writeln!(decls, "\t\t.reg .b64 %bt_cw<{cw}>;");
+        }
+        if after.contains("%bt_sv") {
+            let _ = writeln!(decls, "\t\t.reg .b32 %bt_sv;");
         }
     } else {
         let _ = writeln!(
@@ -1262,11 +1282,15 @@ fn unshadow(body: &str) -> String {
 
 /// `body` with its ctx point line replaced by `words`.
 fn splice_point(body: &str, words: &str) -> String {
-    let point = jit::lower::CTX_POINT.trim();
-    let mut out = String::with_capacity(body.len() + words.len());
+    splice_marker(body, jit::lower::CTX_POINT.trim(), words)
+}
+
+/// `body` with each line that is `marker` replaced by `text`.
+fn splice_marker(body: &str, marker: &str, text: &str) -> String {
+    let mut out = String::with_capacity(body.len() + text.len());
     for l in body.split_inclusive('\n') {
-        if l.trim() == point {
-            out.push_str(words);
+        if l.trim() == marker {
+            out.push_str(text);
         } else {
             out.push_str(l);
         }
@@ -1274,9 +1298,112 @@ fn splice_point(body: &str, words: &str) -> String {
     out
 }
 
+/// The kernel's local array that [`save_live`] stores registers in.
+pub const SAVE_AREA: &str = "__bt_save";
+
+/// One kernel's use of [`SAVE_AREA`]: the most bytes a block stores, and how many blocks
+/// free registers around a probe's cold part.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SaveArea {
+    /// Bytes the array needs.
+    pub bytes: usize,
+    /// Blocks that store and load registers.
+    pub blocks: usize,
+}
+
+impl SaveArea {
+    /// The array's declaration for the kernel's prologue (empty when no block uses it).
+    pub fn prologue(&self) -> String {
+        if self.bytes == 0 {
+            return String::new();
+        }
+        format!("\n\t.local .align 8 .b8 {SAVE_AREA}[{}];\n", self.bytes)
+    }
+}
+
+/// Stores of the kernel registers `live` (name, bits; 1 for a predicate) into
+/// [`SAVE_AREA`], the loads that put them back, and the bytes used. Between the two, ptxas
+/// sees none of them live: the code there may use the registers they held (a predicate
+/// goes through `%bt_sv`, which the block declares).
+fn save_live(live: &[(String, u32)]) -> (String, String, usize) {
+    let mut regs: Vec<&(String, u32)> = live.iter().collect();
+    // Widest slot first (a predicate takes 4 bytes): every slot is aligned to its size.
+    regs.sort_by_key(|(_, b)| std::cmp::Reverse(if *b == 1 { 32 } else { *b }));
+    let (mut store, mut load, mut at) = (String::new(), String::new(), 0usize);
+    for (r, bits) in regs {
+        let ty = match *bits {
+            1 | 32 => "b32",
+            16 => "b16",
+            64 => "b64",
+            // Wider registers (`.b128`) are left in place.
+            _ => continue,
+        };
+        let size = match ty {
+            "b16" => 2,
+            "b32" => 4,
+            _ => 8,
+        };
+        at = at.next_multiple_of(size);
+        if *bits == 1 {
+            let _ = writeln!(store, "\tselp.b32 %bt_sv, 1, 0, {r};");
+            let _ = writeln!(store, "\tst.local.b32 [{SAVE_AREA}+{at}], %bt_sv;");
+            let _ = writeln!(load, "\tld.local.b32 %bt_sv, [{SAVE_AREA}+{at}];");
+            let _ = writeln!(load, "\tsetp.ne.b32 {r}, %bt_sv, 0;");
+        } else {
+            let _ = writeln!(store, "\tst.local.{ty} [{SAVE_AREA}+{at}], {r};");
+            let _ = writeln!(load, "\tld.local.{ty} {r}, [{SAVE_AREA}+{at}];");
+        }
+        at += size;
+    }
+    (store, load, at)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every live register is stored and loaded back at its own aligned slot, widest first;
+    /// a predicate goes through `%bt_sv`; a 128-bit register stays in place.
+    #[test]
+    fn live_registers_are_saved_aligned_and_restored() {
+        let live: Vec<(String, u32)> = [
+            ("%p1", 1),
+            ("%rs2", 16),
+            ("%r3", 32),
+            ("%rd4", 64),
+            ("%q", 128),
+        ]
+        .into_iter()
+        .map(|(n, b)| (n.to_string(), b))
+        .collect();
+        let (store, load, bytes) = save_live(&live);
+        assert_eq!(
+            store,
+            "\tst.local.b64 [__bt_save+0], %rd4;\n\tselp.b32 %bt_sv, 1, 0, %p1;\n\tst.local.b32 [__bt_save+8], %bt_sv;\n\tst.local.b32 [__bt_save+12], %r3;\n\tst.local.b16 [__bt_save+16], %rs2;\n"
+        );
+        assert_eq!(
+            load,
+            "\tld.local.b64 %rd4, [__bt_save+0];\n\tld.local.b32 %bt_sv, [__bt_save+8];\n\tsetp.ne.b32 %p1, %bt_sv, 0;\n\tld.local.b32 %r3, [__bt_save+12];\n\tld.local.b16 %rs2, [__bt_save+16];\n"
+        );
+        assert_eq!(bytes, 18);
+        assert_eq!(save_live(&[]), (String::new(), String::new(), 0));
+        assert_eq!(
+            SaveArea {
+                bytes: 0,
+                blocks: 3
+            }
+            .prologue(),
+            ""
+        );
+        assert!(
+            SaveArea {
+                bytes: 18,
+                blocks: 1
+            }
+            .prologue()
+            .contains("__bt_save[18]")
+        );
+    }
 
     #[test]
     fn unshadow_renames_the_bodys_registers_only() {

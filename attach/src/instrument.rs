@@ -35,6 +35,10 @@ pub struct Report {
     /// Kernels given the hidden launch parameters ([`HiddenParams`]): every launch of
     /// them must pass two more values.
     pub hidden: Vec<HiddenParams>,
+    /// Kernels whose every memory-probe block frees the kernel's registers around the
+    /// probe's cold part ([`MemConfig::cold_split`]): capping them at the original's
+    /// occupancy (`crate::occupancy`) spills only on that part.
+    pub freed: Vec<String>,
 }
 
 /// A kernel whose probes read the launch's correlation id or launch time: its instrumented
@@ -128,6 +132,17 @@ pub struct MemConfig {
     pub eager: bool,
     /// Every probed access also appends a record to this device ring (`--mem-trace`).
     pub trace: Option<TraceRing>,
+    /// Split memory probes that return on their configuration before they read the
+    /// access (a ctx point): their code from that point on becomes one function of the
+    /// module that the blocks call ([`jit::JitOptions::split_cold`]), and each block stores
+    /// the kernel's live registers before the call and loads them after
+    /// (`codegen::save_live`). ptxas then sizes the kernel's registers for the kernel and
+    /// the probe's first test alone, and the shim caps it near the original's occupancy
+    /// ([`Report::freed`]). It pays when the probe mostly returns at once: the call path is
+    /// slower than the inlined one (and sums no counter in registers), so a probe that
+    /// works at most accesses is better inlined, the default. `cxl run` splits when its
+    /// configuration delays nothing (`bench/results/cxl_gpu.md`, run 22).
+    pub cold_split: bool,
 }
 
 pub use crate::memtrace::TraceRing;
@@ -565,6 +580,9 @@ impl Instrumenter {
             base,
             local: 0,
             deferred: codegen::Deferred::default(),
+            save: codegen::SaveArea::default(),
+            blocks: 0,
+            freed: Vec::new(),
         };
         let out = match jit::passes::mem::splice(src, file, &module, &mut blocks) {
             Ok(o) => o,
@@ -586,6 +604,7 @@ impl Instrumenter {
                 ),
                 None => format!("line {}: {}", w.line, w.what),
             }));
+        report.freed.extend(blocks.freed.iter().cloned());
         if out.sites.is_empty() {
             return None;
         }
@@ -655,6 +674,7 @@ impl Instrumenter {
             self.sm,
             self.lock_pid,
             self.inline_kernel,
+            self.mem.cold_split,
         )?);
         if let Ok(mut m) = self.compiled.lock() {
             m.insert(i, c.clone());
@@ -738,6 +758,12 @@ struct MemBlocksFor<'a> {
     local: usize,
     /// The current kernel's deferred adds.
     deferred: codegen::Deferred,
+    /// The current kernel's registers stored around cold parts, and its blocks.
+    save: codegen::SaveArea,
+    blocks: usize,
+    /// Kernels each of whose blocks frees the kernel's registers around its probe's cold
+    /// part ([`Report::freed`]).
+    freed: Vec<String>,
 }
 
 impl MemBlocksFor<'_> {
@@ -765,6 +791,8 @@ impl jit::passes::mem::MemBlocks for MemBlocksFor<'_> {
             slots: Vec::new(),
             enabled: !self.mem.eager,
         };
+        self.save = codegen::SaveArea::default();
+        self.blocks = 0;
         let mut any: Option<jit::passes::mem::MemOptions> =
             self.mem.trace.map(|_| jit::passes::mem::MemOptions {
                 shared: self.mem.shared,
@@ -816,6 +844,8 @@ impl jit::passes::mem::MemBlocks for MemBlocksFor<'_> {
         }
         let local = self.local;
         self.local += 1;
+        self.blocks += 1;
+        let split = self.mem.cold_split;
         Some(codegen::mem_block(
             &signature(kernel),
             &probes,
@@ -826,13 +856,18 @@ impl jit::passes::mem::MemBlocks for MemBlocksFor<'_> {
             self.mem.sampling,
             &mut self.deferred,
             self.mem.trace,
+            split.then_some(&mut self.save),
         ))
     }
 
-    fn prologue(&mut self, _: &PtxFunction<'_>, sites: &[jit::passes::mem::MemSite]) -> String {
+    fn prologue(&mut self, k: &PtxFunction<'_>, sites: &[jit::passes::mem::MemSite]) -> String {
         let trace = self.mem.trace.map(|_| codegen::trace_prologue());
+        if self.blocks > 0 && self.save.blocks == self.blocks {
+            self.freed.push(k.name.to_string());
+        }
         codegen::mem_prologue(sites.len().max(self.local), self.mem.sampling)
             + &self.deferred.prologue()
+            + &self.save.prologue()
             + trace.as_deref().unwrap_or("")
     }
 

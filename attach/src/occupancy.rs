@@ -108,6 +108,21 @@ pub fn register_cap(limits: SmLimits, orig: u32) -> u32 {
     r.min(255)
 }
 
+/// Registers the hot part of a split memory probe (its first test and the call of its
+/// cold part) may need beyond the original kernel's: one allocation unit.
+pub const FREED_HEADROOM: u32 = 8;
+
+/// The cap of a kernel whose probe blocks free its registers around the probes' cold parts
+/// ([`crate::instrument::Report::freed`]), for an original of `orig` registers: the most
+/// registers that keep the resident warps of `orig` + [`FREED_HEADROOM`]. The kernel then
+/// runs with about the original's occupancy and what the cold parts need beyond the cap
+/// spills inside their call. Without the headroom a kernel already at an occupancy step
+/// spills in its own code (a 16×16-tiled SGEMM of 32 registers, capped at 32: 4.1× its
+/// time, against 1.6× at 40; `bench/results/cxl_gpu.md`, run 22).
+pub fn freed_cap(limits: SmLimits, orig: u32) -> u32 {
+    register_cap(limits, orig + FREED_HEADROOM)
+}
+
 /// A kernel as the driver loaded it: its registers per thread and the largest block it
 /// launches (`CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK`, which the registers bound).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -238,6 +253,21 @@ mod tests {
                 c >= orig && l.warps_at(c) == l.warps_at(orig),
                 "{orig} -> {c}"
             );
+        }
+    }
+
+    /// A kernel whose probes are split keeps the occupancy of its own registers plus one
+    /// allocation unit: the triad's 12 stay at 32 (64 warps), SGEMM's 32 go to 40.
+    #[test]
+    fn freed_kernels_get_one_unit_of_headroom() {
+        let l = SmLimits::SM90;
+        assert_eq!(freed_cap(l, 12), 32);
+        assert_eq!(freed_cap(l, 24), 32);
+        assert_eq!(freed_cap(l, 32), 40);
+        assert_eq!(freed_cap(l, 64), 72);
+        for orig in 1..=247 {
+            let c = freed_cap(l, orig);
+            assert!(c >= orig + FREED_HEADROOM && c <= 255, "{orig} -> {c}");
         }
     }
 

@@ -70,6 +70,10 @@ pub struct SessionConfig {
     /// the kernel exits.
     #[serde(default)]
     pub mem_eager: bool,
+    /// Memory probes with an early return are split, their rare path called
+    /// ([`crate::instrument::MemConfig::cold_split`]; `trace --cold-split`).
+    #[serde(default)]
+    pub cold_split: bool,
     /// Stream every probed access to this file (`trace --mem-trace`).
     #[serde(default)]
     pub mem_trace: Option<String>,
@@ -110,6 +114,7 @@ impl SessionConfig {
             },
             eager: self.mem_eager,
             trace: None,
+            cold_split: self.cold_split,
         }
     }
 }

@@ -321,6 +321,7 @@ fn memory_options_pick_spaces_and_sampling_adds_counters() {
         },
         eager: false,
         trace: None,
+        cold_split: false,
     });
     let o = shared.ptx(&src);
     let s = o.report().sites.len();
@@ -433,8 +434,8 @@ fn every_site_shape_with_every_feature_assembles() {
         ctl: 0x7d00_0000_0000,
         cap: 1 << 20,
     };
-    for (sampling, trace, eager) in [
-        (attach::codegen::Sampling::default(), None, false),
+    for (sampling, trace, eager, cold_split) in [
+        (attach::codegen::Sampling::default(), None, false, false),
         (
             attach::codegen::Sampling {
                 every: 4,
@@ -442,6 +443,7 @@ fn every_site_shape_with_every_feature_assembles() {
             },
             Some(ring),
             false,
+            true,
         ),
         (
             attach::codegen::Sampling {
@@ -450,6 +452,7 @@ fn every_site_shape_with_every_feature_assembles() {
             },
             Some(ring),
             true,
+            false,
         ),
     ] {
         let inst = Instrumenter::new(Arc::new(p.clone()), b.clone(), 90, 1).with_mem(
@@ -459,6 +462,7 @@ fn every_site_shape_with_every_feature_assembles() {
                 sampling,
                 eager,
                 trace,
+                cold_split,
             },
         );
         let o = inst.ptx(SHAPES);
@@ -473,8 +477,11 @@ fn every_site_shape_with_every_feature_assembles() {
             .filter(|s| s.opcode == "ld.global.u32" || s.opcode == "ld.u32")
             .count();
         assert_eq!(loop_sites, 2);
-        // Sums kept in registers only for the loop's sites, unless eager.
-        assert_eq!(ptx.contains("deferred add, slot"), !eager, "{ptx}");
+        // Sums kept in registers only for the loop's sites, unless eager or split (a split
+        // probe's adds are in its called part, eager).
+        if !cold_split {
+            assert_eq!(ptx.contains("deferred add, slot"), !eager, "{ptx}");
+        }
         if !sampling.is_all() {
             // The negated guard thins with `not.pred`; the budget caps each thread.
             assert!(
@@ -490,6 +497,75 @@ fn every_site_shape_with_every_feature_assembles() {
             "{ptx}"
         );
         assemble(ptx, &format!("shapes-{}-{}", sampling.every, eager));
+    }
+}
+
+/// `cold_split`: a probe that returns on its configuration before it reads the access keeps
+/// only that first test at each access; the rest is one function of the module, which each
+/// site calls with the kernel's live registers stored around the call (exactly those the
+/// kernel reads later, by the liveness pass), and the kernel is listed for the shim's cap.
+/// The module assembles, also under the cap the shim would set. Unsplit, nothing of this.
+#[test]
+fn a_split_probe_calls_its_cold_part_with_the_kernels_live_registers_stored() {
+    let Some(p) = probes(&["mem_gated"]) else {
+        return;
+    };
+    let src = ".version 8.0\n.target sm_90\n.address_size 64\n\
+.visible .entry k(.param .u64 a, .param .u64 b)\n{\n\t.reg .f32 %f<4>;\n\t.reg .b64 %rd<6>;\n\
+\tld.param.u64 %rd1, [a];\n\tld.param.u64 %rd2, [b];\n\
+\tcvta.to.global.u64 %rd3, %rd1;\n\tcvta.to.global.u64 %rd4, %rd2;\n\
+\tld.global.f32 %f1, [%rd3];\n\tld.global.f32 %f2, [%rd3+4];\n\
+\tadd.f32 %f3, %f1, %f2;\n\tst.global.f32 [%rd4], %f3;\n\tret;\n}\n";
+    let b = attach::session::placeholder_bindings(&p, 0x7f00_0000_0000, 1024);
+    for split in [true, false] {
+        let inst = Instrumenter::new(Arc::new(p.clone()), b.clone(), 90, 1).with_mem(
+            attach::instrument::MemConfig {
+                cold_split: split,
+                ..Default::default()
+            },
+        );
+        let o = inst.ptx(src);
+        let Outcome::Instrumented { ptx, report } = &o else {
+            panic!("{:?}", o.report());
+        };
+        assert_eq!(report.sites.len(), 3);
+        let calls = ptx
+            .matches("call.uni (cold_ret), __bpftime0_cold_mem_gated")
+            .count();
+        if !split {
+            assert_eq!(calls, 0, "{ptx}");
+            assert!(
+                !ptx.contains("__bt_save") && report.freed.is_empty(),
+                "{ptx}"
+            );
+            assemble(ptx, "unsplit");
+            continue;
+        }
+        assert_eq!(calls, 3, "{ptx}");
+        assert_eq!(
+            ptx.matches(".func (.param .b64 ret0) __bpftime0_cold_mem_gated(")
+                .count(),
+            1
+        );
+        assert_eq!(report.freed, ["k"]);
+        // After the first load: %rd3, %rd4 and %f1 are read later; after the second, %rd4,
+        // %f1 and %f2; after the store, nothing. Widest first, each stored and loaded back.
+        let first = "st.local.b64 [__bt_save+0], %rd3;\n\tst.local.b64 [__bt_save+8], %rd4;\n\tst.local.b32 [__bt_save+16], %f1;";
+        let second = "st.local.b64 [__bt_save+0], %rd4;\n\tst.local.b32 [__bt_save+8], %f1;\n\tst.local.b32 [__bt_save+12], %f2;";
+        assert!(ptx.contains(first) && ptx.contains(second), "{ptx}");
+        assert!(ptx.contains("ld.local.b64 %rd3, [__bt_save+0];"), "{ptx}");
+        assert!(ptx.contains("ld.local.b32 %f2, [__bt_save+12];"), "{ptx}");
+        assert_eq!(ptx.matches("[__bt_save+").count(), 2 * (3 + 3), "{ptx}");
+        assert!(ptx.contains(".local .align 8 .b8 __bt_save[20];"), "{ptx}");
+        // Every save precedes its call, every load follows it.
+        let save = ptx.find(first).unwrap_or(0);
+        let call = ptx.find("call.uni (cold_ret)").unwrap_or(0);
+        let load = ptx.find("ld.local.b64 %rd3, [__bt_save+0];").unwrap_or(0);
+        assert!(save < call && call < load, "{ptx}");
+        assemble(ptx, "split");
+        let capped = attach::occupancy::cap_registers(ptx, &[("k".to_string(), 32)]).0;
+        assert!(capped.contains(".maxnreg 32"), "{capped}");
+        assemble(&capped, "split, capped at 32");
     }
 }
 
@@ -549,6 +625,7 @@ fn ctx_words_are_computed_where_the_probe_first_needs_them() {
                     sampling,
                     eager: false,
                     trace: None,
+                    cold_split: false,
                 },
             );
             let o = inst.ptx(SHAPES);

@@ -494,10 +494,20 @@ fn run_once_with(
     // registers through the kernel's loops (trace's default for memory probes) would only
     // cost registers, hence occupancy, on every path.
     let eager: &[&str] = if tier.no_stats { &["--mem-eager"] } else { &[] };
+    // A configuration that delays nothing and counts nothing (and will not change) never
+    // takes the probe past its first test: split the probe, so that each kernel keeps its
+    // own registers, and the emulator costs little more than that test (run 22 of
+    // bench/results/cxl_gpu.md). A probe that works keeps the faster inlined path.
+    let split: &[&str] = if config.probe_flags() & cxl_sim::abi::FLAG_ACTIVE == 0 {
+        &["--cold-split"]
+    } else {
+        &[]
+    };
     let mut child = Command::new(&bin)
         .arg("trace")
         .args(&objects)
         .args(eager)
+        .args(split)
         .args(["--json", "--quiet", "--interval", "0", "--"])
         .args(cmd)
         .stdout(Stdio::piped())

@@ -166,6 +166,56 @@ fn run_passes_the_exit_code_through() {
     assert_eq!(v["kernels"], serde_json::json!({}));
 }
 
+/// `run` asks `trace` to split the probe (`--cold-split`) only when its configuration
+/// never takes the probe past its first test: no delay, no cap, no statistics, no change
+/// planned. A stand-in for bpftime-super records the arguments it gets.
+#[test]
+fn run_splits_the_probe_only_when_it_delays_and_counts_nothing() {
+    use std::os::unix::fs::PermissionsExt;
+    let (_scratch, dir) = tmp("fake-trace");
+    std::fs::create_dir_all(&dir).unwrap();
+    let fake = dir.join("bpftime-super");
+    let args_file = dir.join("args");
+    std::fs::write(
+        &fake,
+        format!("#!/bin/sh\necho \"$@\" > {}\n", args_file.display()),
+    )
+    .unwrap();
+    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let run = |extra: &[&str]| -> String {
+        let mut a = vec![
+            "run",
+            "--no-kernel-time",
+            "--bpftime",
+            fake.to_str().unwrap(),
+        ];
+        a.extend_from_slice(extra);
+        a.extend_from_slice(&["--", "true"]);
+        let o = cxl(&a);
+        let (out, err) = text(&o);
+        assert!(o.status.success(), "{extra:?}: {out}{err}");
+        std::fs::read_to_string(&args_file).unwrap()
+    };
+    let idle = run(&["--latency-ns", "0", "--no-cap", "--no-stats"]);
+    assert!(idle.contains("--cold-split"), "{idle}");
+    for busy in [
+        &["--latency-ns", "100", "--no-cap", "--no-stats"][..],
+        &["--latency-ns", "0", "--bandwidth-gbps", "32", "--no-stats"],
+        &["--latency-ns", "0", "--no-cap"],
+        &[
+            "--latency-ns",
+            "0",
+            "--no-cap",
+            "--no-stats",
+            "--at",
+            "1s:latency-ns=200",
+        ],
+    ] {
+        let a = run(busy);
+        assert!(!a.contains("--cold-split"), "{busy:?}: {a}");
+    }
+}
+
 #[test]
 fn load_places_a_services_map_in_the_tier() {
     let bin =

@@ -451,17 +451,51 @@ fn instrumented_real_ptx_assembles() {
     ])
     .unwrap();
     let b = attach::session::placeholder_bindings(&set, 0x7f00_0000_0000, 1024);
-    let inst = attach::Instrumenter::new(Arc::new(set), b, 90, 1);
+    let set = Arc::new(set);
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../jit/tests/ptx_corpus");
-    for f in [
-        "nvcc/sgemm_sm90.ptx",
-        "nvcc/vecadd_sm80.ptx",
-        "nvrtc/atomics_90.ptx",
-        "numba/saxpy_sm90.ptx",
+    // Inlined whole at every access, and split (`cxl run` at zero delay): the cold part
+    // called, capped as the shim caps it.
+    for (f, split) in [
+        ("nvcc/sgemm_sm90.ptx", false),
+        ("nvcc/vecadd_sm80.ptx", false),
+        ("nvrtc/atomics_90.ptx", false),
+        ("numba/saxpy_sm90.ptx", false),
+        ("nvcc/sgemm_sm90.ptx", true),
+        ("nvcc/vecadd_sm80.ptx", true),
     ] {
+        let inst = attach::Instrumenter::new(set.clone(), b.clone(), 90, 1).with_mem(
+            attach::instrument::MemConfig {
+                cold_split: split,
+                ..Default::default()
+            },
+        );
         let src = std::fs::read_to_string(root.join(f)).unwrap();
         match inst.ptx(&src) {
-            attach::instrument::Outcome::Instrumented { ptx, .. } => {
+            attach::instrument::Outcome::Instrumented { ptx, report } => {
+                let calls = ptx
+                    .matches("call.uni (cold_ret), __bpftime0_cold_cxl_delay")
+                    .count();
+                assert_eq!(calls > 0, split, "{f}");
+                assert_eq!(!report.freed.is_empty(), split, "{f}");
+                let ptx = match split {
+                    true => {
+                        let caps: Vec<(String, u32)> = report
+                            .freed
+                            .iter()
+                            .map(|k| {
+                                (
+                                    k.clone(),
+                                    attach::occupancy::freed_cap(
+                                        attach::occupancy::SmLimits::SM90,
+                                        32,
+                                    ),
+                                )
+                            })
+                            .collect();
+                        attach::occupancy::cap_registers(&ptx, &caps).0
+                    }
+                    false => ptx,
+                };
                 assert!(ptx.contains("// bpftime-super: memprobe"), "{f}");
                 // The wait helper's loop is in the module.
                 assert!(ptx.contains("nanosleep.u32"), "{f}");

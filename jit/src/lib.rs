@@ -211,6 +211,13 @@ pub struct JitOptions {
     /// replace it with a sum kept in registers and added later
     /// ([`lower::aggregated_add_text`] gives the eager form). Default false.
     pub defer_adds: bool,
+    /// With `ctx_regs` and a ctx point: the entry function's code from the point on (its
+    /// cold part) is a `.func` of its own (`bpf_cold_<name>`), which the body calls there
+    /// with the registers, frame and ctx words it reads; the line [`lower::COLD_END`]
+    /// follows the call. A caller inlining the body at many sites may store its own live
+    /// registers at the point and load them at that line (see the lowering's `Split`).
+    /// Default false.
+    pub split_cold: bool,
 }
 
 impl Default for JitOptions {
@@ -228,6 +235,7 @@ impl Default for JitOptions {
             warp_aggregate: true,
             ctx_regs: None,
             defer_adds: false,
+            split_cold: false,
         }
     }
 }

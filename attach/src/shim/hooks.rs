@@ -461,6 +461,12 @@ impl State {
             )
             .with_mem(crate::instrument::MemConfig {
                 trace: traced,
+                // BPFTIME_COLD_SPLIT=0/1 overrides the session (for comparisons).
+                cold_split: match std::env::var("BPFTIME_COLD_SPLIT").as_deref() {
+                    Ok("1") => true,
+                    Ok("0") => false,
+                    _ => self.config.cold_split,
+                },
                 ..self.config.mem()
             })
             .with_launch_params(launch_params)
@@ -564,6 +570,20 @@ fn capped<'a>(
         }
         drop(known);
         let c: Caps = loaded_kernels(original, dev, &kernels).and_then(|(limits, orig)| {
+            // Kernels whose probe blocks free their registers around the probes' cold
+            // parts: at the original's occupancy, with room for the hot part.
+            let freed = |k: &str| {
+                cap == crate::occupancy::Cap::Launch && report.freed.iter().any(|f| f == k)
+            };
+            let freed_caps: Vec<(String, u32)> = orig
+                .iter()
+                .filter(|(k, _)| freed(k))
+                .map(|(k, l)| (k.clone(), crate::occupancy::freed_cap(limits, l.regs)))
+                .collect();
+            let orig: Vec<_> = orig.into_iter().filter(|(k, _)| !freed(k)).collect();
+            if orig.is_empty() {
+                return Ok(freed_caps);
+            }
             if cap == crate::occupancy::Cap::Launch {
                 // The build the driver will load: with the JIT linker, the linked cubin
                 // (cached, so loading it later does not link again); else the PTX, which
@@ -576,11 +596,14 @@ fn capped<'a>(
                 let image = cubin.as_deref().map_or(ptx.as_bytes(), |b| b.as_slice());
                 let (_, inst) = loaded_kernels(image, dev, &kernels)
                     .map_err(|e| format!("the instrumented image: {e}"))?;
-                return Ok(crate::occupancy::launch_caps(limits, &orig, &inst));
+                let mut caps = crate::occupancy::launch_caps(limits, &orig, &inst);
+                caps.extend(freed_caps);
+                return Ok(caps);
             }
             Ok(orig
                 .into_iter()
                 .filter_map(|(k, l)| Some((k, cap.registers(limits, l.regs)?)))
+                .chain(freed_caps)
                 .collect())
         });
         KNOWN

@@ -56,6 +56,13 @@ pub struct MemArgs {
     /// registers and adding when the thread exits (use it for kernels that never exit).
     #[arg(long)]
     pub mem_eager: bool,
+    /// Split memory probes that can return before they read the access: the code after
+    /// that point becomes one function the sites call, around which each site stores and
+    /// reloads the kernel's live registers. The kernel then keeps about the registers, hence
+    /// the occupancy, it had; the probe's path past its first test gets slower. For probes
+    /// that mostly return at once (`cxl run` at zero delay uses it).
+    #[arg(long)]
+    pub cold_split: bool,
 }
 
 impl MemArgs {
@@ -70,6 +77,7 @@ impl MemArgs {
             },
             eager: self.mem_eager,
             trace: None,
+            cold_split: self.cold_split,
         }
     }
 }

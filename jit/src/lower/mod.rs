@@ -136,6 +136,9 @@ struct Ctx<'a> {
     aligned_base: Option<u8>,
     /// While an [`aligned_run`]'s 16-byte path is lowered: its paired loads.
     vec: VecPlan,
+    /// The function being lowered reaches the frame through r10, a generic pointer into
+    /// its caller's frame (a cold part, [`JitOptions::split_cold`]), not `stack`.
+    stack_generic: bool,
 }
 
 /// Most bytes of helper text inlined into one function; calls past it go to the `.func`s.
@@ -252,6 +255,7 @@ pub fn lower(prog: &Program, opts: &JitOptions) -> Result<Lowered, CompileError>
         aligned_base: None,
         vec: VecPlan::new(),
         ends_thread: false,
+        stack_generic: false,
     };
     // Decode every slot once.
     let mut pc = 0;
@@ -297,7 +301,9 @@ pub fn lower(prog: &Program, opts: &JitOptions) -> Result<Lowered, CompileError>
     let mut functions = Vec::with_capacity(starts.len() + 1);
     for (k, &s) in starts.iter().enumerate() {
         let e = starts.get(k + 1).copied().unwrap_or(n);
-        functions.push(lower_function(&mut cx, s, e)?);
+        let (f, cold) = lower_function(&mut cx, s, e)?;
+        functions.push(f);
+        functions.extend(cold);
     }
     let entry_func = if opts.entry {
         let name = format!("bpf_entry_{base}");
@@ -513,7 +519,14 @@ fn imm(v: i64) -> Operand {
     Operand::Imm(v)
 }
 
-fn lower_function(cx: &mut Ctx, start: usize, end: usize) -> Result<Function, CompileError> {
+/// Lowers the function `start..end`. With [`JitOptions::split_cold`] and a ctx point `S` in
+/// the entry function, its code from `S` on comes after the rest, or in a function of its
+/// own returned second (see [`Split`]).
+fn lower_function(
+    cx: &mut Ctx,
+    start: usize,
+    end: usize,
+) -> Result<(Function, Option<Function>), CompileError> {
     let name = cx
         .func_name(start)
         .expect("every start has a name")
@@ -541,6 +554,7 @@ fn lower_function(cx: &mut Ctx, start: usize, end: usize) -> Result<Function, Co
     cx.depth = depth;
     cx.in_main = start == 0;
     cx.inlined_bytes = 0;
+    cx.stack_generic = false;
     // Jumps inside the function, checked; their targets get labels when the jump is reached.
     let mut jumps = Vec::new();
     for pc in start..end {
@@ -587,24 +601,269 @@ fn lower_function(cx: &mut Ctx, start: usize, end: usize) -> Result<Function, Co
 
     // Instructions no path from the entry reaches are not emitted: they cannot run, and
     // dead blocks after an unconditional branch only give ptxas more to get wrong.
-    let reachable = reachable(cx, start, end);
-    // Only reached jumps are emitted: a label for an unreached one's target would be unused
-    // (and cost the unused-label pass a scan of the body).
-    let mut targets = vec![false; end - start];
-    for &(pc, t) in &jumps {
-        if reachable[pc - start] {
-            targets[t - start] = true;
-        }
-    }
+    let mut reach = reachable(cx, start, end);
     let point = if is_entry {
-        ctx_point(cx, end, &reachable)
+        ctx_point(cx, end, &reach)
     } else {
         None
     };
+    let split = match point {
+        Some(s) if cx.opts.split_cold && cx.opts.ctx_regs.is_some() => {
+            Some(Split::new(cx, s, end, &reach))
+        }
+        _ => None,
+    };
+    if let Some(o) = &split {
+        reach = o.hot.clone();
+    }
+    let part = Part {
+        reach: &reach,
+        point,
+        split: split.as_ref(),
+        entry: None,
+    };
+    lower_body(cx, &mut f, start, end, &jumps, part)?;
+    let Some(o) = split else {
+        return Ok((f, None));
+    };
+    let g = cold_function(cx, &o, start, end, &jumps)?;
+    Ok((f, Some(g)))
+}
+
+/// The cold part ([`Split`]) as a function: its values from the
+/// caller's array ([`Split::call`]), its frame the caller's (through r10), entered at S.
+fn cold_function(
+    cx: &mut Ctx,
+    o: &Split,
+    start: usize,
+    end: usize,
+    jumps: &[(usize, usize)],
+) -> Result<Function, CompileError> {
+    let mut g = Function::new(o.func.clone(), FuncKind::Func);
+    g.ret = Some("ret0".into());
+    g.reserve_labels(end as u32 + 1);
+    g.params = vec!["args".into()];
+    let mut t = format!(
+        "\t.reg .b64 %bt_cw<{}>;\n\t.reg .b64 %cold_args;\n\tld.param.b64 %cold_args, [args];\n",
+        o.words.last().map_or(1, |w| w + 1)
+    );
+    for (k, v) in o.values().iter().enumerate() {
+        t.push_str(&format!("\tld.u64 {v}, [%cold_args+{}];\n", 8 * k));
+    }
+    g.body.push(Stmt::Raw(t.trim_end().to_string()));
+    cx.stack_generic = true;
+    cx.inlined_bytes = 0;
+    g.bra(crate::ptx::Label(o.s as u32), None);
+    let part = Part {
+        reach: &o.cold,
+        point: None,
+        split: None,
+        entry: Some(o.s),
+    };
+    lower_body(cx, &mut g, start, end, jumps, part)?;
+    cx.stack_generic = false;
+    Ok(g)
+}
+
+/// The line after the call of the cold part ([`JitOptions::split_cold`]): where the
+/// caller's registers stored at the ctx point may be loaded again.
+pub const COLD_END: &str = "\t// @bt_cold_end";
+
+/// The entry function split at its ctx point `S` ([`JitOptions::split_cold`]). The hot part
+/// is what the entry reaches without passing `S`. The cold part, what `S` reaches, is a
+/// `.func` of its own (`bpf_cold_<name>`): at `S`, after the point's marker, the hot part
+/// stores the registers the cold part reads (those the hot part may have set), the frame
+/// pointer and the ctx words it reads in a local array, calls it with the array's address,
+/// and returns what it returns. The cold part reaches the caller's frame through r10 (a
+/// generic pointer), never through its own `stack`. Code both parts reach (an early
+/// `return 0`) is in both.
+///
+/// ```text
+/// hot (inlined at each site):  …  // @bt_ctx_point
+///                              st.local [args+8k], %rdK / %bt_cwW …; call.uni (ret), cold, (args)
+///                              // @bt_cold_end
+///                              st.param [ret0], r0; ret
+/// cold (one per module):       ld.u64 %rdK, [args+8k] …; bra S;  …  S: …
+/// ```
+///
+/// So ptxas gives the kernel the registers of the hot part, and a caller inlining the body
+/// at many sites may free its own registers around the call (store them at the point, load
+/// them at [`COLD_END`]): with `.maxnreg`, what the cold part needs beyond them spills
+/// inside the call, on the path that runs only when the probe does more than return.
+struct Split {
+    s: usize,
+    hot: Vec<bool>,
+    cold: Vec<bool>,
+    /// The cold function's name.
+    func: String,
+    /// The eBPF registers passed, ascending; r10 always.
+    regs: Vec<u8>,
+    /// The ctx words the cold part reads, ascending.
+    words: Vec<usize>,
+    /// The frame's size: r10 is `stack + depth`.
+    depth: u32,
+}
+
+impl Split {
+    fn new(cx: &Ctx, s: usize, end: usize, reach: &[bool]) -> Split {
+        // Hot: from the entry, not past S. Cold: from S.
+        let walk = |from: usize, stop: Option<usize>| {
+            let mut seen = vec![false; end];
+            let mut work = vec![from];
+            while let Some(pc) = work.pop() {
+                if pc >= end || seen[pc] || !reach[pc] {
+                    continue;
+                }
+                seen[pc] = true;
+                if Some(pc) == stop {
+                    continue;
+                }
+                work.extend(successors(cx, pc, end).into_iter().flatten());
+            }
+            seen
+        };
+        let hot = walk(0, Some(s));
+        let cold = walk(s, None);
+        // Registers the hot part (or the prologue: r0, r1, r2) may set and the cold part
+        // may read: each instruction's operands, r1..r5 at calls, r0 at exits and atomics.
+        let mut set = [false; 11];
+        set[..3].iter_mut().for_each(|x| *x = true);
+        let mut read = [false; 11];
+        for pc in 0..end {
+            let Some(d) = cx.dec[pc] else { continue };
+            let (dst, src) = (d.insn.dst as usize, d.insn.src as usize);
+            let kind = d.op.kind();
+            let call = matches!(
+                kind,
+                OpKind::Call | OpKind::Callx | OpKind::CallLocal | OpKind::CallKfunc
+            );
+            if hot[pc] && pc != s {
+                if call {
+                    set[..6].iter_mut().for_each(|x| *x = true);
+                }
+                set[dst] = true;
+                if let OpKind::Atomic { fetch, .. } = kind {
+                    set[0] = true;
+                    if fetch {
+                        set[src] = true;
+                    }
+                }
+            }
+            if cold[pc] {
+                read[dst] = true;
+                read[src] = true;
+                if call {
+                    read[1..6].iter_mut().for_each(|x| *x = true);
+                }
+                if matches!(kind, OpKind::Exit | OpKind::Atomic { .. }) {
+                    read[0] = true;
+                }
+            }
+        }
+        let mut regs: Vec<u8> = (0..10u8)
+            .filter(|&k| set[k as usize] && read[k as usize])
+            .collect();
+        regs.push(10);
+        let words: Vec<usize> = cx
+            .opts
+            .ctx_regs
+            .iter()
+            .flatten()
+            .filter(|(pc, _)| **pc < end && cold[**pc])
+            .map(|(_, at)| (*at / 8) as usize)
+            .collect::<BTreeSet<usize>>()
+            .into_iter()
+            .collect();
+        Split {
+            s,
+            hot,
+            cold,
+            func: format!("bpf_cold_{}", sanitize(&cx.prog.name)),
+            regs,
+            words,
+            depth: cx.depth,
+        }
+    }
+
+    /// The values passed to a cold function, in its argument array's order: the eBPF
+    /// registers, then the ctx words.
+    fn values(&self) -> Vec<String> {
+        self.regs
+            .iter()
+            .map(|k| format!("%rd{k}"))
+            .chain(self.words.iter().map(|w| CTX_WORD_REGS[*w].to_string()))
+            .collect()
+    }
+
+    /// The call at S: the values stored in a local array, its address passed, r0 back.
+    fn call(&self) -> String {
+        let values = self.values();
+        // r10 is computed here, not kept from the prologue: read-only, it would otherwise
+        // stay live (or spilled) through the hot part for this call alone.
+        let mut t = format!(
+            "\t{{ // the cold part\n\t.local .align 8 .b8 cold_args[{}];\n\t.reg .b64 %cold_a;\n\tcvta.local.u64 %cold_a, stack;\n\tadd.s64 %cold_a, %cold_a, {};\n\tst.local.u64 [cold_args+{}], %cold_a;\n",
+            8 * values.len(),
+            self.depth,
+            8 * (self.regs.len() - 1),
+        );
+        for (k, v) in values.iter().enumerate() {
+            if v != "%rd10" {
+                t.push_str(&format!("\tst.local.u64 [cold_args+{}], {v};\n", 8 * k));
+            }
+        }
+        t.push_str(&format!(
+            "\tmov.u64 %cold_a, cold_args;\n\tcvta.local.u64 %cold_a, %cold_a;\n\t.param .b64 args;\n\tst.param.b64 [args], %cold_a;\n\t.param .b64 cold_ret;\n\tcall.uni (cold_ret), {}, (args);\n\tld.param.b64 %rd0, [cold_ret];\n\t}}",
+            self.func
+        ));
+        t
+    }
+}
+
+/// What [`lower_body`] emits of a function.
+struct Part<'a> {
+    /// The instructions, by pc from the function's start.
+    reach: &'a [bool],
+    /// The ctx point: its marker line goes there.
+    point: Option<usize>,
+    /// The split: at S, the call of the cold part instead of S.
+    split: Option<&'a Split>,
+    /// A pc the function's opening branch names (the cold part's S): it gets a label.
+    entry: Option<usize>,
+}
+
+/// Lowers the instructions of `start..end` that `part` holds, in order, with labels at the
+/// targets of the reached jumps.
+fn lower_body(
+    cx: &mut Ctx,
+    f: &mut Function,
+    start: usize,
+    end: usize,
+    jumps: &[(usize, usize)],
+    part: Part<'_>,
+) -> Result<(), CompileError> {
+    let Part {
+        reach,
+        point,
+        split,
+        entry,
+    } = part;
+    let reachable = &reach[..end - start];
+    // Only reached jumps are emitted: a label for an unreached one's target would be unused
+    // (and cost the unused-label pass a scan of the body).
+    let mut targets = vec![false; end - start];
+    for &(pc, t) in jumps {
+        if reachable[pc - start] && split.is_none_or(|o| pc != o.s) {
+            targets[t - start] = true;
+        }
+    }
+    // The cold part is entered at S, from the hot part's branch.
+    if let Some(e) = entry {
+        targets[e - start] = true;
+    }
     // Which map each register is known to hold (straight-line tracking, reset at labels).
     let mut known = Known::new();
     // The entry's r1 is the ctx until something overwrites it.
-    known.ctx[1] = is_entry;
+    known.ctx[1] = start == 0 && entry.is_none();
     let mut pc = start;
     while pc < end {
         let Some(d) = cx.dec[pc] else {
@@ -622,6 +881,14 @@ fn lower_function(cx: &mut Ctx, start: usize, end: usize) -> Result<Function, Co
         if point == Some(pc) {
             f.body.push(Stmt::Raw(CTX_POINT.into()));
         }
+        if let Some(o) = split.filter(|o| o.s == pc) {
+            f.body.push(Stmt::Raw(o.call()));
+            f.body.push(Stmt::Raw(COLD_END.into()));
+            f.push("st.param.b64", [Operand::SymAddr(&"ret0", 0), r(0).into()]);
+            f.push("ret", []);
+            pc += if d.op.is_wide() { 2 } else { 1 };
+            continue;
+        }
         if let Some(run) = cx
             .opts
             .unaligned
@@ -634,16 +901,16 @@ fn lower_function(cx: &mut Ctx, start: usize, end: usize) -> Result<Function, Co
             })
             .flatten()
         {
-            lower_aligned_run(cx, &mut f, pc, &run, &mut known)?;
+            lower_aligned_run(cx, f, pc, &run, &mut known)?;
             pc = run.end;
             continue;
         }
-        lower_insn(cx, &mut f, pc, d, &mut known)?;
+        lower_insn(cx, f, pc, d, &mut known)?;
         pc += if d.op.is_wide() { 2 } else { 1 };
     }
     // Falling off the end is impossible in a verified program; trap rather than run on.
     f.push("trap", []);
-    Ok(f)
+    Ok(())
 }
 
 /// A straight stretch `[start, end)` of one basic block whose accesses through `base` are
@@ -1125,7 +1392,7 @@ fn lower_insn(
                 && cx.aligned_base != Some(src)
             {
                 load_bytes(f, op, r(dst), r(src), insn.off as i64, size, sign_extend);
-            } else if let Some(a) = stack_addr(cx.depth, src, insn.off, size) {
+            } else if let Some(a) = stack_addr(cx, src, insn.off, size) {
                 f.push(local_op(op), [r(dst).into(), a]);
             } else {
                 f.push(op, [r(dst).into(), Operand::Addr(r(src), insn.off as i32)]);
@@ -1161,7 +1428,7 @@ fn lower_insn(
                 && cx.aligned_base != Some(dst)
             {
                 store_bytes(f, op, r(dst), insn.off as i64, size, v);
-            } else if let Some(a) = stack_addr(cx.depth, dst, insn.off, size) {
+            } else if let Some(a) = stack_addr(cx, dst, insn.off, size) {
                 f.push(local_op(op), [a, v.into()]);
             } else {
                 let op = if pre.global(dst) { global_op(op) } else { op };
@@ -1175,7 +1442,7 @@ fn lower_insn(
                 .map(|b| (b.stripes, b.stripe_stride));
             let space = if known.val[dst as usize] {
                 Space::Global
-            } else if dst == FRAME_PTR {
+            } else if dst == FRAME_PTR && !cx.stack_generic {
                 Space::Stack(cx.depth)
             } else {
                 Space::Unknown
@@ -1325,9 +1592,11 @@ fn ctx_reg_load(
 /// `[stack+depth+off]` for an access through r10 that stays inside the frame: a `.local`
 /// access ptxas sees as such (an `STL`/`LDL` it can forward and keep in registers, where the
 /// generic address `r10 + off` gives a generic `ST.E`/`LD.E` it keeps as is).
-fn stack_addr(depth: u32, base: u8, off: i16, size: Size) -> Option<Operand> {
+/// `None` in a function that reaches the frame through r10 only (`Ctx::stack_generic`).
+fn stack_addr(cx: &Ctx, base: u8, off: i16, size: Size) -> Option<Operand> {
+    let depth = cx.depth;
     let at = depth as i64 + off as i64;
-    (base == FRAME_PTR && at >= 0 && at + size.bytes() as i64 <= depth as i64)
+    (base == FRAME_PTR && !cx.stack_generic && at >= 0 && at + size.bytes() as i64 <= depth as i64)
         .then_some(Operand::SymAddr(&"stack", at as i32))
 }
 
@@ -2130,7 +2399,7 @@ fn call_helper(
     let site = prelude::Site {
         key: known.stack[2]
             .map(|o| cx.depth as i64 + o)
-            .filter(|&o| o >= 0 && o < cx.depth as i64),
+            .filter(|&o| o >= 0 && o < cx.depth as i64 && !cx.stack_generic),
         frame: cx.depth,
     };
     if def.map_kinds.is_empty() {

@@ -173,6 +173,10 @@ pub struct MemSite {
     /// Between a label and a later branch back to it: the access may run many times per
     /// thread.
     pub in_loop: bool,
+    /// The kernel's registers live after the instruction, with their widths in bits (1
+    /// for a predicate) ([`super::live`]): what a block may store before code of its own
+    /// and load after it, to leave that code the registers they hold.
+    pub live: Vec<(String, u32)>,
     base: Option<(String, Option<RegType>)>,
     offset: i128,
     value: Vec<ValueElem>,
@@ -587,6 +591,7 @@ pub fn classify(
         elem,
         guard: s.guard.as_ref().map(|g| (g.pred.clone(), g.negated)),
         in_loop: false,
+        live: Vec::new(),
         base,
         offset,
         value,
@@ -686,6 +691,30 @@ pub fn splice(
         let regs = reg_types(src, k);
         let before = sites.len();
         let loops = loop_ranges(k);
+        // The registers live after each access the blocks may want.
+        let wanted: Vec<usize> = k
+            .statements
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| {
+                matches!(classify(s, k.name, &regs, 0), Classified::Site(site) if opts.wants(site.op, site.space))
+            })
+            .map(|(at, _)| at)
+            .collect();
+        let live: HashMap<usize, Vec<(String, u32)>> = wanted
+            .iter()
+            .copied()
+            .zip(super::live::live_after(k, &wanted, |n| {
+                lookup(&regs, n).is_some()
+            }))
+            .map(|(at, names)| {
+                let typed = names
+                    .into_iter()
+                    .filter_map(|n| lookup(&regs, &n).map(|t| (n, t.bits)))
+                    .collect();
+                (at, typed)
+            })
+            .collect();
         for (at, s) in k.statements.iter().enumerate() {
             let site = match classify(s, k.name, &regs, sites.len() as u32) {
                 Classified::Not => continue,
@@ -699,6 +728,7 @@ pub fn splice(
                 }
                 Classified::Site(mut site) => {
                     site.in_loop = loops.iter().any(|r| r.contains(&at));
+                    site.live = live.get(&at).cloned().unwrap_or_default();
                     site
                 }
             };

@@ -6,12 +6,14 @@
 //! | `unused_labels` | [`crate::ptx::Module`] (IR)    | drops label definitions no branch refers to |
 //! | [`probe`]       | app PTX text + [`crate::ptx::parse::PtxFile`] | splices probe blocks at kernel entry and before each `ret`/`exit` |
 //! | [`mem`]         | app PTX text + [`crate::ptx::parse::PtxFile`] | wraps each load, store, atomic and `cp.async` in a probe block |
+//! | [`live`]        | [`crate::ptx::parse::PtxFunction`] | (an analysis) the registers live after a statement, for [`mem`]'s blocks |
 //!
 //! ptxas does the real optimisation (register allocation, constant folding); the IR passes
 //! only keep the text small and readable.
 
 #[doc(hidden)]
 pub mod fuzz;
+pub mod live;
 pub mod mem;
 pub mod probe;
 

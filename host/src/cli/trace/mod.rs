@@ -747,6 +747,7 @@ pub fn run(a: TraceArgs) -> Result<ExitCode> {
         sample_every: a.mem.sample,
         sample_budget: a.mem.sample_budget,
         mem_eager: a.mem.mem_eager,
+        cold_split: a.mem.cold_split,
         mem_trace: mem_trace.as_ref().map(|p| p.display().to_string()),
         mem_trace_records: a.mem_trace_records,
         api_log: api_log.as_ref().map(|p| p.display().to_string()),
