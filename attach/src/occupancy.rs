@@ -22,6 +22,10 @@
 //!   cost more than the occupancy: SGEMM 2.73× against 1.95× uncapped, the triad 2.24×
 //!   against 1.66×, at a delay probe that returned at once (`bench/results/cxl_gpu.md`).
 //!
+//! A kernel whose probes are split (`trace --cold-split`: [`crate::instrument::Report::freed`])
+//! is capped at [`freed_cap`] under [`Cap::Launch`]: its rare paths are called, with the
+//! kernel's registers stored around the call, so a cap spills inside the call only.
+//!
 //! Kernels with `.minnctapersm` (launch bounds) are left alone: ptxas already bounds their
 //! registers. So are pieces given to the JIT linkers (`cuLinkAddData`, `nvJitLinkAddData`:
 //! not loadable on their own) and hot-attached copies (`shim::hot`).

@@ -333,7 +333,7 @@ pub fn run(cli: Cli) -> Result<std::process::ExitCode> {
             changes,
         } => {
             let p = tier.params()?;
-            let out = run_once_with(&tier, &p, &cmd, !json, &changes)?;
+            let out = run_once_with(&tier, &p, &cmd, !json, &changes, true)?;
             if json {
                 println!("{}", serde_json::to_string(&out)?);
             } else {
@@ -387,9 +387,12 @@ fn executable_name(cmd: &str) -> String {
         .map_or_else(|| cmd.to_string(), |f| f.to_string_lossy().into_owned())
 }
 
-/// One run of CMD under trace with the configured probe.
+/// One run of CMD under trace with the configured probe, for a sweep: the probe inlined
+/// whole at every setting, the baseline's included, so that every setting's time is
+/// divided by one with the same probe code (a split probe at the baseline alone would put
+/// the inlined probe's own cost into each slowdown).
 fn run_once(tier: &TierArgs, p: &Params, cmd: &[String], echo: bool) -> Result<RunOut> {
-    run_once_with(tier, p, cmd, echo, &[])
+    run_once_with(tier, p, cmd, echo, &[], false)
 }
 
 /// The configuration the probe gets for `p` under `tier`'s placement and flags.
@@ -454,13 +457,15 @@ fn run_plan(
     Ok((config, plan))
 }
 
-/// [`run_once`], changing parameters at the given times.
+/// One run of CMD under trace, changing parameters at the given times. With `may_split`,
+/// a configuration that delays and counts nothing gets the split probe (`--cold-split`).
 fn run_once_with(
     tier: &TierArgs,
     p: &Params,
     cmd: &[String],
     echo: bool,
     changes: &[cxl_sim::live::Change],
+    may_split: bool,
 ) -> Result<RunOut> {
     let (config, plan) = run_plan(tier, p, changes)?;
     // The probe objects for this run; removed when `scratch` drops, on every exit path.
@@ -498,7 +503,7 @@ fn run_once_with(
     // takes the probe past its first test: split the probe, so that each kernel keeps its
     // own registers, and the emulator costs little more than that test (run 22 of
     // bench/results/cxl_gpu.md). A probe that works keeps the faster inlined path.
-    let split: &[&str] = if config.probe_flags() & cxl_sim::abi::FLAG_ACTIVE == 0 {
+    let split: &[&str] = if may_split && config.probe_flags() & cxl_sim::abi::FLAG_ACTIVE == 0 {
         &["--cold-split"]
     } else {
         &[]

@@ -168,7 +168,8 @@ fn run_passes_the_exit_code_through() {
 
 /// `run` asks `trace` to split the probe (`--cold-split`) only when its configuration
 /// never takes the probe past its first test: no delay, no cap, no statistics, no change
-/// planned. A stand-in for bpftime-super records the arguments it gets.
+/// planned. `sweep` never does, its baseline included. A stand-in for bpftime-super
+/// records the arguments of each trace it is asked for.
 #[test]
 fn run_splits_the_probe_only_when_it_delays_and_counts_nothing() {
     use std::os::unix::fs::PermissionsExt;
@@ -178,24 +179,21 @@ fn run_splits_the_probe_only_when_it_delays_and_counts_nothing() {
     let args_file = dir.join("args");
     std::fs::write(
         &fake,
-        format!("#!/bin/sh\necho \"$@\" > {}\n", args_file.display()),
+        format!("#!/bin/sh\necho \"$@\" >> {}\n", args_file.display()),
     )
     .unwrap();
     std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let run = |extra: &[&str]| -> String {
-        let mut a = vec![
-            "run",
-            "--no-kernel-time",
-            "--bpftime",
-            fake.to_str().unwrap(),
-        ];
-        a.extend_from_slice(extra);
+    let traced = |args: &[&str]| -> String {
+        let _ = std::fs::remove_file(&args_file);
+        let mut a = vec![args[0], "--bpftime", fake.to_str().unwrap()];
+        a.extend_from_slice(&args[1..]);
         a.extend_from_slice(&["--", "true"]);
         let o = cxl(&a);
         let (out, err) = text(&o);
-        assert!(o.status.success(), "{extra:?}: {out}{err}");
+        assert!(o.status.success(), "{args:?}: {out}{err}");
         std::fs::read_to_string(&args_file).unwrap()
     };
+    let run = |extra: &[&str]| traced(&[&["run", "--no-kernel-time"][..], extra].concat());
     let idle = run(&["--latency-ns", "0", "--no-cap", "--no-stats"]);
     assert!(idle.contains("--cold-split"), "{idle}");
     for busy in [
@@ -214,6 +212,23 @@ fn run_splits_the_probe_only_when_it_delays_and_counts_nothing() {
         let a = run(busy);
         assert!(!a.contains("--cold-split"), "{busy:?}: {a}");
     }
+    let out = dir.join("sweep");
+    let sweep = traced(&[
+        "sweep",
+        "--no-stats",
+        "--latency",
+        "0",
+        "--bandwidth",
+        "none",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(
+        sweep.lines().count(),
+        2,
+        "the baseline and one setting: {sweep}"
+    );
+    assert!(!sweep.contains("--cold-split"), "{sweep}");
 }
 
 #[test]
