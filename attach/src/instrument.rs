@@ -860,6 +860,10 @@ impl jit::passes::mem::MemBlocks for MemBlocksFor<'_> {
         ))
     }
 
+    fn wants_live(&self) -> bool {
+        self.mem.cold_split
+    }
+
     fn prologue(&mut self, k: &PtxFunction<'_>, sites: &[jit::passes::mem::MemSite]) -> String {
         let trace = self.mem.trace.map(|_| codegen::trace_prologue());
         if self.blocks > 0 && self.save.blocks == self.blocks {

@@ -118,13 +118,15 @@ pub const FREED_HEADROOM: u32 = 8;
 
 /// The cap of a kernel whose probe blocks free its registers around the probes' cold parts
 /// ([`crate::instrument::Report::freed`]), for an original of `orig` registers: the most
-/// registers that keep the resident warps of `orig` + [`FREED_HEADROOM`]. The kernel then
-/// runs with about the original's occupancy and what the cold parts need beyond the cap
-/// spills inside their call. Without the headroom a kernel already at an occupancy step
-/// spills in its own code (a 16×16-tiled SGEMM of 32 registers, capped at 32: 4.1× its
-/// time, against 1.6× at 40; `bench/results/cxl_gpu.md`, run 22).
+/// registers that keep the resident warps of `orig` + [`FREED_HEADROOM`], but never more
+/// than [`Cap::Launch`] allows (every block size the original could launch still fits).
+/// The kernel then runs with about the original's occupancy and what the cold parts need
+/// beyond the cap spills inside their call. Without the headroom a kernel already at an
+/// occupancy step spills in its own code (a 16×16-tiled SGEMM of 32 registers, capped at
+/// 32: 4.1× its time, against 1.6× at 40; `bench/results/cxl_gpu.md`, run 22).
 pub fn freed_cap(limits: SmLimits, orig: u32) -> u32 {
-    register_cap(limits, orig + FREED_HEADROOM)
+    let launch = Cap::Launch.registers(limits, orig).unwrap_or(255);
+    register_cap(limits, orig + FREED_HEADROOM).min(launch)
 }
 
 /// A kernel as the driver loaded it: its registers per thread and the largest block it
@@ -268,10 +270,22 @@ mod tests {
         assert_eq!(freed_cap(l, 12), 32);
         assert_eq!(freed_cap(l, 24), 32);
         assert_eq!(freed_cap(l, 32), 40);
-        assert_eq!(freed_cap(l, 64), 72);
-        for orig in 1..=247 {
+        // No headroom where it would shrink the blocks the original could launch: at 64
+        // registers a 1024-thread block just fits, at 72 it would not.
+        assert_eq!(freed_cap(l, 64), 64);
+        assert_eq!(freed_cap(l, 56), 64);
+        for orig in 1..=255 {
             let c = freed_cap(l, orig);
-            assert!(c >= orig + FREED_HEADROOM && c <= 255, "{orig} -> {c}");
+            let launch = Cap::Launch.registers(l, orig).unwrap();
+            assert!(c >= orig && c <= launch, "{orig} -> {c}");
+            // Every block size the original's registers allowed still fits.
+            assert!(
+                l.warps_at(c).min(32) >= l.warps_at(orig).min(32),
+                "{orig} -> {c}"
+            );
+            if orig + FREED_HEADROOM <= launch {
+                assert!(c >= orig + FREED_HEADROOM, "{orig} -> {c}");
+            }
         }
     }
 

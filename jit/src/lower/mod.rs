@@ -608,8 +608,9 @@ fn lower_function(
         None
     };
     let split = match point {
+        // A ctx word out of range is `ctx_reg_load`'s error to report: no split then.
         Some(s) if cx.opts.split_cold && cx.opts.ctx_regs.is_some() => {
-            Some(Split::new(cx, s, end, &reach))
+            Split::new(cx, s, end, &reach)
         }
         _ => None,
     };
@@ -705,7 +706,7 @@ struct Split {
 }
 
 impl Split {
-    fn new(cx: &Ctx, s: usize, end: usize, reach: &[bool]) -> Split {
+    fn new(cx: &Ctx, s: usize, end: usize, reach: &[bool]) -> Option<Split> {
         // Hot: from the entry, not past S. Cold: from S.
         let walk = |from: usize, stop: Option<usize>| {
             let mut seen = vec![false; end];
@@ -750,8 +751,15 @@ impl Split {
                 }
             }
             if cold[pc] {
-                read[dst] = true;
-                read[src] = true;
+                // A load writes its dst; a ctx load served from the words reads nothing.
+                let ctx_load = cx
+                    .opts
+                    .ctx_regs
+                    .as_ref()
+                    .is_some_and(|c| c.contains_key(&pc));
+                let load = matches!(kind, OpKind::Load { .. });
+                read[dst] |= !load;
+                read[src] |= !ctx_load;
                 if call {
                     read[1..6].iter_mut().for_each(|x| *x = true);
                 }
@@ -764,17 +772,21 @@ impl Split {
             .filter(|&k| set[k as usize] && read[k as usize])
             .collect();
         regs.push(10);
-        let words: Vec<usize> = cx
+        let mut words = BTreeSet::new();
+        for (_, at) in cx
             .opts
             .ctx_regs
             .iter()
             .flatten()
             .filter(|(pc, _)| **pc < end && cold[**pc])
-            .map(|(_, at)| (*at / 8) as usize)
-            .collect::<BTreeSet<usize>>()
-            .into_iter()
-            .collect();
-        Split {
+        {
+            if *at < 0 || *at / 8 >= CTX_WORD_REGS.len() as i64 {
+                return None;
+            }
+            words.insert((*at / 8) as usize);
+        }
+        let words: Vec<usize> = words.into_iter().collect();
+        Some(Split {
             s,
             hot,
             cold,
@@ -782,7 +794,7 @@ impl Split {
             regs,
             words,
             depth: cx.depth,
-        }
+        })
     }
 
     /// The values passed to a cold function, in its argument array's order: the eBPF

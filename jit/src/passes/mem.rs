@@ -384,6 +384,12 @@ pub trait MemBlocks {
         String::new()
     }
 
+    /// Whether the blocks read [`MemSite::live`] (computing it costs a dataflow pass over
+    /// each kernel); default no, and then it is empty.
+    fn wants_live(&self) -> bool {
+        false
+    }
+
     /// Text run before each `ret`/`exit` of `kernel` (and before its closing `}` when
     /// control reaches it) once its sites are known, usually none. It runs unguarded, also
     /// before a guarded `ret`, so it must be harmless when the thread goes on.
@@ -405,42 +411,69 @@ pub struct MemSpliced {
 
 /// The `.reg` declarations of `f`: name (or parameterized prefix) → type.
 pub fn reg_types(src: &str, f: &PtxFunction<'_>) -> HashMap<String, RegType> {
-    let mut out = HashMap::new();
-    for s in &f.statements {
-        if s.kind != StmtKind::Directive || s.opcode != ".reg" {
-            continue;
-        }
-        let text = &src[s.span.clone()];
-        let body = text
-            .trim_start()
-            .trim_start_matches(".reg")
-            .trim_end_matches(';');
-        let mut words = body.split_whitespace().peekable();
-        let mut bits = None;
-        let mut vec = 1;
-        while let Some(w) = words.peek() {
-            if !w.starts_with('.') {
-                break;
-            }
-            let w = words.next().unwrap_or_default();
-            match w {
-                ".v2" => vec = 2,
-                ".v4" => vec = 4,
-                ".pred" => bits = Some(1),
-                t => bits = type_bits(t),
-            }
-        }
-        let Some(bits) = bits else { continue };
-        let rest: String = words.collect::<Vec<_>>().join(" ");
-        for name in rest.split(',') {
-            let name = name.trim();
-            let name = name.split('<').next().unwrap_or(name).trim();
-            if !name.is_empty() && vec == 1 {
-                out.insert(name.to_string(), RegType { bits });
+    reg_directives(f)
+        .flat_map(|s| reg_directive(&src[s.span.clone()]))
+        .collect()
+}
+
+/// The registers a block may store and load ([`MemSite::live`]): declared once, in the
+/// function's own scope. A name declared again in a nested block (inline assembly's
+/// scratch registers) may be another register, of another width, there.
+fn saveable_regs(src: &str, f: &PtxFunction<'_>) -> HashMap<String, RegType> {
+    let mut count: HashMap<String, u32> = HashMap::new();
+    let mut top = HashMap::new();
+    for s in reg_directives(f) {
+        for (name, t) in reg_directive(&src[s.span.clone()]) {
+            *count.entry(name.clone()).or_default() += 1;
+            if s.depth == 1 {
+                top.insert(name, t);
             }
         }
     }
-    out
+    top.retain(|n, _| count.get(n) == Some(&1));
+    top
+}
+
+fn reg_directives<'a>(f: &'a PtxFunction<'_>) -> impl Iterator<Item = &'a PtxStatement> {
+    f.statements
+        .iter()
+        .filter(|s| s.kind == StmtKind::Directive && s.opcode == ".reg")
+}
+
+/// The names (or parameterized prefixes) and type of one `.reg` directive's text; none for
+/// vector registers.
+fn reg_directive(text: &str) -> Vec<(String, RegType)> {
+    let body = text
+        .trim_start()
+        .trim_start_matches(".reg")
+        .trim_end_matches(';');
+    let mut words = body.split_whitespace().peekable();
+    let mut bits = None;
+    let mut vec = 1;
+    while let Some(w) = words.peek() {
+        if !w.starts_with('.') {
+            break;
+        }
+        let w = words.next().unwrap_or_default();
+        match w {
+            ".v2" => vec = 2,
+            ".v4" => vec = 4,
+            ".pred" => bits = Some(1),
+            t => bits = type_bits(t),
+        }
+    }
+    let Some(bits) = bits.filter(|_| vec == 1) else {
+        return Vec::new();
+    };
+    let rest: String = words.collect::<Vec<_>>().join(" ");
+    rest.split(',')
+        .map(|name| {
+            let name = name.trim();
+            name.split('<').next().unwrap_or(name).trim().to_string()
+        })
+        .filter(|n| !n.is_empty())
+        .map(|n| (n, RegType { bits }))
+        .collect()
 }
 
 fn lookup(regs: &HashMap<String, RegType>, name: &str) -> Option<RegType> {
@@ -691,16 +724,20 @@ pub fn splice(
         let regs = reg_types(src, k);
         let before = sites.len();
         let loops = loop_ranges(k);
-        // The registers live after each access the blocks may want.
-        let wanted: Vec<usize> = k
-            .statements
-            .iter()
-            .enumerate()
-            .filter(|(_, s)| {
-                matches!(classify(s, k.name, &regs, 0), Classified::Site(site) if opts.wants(site.op, site.space))
-            })
-            .map(|(at, _)| at)
-            .collect();
+        // The registers live after each access, when the blocks want them.
+        let wanted: Vec<usize> = match blocks.wants_live() {
+            true => k
+                .statements
+                .iter()
+                .enumerate()
+                .filter(|(_, s)| {
+                    matches!(classify(s, k.name, &regs, 0), Classified::Site(site) if opts.wants(site.op, site.space))
+                })
+                .map(|(at, _)| at)
+                .collect(),
+            false => Vec::new(),
+        };
+        let saveable = saveable_regs(src, k);
         let live: HashMap<usize, Vec<(String, u32)>> = wanted
             .iter()
             .copied()
@@ -710,7 +747,7 @@ pub fn splice(
             .map(|(at, names)| {
                 let typed = names
                     .into_iter()
-                    .filter_map(|n| lookup(&regs, &n).map(|t| (n, t.bits)))
+                    .filter_map(|n| lookup(&saveable, &n).map(|t| (n, t.bits)))
                     .collect();
                 (at, typed)
             })
@@ -955,5 +992,46 @@ mod tests {
         assert_eq!(lookup(&r, "%f1"), Some(RegType { bits: 32 }));
         assert_eq!(lookup(&r, "%rs2"), Some(RegType { bits: 16 }));
         assert_eq!(lookup(&r, "%q1"), None);
+    }
+
+    /// Blocks may store only registers declared once, in the kernel's own scope: a name an
+    /// inline-assembly block declares again (or alone) may be another register there.
+    /// Liveness comes only when the blocks ask for it.
+    #[test]
+    fn saved_registers_are_the_kernels_own_and_asked_for() {
+        let src = ".version 8.0\n.target sm_80\n.address_size 64\n.visible .entry k(.param .u64 a)\n{\n\t.reg .b64 %rd<4>;\n\t.reg .b32 %t;\n\t.reg .f32 %f<3>;\n\tld.param.u64 %rd1, [a];\n\t{\n\t.reg .b64 %t;\n\t.reg .b32 %s;\n\tmov.b64 %t, 1;\n\t}\n\tld.global.f32 %f1, [%rd1];\n\tmov.b32 %t, 2;\n\tst.global.f32 [%rd1+4], %f1;\n\tst.global.b32 [%rd1+8], %t;\n\tret;\n}\n";
+        let f = parse::parse(src).unwrap();
+        let k = f.kernels().next().unwrap();
+        let r = saveable_regs(src, k);
+        assert_eq!(lookup(&r, "%rd1"), Some(RegType { bits: 64 }));
+        assert_eq!(lookup(&r, "%f2"), Some(RegType { bits: 32 }));
+        assert_eq!(lookup(&r, "%t"), None, "declared twice");
+        assert_eq!(lookup(&r, "%s"), None, "declared in a nested block only");
+        struct Live(bool, Vec<Vec<(String, u32)>>);
+        impl MemBlocks for Live {
+            fn options(&mut self, _: &PtxFunction<'_>) -> Option<MemOptions> {
+                Some(MemOptions::default())
+            }
+            fn block(&mut self, _: &PtxFunction<'_>, s: &MemSite, _: u32) -> Option<MemBlock> {
+                self.1.push(s.live.clone());
+                Some(MemBlock::default())
+            }
+            fn wants_live(&self) -> bool {
+                self.0
+            }
+        }
+        let mut asked = Live(true, Vec::new());
+        splice(src, &f, &ProbeModule::default(), &mut asked).unwrap();
+        let l = |v: &[(&str, u32)]| -> Vec<(String, u32)> {
+            v.iter().map(|(n, b)| (n.to_string(), *b)).collect()
+        };
+        // After the load %rd1 and %f1 are read later (and %t, which is not saveable).
+        assert_eq!(
+            asked.1,
+            [l(&[("%f1", 32), ("%rd1", 64)]), l(&[("%rd1", 64)]), l(&[])]
+        );
+        let mut not = Live(false, Vec::new());
+        splice(src, &f, &ProbeModule::default(), &mut not).unwrap();
+        assert!(not.1.iter().all(|v| v.is_empty()) && not.1.len() == 3);
     }
 }
