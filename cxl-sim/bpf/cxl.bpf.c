@@ -100,8 +100,7 @@ int cxl_delay(void *ctx)
 	__u64 flags = c->flags;
 	if (!(flags & CXL_FLAG_ACTIVE))
 		return 0;
-	__u64 lat0 = c->latency[0], lat1 = c->latency[1], lat2 = c->latency[2];
-	__u64 busy = lat0 | lat1 | lat2 | c->byte_cost;
+	__u64 busy = c->latency[0] | c->latency[1] | c->latency[2] | c->byte_cost;
 
 	/* The configuration came through this SM's L1, which the host's uploads do not
 	 * invalidate: a kernel whose working set never evicts it would keep its launch's
@@ -180,10 +179,6 @@ int cxl_delay(void *ctx)
 	__u64 active = __builtin_popcount(m->warp_active);
 	__u64 bytes = (__u64)m->warp_sectors * 32;
 	int coalesced = active > 1 && bytes <= 2 * active * m->size;
-	/* With one latency for every class and no statistics the pattern decides nothing, so
-	 * no history is kept: its lookup was on a lone thread's critical path (run 26 of
-	 * bench/results/cxl_gpu.md). The model does the same (model.rs). */
-	int classify = (flags & CXL_FLAG_STATS) || lat0 != lat1 || lat1 != lat2;
 	__u64 lines = c->cache_lines, cost_unit = c->byte_cost;
 	__u64 line = addr >> CXL_LINE_SHIFT;
 	__u32 ts = (line & (lines - 1)) & (CXL_CACHE_SLOTS - 1);
@@ -194,7 +189,7 @@ int cxl_delay(void *ctx)
 			return 0;
 	}
 	struct cxl_hist *h = 0;
-	if (!coalesced && classify) {
+	if (!coalesced) {
 		__u32 slot = hist_slot(m);
 		h = bpf_map_lookup_elem(&cxl_hist, &slot);
 		if (!h)
@@ -239,9 +234,9 @@ int cxl_delay(void *ctx)
 	}
 	__u32 op = m->op;
 	__u64 base = op == BPFTIME_MEM_STORE ? 0 :
-		     pat == 0		     ? lat0 :
-		     pat == 1		     ? lat1 :
-					       lat2;
+		     pat == 0		     ? c->latency[0] :
+		     pat == 1		     ? c->latency[1] :
+					       c->latency[2];
 
 	/* With a cap: the bandwidth of the last window, then this access into the current
 	 * one (the queueing term), and the link's token bucket (GCRA) on the transfer's bytes,

@@ -349,13 +349,8 @@ impl Emulator {
             }
             *t = line + 1;
         }
-        // A coalesced request is sequential without history (and leaves none). With one
-        // latency for every class and no statistics the class decides nothing: no history
-        // is kept either (the probe skips the lookup), and the access counts as sequential.
-        let classes_differ = c.flags & crate::abi::FLAG_STATS != 0
-            || c.latency[0] != c.latency[1]
-            || c.latency[1] != c.latency[2];
-        let pattern = if coalesced(a) || !classes_differ {
+        // A coalesced request is sequential without history (and leaves none).
+        let pattern = if coalesced(a) {
             Pattern::Sequential
         } else {
             let mask = self.history.len() - 1;

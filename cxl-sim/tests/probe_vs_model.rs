@@ -4,7 +4,7 @@
 //! must equal what the model computes for the same accesses. Also: the probe verifies as a
 //! memory probe, and instrumented real PTX assembles with ptxas.
 
-use cxl_sim::abi::{self, CxlConfig, CxlRange, FLAG_NO_WAIT, FLAG_STATS, HIST_SLOTS, STATS};
+use cxl_sim::abi::{self, CxlConfig, CxlRange, FLAG_NO_WAIT, HIST_SLOTS, STATS};
 use cxl_sim::model::{Access, Emulator, Params, Pattern};
 use ebpf::interp::{Env, Vm};
 use ebpf::{MemCtx, maps::MapOps};
@@ -283,64 +283,6 @@ fn disabled_probe_does_nothing_and_pointer_chase_is_random() {
     );
     assert_eq!(probe.stat(1), 500 * 400);
     let _ = Pattern::Random;
-}
-
-/// Without statistics, and with one latency for every class, the pattern decides nothing:
-/// the probe keeps no history (its lookup was on a lone thread's path, run 26), and the
-/// model classifies the access sequential, as the probe does. With a ratio between the
-/// classes, or with statistics, the history is kept as before.
-#[test]
-fn no_history_is_kept_when_the_class_decides_nothing() {
-    let chase = |c: &CxlConfig| {
-        let probe = Probe::new(c);
-        let mut model = Emulator::new(*c, HIST_SLOTS);
-        let mut kept = 0;
-        for i in 0..50u64 {
-            let a = Access {
-                now: 1_000_000 + i * 1000,
-                addr: 0x7000_0000_0000 + ((i * 7919) % 4096) * 4096,
-                ..scalar(1, 4096)
-            };
-            probe.run(&ctx(&a, 0, [0; 3], [0; 3], 5));
-            let o = model.access(&a, slot(0, [0; 3], [0; 3]), 5);
-            kept = model.history.iter().filter(|h| h.0 != 0).count();
-            if c.flags & FLAG_STATS == 0 && c.latency[0] == c.latency[2] {
-                assert_eq!(o.pattern, Some(Pattern::Sequential));
-                assert_eq!(o.deadline, a.now + c.latency[0]);
-            }
-        }
-        let in_probe = probe
-            .map("cxl_hist")
-            .entries()
-            .iter()
-            .filter(|(_, v)| v.iter().any(|&b| b != 0))
-            .count();
-        assert_eq!(
-            in_probe, kept,
-            "the probe and the model keep the same history"
-        );
-        kept
-    };
-    let config = |p: Params, stats: bool| {
-        let mut c = p.config(true).unwrap();
-        c.flags |= FLAG_NO_WAIT;
-        if !stats {
-            c.flags &= !FLAG_STATS;
-        }
-        c
-    };
-    let one = Params {
-        latency_ns: 400.0,
-        cache_mib: 0,
-        ..Params::default()
-    };
-    assert_eq!(chase(&config(one.clone(), false)), 0);
-    assert_eq!(chase(&config(one.clone(), true)), 1);
-    let ratio = Params {
-        seq_ratio: 2.0,
-        ..one
-    };
-    assert_eq!(chase(&config(ratio, false)), 1);
 }
 
 /// A parameter change must reach running kernels, whose SMs' L1 caches keep the
