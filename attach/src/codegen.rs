@@ -1298,7 +1298,7 @@ fn splice_marker(body: &str, marker: &str, text: &str) -> String {
     out
 }
 
-/// The kernel's local array that [`save_live`] stores registers in.
+/// The kernel's local array that `save_live` stores registers in.
 pub const SAVE_AREA: &str = "__bt_save";
 
 /// One kernel's use of [`SAVE_AREA`]: the most bytes a block stores, and how many blocks
