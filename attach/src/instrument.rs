@@ -581,7 +581,6 @@ impl Instrumenter {
             local: 0,
             deferred: codegen::Deferred::default(),
             save: codegen::SaveArea::default(),
-            blocks: 0,
             freed: Vec::new(),
         };
         let out = match jit::passes::mem::splice(src, file, &module, &mut blocks) {
@@ -758,9 +757,8 @@ struct MemBlocksFor<'a> {
     local: usize,
     /// The current kernel's deferred adds.
     deferred: codegen::Deferred,
-    /// The current kernel's registers stored around cold parts, and its blocks.
+    /// The current kernel's registers stored around cold parts.
     save: codegen::SaveArea,
-    blocks: usize,
     /// Kernels each of whose blocks frees the kernel's registers around its probe's cold
     /// part ([`Report::freed`]).
     freed: Vec<String>,
@@ -792,7 +790,6 @@ impl jit::passes::mem::MemBlocks for MemBlocksFor<'_> {
             enabled: !self.mem.eager,
         };
         self.save = codegen::SaveArea::default();
-        self.blocks = 0;
         let mut any: Option<jit::passes::mem::MemOptions> =
             self.mem.trace.map(|_| jit::passes::mem::MemOptions {
                 shared: self.mem.shared,
@@ -844,7 +841,6 @@ impl jit::passes::mem::MemBlocks for MemBlocksFor<'_> {
         }
         let local = self.local;
         self.local += 1;
-        self.blocks += 1;
         let split = self.mem.cold_split;
         Some(codegen::mem_block(
             &signature(kernel),
@@ -866,7 +862,8 @@ impl jit::passes::mem::MemBlocks for MemBlocksFor<'_> {
 
     fn prologue(&mut self, k: &PtxFunction<'_>, sites: &[jit::passes::mem::MemSite]) -> String {
         let trace = self.mem.trace.map(|_| codegen::trace_prologue());
-        if self.blocks > 0 && self.save.blocks == self.blocks {
+        // `local` counts the kernel's blocks.
+        if self.local > 0 && self.save.blocks == self.local {
             self.freed.push(k.name.to_string());
         }
         codegen::mem_prologue(sites.len().max(self.local), self.mem.sampling)

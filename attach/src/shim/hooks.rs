@@ -570,21 +570,19 @@ fn capped<'a>(
         }
         drop(known);
         let c: Caps = loaded_kernels(original, dev, &kernels).and_then(|(limits, orig)| {
-            // Kernels whose probe blocks free their registers around the probes' cold
-            // parts: at the original's occupancy, with room for the hot part.
-            let freed = |k: &str| {
-                cap == crate::occupancy::Cap::Launch && report.freed.iter().any(|f| f == k)
-            };
-            let freed_caps: Vec<(String, u32)> = orig
-                .iter()
-                .filter(|(k, _)| freed(k))
-                .map(|(k, l)| (k.clone(), crate::occupancy::freed_cap(limits, l.regs)))
-                .collect();
-            let orig: Vec<_> = orig.into_iter().filter(|(k, _)| !freed(k)).collect();
-            if orig.is_empty() {
-                return Ok(freed_caps);
-            }
             if cap == crate::occupancy::Cap::Launch {
+                // Kernels whose probe blocks free their registers around the probes' cold
+                // parts: at the original's occupancy, with room for the hot part.
+                let (freed, orig): (Vec<_>, Vec<_>) = orig
+                    .into_iter()
+                    .partition(|(k, _)| report.freed.contains(k));
+                let mut caps: Vec<(String, u32)> = freed
+                    .into_iter()
+                    .map(|(k, l)| (k, crate::occupancy::freed_cap(limits, l.regs)))
+                    .collect();
+                if orig.is_empty() {
+                    return Ok(caps);
+                }
                 // The build the driver will load: with the JIT linker, the linked cubin
                 // (cached, so loading it later does not link again); else the PTX, which
                 // the driver compiles again at the load unless its compute cache (on by
@@ -596,14 +594,12 @@ fn capped<'a>(
                 let image = cubin.as_deref().map_or(ptx.as_bytes(), |b| b.as_slice());
                 let (_, inst) = loaded_kernels(image, dev, &kernels)
                     .map_err(|e| format!("the instrumented image: {e}"))?;
-                let mut caps = crate::occupancy::launch_caps(limits, &orig, &inst);
-                caps.extend(freed_caps);
+                caps.extend(crate::occupancy::launch_caps(limits, &orig, &inst));
                 return Ok(caps);
             }
             Ok(orig
                 .into_iter()
                 .filter_map(|(k, l)| Some((k, cap.registers(limits, l.regs)?)))
-                .chain(freed_caps)
                 .collect())
         });
         KNOWN

@@ -520,8 +520,8 @@ fn imm(v: i64) -> Operand {
 }
 
 /// Lowers the function `start..end`. With [`JitOptions::split_cold`] and a ctx point `S` in
-/// the entry function, its code from `S` on comes after the rest, or in a function of its
-/// own returned second (see [`Split`]).
+/// the entry function, its code from `S` on is a function of its own, returned second (see
+/// [`Split`]).
 fn lower_function(
     cx: &mut Ctx,
     start: usize,
@@ -813,15 +813,13 @@ impl Split {
         // r10 is computed here, not kept from the prologue: read-only, it would otherwise
         // stay live (or spilled) through the hot part for this call alone.
         let mut t = format!(
-            "\t{{ // the cold part\n\t.local .align 8 .b8 cold_args[{}];\n\t.reg .b64 %cold_a;\n\tcvta.local.u64 %cold_a, stack;\n\tadd.s64 %cold_a, %cold_a, {};\n\tst.local.u64 [cold_args+{}], %cold_a;\n",
+            "\t{{ // the cold part\n\t.local .align 8 .b8 cold_args[{}];\n\t.reg .b64 %cold_a;\n\tcvta.local.u64 %cold_a, stack;\n\tadd.s64 %cold_a, %cold_a, {};\n",
             8 * values.len(),
             self.depth,
-            8 * (self.regs.len() - 1),
         );
         for (k, v) in values.iter().enumerate() {
-            if v != "%rd10" {
-                t.push_str(&format!("\tst.local.u64 [cold_args+{}], {v};\n", 8 * k));
-            }
+            let v = if v == "%rd10" { "%cold_a" } else { v };
+            t.push_str(&format!("\tst.local.u64 [cold_args+{}], {v};\n", 8 * k));
         }
         t.push_str(&format!(
             "\tmov.u64 %cold_a, cold_args;\n\tcvta.local.u64 %cold_a, %cold_a;\n\t.param .b64 args;\n\tst.param.b64 [args], %cold_a;\n\t.param .b64 cold_ret;\n\tcall.uni (cold_ret), {}, (args);\n\tld.param.b64 %rd0, [cold_ret];\n\t}}",

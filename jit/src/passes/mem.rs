@@ -724,54 +724,36 @@ pub fn splice(
         let regs = reg_types(src, k);
         let before = sites.len();
         let loops = loop_ranges(k);
+        // The accesses the options want, in text order (each classified once).
+        let mut found: Vec<(usize, Box<MemSite>)> = Vec::new();
+        for (at, s) in k.statements.iter().enumerate() {
+            match classify(s, k.name, &regs, 0) {
+                Classified::Not => {}
+                Classified::Unknown(why) => warnings.push(PassWarning {
+                    kernel: Some(k.name.to_string()),
+                    line: s.line,
+                    what: format!("access left unprobed: {why}"),
+                }),
+                Classified::Site(site) if opts.wants(site.op, site.space) => found.push((at, site)),
+                Classified::Site(_) => {}
+            }
+        }
         // The registers live after each access, when the blocks want them.
-        let wanted: Vec<usize> = match blocks.wants_live() {
-            true => k
-                .statements
-                .iter()
-                .enumerate()
-                .filter(|(_, s)| {
-                    matches!(classify(s, k.name, &regs, 0), Classified::Site(site) if opts.wants(site.op, site.space))
-                })
-                .map(|(at, _)| at)
-                .collect(),
-            false => Vec::new(),
-        };
-        let saveable = saveable_regs(src, k);
-        let live: HashMap<usize, Vec<(String, u32)>> = wanted
-            .iter()
-            .copied()
-            .zip(super::live::live_after(k, &wanted, |n| {
-                lookup(&regs, n).is_some()
-            }))
-            .map(|(at, names)| {
-                let typed = names
+        if blocks.wants_live() {
+            let ats: Vec<usize> = found.iter().map(|(at, _)| *at).collect();
+            let saveable = saveable_regs(src, k);
+            let live = super::live::live_after(k, &ats, |n| lookup(&regs, n).is_some());
+            for ((_, site), names) in found.iter_mut().zip(live) {
+                site.live = names
                     .into_iter()
                     .filter_map(|n| lookup(&saveable, &n).map(|t| (n, t.bits)))
                     .collect();
-                (at, typed)
-            })
-            .collect();
-        for (at, s) in k.statements.iter().enumerate() {
-            let site = match classify(s, k.name, &regs, sites.len() as u32) {
-                Classified::Not => continue,
-                Classified::Unknown(why) => {
-                    warnings.push(PassWarning {
-                        kernel: Some(k.name.to_string()),
-                        line: s.line,
-                        what: format!("access left unprobed: {why}"),
-                    });
-                    continue;
-                }
-                Classified::Site(mut site) => {
-                    site.in_loop = loops.iter().any(|r| r.contains(&at));
-                    site.live = live.get(&at).cloned().unwrap_or_default();
-                    site
-                }
-            };
-            if !opts.wants(site.op, site.space) {
-                continue;
             }
+        }
+        for (at, mut site) in found {
+            let s = &k.statements[at];
+            site.index = sites.len() as u32;
+            site.in_loop = loops.iter().any(|r| r.contains(&at));
             let this = uid;
             uid += 1;
             let Some(b) = blocks.block(k, &site, this) else {
