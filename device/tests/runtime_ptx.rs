@@ -159,6 +159,21 @@ fn the_runtime_knobs_compile_and_assemble() {
             Some("ld.global.v2.u64"),
         ),
         (
+            "fence_first_done_last",
+            "#define BPFT_LAZY_FENCE 0\n#define BPFT_DONE_EARLY 0",
+            Some("ld.global.v2.u64"),
+        ),
+        (
+            "no_entry_cache",
+            "#define BPFT_ENTRY_CACHE 0",
+            Some("ld.global.v2.u64"),
+        ),
+        (
+            "lane_slot_check",
+            "#define BPFT_WHOLE_CHECK 0",
+            Some("ld.global.v2.u64"),
+        ),
+        (
             "sc_fence",
             "#define BPFT_COMPLETION_FENCE \"fence.sc.sys;\"",
             Some("ld.global.v2.u64"),

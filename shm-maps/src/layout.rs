@@ -22,8 +22,8 @@ use crate::sync::{AtomicU32, AtomicU64};
 /// `"BPFTSHM\x01"` read as a little-endian u64.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"BPFTSHM\x01");
 /// Bumped on every incompatible layout change (2: the checkpoint area; 3: 256-byte queue
-/// slots with a descriptor check word).
-pub const LAYOUT_VERSION: u32 = 4;
+/// slots with a descriptor check word; 5: a completion check word).
+pub const LAYOUT_VERSION: u32 = 5;
 /// `"BPFTCKP\x01"`: the magic of a written [`CheckpointHeader`].
 pub const CHECKPOINT_MAGIC: u64 = u64::from_le_bytes(*b"BPFTCKP\x01");
 /// Size of the header page.
@@ -490,6 +490,27 @@ pub struct Completion {
     /// The queue the job was submitted to (the GPU of a multi-GPU service), written by the
     /// client at submit: a fault on one GPU ends only that GPU's jobs.
     pub queue: u32,
+    /// [`completion_check`] of the fields the service wrote; the client clears it at submit.
+    /// The GPU publishes a one-record job's DONE with its fields and no fence in between, so
+    /// a client that sees DONE takes the fields only when this word matches them.
+    pub check: u64,
+}
+
+/// How many words [`completion_check`] covers.
+pub const COMPLETION_CHECK_WORDS: usize = 9;
+
+/// The check word of a completion whose service-written fields are `w`: `status` as a u32,
+/// then the little-endian u64 words at offsets 8, 16, 24, 32, 40, 64, 72 and 80 (message and
+/// version, id and pc, records done and failed, r0, start, finish, hops). It is the XOR of
+/// `check_mix(w[i] + (i + 1) * CHECK_WORD_MUL)`, never 0. A read that mixes fields of two
+/// jobs, or fields not yet arrived, matches only by a 64-bit coincidence; the client
+/// clears the word at submit, so the previous job's check cannot vouch for anything.
+pub fn completion_check(w: &[u64; COMPLETION_CHECK_WORDS]) -> u64 {
+    let mut h = 0;
+    for (i, x) in w.iter().enumerate() {
+        h ^= check_mix(x.wrapping_add((i as u64 + 1).wrapping_mul(CHECK_WORD_MUL)));
+    }
+    if h == 0 { 1 } else { h }
 }
 
 /// Client slot states.
@@ -580,7 +601,7 @@ pub const FIELDS: &[(&str, &str, usize)] = fields! {
     JobDesc: prog_id, flags, n, input_off, input_len, output_off, output_len, in_rec_size,
         out_rec_size, offsets_off, results_off, args, client, completion, tag;
     Completion: state, status, message, prog_version, prog_id, err_pc, records_done,
-        records_failed, r0, tag, submitted_ns, started_ns, finished_ns, gpu_hops, queue;
+        records_failed, r0, tag, submitted_ns, started_ns, finished_ns, gpu_hops, queue, check;
 };
 
 /// Sizes of the structures in [`FIELDS`], as `(struct, size)`.
@@ -607,6 +628,8 @@ const _: () = {
     assert!(offset_of!(QueueSlot, desc) == 16);
     assert!(offset_of!(QueueSlot, inline) == 136);
     assert!(size_of::<Completion>() == 128);
+    assert!(offset_of!(Completion, gpu_hops) == 80);
+    assert!(offset_of!(Completion, check) == 96);
     assert!(size_of::<ClientSlot>() == 64);
     assert!(size_of::<Message>() == 256);
     assert!(size_of::<MapEntry>() == 128);

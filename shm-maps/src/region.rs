@@ -766,6 +766,8 @@ impl ShmRegion {
             std::ptr::addr_of_mut!((*p).tag).write(tag);
             std::ptr::addr_of_mut!((*p).submitted_ns).write(submitted_ns);
             std::ptr::addr_of_mut!((*p).queue).write(queue);
+            // The last job's check must not vouch for this one's fields.
+            std::ptr::addr_of_mut!((*p).check).write(0);
         }
         self.completion(i)?.state.store(
             crate::layout::completion_state::SUBMITTED,
@@ -803,6 +805,11 @@ impl ShmRegion {
             std::ptr::addr_of_mut!((*p).started_ns).write(o.started_ns);
             std::ptr::addr_of_mut!((*p).finished_ns).write(o.finished_ns);
             std::ptr::addr_of_mut!((*p).gpu_hops).write([0; 2]);
+            let c = CompletionData {
+                gpu_hops: [0; 2],
+                ..*o
+            };
+            std::ptr::addr_of_mut!((*p).check).write(c.check());
         }
         // ORDERING: release publishes the fields above; pairs with the acquire load in
         // `read_completion`.
@@ -812,7 +819,29 @@ impl ShmRegion {
         Some(())
     }
 
-    /// Client side: the outcome in slot `i` if it is DONE.
+    /// Service side: publishes a job whose fields the GPU wrote but whose DONE it left to
+    /// the host (an error): writes the message slot, the check word over the fields, then
+    /// DONE.
+    pub fn finalize_completion(&self, i: u32, message: u32) -> Option<()> {
+        let p = self.completion_ptr(i)?;
+        // SAFETY: the slot is inside the table; the GPU wrote every other field before it
+        // published the job's log entry (which the caller acquired), and DONE is not set
+        // yet, so the client does not read the slot.
+        unsafe {
+            std::ptr::addr_of_mut!((*p).message).write(message);
+            let c = self.completion_fields(p);
+            std::ptr::addr_of_mut!((*p).check).write(c.check());
+        }
+        // ORDERING: release publishes the fields above; pairs with `read_completion`.
+        self.completion(i)?
+            .state
+            .store(crate::layout::completion_state::DONE, Ordering::Release);
+        Some(())
+    }
+
+    /// Client side: the outcome in slot `i` if it is DONE and its check word matches the
+    /// fields read (the GPU's one-record jobs publish DONE with their fields, unordered;
+    /// a mismatch is a completion still arriving, read again by the next call).
     pub fn read_completion(&self, i: u32) -> Option<CompletionData> {
         let c = self.completion(i)?;
         // ORDERING: acquire pairs with the release store of DONE in `finish_completion`.
@@ -820,24 +849,40 @@ impl ShmRegion {
             return None;
         }
         let p = self.completion_ptr(i)?;
-        // SAFETY: DONE was observed with acquire, so the worker's writes are visible and
-        // no one writes the slot until the client frees it.
+        // SAFETY: DONE was observed with acquire and no one but the service writes the slot
+        // until the client frees it; the fields are plain words, checked below.
+        let (d, check) = unsafe {
+            (
+                self.completion_fields(p),
+                std::ptr::addr_of!((*p).check).read_volatile(),
+            )
+        };
+        (check == d.check()).then_some(d)
+    }
+
+    /// The fields of the completion at `p`, read one by one (volatile: a caller may read
+    /// them again while the GPU's writes arrive).
+    ///
+    /// # Safety
+    /// `p` points into the completion table.
+    unsafe fn completion_fields(&self, p: *mut Completion) -> CompletionData {
+        // SAFETY: the caller's contract; every field is a plain integer.
         unsafe {
-            Some(CompletionData {
-                status: std::ptr::addr_of!((*p).status).read(),
-                message: std::ptr::addr_of!((*p).message).read(),
-                prog_version: std::ptr::addr_of!((*p).prog_version).read(),
-                prog_id: std::ptr::addr_of!((*p).prog_id).read(),
-                err_pc: std::ptr::addr_of!((*p).err_pc).read(),
-                records_done: std::ptr::addr_of!((*p).records_done).read(),
-                records_failed: std::ptr::addr_of!((*p).records_failed).read(),
-                r0: std::ptr::addr_of!((*p).r0).read(),
-                tag: std::ptr::addr_of!((*p).tag).read(),
-                submitted_ns: std::ptr::addr_of!((*p).submitted_ns).read(),
-                started_ns: std::ptr::addr_of!((*p).started_ns).read(),
-                finished_ns: std::ptr::addr_of!((*p).finished_ns).read(),
-                gpu_hops: std::ptr::addr_of!((*p).gpu_hops).read(),
-            })
+            CompletionData {
+                status: std::ptr::addr_of!((*p).status).read_volatile(),
+                message: std::ptr::addr_of!((*p).message).read_volatile(),
+                prog_version: std::ptr::addr_of!((*p).prog_version).read_volatile(),
+                prog_id: std::ptr::addr_of!((*p).prog_id).read_volatile(),
+                err_pc: std::ptr::addr_of!((*p).err_pc).read_volatile(),
+                records_done: std::ptr::addr_of!((*p).records_done).read_volatile(),
+                records_failed: std::ptr::addr_of!((*p).records_failed).read_volatile(),
+                r0: std::ptr::addr_of!((*p).r0).read_volatile(),
+                tag: std::ptr::addr_of!((*p).tag).read_volatile(),
+                submitted_ns: std::ptr::addr_of!((*p).submitted_ns).read_volatile(),
+                started_ns: std::ptr::addr_of!((*p).started_ns).read_volatile(),
+                finished_ns: std::ptr::addr_of!((*p).finished_ns).read_volatile(),
+                gpu_hops: std::ptr::addr_of!((*p).gpu_hops).read_volatile(),
+            }
         }
     }
 
@@ -1115,6 +1160,25 @@ pub struct CompletionData {
     pub finished_ns: u64,
     /// The GPU dispatcher's hops (see `Completion::gpu_hops`); read back only.
     pub gpu_hops: [u32; 2],
+}
+
+impl CompletionData {
+    /// [`crate::layout::completion_check`] of these fields (the client's tag and submit
+    /// time are its own, not covered).
+    pub fn check(&self) -> u64 {
+        let pair = |lo: u32, hi: u32| lo as u64 | (hi as u64) << 32;
+        crate::layout::completion_check(&[
+            self.status as u32 as u64,
+            pair(self.message, self.prog_version),
+            pair(self.prog_id, self.err_pc),
+            self.records_done,
+            self.records_failed,
+            self.r0,
+            self.started_ns,
+            self.finished_ns,
+            pair(self.gpu_hops[0], self.gpu_hops[1]),
+        ])
+    }
 }
 
 /// Checks that every table the header describes lies inside the object, in order, aligned

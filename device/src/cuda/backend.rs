@@ -24,7 +24,7 @@ use crate::programs::ProgramTable;
 use crate::stats::WorkerStats;
 use crate::tier::TierBuffers;
 use ebpf::interp::{Env, TraceSink};
-use shm_maps::layout::{completion_state, status};
+use shm_maps::layout::status;
 use shm_maps::{JobDesc, ShmRegion};
 use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;
@@ -690,16 +690,7 @@ impl Shared {
                     format!("the job failed on the GPU with status {}", e.status)
                 };
                 let msg = self.region.post_message(&text);
-                if let Some(c) = self.region.completion(comp) {
-                    // SAFETY: the GPU wrote every other field before it published the log
-                    // entry, and DONE is not set yet, so the client does not read the slot.
-                    unsafe {
-                        let p = c as *const shm_maps::layout::Completion
-                            as *mut shm_maps::layout::Completion;
-                        std::ptr::addr_of_mut!((*p).message).write(msg);
-                    }
-                    c.state.store(completion_state::DONE, Ordering::Release);
-                }
+                self.region.finalize_completion(comp, msg);
             }
             // Per client, once per call (runs of one client's jobs are the common case).
             if run.0 != e.client {

@@ -82,12 +82,17 @@ pub fn layout_header() -> String {
 
 /// `bpft_inline_words(w)` and `bpft_slot_check(seq, w, iw)`: `shm_maps::layout`'s
 /// `inline_words` and `slot_check` in C, generated from their constants (`w`: the 15
-/// descriptor words, `iw`: the slot's inline words). Plain C, so a test compiles it with the
+/// descriptor words, `iw`: the slot's inline words). `bpft_slot_chunk_check(seq, a, b, c,
+/// m)`: what 16-byte chunk `c` of a slot (slot words `2c` and `2c + 1`, past seq and check
+/// from chunk 1 on) adds to the slot check, given the job's `m` inline words; the XOR over
+/// the 16 chunks is the slot check, so a warp that read a slot in chunks checks it with a
+/// shuffle reduction. `bpft_completion_check(w)`: `completion_check`. Plain C, so a test compiles it with the
 /// host compiler and compares it with the Rust functions; the runtime defines `BPFT_FN` as
 /// a device function.
 pub fn check_c() -> String {
     use shm_maps::layout::{
-        CHECK_MIX_MUL, CHECK_SEQ_MUL, CHECK_WORD_MUL, INLINE_MAX, INLINE_WORDS, job_flags,
+        CHECK_MIX_MUL, CHECK_SEQ_MUL, CHECK_WORD_MUL, COMPLETION_CHECK_WORDS, INLINE_MAX,
+        INLINE_WORDS, job_flags,
     };
     format!(
         "#ifndef BPFT_FN\n#define BPFT_FN static inline\n#endif\n\
@@ -107,7 +112,24 @@ pub fn check_c() -> String {
          \x20   int m = bpft_inline_words(w);\n\
          \x20   for (int i = 0; i < {iwords}; i++)\n\
          \x20       if (i < m) h ^= bpft_check_mix(iw[i] + s + (unsigned long long)(i + 16) * {word:#x}ull);\n\
-         \x20   return h;\n}}\n",
+         \x20   return h;\n}}\n\
+         BPFT_FN unsigned long long bpft_slot_chunk_check(unsigned long long seq, unsigned long long a,\n\
+         \x20                                                unsigned long long b, int chunk, int m) {{\n\
+         \x20   unsigned long long s = seq * {seq:#x}ull, h = 0;\n\
+         \x20   int k = 2 * chunk;\n\
+         \x20   if (k >= 2 && (k < 17 || k - 17 < m))\n\
+         \x20       h ^= bpft_check_mix(a + s + (unsigned long long)(k - 1) * {word:#x}ull);\n\
+         \x20   k++;\n\
+         \x20   if (k >= 2 && (k < 17 || k - 17 < m))\n\
+         \x20       h ^= bpft_check_mix(b + s + (unsigned long long)(k - 1) * {word:#x}ull);\n\
+         \x20   return h;\n}}\n\
+         #define BPFT_COMPLETION_CHECK_WORDS {cwords}\n\
+         BPFT_FN unsigned long long bpft_completion_check(const unsigned long long *w) {{\n\
+         \x20   unsigned long long h = 0;\n\
+         \x20   for (int i = 0; i < {cwords}; i++)\n\
+         \x20       h ^= bpft_check_mix(w[i] + (unsigned long long)(i + 1) * {word:#x}ull);\n\
+         \x20   return h ? h : 1;\n}}\n",
+        cwords = COMPLETION_CHECK_WORDS,
         m0 = CHECK_MIX_MUL[0],
         m1 = CHECK_MIX_MUL[1],
         seq = CHECK_SEQ_MUL,
@@ -129,7 +151,8 @@ pub fn runtime_source() -> String {
     // The interpreter stays a function of its own: its register needs must not set the
     // kernel's, nor spill around the native path's calls.
     format!(
-        "#define BPFT_FN static __device__ __forceinline__\n#define BPFT_MAX_DISPATCHERS {MAX_DISPATCHERS}\n#define BPFT_STATE_BYTES {STATE_BYTES}\n{}\n#define BPF_INTERP_API static __noinline__ __device__\n#line 1 \"bpf_interp.cuh\"\n{}\n#line 1 \"runtime.cu\"\n{}",
+        "#define BPFT_FN static __device__ __forceinline__\n#define BPFT_MAX_DISPATCHERS {MAX_DISPATCHERS}\n#define BPFT_STATE_BYTES {STATE_BYTES}\n#define BPFT_INDEX_ENTRY_BITS {}\n{}\n#define BPF_INTERP_API static __noinline__ __device__\n#line 1 \"bpf_interp.cuh\"\n{}\n#line 1 \"runtime.cu\"\n{}",
+        super::worker::INDEX_ENTRY_BITS,
         layout_header(),
         INTERP_CUH,
         RUNTIME_CU
@@ -290,7 +313,7 @@ mod tests {
 
     /// The generated C copy of the slot check, compiled by the host's C compiler, against
     /// `shm_maps::layout::{inline_words, slot_check}` on descriptors of random words, half
-    /// of them inline jobs.
+    /// of them inline jobs; and of the completion check against `CompletionData::check`.
     #[test]
     fn the_generated_slot_check_equals_the_rust_one() {
         let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
@@ -327,16 +350,54 @@ mod tests {
             };
             let _ = writeln!(
                 src,
-                "  {{ unsigned long long w[15] = {{{}}}, iw[15] = {{{}}}; printf(\"%d %llu\\n\", bpft_inline_words(w), bpft_slot_check({seq}ull, w, iw)); }}",
+                "  {{ unsigned long long w[15] = {{{}}}, iw[15] = {{{}}}, s[32], h = 0; s[0] = {seq}ull; s[1] = 0; for (int i = 0; i < 15; i++) {{ s[2 + i] = w[i]; s[17 + i] = iw[i]; }} for (int c = 0; c < 16; c++) h ^= bpft_slot_chunk_check({seq}ull, s[2 * c], s[2 * c + 1], c, bpft_inline_words(w)); printf(\"%d %llu %llu\\n\", bpft_inline_words(w), bpft_slot_check({seq}ull, w, iw), h); }}",
                 list(&w),
                 list(&iw)
             );
+            let check = shm_maps::layout::slot_check(seq, &d, &iw);
+            // The chunk-wise check (the dispatcher's whole-slot poll) gives the same word.
             let _ = writeln!(
                 want,
-                "{} {}",
-                shm_maps::layout::inline_words(&d),
-                shm_maps::layout::slot_check(seq, &d, &iw)
+                "{} {check} {check}",
+                shm_maps::layout::inline_words(&d)
             );
+        }
+        // The completion check, on random fields (case 0: all zero) laid out as the GPU
+        // lays them out (runtime.cu's finish_job).
+        for case in 0..32 {
+            let mut r = || if case == 0 { 0 } else { next() };
+            let c = shm_maps::region::CompletionData {
+                status: r() as i32,
+                message: r() as u32,
+                prog_version: r() as u32,
+                prog_id: r() as u32,
+                err_pc: r() as u32,
+                records_done: r(),
+                records_failed: r(),
+                r0: r(),
+                started_ns: r(),
+                finished_ns: r(),
+                gpu_hops: [r() as u32, r() as u32],
+                ..Default::default()
+            };
+            let pair = |lo: u32, hi: u32| format!("{}ull", lo as u64 | (hi as u64) << 32);
+            let w = [
+                format!("{}ull", c.status as u32),
+                pair(c.message, c.prog_version),
+                pair(c.prog_id, c.err_pc),
+                format!("{}ull", c.records_done),
+                format!("{}ull", c.records_failed),
+                format!("{}ull", c.r0),
+                format!("{}ull", c.started_ns),
+                format!("{}ull", c.finished_ns),
+                pair(c.gpu_hops[0], c.gpu_hops[1]),
+            ];
+            let _ = writeln!(
+                src,
+                "  {{ unsigned long long w[BPFT_COMPLETION_CHECK_WORDS] = {{{}}}; printf(\"%llu\\n\", bpft_completion_check(w)); }}",
+                w.join(",")
+            );
+            let _ = writeln!(want, "{}", c.check());
         }
         src.push_str("  return 0;\n}\n");
         std::fs::write(dir.join("check.c"), src).unwrap();

@@ -11,7 +11,7 @@
 //! | memory                          | where                  | contents                      |
 //! |---------------------------------|------------------------|-------------------------------|
 //! | `bpft_state` (256 B)            | device                 | ring, log and queue positions |
-//! | program index `u32[MAX_PROGS]`  | device                 | entry index + 1 per id        |
+//! | program index `u32[MAX_PROGS]`  | device                 | index word per id ([`index_word`]) |
 //! | entries `bpft_prog[MAX_ENTRIES]`| device                 | immutable once published      |
 //! | code arena                      | device                 | relocated bytecode, map descs |
 //! | job ring `bpft_djob[JOB_RING]`  | device                 | multi-record jobs             |
@@ -37,6 +37,23 @@ use std::time::{Duration, Instant};
 pub const MAX_PROGS: u32 = 1 << 16;
 /// Program entries (immutable once published; reused round robin).
 pub const MAX_ENTRIES: u32 = 1 << 16;
+/// Low bits of an index word that hold the entry (+ 1); the rest hold the round robin's
+/// lap (`BPFT_INDEX_ENTRY_BITS` in the runtime).
+pub const INDEX_ENTRY_BITS: u32 = 17;
+const _: () = assert!(MAX_ENTRIES < 1 << INDEX_ENTRY_BITS);
+
+/// The program index word that names entry `idx`, written in lap `lap` of the round robin:
+/// `idx + 1` in the low [`INDEX_ENTRY_BITS`] (0 is "no program"), the lap above. One entry is
+/// written at most once a lap, so a word names one write of one entry (until the lap wraps
+/// its 15 bits, 2^31 entry writes later): the dispatcher caches an entry by its word.
+pub fn index_word(idx: u32, lap: u32) -> u32 {
+    (idx + 1) | (lap << INDEX_ENTRY_BITS)
+}
+
+/// The entry an index word names (the word is not 0).
+pub fn entry_of(word: u32) -> u32 {
+    (word & ((1 << INDEX_ENTRY_BITS) - 1)) - 1
+}
 /// Device job ring slots.
 pub const JOB_RING: u32 = 256;
 /// Threads per block of the persistent kernel.
@@ -268,7 +285,9 @@ struct Worker {
     params: Params,
     grid: u32,
     next_entry: u32,
-    /// The entry each published id's index names (the kernel may read it at any time).
+    /// Laps of `next_entry` round the entries (the high bits of [`index_word`]).
+    entry_lap: u32,
+    /// The index word of each published id (the kernel may read the entry at any time).
     named: HashMap<u32, u32>,
     installed: HashMap<u32, Prog>,
     dev_maps: DeviceMaps,
@@ -531,6 +550,7 @@ impl Worker {
             params,
             grid: 0,
             next_entry: 0,
+            entry_lap: 0,
             named: HashMap::new(),
             installed: HashMap::new(),
             dev_maps: HashMap::new(),
@@ -825,24 +845,28 @@ impl Worker {
         ))
     }
 
-    /// The next entry round robin that no published index names: entries are immutable
-    /// while named, and one that was named a moment ago is reused only a lap later.
+    /// The index word of the next entry round robin that no published index names:
+    /// entries are immutable while named, and one that was named a moment ago is reused
+    /// only a lap later.
     fn fresh_entry(&mut self) -> u32 {
-        next_unnamed(&mut self.next_entry, &self.named)
+        next_unnamed(&mut self.next_entry, &mut self.entry_lap, &self.named)
     }
 
-    /// Writes `e` into a fresh entry, then publishes its index for `id` (a 4-byte word:
-    /// the kernel sees the old or the new index, never a mix).
+    /// Writes `e` into a fresh entry, then publishes its index word for `id` (4 bytes: the
+    /// kernel sees the old or the new word, never a mix).
     fn write_entry(&mut self, id: u32, e: &ProgEntry) -> Result<(), DeviceError> {
-        let idx = self.fresh_entry();
-        self.gpu
-            .upload(self.copy, self.progs + idx as u64 * 64, as_bytes(e))?;
+        let word = self.fresh_entry();
+        self.gpu.upload(
+            self.copy,
+            self.progs + entry_of(word) as u64 * 64,
+            as_bytes(e),
+        )?;
         self.gpu.upload(
             self.copy,
             self.prog_index + id as u64 * 4,
-            &(idx + 1).to_le_bytes(),
+            &word.to_le_bytes(),
         )?;
-        self.named.insert(id, idx);
+        self.named.insert(id, word);
         Ok(())
     }
 
@@ -925,10 +949,13 @@ impl Worker {
             };
             entry.tier = TIER_NATIVE;
             entry.native_slot = *slot;
-            let idx = self.fresh_entry();
-            self.gpu
-                .upload(self.copy, self.progs + idx as u64 * 64, as_bytes(&entry))?;
-            publish.push((*id, idx));
+            let word = self.fresh_entry();
+            self.gpu.upload(
+                self.copy,
+                self.progs + entry_of(word) as u64 * 64,
+                as_bytes(&entry),
+            )?;
+            publish.push((*id, word));
         }
         swap_step("sizing the grid");
         if self.grid == 0 {
@@ -972,13 +999,13 @@ impl Worker {
         times.unload_ns = t1.elapsed().as_nanos() as u64;
         let t2 = Instant::now();
         swap_step("publishing entries");
-        for (id, idx) in &publish {
+        for (id, word) in &publish {
             self.gpu.upload_async(
                 self.copy,
                 self.prog_index + *id as u64 * 4,
-                &(idx + 1).to_le_bytes(),
+                &word.to_le_bytes(),
             )?;
-            self.named.insert(*id, *idx);
+            self.named.insert(*id, *word);
             if let Some(x) = self.installed.get_mut(id) {
                 x.tier = TIER_NATIVE;
             }
@@ -1440,15 +1467,20 @@ fn build(
     }
 }
 
-/// The entry at `*next` or after it, round robin over [`MAX_ENTRIES`], that no id in `named`
-/// (id → entry) names; advances `*next` past it.
-fn next_unnamed(next: &mut u32, named: &HashMap<u32, u32>) -> u32 {
-    let taken: std::collections::HashSet<u32> = named.values().copied().collect();
+/// The index word of the entry at `*next` or after it, round robin over [`MAX_ENTRIES`],
+/// that no id in `named` (id → index word) names; advances `*next` past it, and `*lap` when
+/// it wraps.
+fn next_unnamed(next: &mut u32, lap: &mut u32, named: &HashMap<u32, u32>) -> u32 {
+    let taken: std::collections::HashSet<u32> = named.values().map(|&w| entry_of(w)).collect();
     loop {
         let idx = *next;
+        let word = index_word(idx, *lap);
         *next = (*next + 1) % MAX_ENTRIES;
+        if *next == 0 {
+            *lap = (*lap + 1) % (1 << (32 - INDEX_ENTRY_BITS));
+        }
         if !taken.contains(&idx) {
-            return idx;
+            return word;
         }
     }
 }
@@ -1463,17 +1495,46 @@ mod tests {
     /// them) and wraps.
     #[test]
     fn a_named_entry_is_never_reused() {
-        let mut named = HashMap::from([(7u32, 2u32), (9, MAX_ENTRIES - 1)]);
-        let mut next = 0;
-        let got: Vec<u32> = (0..3).map(|_| next_unnamed(&mut next, &named)).collect();
+        let mut named = HashMap::from([
+            (7u32, index_word(2, 0)),
+            (9, index_word(MAX_ENTRIES - 1, 0)),
+        ]);
+        let (mut next, mut lap) = (0, 0);
+        let mut fresh = |next: &mut u32, named: &HashMap<u32, u32>| {
+            entry_of(next_unnamed(next, &mut lap, named))
+        };
+        let got: Vec<u32> = (0..3).map(|_| fresh(&mut next, &named)).collect();
         assert_eq!(got, [0, 1, 3]);
         next = MAX_ENTRIES - 2;
-        assert_eq!(next_unnamed(&mut next, &named), MAX_ENTRIES - 2);
+        assert_eq!(fresh(&mut next, &named), MAX_ENTRIES - 2);
         // Wraps past the named last entry and the named entry 2.
-        assert_eq!(next_unnamed(&mut next, &named), 0);
-        named.insert(8, 1);
-        assert_eq!(next_unnamed(&mut next, &named), 3);
+        assert_eq!(fresh(&mut next, &named), 0);
+        named.insert(8, index_word(1, 1));
+        assert_eq!(fresh(&mut next, &named), 3);
         assert_eq!(next, 4);
+    }
+
+    /// An index word names one write of one entry: the same entry in the next lap gets
+    /// another word (the dispatcher's entry cache is keyed by it), and every word gives its
+    /// entry back and is never 0 (no program).
+    #[test]
+    fn index_words_tell_laps_apart() {
+        let named = HashMap::new();
+        let (mut next, mut lap) = (MAX_ENTRIES - 1, 0);
+        let last = next_unnamed(&mut next, &mut lap, &named);
+        assert_eq!((entry_of(last), lap, next), (MAX_ENTRIES - 1, 1, 0));
+        let mut seen = std::collections::HashSet::new();
+        for _ in 0..2 * MAX_ENTRIES {
+            let w = next_unnamed(&mut next, &mut lap, &named);
+            assert_ne!(w, 0);
+            assert!(entry_of(w) < MAX_ENTRIES);
+            assert!(seen.insert(w), "word {w:#x} handed out twice");
+        }
+        assert_eq!(lap, 3);
+        // The lap wraps in its 15 bits.
+        let (mut next, mut lap) = (MAX_ENTRIES - 1, (1 << (32 - INDEX_ENTRY_BITS)) - 1);
+        let w = next_unnamed(&mut next, &mut lap, &named);
+        assert_eq!((entry_of(w), lap), (MAX_ENTRIES - 1, 0));
     }
 
     /// The tier table changes slot by slot: a slot whose buffer goes is cleared (its `len`

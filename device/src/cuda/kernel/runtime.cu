@@ -76,6 +76,28 @@ typedef unsigned char u8;
 #ifndef BPFT_POLL_ACQUIRE
 #define BPFT_POLL_ACQUIRE 0
 #endif
+// 1: a job found by a whole-slot poll gets the acquire fence (fence.acq_rel.sys, 1-2 µs on
+// an H200) only when it reads memory the client may have written outside its slot: its
+// check word already vouches for the descriptor and the inline input. A one-record job
+// with inline input, no output buffer, no maps and no tier reads nothing else the client
+// wrote (program entries are device memory, read from L2), so it runs without one. 0: every
+// job fences before it is read (the old way, to compare). A tuning knob.
+#ifndef BPFT_LAZY_FENCE
+#define BPFT_LAZY_FENCE 1
+#endif
+// 1: a one-record job's completion is published before its done-log entry, with no fence:
+// its fields, a check word over them (shm_maps::layout::completion_check) and DONE go out
+// together, and the client takes DONE only when the check matches the fields it read, so
+// it need not wait for the log's atomic and fence. 0: DONE after the log's fence (the old
+// way, to compare). A tuning knob.
+#ifndef BPFT_DONE_EARLY
+#define BPFT_DONE_EARLY 1
+#endif
+// 1: the slot check of a whole-slot poll is computed by the whole warp, a chunk a lane
+// (bpft_slot_chunk_check); 0: by each ready lane alone. A tuning knob.
+#ifndef BPFT_WHOLE_CHECK
+#define BPFT_WHOLE_CHECK 1
+#endif
 // A diagnostic: 1 makes a one-record job's two hop words (Completion::gpu_hops) say where
 // its run goes instead: [0] from `started` to just before the program (lookup, checks,
 // input), [1] from `started` to just after it; 2: [0] to after the RUNNING and head
@@ -218,7 +240,7 @@ struct bpft_params {
     u64 dev_arena, dev_arena_size;
     u64 ctl;             // struct bpft_ctl, pinned
     u64 state;           // struct bpft_state, device
-    u64 prog_index;      // u32[max_progs], device: entry index + 1, 0 = none
+    u64 prog_index;      // u32[max_progs], device: index words (worker.rs index_word), 0 = none
     u64 progs;           // struct bpft_prog[], device
     u64 jobs;            // struct bpft_djob[job_ring], device
     u64 done_log;        // struct bpft_done[done_ring], pinned
@@ -400,12 +422,25 @@ static __device__ __forceinline__ void ld_cg_v2(const void *p, u64 &a, u64 &b) {
     asm volatile("{ .reg .u64 cg_g; cvta.to.global.u64 cg_g, %2; ld.global.cg.v2.u64 {%0, %1}, [cg_g]; }"
                  : "=l"(a), "=l"(b) : "l"(p) : "memory");
 }
-static __device__ bool lookup_prog(const bpft_params &P, u32 id, bpft_prog *out) {
+// `cache` (BPFT_ENTRY_CACHE; the dispatcher's, one per lane, in shared memory: the entry's
+// eight words, then the index word that named it, 0 for none): an index word names one
+// write of one entry (worker.rs index_word: the entry and the round robin's lap), so an
+// entry cached under the word just read is that write's bytes, and one L2 round trip less.
+#ifndef BPFT_ENTRY_CACHE
+#define BPFT_ENTRY_CACHE 1
+#endif
+static __device__ bool lookup_prog(const bpft_params &P, u32 id, bpft_prog *out, u64 *cache = 0) {
     if (id >= P.max_progs) return false;
-    u32 idx = ld_rlx_gpu32((const u32 *)P.prog_index + id);
-    if (idx == 0) return false;
-    const u64 *src = (const u64 *)((const bpft_prog *)P.progs + (idx - 1));
+    const u32 word = ld_rlx_gpu32((const u32 *)P.prog_index + id);
+    if (word == 0) return false;
     u64 *dst = (u64 *)out;
+    if (BPFT_ENTRY_CACHE && cache && cache[8] == word) {
+#pragma unroll
+        for (int i = 0; i < 8; i++) dst[i] = cache[i];
+        return out->tier == BPFT_TIER_INTERP || out->tier == BPFT_TIER_NATIVE;
+    }
+    const u32 idx = word & ((1u << BPFT_INDEX_ENTRY_BITS) - 1);
+    const u64 *src = (const u64 *)((const bpft_prog *)P.progs + (idx - 1));
 #if BPFT_ENTRY_STRONG
 #pragma unroll
     for (int i = 0; i < 8; i++) dst[i] = ld_rlx_gpu(src + i);
@@ -413,6 +448,11 @@ static __device__ bool lookup_prog(const bpft_params &P, u32 id, bpft_prog *out)
 #pragma unroll
     for (int i = 0; i < 8; i += 2) ld_cg_v2(src + i, dst[i], dst[i + 1]);
 #endif
+    if (BPFT_ENTRY_CACHE && cache) {
+#pragma unroll
+        for (int i = 0; i < 8; i++) cache[i] = dst[i];
+        cache[8] = word;
+    }
     return out->tier == BPFT_TIER_INTERP || out->tier == BPFT_TIER_NATIVE;
 }
 
@@ -539,13 +579,25 @@ static __device__ __forceinline__ int run_record(const bpft_params &P, const bpf
 // jobs, DONE (relaxed stores the fence orders after every field). With an error status
 // the host finalizes it (writes the message text, then publishes DONE). Waits while the
 // done log is a whole ring ahead of the host.
+// `early` (one-record jobs, run by the lane that marked them RUNNING; BPFT_DONE_EARLY): an
+// OK job's DONE goes out with its fields, before the log entry and with no fence; the
+// completion's check word tells the client whether the fields it read are all there. The
+// log's fence still comes before the caller frees the queue slot.
 static __device__ void finish_job(const bpft_params &P, const bpft_job_desc &d, const bpft_prog &p,
                            s32 status, u64 done, u64 failed, u64 r0, u32 err_pc, u64 err_record,
-                           u32 err_code, u64 started, u32 hop_poll = 0, u32 hop_fence = 0) {
+                           u32 err_code, u64 started, u32 hop_poll = 0, u32 hop_fence = 0,
+                           bool early = false) {
     bpft_state *S = (bpft_state *)P.state;
     bpft_ctl *C = (bpft_ctl *)P.ctl;
     char *c = completion_ptr(P, d.completion);
     u64 fin = now_ns(P);
+    if (status == ST_OK) {
+        // The words shm_maps::layout::completion_check covers, as the client will read them.
+        const u64 w[BPFT_COMPLETION_CHECK_WORDS] = {
+            (u64)(u32)status, (u64)p.version << 32, (u64)d.prog_id | ((u64)err_pc << 32), done, failed, r0,
+            started, fin, (u64)hop_poll | ((u64)hop_fence << 32)};
+        st_fld((u64 *)(c + BPFT_OFF_Completion_check), bpft_completion_check(w));
+    }
     // Fields in as few stores as the layout allows (asserted below): status alone (offset
     // 4), then pairs, each as wide as its alignment permits (8 bytes for two u32, 16 for
     // two u64). The client's tag and submit time (48..64) are not touched.
@@ -556,6 +608,8 @@ static __device__ void finish_job(const bpft_params &P, const bpft_job_desc &d, 
     st_fld_v2(c + BPFT_OFF_Completion_records_failed, failed, r0);  // 16-byte aligned
     st_fld_v2(c + BPFT_OFF_Completion_started_ns, started, fin);
     st_fld32_v2(c + BPFT_OFF_Completion_gpu_hops, hop_poll, hop_fence);
+    const bool done_now = early && BPFT_DONE_EARLY && status == ST_OK;
+    if (done_now) st_rlx_sys32(c + BPFT_OFF_Completion_state, CS_DONE);
     u64 pos = atomicAdd(&S->done_pos, 1ull);
     // Read the host's position over PCIe only when the cached one says the log is full.
     if (pos - ld_rlx_gpu(&S->done_seen) > P.done_mask) {
@@ -571,7 +625,7 @@ static __device__ void finish_job(const bpft_params &P, const bpft_job_desc &d, 
     st_fld_v2(dst + 6, done, failed);
     asm volatile(BPFT_COMPLETION_FENCE ::: "memory");
     st_rlx_sys(&slot->seq, pos + 1);
-    if (status == ST_OK) st_rlx_sys32(c + BPFT_OFF_Completion_state, CS_DONE);
+    if (status == ST_OK && !done_now) st_rlx_sys32(c + BPFT_OFF_Completion_state, CS_DONE);
 }
 static_assert(sizeof(struct bpft_done) == 64 && BPFT_OFF_Completion_state == 0, "done entry words");
 static_assert(BPFT_OFF_Completion_status == 4 && BPFT_OFF_Completion_message == 8 &&
@@ -582,7 +636,8 @@ static_assert(BPFT_OFF_Completion_status == 4 && BPFT_OFF_Completion_message == 
               "the paired completion stores");
 static_assert(BPFT_SIZE_Completion % 128 == 0 && BPFT_OFF_Completion_message % 8 == 0 &&
                   BPFT_OFF_Completion_prog_id % 8 == 0 && BPFT_OFF_Completion_records_failed % 16 == 0 &&
-                  BPFT_OFF_Completion_started_ns % 16 == 0 && BPFT_OFF_Completion_gpu_hops % 8 == 0,
+                  BPFT_OFF_Completion_started_ns % 16 == 0 && BPFT_OFF_Completion_gpu_hops % 8 == 0 &&
+                  BPFT_OFF_Completion_check % 8 == 0,
               "vector stores need their width's alignment (a misaligned one kills the context)");
 
 // Hands a job to the host runner.
@@ -614,7 +669,7 @@ static __device__ void run_short(const bpft_params &P, const bpft_job_desc &d, c
 #endif
     if (res_base) st_rlx_sys((u64 *)res_base, e ? ~0ull : r0);
     finish_job(P, d, p, e ? ST_RUNTIME_ERROR : ST_OK, e ? 0 : 1, e ? 1 : 0, e ? 0 : r0, err_pc,
-               0, (u32)e, started, hop_poll, hop_fence);
+               0, (u32)e, started, hop_poll, hop_fence, true);
 }
 
 // Publishes a multi-record job to the ring. Reusing a slot waits until its previous job
@@ -706,6 +761,15 @@ static __device__ __forceinline__ u32 take_count(int take, u32 w, u32 &width) {
     return k;
 }
 
+// Whether job `d` of program `p` reads nothing a client wrote but its slot (BPFT_LAZY_FENCE):
+// one record, all of its input inline, no output buffer, no maps, no tier. Its program
+// entry is device memory the host wrote before `load` returned, read from L2.
+static __device__ __forceinline__ bool self_contained(const bpft_job_desc &d, const bpft_prog &p) {
+    const u64 *w = (const u64 *)&d;
+    return d.n == 1 && bpft_inline_words(w) > 0 && d.out_rec_size == 0 && p.interp.n_maps == 0 &&
+           !(d.flags & (BPFT_ANY_TIER | JF_DEVICE_INPUT | JF_MAILBOX_PING | JF_INJECT_FAULT));
+}
+
 // How many dispatcher warps this launch has (BPFT_DISPATCHERS, at most one a block and
 // BPFT_MAX_DISPATCHERS, and a whole number of stripe rounds in the queue). Every launch of
 // a worker has the same grid and queue, hence the same count (`bpft_state::dpos`).
@@ -777,6 +841,9 @@ static __device__ void dispatcher(const bpft_params &P, const u32 d, const u32 D
     // Slot staging: 32 slots of 32 words (256 bytes), one per lane.
     __shared__ u64 stage[32][32];
 #endif
+    // Each lane's last program entry and its index word (lookup_prog).
+    __shared__ u64 entry_cache[32][9];
+    entry_cache[lane][8] = 0;
     u32 width = 1;  // lanes that read a slot in the next poll
     if (d == 0 && lane == 0) st_rlx_sys32(&C->running, 1);
     for (;;) {
@@ -792,6 +859,7 @@ static __device__ void dispatcher(const bpft_params &P, const u32 d, const u32 D
         u64 *dw = (u64 *)&dj;
         u64 iw[BPFT_INLINE_WORDS];  // the slot's inline input words
         u64 seq = 0, chk = 0;
+        u64 wb0 = 0, wb1 = 0;  // a whole-slot poll: this lane's 16-byte chunk of its half's slot
         u32 stop = 0;
         // Two phases: the seq and check words of `w` slots (one 16-byte load each, with the
         // stop word: one round trip), then, once a job is ready and after the acquire
@@ -819,6 +887,8 @@ static __device__ void dispatcher(const bpft_params &P, const u32 d, const u32 D
             }
             seq = __shfl_sync(FULL_MASK, b[0][0], (lane & 1) * 16);
             chk = __shfl_sync(FULL_MASK, b[0][1], (lane & 1) * 16);
+            wb0 = b[0][0];
+            wb1 = b[0][1];
             unstage(stage, b, w, lane, dw, iw);
 #endif
         } else if (lane < w) {
@@ -847,15 +917,35 @@ static __device__ void dispatcher(const bpft_params &P, const u32 d, const u32 D
         // A relaxed load that saw the client's release store of seq, then a fence: every
         // load below is ordered after it (an acquire pattern).
         const u64 t_seen = globaltimer();
+        // BPFT_LAZY_FENCE: a whole-slot poll's job fences below, once its needs are known.
+        const bool lazy = BPFT_LAZY_FENCE && whole && !BPFT_POLL_ACQUIRE;
         if (BPFT_POLL_ACQUIRE && whole) {
             // The seq words were acquire loads (lanes 0 and 16); the barrier orders every
             // lane's later loads after them.
             __syncwarp();
-        } else {
+        } else if (!lazy) {
             asm volatile("fence.acq_rel.sys;" ::: "memory");
         }
         int retry = 0;
+        // The slot check of a whole-slot poll, computed by the warp: each lane mixes the two
+        // words of its chunk (bpft_slot_chunk_check), a reduction over each half XORs them,
+        // and lanes take their own slot's (one lane computing 30 mixes in a row took about
+        // 1 µs). With BPFT_WHOLE_CHECK 0, each ready lane computes it alone (to compare).
+        int whole_ok = 0;
 #if BPFT_TWO_PHASE == 2
+        if (whole && BPFT_WHOLE_CHECK) {
+            const u32 base = lane & 16;
+            const u64 hseq = __shfl_sync(FULL_MASK, wb0, base);
+            u64 d7[7];
+            d7[0] = __shfl_sync(FULL_MASK, wb0, base | 1);
+            d7[1] = __shfl_sync(FULL_MASK, wb1, base | 1);
+            d7[6] = __shfl_sync(FULL_MASK, wb0, base | 4);
+            d7[2] = d7[3] = d7[4] = d7[5] = 0;
+            u64 h = bpft_slot_chunk_check(hseq, wb0, wb1, (int)(lane & 15), bpft_inline_words(d7));
+#pragma unroll
+            for (int o = 8; o > 0; o >>= 1) h ^= __shfl_xor_sync(FULL_MASK, h, o);
+            whole_ok = __shfl_sync(FULL_MASK, h, (lane & 1) * 16) == chk;
+        }
         if (whole) {
             // Read with the poll (above).
         } else if (k <= BPFT_COOP_MAX) {
@@ -883,8 +973,11 @@ static __device__ void dispatcher(const bpft_params &P, const u32 d, const u32 D
             // Reads ordered after the fence cannot race the client: a mismatch means a
             // client that writes no (or a wrong) check word, or a plain load served from a
             // stale copy. Read again one strong word at a time, counted.
-            retry = chk != bpft_slot_check(seq, dw, iw);
-            if (retry) reread_slot(src, isrc, dw, iw);
+            retry = !(whole && BPFT_WHOLE_CHECK ? whole_ok : chk == bpft_slot_check(seq, dw, iw));
+            if (retry) {
+                if (lazy) asm volatile("fence.acq_rel.sys;" ::: "memory");
+                reread_slot(src, isrc, dw, iw);
+            }
         }
         count_torn(retry, S, C, lane);
         u64 started = now_ns(P);
@@ -911,7 +1004,8 @@ static __device__ void dispatcher(const bpft_params &P, const u32 d, const u32 D
         bpft_tier_ref ti = {0, 0, 0}, to = {0, 0, 0};
         int kind = 0;  // 0 none, 1 short, 2 ring, 3 forward
         if (live) {
-            if (lookup_prog(P, dj.prog_id, &p) && validate(P, dj, p, in_base, out_base, res_base)) {
+            if (lookup_prog(P, dj.prog_id, &p, entry_cache[lane]) && validate(P, dj, p, in_base, out_base, res_base)) {
+                if (lazy && !retry && !self_contained(dj, p)) asm volatile("fence.acq_rel.sys;" ::: "memory");
                 if (dj.flags & JF_INJECT_FAULT) asm volatile("trap;");
                 if (dj.flags & BPFT_ANY_TIER) {
                     ti = job_tier(P, dj, false);
