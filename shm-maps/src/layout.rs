@@ -485,7 +485,8 @@ pub struct Completion {
     /// Monotonic ns when it finished.
     pub finished_ns: u64,
     /// CUDA backend, one-record jobs: ns of the dispatcher's poll round trip that found the
-    /// job, and from its loads' return to `started_ns` (the acquire fence). 0 elsewhere.
+    /// job, and from its loads' return to `started_ns` (the slot check, and the acquire fence
+    /// when the job reads memory outside its slot). 0 elsewhere.
     pub gpu_hops: [u32; 2],
     /// The queue the job was submitted to (the GPU of a multi-GPU service), written by the
     /// client at submit: a fault on one GPU ends only that GPU's jobs.

@@ -1154,7 +1154,7 @@ fn report(j: &Value) -> String {
         let p = &a["persistent"];
         let h = &p["hops_p50_us"];
         let hops = format!(
-            "hops p50: submit call {} µs, GPU poll round trip {} µs, acquire fence {} µs, GPU run {} µs, GPU finish → client sees DONE {} µs",
+            "hops p50: submit call {} µs, GPU poll round trip {} µs, slot check and fence if needed {} µs, GPU run {} µs, GPU finish → client sees DONE {} µs",
             f(&h["submit_call"], 2),
             f(&h["gpu_poll_round_trip"], 2),
             f(&h["gpu_acquire_fence"], 2),
