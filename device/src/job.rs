@@ -27,12 +27,16 @@ use std::sync::atomic::{AtomicBool, Ordering};
 /// them:
 /// 1. slots it took and never handed back (a CPU worker between its head CAS and the
 ///    release, the GPU dispatcher until a one-record job completes): their jobs end here
-///    unless DONE, and the slots are released;
-/// 2. full slots past the head whose completions are already RUNNING (the GPU marks a
-///    job RUNNING before its head store lands, and with several dispatchers the head is
-///    only the least of their positions): taken here, never run twice; then the head moves
-///    past every position already taken;
-/// 3. every completion still RUNNING, and every SUBMITTED one of the two cases above.
+///    unless DONE (or their completion already holds a newer job of the client: its tag
+///    differs), and the slots are released;
+/// 2. full slots past the head whose completions are already RUNNING or DONE, or hold a
+///    newer job (the GPU marks a job RUNNING before its head store lands, publishes a
+///    one-record job's DONE before it frees the slot, and with several dispatchers the head
+///    is only the least of their positions): taken here, never run twice; then the head
+///    moves past every position already taken;
+/// 3. every completion still RUNNING, every SUBMITTED one of case 1, and every DONE one
+///    whose check word does not match its fields (an early DONE whose fields never
+///    arrived).
 ///
 /// Jobs still in the queue are not touched: the next consumer runs them. When the whole
 /// service restarted, [`requeue_unstarted`] first puts back the jobs a CPU worker held
@@ -43,18 +47,21 @@ pub fn fail_taken(region: &ShmRegion, queue: Option<u32>, code: i32, text: &str)
     for q in queues(region, queue) {
         let q = region.queue_at(q).expect("listed by queues()");
         for (pos, d) in q.unreleased() {
-            taken.push(d.completion);
+            if job_state(region, &d) == Some(completion_state::SUBMITTED) {
+                taken.push(d.completion);
+            }
             q.release(pos);
         }
         // Past the head: jobs marked RUNNING were taken (the GPU's dispatchers mark a job
         // before they move the head past it, and with several dispatchers the head is only
-        // the least of their positions); the rest still wait.
+        // the least of their positions), and so were jobs already DONE (the GPU publishes a
+        // one-record job's DONE before it frees the job's slot) or whose completion a newer
+        // job of the client holds; the rest still wait.
         for (pos, d) in q.full_past_head() {
-            let marked = region
-                .completion(d.completion)
-                .is_some_and(|c| c.state.load(Ordering::Acquire) == completion_state::RUNNING);
-            if marked {
-                taken.push(d.completion);
+            if matches!(
+                job_state(region, &d),
+                Some(completion_state::RUNNING | completion_state::DONE) | None
+            ) {
                 q.release(pos);
             }
         }
@@ -63,8 +70,19 @@ pub fn fail_taken(region: &ShmRegion, queue: Option<u32>, code: i32, text: &str)
     end_where(region, code, text, |i, st| {
         queue.is_none_or(|q| region.completion_queue(i) == q)
             && (st == completion_state::RUNNING
-                || (st == completion_state::SUBMITTED && taken.contains(&i)))
+                || (st == completion_state::SUBMITTED && taken.contains(&i))
+                // An early DONE whose fields never arrived (the context died first).
+                || (st == completion_state::DONE && region.read_completion(i).is_none()))
     })
+}
+
+/// The state of the completion of job `d`, from a queue slot, or `None` when that
+/// completion no longer belongs to it: the client saw the job DONE and reused the slot for
+/// a newer job (its tag differs).
+fn job_state(region: &ShmRegion, d: &JobDesc) -> Option<u32> {
+    let c = region.completion(d.completion)?;
+    let state = c.state.load(Ordering::Acquire);
+    (region.completion_tag(d.completion) == Some(d.tag)).then_some(state)
 }
 
 /// Queue `only`, or every queue of the region.

@@ -164,6 +164,11 @@ fn the_runtime_knobs_compile_and_assemble() {
             Some("ld.global.v2.u64"),
         ),
         (
+            "late_index",
+            "#define BPFT_EARLY_INDEX 0",
+            Some("ld.global.v2.u64"),
+        ),
+        (
             "no_entry_cache",
             "#define BPFT_ENTRY_CACHE 0",
             Some("ld.global.v2.u64"),

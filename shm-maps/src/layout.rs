@@ -420,7 +420,8 @@ pub mod completion_state {
     pub const SUBMITTED: u32 = 1;
     /// A worker has started it.
     pub const RUNNING: u32 = 2;
-    /// Finished; the other fields are valid.
+    /// Finished; the other fields are valid once [`super::Completion::check`] matches
+    /// them (the GPU publishes a one-record job's DONE and its fields unordered).
     pub const DONE: u32 = 3;
 }
 
@@ -458,7 +459,8 @@ pub mod status {
 /// submitted time) and by the service afterwards.
 #[repr(C, align(128))]
 pub struct Completion {
-    /// One of [`completion_state`]; the service publishes `DONE` with release ordering.
+    /// One of [`completion_state`]; the service publishes `DONE` with release ordering,
+    /// except the GPU's one-record jobs, whose fields the check word vouches for.
     pub state: AtomicU32,
     /// One of [`status`].
     pub status: i32,

@@ -712,6 +712,16 @@ impl ShmRegion {
         })
     }
 
+    /// The tag the client stamped on completion slot `i` at submit (recovery tells a job
+    /// from a newer one in the same slot by it).
+    pub fn completion_tag(&self, i: u32) -> Option<u64> {
+        self.completion_ptr(i).map(|p| {
+            // SAFETY: inside the table; the client writes it before queueing the job, and
+            // it changes only when the client reuses the slot.
+            unsafe { std::ptr::addr_of!((*p).tag).read_volatile() }
+        })
+    }
+
     /// Client slot `i`, if it exists.
     pub fn client(&self, i: u32) -> Option<&ClientSlot> {
         let h = self.header();

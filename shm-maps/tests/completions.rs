@@ -9,9 +9,10 @@ use shm_maps::sync::Ordering;
 use shm_maps::{RegionConfig, ShmRegion};
 use std::mem::offset_of;
 
-fn region() -> ShmRegion {
+/// A ready region of its own (the tests run in parallel threads of one process).
+fn region(tag: &str) -> ShmRegion {
     let r = ShmRegion::create(
-        &format!("bpftime-c-{}", std::process::id()),
+        &format!("bpftime-c-{}-{tag}", std::process::id()),
         &RegionConfig {
             queue_capacity: 8,
             max_clients: 1,
@@ -50,7 +51,7 @@ fn outcome() -> CompletionData {
 
 #[test]
 fn done_counts_only_once_every_field_matches_the_check() {
-    let r = region();
+    let r = region("fields");
     r.begin_completion(0, 7, 100).unwrap();
     let want = outcome();
     // DONE arrives first, then the check, then the fields one by one; every read before the
@@ -106,7 +107,7 @@ fn done_counts_only_once_every_field_matches_the_check() {
 
 #[test]
 fn a_reused_slot_does_not_take_the_last_jobs_check() {
-    let r = region();
+    let r = region("reuse");
     r.begin_completion(1, 1, 10).unwrap();
     r.finish_completion(1, &outcome()).unwrap();
     assert_eq!(r.read_completion(1).unwrap().r0, 42);

@@ -1585,4 +1585,55 @@ mod tests {
         );
         assert_eq!(q.load(), 3, "jobs 2, 3 and 7 still count as load");
     }
+
+    /// A one-record job's DONE goes out before the dispatcher frees its slot (its fields
+    /// with it, vouched for by the check word). A context lost in between leaves full slots
+    /// past the head whose jobs finished: recovery must not run them again, must leave a
+    /// newer job that reuses the completion alone, and must end a DONE whose fields never
+    /// arrived.
+    #[test]
+    fn early_done_jobs_are_not_run_again() {
+        let s = shared(&format!("bpftime-test-fault-early-{}", std::process::id()));
+        for c in 0..4 {
+            submit(&s, c, 300 + c as u64, 1);
+        }
+        let q = s.region.queue();
+        let ok = |c: u32| CompletionData {
+            tag: 300 + c as u64,
+            r0: 7,
+            ..Default::default()
+        };
+        // Job 0: RUNNING, then DONE with its fields; the slot never freed, the head never
+        // moved.
+        s.region.start_completion(0).unwrap();
+        s.region.finish_completion(0, &ok(0)).unwrap();
+        // Job 1 the same, and its client already saw it and reused completion 1 for a newer
+        // job, queued behind job 3.
+        s.region.start_completion(1).unwrap();
+        s.region.finish_completion(1, &ok(1)).unwrap();
+        assert_eq!(s.region.read_completion(1).unwrap().r0, 7);
+        submit(&s, 1, 999, 1);
+        // Job 2: DONE landed, its fields and check did not (the context died first).
+        s.region.start_completion(2).unwrap();
+        s.region
+            .completion(2)
+            .unwrap()
+            .state
+            .store(shm_maps::layout::completion_state::DONE, Ordering::Release);
+        assert!(s.region.read_completion(2).is_none());
+        let failed = s.fail_taken("test fault");
+        assert_eq!(failed, 1, "job 2 only");
+        assert_eq!(s.region.read_completion(0).unwrap().status, status::OK);
+        let r2 = s.region.read_completion(2).expect("ended");
+        assert_eq!((r2.status, r2.tag), (status::DEVICE_FAULT, 302));
+        assert!(
+            s.region.read_completion(1).is_none(),
+            "the newer job in completion 1 waits"
+        );
+        assert_eq!(s.region.completion_tag(1), Some(999));
+        assert_eq!(q.head(), 3, "jobs 0, 1 and 2 are taken, not run again");
+        let full: Vec<u64> = (3..5).filter(|&p| q.peek(p).is_some()).collect();
+        assert_eq!(full, vec![3, 4], "job 3 and the newer job wait");
+        assert_eq!(q.peek(4).unwrap().tag, 999);
+    }
 }

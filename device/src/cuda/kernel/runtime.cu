@@ -98,6 +98,12 @@ typedef unsigned char u8;
 #ifndef BPFT_WHOLE_CHECK
 #define BPFT_WHOLE_CHECK 1
 #endif
+// 1: a whole-slot poll's job loads its program's index word as soon as the poll returns
+// (lookup_prog's `pre`); 0: in the lookup, after the check and the RUNNING store. A tuning
+// knob.
+#ifndef BPFT_EARLY_INDEX
+#define BPFT_EARLY_INDEX 1
+#endif
 // A diagnostic: 1 makes a one-record job's two hop words (Completion::gpu_hops) say where
 // its run goes instead: [0] from `started` to just before the program (lookup, checks,
 // input), [1] from `started` to just after it; 2: [0] to after the RUNNING and head
@@ -154,8 +160,9 @@ static __device__ __forceinline__ void st_rel_sys32(void *p, u32 v) {
 static __device__ __forceinline__ void st_rlx_sys(void *p, u64 v) {
     asm volatile("st.relaxed.sys.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
 }
-// Plain (weak) stores for data that a later fence and strong store publish: they are not
-// serialized the way strong system-scope stores are (a tuning knob: 0 makes them strong).
+// Plain (weak) stores for data that a later fence and strong store publish, or that a check
+// word vouches for (a completion's early DONE): they are not serialized the way strong
+// system-scope stores are (a tuning knob: 0 makes them strong).
 #ifndef BPFT_FIELD_WEAK
 #define BPFT_FIELD_WEAK 1
 #endif
@@ -429,9 +436,11 @@ static __device__ __forceinline__ void ld_cg_v2(const void *p, u64 &a, u64 &b) {
 #ifndef BPFT_ENTRY_CACHE
 #define BPFT_ENTRY_CACHE 1
 #endif
-static __device__ bool lookup_prog(const bpft_params &P, u32 id, bpft_prog *out, u64 *cache = 0) {
+// `have_pre`: the caller loaded the index word already, `pre` (BPFT_EARLY_INDEX).
+static __device__ bool lookup_prog(const bpft_params &P, u32 id, bpft_prog *out, u64 *cache = 0,
+                                   bool have_pre = false, u32 pre = 0) {
     if (id >= P.max_progs) return false;
-    const u32 word = ld_rlx_gpu32((const u32 *)P.prog_index + id);
+    const u32 word = have_pre ? pre : ld_rlx_gpu32((const u32 *)P.prog_index + id);
     if (word == 0) return false;
     u64 *dst = (u64 *)out;
     if (BPFT_ENTRY_CACHE && cache && cache[8] == word) {
@@ -608,6 +617,8 @@ static __device__ void finish_job(const bpft_params &P, const bpft_job_desc &d, 
     st_fld_v2(c + BPFT_OFF_Completion_records_failed, failed, r0);  // 16-byte aligned
     st_fld_v2(c + BPFT_OFF_Completion_started_ns, started, fin);
     st_fld32_v2(c + BPFT_OFF_Completion_gpu_hops, hop_poll, hop_fence);
+    // The lane that stored RUNNING stores DONE: two writes of one thread to one word, which
+    // the PTX memory model keeps in program order (they are morally strong), fence or not.
     const bool done_now = early && BPFT_DONE_EARLY && status == ST_OK;
     if (done_now) st_rlx_sys32(c + BPFT_OFF_Completion_state, CS_DONE);
     u64 pos = atomicAdd(&S->done_pos, 1ull);
@@ -656,9 +667,12 @@ static __device__ void forward(const bpft_params &P, const bpft_job_desc &d) {
 
 // The short path: one record, run by the dispatcher lane that took the job.
 // `ti`, `to`: its input's and output's tiers (job_tier), read by the dispatcher.
+// `early`: the job wrote nothing the client reads but its completion (self_contained, no
+// results buffer), so its DONE may go out before the log's fence (finish_job).
 static __device__ void run_short(const bpft_params &P, const bpft_job_desc &d, const bpft_prog &p,
                           const bpft_tier_ref &ti, const bpft_tier_ref &to, u64 in_base,
-                          u64 out_base, u64 res_base, u64 started, u32 hop_poll, u32 hop_fence) {
+                          u64 out_base, u64 res_base, u64 started, u32 hop_poll, u32 hop_fence,
+                          bool early) {
     u64 r0 = 0;
     u32 err_pc = 0;
     tier_fetch(ti, d.in_rec_size);
@@ -669,7 +683,7 @@ static __device__ void run_short(const bpft_params &P, const bpft_job_desc &d, c
 #endif
     if (res_base) st_rlx_sys((u64 *)res_base, e ? ~0ull : r0);
     finish_job(P, d, p, e ? ST_RUNTIME_ERROR : ST_OK, e ? 0 : 1, e ? 1 : 0, e ? 0 : r0, err_pc,
-               0, (u32)e, started, hop_poll, hop_fence, true);
+               0, (u32)e, started, hop_poll, hop_fence, early);
 }
 
 // Publishes a multi-record job to the ring. Reusing a slot waits until its previous job
@@ -761,12 +775,16 @@ static __device__ __forceinline__ u32 take_count(int take, u32 w, u32 &width) {
     return k;
 }
 
-// Whether job `d` of program `p` reads nothing a client wrote but its slot (BPFT_LAZY_FENCE):
-// one record, all of its input inline, no output buffer, no maps, no tier. Its program
-// entry is device memory the host wrote before `load` returned, read from L2.
+// Whether job `d` of program `p` touches nothing a client wrote or reads but its slot and
+// its completion (BPFT_LAZY_FENCE, BPFT_DONE_EARLY): one record, all of its input inline, no
+// output buffer, a program with no maps (known from its bytecode's descriptor: an entry
+// without one, a native fallback, does not count), no tier. Its program entry is device
+// memory the host wrote before `load` returned, read from L2. (`trace_printk` records are
+// not ordered before such a job's DONE.)
 static __device__ __forceinline__ bool self_contained(const bpft_job_desc &d, const bpft_prog &p) {
     const u64 *w = (const u64 *)&d;
-    return d.n == 1 && bpft_inline_words(w) > 0 && d.out_rec_size == 0 && p.interp.n_maps == 0 &&
+    return d.n == 1 && bpft_inline_words(w) > 0 && d.out_rec_size == 0 && p.interp.n_insns != 0 &&
+           p.interp.n_maps == 0 &&
            !(d.flags & (BPFT_ANY_TIER | JF_DEVICE_INPUT | JF_MAILBOX_PING | JF_INJECT_FAULT));
 }
 
@@ -915,10 +933,18 @@ static __device__ void dispatcher(const bpft_params &P, const u32 d, const u32 D
         if (D > 1 && pos % BPFT_STRIPE == 0) pos += (u64)BPFT_STRIPE * (D - 1);
         if (nlive == 0) continue;
         // A relaxed load that saw the client's release store of seq, then a fence: every
-        // load below is ordered after it (an acquire pattern).
+        // load below is ordered after it (an acquire pattern). A whole-slot poll's job
+        // (`lazy`) fences later, and only when it reads memory outside its slot.
         const u64 t_seen = globaltimer();
         // BPFT_LAZY_FENCE: a whole-slot poll's job fences below, once its needs are known.
         const bool lazy = BPFT_LAZY_FENCE && whole && !BPFT_POLL_ACQUIRE;
+        // BPFT_EARLY_INDEX: a whole-slot poll's job has its descriptor now, so its program's
+        // index word (GPU memory, an L2 round trip) is asked for before the slot check and
+        // the RUNNING store, and used if the check passes.
+        const bool early_index = BPFT_EARLY_INDEX && lazy;
+        u32 early_word = 0;
+        if (early_index && live && dj.prog_id < P.max_progs)
+            early_word = ld_rlx_gpu32((const u32 *)P.prog_index + dj.prog_id);
         if (BPFT_POLL_ACQUIRE && whole) {
             // The seq words were acquire loads (lanes 0 and 16); the barrier orders every
             // lane's later loads after them.
@@ -1003,9 +1029,12 @@ static __device__ void dispatcher(const bpft_params &P, const u32 d, const u32 D
         u64 in_base = 0, out_base = 0, res_base = 0;
         bpft_tier_ref ti = {0, 0, 0}, to = {0, 0, 0};
         int kind = 0;  // 0 none, 1 short, 2 ring, 3 forward
+        bool alone = false;  // self_contained
         if (live) {
-            if (lookup_prog(P, dj.prog_id, &p, entry_cache[lane]) && validate(P, dj, p, in_base, out_base, res_base)) {
-                if (lazy && !retry && !self_contained(dj, p)) asm volatile("fence.acq_rel.sys;" ::: "memory");
+            if (lookup_prog(P, dj.prog_id, &p, entry_cache[lane], early_index && !retry, early_word) &&
+                validate(P, dj, p, in_base, out_base, res_base)) {
+                alone = self_contained(dj, p);
+                if (lazy && !retry && !alone) asm volatile("fence.acq_rel.sys;" ::: "memory");
                 if (dj.flags & JF_INJECT_FAULT) asm volatile("trap;");
                 if (dj.flags & BPFT_ANY_TIER) {
                     ti = job_tier(P, dj, false);
@@ -1031,12 +1060,12 @@ static __device__ void dispatcher(const bpft_params &P, const u32 d, const u32 D
                 in_base = (u64)line;
             }
 #if BPFT_HOP_SPLIT == 1
-            run_short(P, dj, p, ti, to, in_base, out_base, res_base, started, (u32)(now_ns(P) - started), 0);
+            run_short(P, dj, p, ti, to, in_base, out_base, res_base, started, (u32)(now_ns(P) - started), 0, BPFT_DONE_EARLY && alone && !res_base);
 #elif BPFT_HOP_SPLIT == 2
             run_short(P, dj, p, ti, to, in_base, out_base, res_base, started, (u32)(t_stored - started),
-                      (u32)(t_looked - started));
+                      (u32)(t_looked - started), BPFT_DONE_EARLY && alone && !res_base);
 #else
-            run_short(P, dj, p, ti, to, in_base, out_base, res_base, started, hop_poll, hop_fence);
+            run_short(P, dj, p, ti, to, in_base, out_base, res_base, started, hop_poll, hop_fence, BPFT_DONE_EARLY && alone && !res_base);
 #endif
         }
         if (kind == 4) mailbox_ping(P, dj, p, started);
@@ -1048,9 +1077,11 @@ static __device__ void dispatcher(const bpft_params &P, const u32 d, const u32 D
             __syncwarp();
         }
         // Free the slots for the producers one lap later. A short job's slot goes after its
-        // DONE (whose fence orders RUNNING and the completion first), so no release is
-        // needed; the others need RUNNING visible first (a lost context must never leave a
-        // taken job unmarked), hence a release store.
+        // completion and its done-log entry, whose fence orders RUNNING, the completion and
+        // the entry first (an early DONE goes out before that fence, but the slot after
+        // it: recovery, job::fail_taken, finds such a job DONE and does not run it again),
+        // so no release is needed; the others need RUNNING visible first (a lost context
+        // must never leave a taken job unmarked), hence a release store.
         if (live) {
             if (kind == 1 || kind == 4) st_rlx_sys(slot, my + cap);
             else st_rel_sys(slot, my + cap);
