@@ -1093,6 +1093,7 @@ impl Client {
         let start = Instant::now();
         let mut checked = start;
         let mut spins = 0u32;
+        let mut torn_warned = false;
         loop {
             if let Some(r) = self.poll(&t) {
                 return Ok(r);
@@ -1109,6 +1110,21 @@ impl Client {
                 }
                 if checked.elapsed() >= Self::LIVENESS_PERIOD {
                     checked = Instant::now();
+                    // DONE whose fields never match its check word: the GPU's writes
+                    // arrive within microseconds, so this is a lost context (recovery ends
+                    // the job) or a bug; said once, then the wait goes on.
+                    if !torn_warned
+                        && start.elapsed() >= Duration::from_secs(1)
+                        && self.region.completion(t.slot).is_some_and(|c| {
+                            c.state.load(Ordering::Acquire) == completion_state::DONE
+                        })
+                    {
+                        torn_warned = true;
+                        tracing::warn!(
+                            slot = t.slot,
+                            "completion is DONE but its fields do not match its check word; still waiting"
+                        );
+                    }
                     if let Err(e) = self.check_alive() {
                         // A last look: the job may have completed just before the end.
                         if let Some(r) = self.poll(&t) {
