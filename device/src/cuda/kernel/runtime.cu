@@ -778,14 +778,14 @@ static __device__ __forceinline__ u32 take_count(int take, u32 w, u32 &width) {
 // Whether job `d` of program `p` touches nothing a client wrote or reads but its slot and
 // its completion (BPFT_LAZY_FENCE, BPFT_DONE_EARLY): one record, all of its input inline, no
 // output buffer, a program with no maps (known from its bytecode's descriptor: an entry
-// without one, a native fallback, does not count), no tier. Its program entry is device
-// memory the host wrote before `load` returned, read from L2. (`trace_printk` records are
-// not ordered before such a job's DONE.)
+// without one, a native fallback, does not count). Its program entry, and an input tier's
+// entry, are device memory the host wrote before `load` or `alloc` returned, read from L2;
+// an input tier only delays the job, so a tiered job takes the same path as a local one and
+// pays only its tier. (`trace_printk` records are not ordered before such a job's DONE.)
 static __device__ __forceinline__ bool self_contained(const bpft_job_desc &d, const bpft_prog &p) {
     const u64 *w = (const u64 *)&d;
     return d.n == 1 && bpft_inline_words(w) > 0 && d.out_rec_size == 0 && p.interp.n_insns != 0 &&
-           p.interp.n_maps == 0 &&
-           !(d.flags & (BPFT_ANY_TIER | JF_DEVICE_INPUT | JF_MAILBOX_PING | JF_INJECT_FAULT));
+           p.interp.n_maps == 0 && !(d.flags & (JF_DEVICE_INPUT | JF_MAILBOX_PING | JF_INJECT_FAULT));
 }
 
 // How many dispatcher warps this launch has (BPFT_DISPATCHERS, at most one a block and
