@@ -60,7 +60,11 @@ pub fn fail_taken(region: &ShmRegion, queue: Option<u32>, code: i32, text: &str)
         for (pos, d) in q.full_past_head() {
             if matches!(
                 job_state(region, &d),
-                Some(completion_state::RUNNING | completion_state::DONE) | None
+                Some(
+                    completion_state::RUNNING
+                        | completion_state::DONE
+                        | completion_state::DONE_CHECKED
+                ) | None
             ) {
                 q.release(pos);
             }
@@ -72,7 +76,7 @@ pub fn fail_taken(region: &ShmRegion, queue: Option<u32>, code: i32, text: &str)
             && (st == completion_state::RUNNING
                 || (st == completion_state::SUBMITTED && taken.contains(&i))
                 // An early DONE whose fields never arrived (the context died first).
-                || (st == completion_state::DONE && region.read_completion(i).is_none()))
+                || (st == completion_state::DONE_CHECKED && region.read_completion(i).is_none()))
     })
 }
 

@@ -1116,7 +1116,7 @@ impl Client {
                     if !torn_warned
                         && start.elapsed() >= Duration::from_secs(1)
                         && self.region.completion(t.slot).is_some_and(|c| {
-                            c.state.load(Ordering::Acquire) == completion_state::DONE
+                            c.state.load(Ordering::Acquire) == completion_state::DONE_CHECKED
                         })
                     {
                         torn_warned = true;

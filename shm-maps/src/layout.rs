@@ -420,9 +420,11 @@ pub mod completion_state {
     pub const SUBMITTED: u32 = 1;
     /// A worker has started it.
     pub const RUNNING: u32 = 2;
-    /// Finished; the other fields are valid once [`super::Completion::check`] matches
-    /// them (the GPU publishes a one-record job's DONE and its fields unordered).
+    /// Finished, published with release ordering: the other fields are valid.
     pub const DONE: u32 = 3;
+    /// Finished, published together with the other fields, unordered (the GPU's
+    /// one-record jobs): they are valid once [`super::Completion::check`] matches them.
+    pub const DONE_CHECKED: u32 = 4;
 }
 
 /// Job status codes in [`Completion::status`].
@@ -459,8 +461,8 @@ pub mod status {
 /// submitted time) and by the service afterwards.
 #[repr(C, align(128))]
 pub struct Completion {
-    /// One of [`completion_state`]; the service publishes `DONE` with release ordering,
-    /// except the GPU's one-record jobs, whose fields the check word vouches for.
+    /// One of [`completion_state`]; the service publishes `DONE` with release ordering, and
+    /// the GPU's one-record jobs `DONE_CHECKED`, whose fields the check word vouches for.
     pub state: AtomicU32,
     /// One of [`status`].
     pub status: i32,
@@ -493,9 +495,9 @@ pub struct Completion {
     /// The queue the job was submitted to (the GPU of a multi-GPU service), written by the
     /// client at submit: a fault on one GPU ends only that GPU's jobs.
     pub queue: u32,
-    /// [`completion_check`] of the fields the service wrote; the client clears it at submit.
-    /// The GPU publishes a one-record job's DONE with its fields and no fence in between, so
-    /// a client that sees DONE takes the fields only when this word matches them.
+    /// With `DONE_CHECKED`: [`completion_check`] of the fields the GPU wrote, published with
+    /// them and no fence in between, so a client takes the fields only when this word
+    /// matches them. The client clears it at submit.
     pub check: u64,
 }
 

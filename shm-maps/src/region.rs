@@ -815,11 +815,6 @@ impl ShmRegion {
             std::ptr::addr_of_mut!((*p).started_ns).write(o.started_ns);
             std::ptr::addr_of_mut!((*p).finished_ns).write(o.finished_ns);
             std::ptr::addr_of_mut!((*p).gpu_hops).write([0; 2]);
-            let c = CompletionData {
-                gpu_hops: [0; 2],
-                ..*o
-            };
-            std::ptr::addr_of_mut!((*p).check).write(c.check());
         }
         // ORDERING: release publishes the fields above; pairs with the acquire load in
         // `read_completion`.
@@ -830,43 +825,44 @@ impl ShmRegion {
     }
 
     /// Service side: publishes a job whose fields the GPU wrote but whose DONE it left to
-    /// the host (an error): writes the message slot, the check word over the fields, then
-    /// DONE.
+    /// the host (an error): writes the message slot, then DONE.
     pub fn finalize_completion(&self, i: u32, message: u32) -> Option<()> {
         let p = self.completion_ptr(i)?;
         // SAFETY: the slot is inside the table; the GPU wrote every other field before it
         // published the job's log entry (which the caller acquired), and DONE is not set
         // yet, so the client does not read the slot.
-        unsafe {
-            std::ptr::addr_of_mut!((*p).message).write(message);
-            let c = self.completion_fields(p);
-            std::ptr::addr_of_mut!((*p).check).write(c.check());
-        }
-        // ORDERING: release publishes the fields above; pairs with `read_completion`.
+        unsafe { std::ptr::addr_of_mut!((*p).message).write(message) };
+        // ORDERING: release publishes the fields above (and the GPU's, which the caller's
+        // acquire of the log entry ordered before); pairs with `read_completion`.
         self.completion(i)?
             .state
             .store(crate::layout::completion_state::DONE, Ordering::Release);
         Some(())
     }
 
-    /// Client side: the outcome in slot `i` if it is DONE and its check word matches the
-    /// fields read (the GPU's one-record jobs publish DONE with their fields, unordered;
-    /// a mismatch is a completion still arriving, read again by the next call).
+    /// Client side: the outcome in slot `i` if it is DONE, or DONE_CHECKED with a check
+    /// word that matches the fields read (the GPU's one-record jobs publish it with their
+    /// fields, unordered; a mismatch is a completion still arriving, read again by the
+    /// next call).
     pub fn read_completion(&self, i: u32) -> Option<CompletionData> {
+        use crate::layout::completion_state::{DONE, DONE_CHECKED};
         let c = self.completion(i)?;
-        // ORDERING: acquire pairs with the release store of DONE in `finish_completion`.
-        if c.state.load(Ordering::Acquire) != crate::layout::completion_state::DONE {
+        // ORDERING: acquire pairs with the release store of DONE in `finish_completion` (a
+        // DONE_CHECKED store orders nothing: the check word vouches for the fields).
+        let state = c.state.load(Ordering::Acquire);
+        if state != DONE && state != DONE_CHECKED {
             return None;
         }
         let p = self.completion_ptr(i)?;
         // SAFETY: DONE was observed with acquire and no one but the service writes the slot
-        // until the client frees it; the fields are plain words, checked below.
-        let (d, check) = unsafe {
-            (
-                self.completion_fields(p),
-                std::ptr::addr_of!((*p).check).read_volatile(),
-            )
-        };
+        // until the client frees it; the fields are plain words (checked below when
+        // DONE_CHECKED).
+        let d = unsafe { self.completion_fields(p) };
+        if state == DONE {
+            return Some(d);
+        }
+        // SAFETY: as above.
+        let check = unsafe { std::ptr::addr_of!((*p).check).read_volatile() };
         (check == d.check()).then_some(d)
     }
 

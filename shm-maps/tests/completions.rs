@@ -59,7 +59,7 @@ fn done_counts_only_once_every_field_matches_the_check() {
     r.completion(0)
         .unwrap()
         .state
-        .store(completion_state::DONE, Ordering::Release);
+        .store(completion_state::DONE_CHECKED, Ordering::Relaxed);
     assert!(r.read_completion(0).is_none(), "DONE without its check");
     gpu_writes(&r, 0, offset_of!(Completion, check), want.check());
     assert!(
@@ -117,7 +117,7 @@ fn a_reused_slot_does_not_take_the_last_jobs_check() {
     r.completion(1)
         .unwrap()
         .state
-        .store(completion_state::DONE, Ordering::Release);
+        .store(completion_state::DONE_CHECKED, Ordering::Relaxed);
     assert!(r.read_completion(1).is_none());
     // The service's own path (the CPU backend) writes the check with the fields.
     let next = CompletionData {

@@ -1615,11 +1615,10 @@ mod tests {
         submit(&s, 1, 999, 1);
         // Job 2: DONE landed, its fields and check did not (the context died first).
         s.region.start_completion(2).unwrap();
-        s.region
-            .completion(2)
-            .unwrap()
-            .state
-            .store(shm_maps::layout::completion_state::DONE, Ordering::Release);
+        s.region.completion(2).unwrap().state.store(
+            shm_maps::layout::completion_state::DONE_CHECKED,
+            Ordering::Relaxed,
+        );
         assert!(s.region.read_completion(2).is_none());
         let failed = s.fail_taken("test fault");
         assert_eq!(failed, 1, "job 2 only");

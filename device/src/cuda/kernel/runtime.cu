@@ -363,6 +363,7 @@ static_assert(sizeof(struct bpft_fwd) == 128, "bpft_fwd size");
 // Completion state and status values (shm-maps layout::completion_state / status).
 #define CS_RUNNING 2
 #define CS_DONE 3
+#define CS_DONE_CHECKED 4
 #define ST_OK 0
 #define ST_RUNTIME_ERROR (-5)
 
@@ -589,9 +590,10 @@ static __device__ __forceinline__ int run_record(const bpft_params &P, const bpf
 // the host finalizes it (writes the message text, then publishes DONE). Waits while the
 // done log is a whole ring ahead of the host.
 // `early` (one-record jobs, run by the lane that marked them RUNNING; BPFT_DONE_EARLY): an
-// OK job's DONE goes out with its fields, before the log entry and with no fence; the
-// completion's check word tells the client whether the fields it read are all there. The
-// log's fence still comes before the caller frees the queue slot.
+// OK job goes out as DONE_CHECKED with its fields and their check word, before the log
+// entry and with no fence; the check word tells the client whether the fields it read are
+// all there. The log's fence still comes before the caller frees the queue slot. Otherwise
+// DONE follows the fence, which orders the fields before it (no check word).
 static __device__ void finish_job(const bpft_params &P, const bpft_job_desc &d, const bpft_prog &p,
                            s32 status, u64 done, u64 failed, u64 r0, u32 err_pc, u64 err_record,
                            u32 err_code, u64 started, u32 hop_poll = 0, u32 hop_fence = 0,
@@ -600,7 +602,10 @@ static __device__ void finish_job(const bpft_params &P, const bpft_job_desc &d, 
     bpft_ctl *C = (bpft_ctl *)P.ctl;
     char *c = completion_ptr(P, d.completion);
     u64 fin = now_ns(P);
-    if (status == ST_OK) {
+    // The lane that stored RUNNING stores DONE: two writes of one thread to one word, which
+    // the PTX memory model keeps in program order (they are morally strong), fence or not.
+    const bool done_now = early && BPFT_DONE_EARLY && status == ST_OK;
+    if (done_now) {
         // The words shm_maps::layout::completion_check covers, as the client will read them.
         const u64 w[BPFT_COMPLETION_CHECK_WORDS] = {
             (u64)(u32)status, (u64)p.version << 32, (u64)d.prog_id | ((u64)err_pc << 32), done, failed, r0,
@@ -617,10 +622,7 @@ static __device__ void finish_job(const bpft_params &P, const bpft_job_desc &d, 
     st_fld_v2(c + BPFT_OFF_Completion_records_failed, failed, r0);  // 16-byte aligned
     st_fld_v2(c + BPFT_OFF_Completion_started_ns, started, fin);
     st_fld32_v2(c + BPFT_OFF_Completion_gpu_hops, hop_poll, hop_fence);
-    // The lane that stored RUNNING stores DONE: two writes of one thread to one word, which
-    // the PTX memory model keeps in program order (they are morally strong), fence or not.
-    const bool done_now = early && BPFT_DONE_EARLY && status == ST_OK;
-    if (done_now) st_rlx_sys32(c + BPFT_OFF_Completion_state, CS_DONE);
+    if (done_now) st_rlx_sys32(c + BPFT_OFF_Completion_state, CS_DONE_CHECKED);
     u64 pos = atomicAdd(&S->done_pos, 1ull);
     // Read the host's position over PCIe only when the cached one says the log is full.
     if (pos - ld_rlx_gpu(&S->done_seen) > P.done_mask) {
