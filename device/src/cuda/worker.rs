@@ -1107,7 +1107,12 @@ impl Worker {
         }
     }
 
-    fn handle(&mut self, cmd: Cmd, swap_waiters: &mut u32, build_now: &mut bool) -> Option<Msg> {
+    fn handle(
+        &mut self,
+        cmd: Cmd,
+        swap_waiters: &mut SwapWaiters,
+        build_now: &mut bool,
+    ) -> Option<Msg> {
         let ack = |r: Result<(), String>| Msg::Ack { error: r.err() };
         match cmd {
             Cmd::Program {
@@ -1150,7 +1155,7 @@ impl Worker {
             Cmd::TierBuffers { slots } => Some(ack(self.set_tier_slots(slots))),
             Cmd::Unload { id } => Some(ack(self.unpublish(id).map_err(|e| e.to_string()))),
             Cmd::Swap => {
-                *swap_waiters += 1;
+                swap_waiters.request();
                 *build_now = true;
                 None
             }
@@ -1220,7 +1225,7 @@ impl Worker {
         let (btx, brx) = mpsc::channel::<Built>();
         let mut building = false;
         let mut dirty_since: Option<u64> = None;
-        let mut swap_waiters = 0u32;
+        let mut swap_waiters = SwapWaiters::default();
         let mut build_now = false;
         let mut last_check = Instant::now();
         loop {
@@ -1274,7 +1279,7 @@ impl Worker {
                     }
                     tracing::error!("generation build failed: {e}");
                 }
-                for _ in 0..swap_waiters {
+                for _ in 0..swap_waiters.build_done() {
                     reply(&match &r {
                         Ok(t) => Msg::Swapped {
                             error: None,
@@ -1286,7 +1291,6 @@ impl Worker {
                         },
                     });
                 }
-                swap_waiters = 0;
             }
             let debounced = dirty_since.is_some_and(|t| {
                 self.args.cfg.native
@@ -1295,6 +1299,7 @@ impl Worker {
             if !building && (build_now || debounced) {
                 building = true;
                 build_now = false;
+                swap_waiters.build_started();
                 dirty_since = None;
                 let (gpu, ptx, sm, progs) = (
                     self.gpu.clone(),
@@ -1467,6 +1472,35 @@ fn build(
     }
 }
 
+/// Who waits for a swap (`Cmd::Swap`, the service's `cuda_swap_now`): a request is answered
+/// by the first build that starts after it, so that its generation holds every program
+/// loaded before the request. One that arrives while a build runs waits for the next build
+/// (answering it with the running one swapped in a snapshot taken before some of its
+/// programs were loaded: seen as a flaky row t of `gpu_service`).
+#[derive(Debug, Default)]
+struct SwapWaiters {
+    /// Requests since the running build started (or since the last build, when none runs).
+    next: u32,
+    /// Requests the running build answers.
+    current: u32,
+}
+
+impl SwapWaiters {
+    fn request(&mut self) {
+        self.next += 1;
+    }
+
+    /// A build starts: it answers every request so far.
+    fn build_started(&mut self) {
+        self.current += std::mem::take(&mut self.next);
+    }
+
+    /// A build finished: how many requests to answer with it.
+    fn build_done(&mut self) -> u32 {
+        std::mem::take(&mut self.current)
+    }
+}
+
 /// The index word of the entry at `*next` or after it, round robin over [`MAX_ENTRIES`],
 /// that no id in `named` (id → index word) names; advances `*next` past it, and `*lap` when
 /// it wraps.
@@ -1512,6 +1546,26 @@ mod tests {
         named.insert(8, index_word(1, 1));
         assert_eq!(fresh(&mut next, &named), 3);
         assert_eq!(next, 4);
+    }
+
+    /// A swap requested while a build runs is answered by the next build, not that one;
+    /// one requested before a build starts is answered by it.
+    #[test]
+    fn a_swap_is_answered_by_a_build_that_started_after_it() {
+        let mut w = SwapWaiters::default();
+        w.request();
+        w.build_started();
+        w.request(); // while the first build runs
+        assert_eq!(
+            w.build_done(),
+            1,
+            "the first build answers the first request only"
+        );
+        w.build_started();
+        assert_eq!(w.build_done(), 1, "the second build answers the second");
+        assert_eq!(w.build_done(), 0);
+        w.build_started();
+        assert_eq!(w.build_done(), 0, "a build nobody asked for answers nobody");
     }
 
     /// An index word names one write of one entry: the same entry in the next lap gets
