@@ -34,9 +34,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 ///    one-record job's DONE before it frees the slot, and with several dispatchers the head
 ///    is only the least of their positions): taken here, never run twice; then the head
 ///    moves past every position already taken;
-/// 3. every completion still RUNNING, every SUBMITTED one of case 1, and every DONE one
-///    whose check word does not match its fields (an early DONE whose fields never
-///    arrived).
+/// 3. every completion still RUNNING, every SUBMITTED one of case 1, and every
+///    DONE_CHECKED one whose check word does not match its fields (an early DONE whose
+///    fields never arrived).
 ///
 /// Jobs still in the queue are not touched: the next consumer runs them. When the whole
 /// service restarted, [`requeue_unstarted`] first puts back the jobs a CPU worker held

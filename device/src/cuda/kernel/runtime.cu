@@ -79,17 +79,17 @@ typedef unsigned char u8;
 // 1: a job found by a whole-slot poll gets the acquire fence (fence.acq_rel.sys, 1-2 µs on
 // an H200) only when it reads memory the client may have written outside its slot: its
 // check word already vouches for the descriptor and the inline input. A one-record job
-// with inline input, no output buffer, no maps and no tier reads nothing else the client
-// wrote (program entries are device memory, read from L2), so it runs without one. 0: every
+// with inline input, no output buffer and no maps (self_contained) reads nothing else the
+// client wrote (program entries are device memory, read from L2), so it runs without one. 0: every
 // job fences before it is read (the old way, to compare). A tuning knob.
 #ifndef BPFT_LAZY_FENCE
 #define BPFT_LAZY_FENCE 1
 #endif
-// 1: a one-record job's completion is published before its done-log entry, with no fence:
-// its fields, a check word over them (shm_maps::layout::completion_check) and DONE go out
-// together, and the client takes DONE only when the check matches the fields it read, so
-// it need not wait for the log's atomic and fence. 0: DONE after the log's fence (the old
-// way, to compare). A tuning knob.
+// 1: a self-contained one-record job's completion is published before its done-log entry,
+// with no fence: its fields, a check word over them (shm_maps::layout::completion_check)
+// and DONE_CHECKED go out together, and the client takes them only when the check matches
+// the fields it read, so it need not wait for the log's atomic and fence. 0: DONE after
+// the log's fence (the old way, to compare). A tuning knob.
 #ifndef BPFT_DONE_EARLY
 #define BPFT_DONE_EARLY 1
 #endif
@@ -589,8 +589,8 @@ static __device__ __forceinline__ int run_record(const bpft_params &P, const bpf
 // jobs, DONE (relaxed stores the fence orders after every field). With an error status
 // the host finalizes it (writes the message text, then publishes DONE). Waits while the
 // done log is a whole ring ahead of the host.
-// `early` (one-record jobs, run by the lane that marked them RUNNING; BPFT_DONE_EARLY): an
-// OK job goes out as DONE_CHECKED with its fields and their check word, before the log
+// `early` (one-record self-contained jobs, run by the lane that marked them RUNNING, when
+// BPFT_DONE_EARLY is on; run_short's caller decides): an OK job goes out as DONE_CHECKED with its fields and their check word, before the log
 // entry and with no fence; the check word tells the client whether the fields it read are
 // all there. The log's fence still comes before the caller frees the queue slot. Otherwise
 // DONE follows the fence, which orders the fields before it (no check word).
@@ -604,7 +604,7 @@ static __device__ void finish_job(const bpft_params &P, const bpft_job_desc &d, 
     u64 fin = now_ns(P);
     // The lane that stored RUNNING stores DONE: two writes of one thread to one word, which
     // the PTX memory model keeps in program order (they are morally strong), fence or not.
-    const bool done_now = early && BPFT_DONE_EARLY && status == ST_OK;
+    const bool done_now = early && status == ST_OK;
     if (done_now) {
         // The words shm_maps::layout::completion_check covers, as the client will read them.
         const u64 w[BPFT_COMPLETION_CHECK_WORDS] = {
@@ -936,9 +936,9 @@ static __device__ void dispatcher(const bpft_params &P, const u32 d, const u32 D
         if (nlive == 0) continue;
         // A relaxed load that saw the client's release store of seq, then a fence: every
         // load below is ordered after it (an acquire pattern). A whole-slot poll's job
-        // (`lazy`) fences later, and only when it reads memory outside its slot.
+        // (`lazy`, BPFT_LAZY_FENCE) fences later, and only when it reads memory outside its
+        // slot.
         const u64 t_seen = globaltimer();
-        // BPFT_LAZY_FENCE: a whole-slot poll's job fences below, once its needs are known.
         const bool lazy = BPFT_LAZY_FENCE && whole && !BPFT_POLL_ACQUIRE;
         // BPFT_EARLY_INDEX: a whole-slot poll's job has its descriptor now, so its program's
         // index word (GPU memory, an L2 round trip) is asked for before the slot check and
@@ -1052,6 +1052,7 @@ static __device__ void dispatcher(const bpft_params &P, const u32 d, const u32 D
         const u64 t_looked = now_ns(P);
 #endif
         if (kind == 1) {
+            const bool early = BPFT_DONE_EARLY && alone && !res_base;
             // Inline input: run it from this lane's device scratch line, not over PCIe.
             const int m = bpft_inline_words(dw);
             if (m > 0) {
@@ -1062,12 +1063,12 @@ static __device__ void dispatcher(const bpft_params &P, const u32 d, const u32 D
                 in_base = (u64)line;
             }
 #if BPFT_HOP_SPLIT == 1
-            run_short(P, dj, p, ti, to, in_base, out_base, res_base, started, (u32)(now_ns(P) - started), 0, BPFT_DONE_EARLY && alone && !res_base);
+            run_short(P, dj, p, ti, to, in_base, out_base, res_base, started, (u32)(now_ns(P) - started), 0, early);
 #elif BPFT_HOP_SPLIT == 2
             run_short(P, dj, p, ti, to, in_base, out_base, res_base, started, (u32)(t_stored - started),
-                      (u32)(t_looked - started), BPFT_DONE_EARLY && alone && !res_base);
+                      (u32)(t_looked - started), early);
 #else
-            run_short(P, dj, p, ti, to, in_base, out_base, res_base, started, hop_poll, hop_fence, BPFT_DONE_EARLY && alone && !res_base);
+            run_short(P, dj, p, ti, to, in_base, out_base, res_base, started, hop_poll, hop_fence, early);
 #endif
         }
         if (kind == 4) mailbox_ping(P, dj, p, started);
