@@ -8,6 +8,11 @@
 //      a persistent kernel runs in the first context: does it return before that kernel
 //      stops, and does the kernel see a gap (its own longest pause between two loop turns,
 //      timed with %globaltimer)?
+//   5. (PROBE_GREEN=1: only this) two green contexts over every SM, which share the primary
+//      context's memory: does the upload in one wait for a persistent kernel in the other,
+//      and what does the handoff cost (stop the kernel in one, launch a fetched kernel in
+//      the other that writes memory allocated in the primary context), against the same
+//      handoff inside one context?
 // PROBE_KERNEL names the kernel to fetch (default `gen`); PROBE_ONLY_SIZES=1 stops after 1;
 // PROBE_LMEM_MAX=1 keeps the context's local memory at its largest (CU_CTX_LMEM_RESIZE_TO_MAX);
 // PROBE_STACK=N reserves N bytes of stack a thread first (CU_LIMIT_STACK_SIZE).
@@ -35,7 +40,7 @@
     } while (0)
 
 struct Ctl {
-    volatile unsigned int stop, running;
+    volatile unsigned int stop, running, marked;
     volatile unsigned long long turns, max_gap_ns;
 };
 
@@ -54,6 +59,14 @@ extern "C" __global__ void spin(Ctl *c) {
         c->turns = turns;
         c->max_gap_ns = gap;
     }
+}
+
+// The handoff's new kernel: writes memory allocated elsewhere, then tells the host.
+extern "C" __global__ void mark(Ctl *c, unsigned int *dev_word, unsigned int v) {
+    if (threadIdx.x != 0 || blockIdx.x != 0) return;
+    *dev_word = v;
+    __threadfence_system();
+    c->marked = v;
 }
 
 static double now_ms() {
@@ -111,8 +124,17 @@ static std::string upload_and_run(const std::string &img) {
 // With a persistent kernel running in `ctx` (on all SMs, one thread a block), runs
 // `other` (which uploads and launches in another context), then stops the kernel after
 // 300 ms if `other` has not returned. Prints what happened.
+static CUstream make_stream(CUgreenCtx g) {
+    CUstream s;
+    if (g)
+        CU(cuGreenCtxStreamCreate(&s, g, CU_STREAM_NON_BLOCKING, 0));
+    else
+        CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    return s;
+}
+
 template <class F>
-static void beside_persistent(CUcontext ctx, const char *what, F other) {
+static bool beside_persistent(CUcontext ctx, const char *what, F other, CUgreenCtx g = nullptr) {
     CU(cuCtxSetCurrent(ctx));
     CUdevice dev;
     CU(cuCtxGetDevice(&dev));
@@ -127,8 +149,7 @@ static void beside_persistent(CUcontext ctx, const char *what, F other) {
     CU(cuModuleLoadData(&m, slurp("spin.cubin").data()));
     CUfunction fspin;
     CU(cuModuleGetFunction(&fspin, m, "spin"));
-    CUstream s;
-    CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    CUstream s = make_stream(g);
     void *args[] = {&dc};
     CU(cuLaunchKernel(fspin, sms * 4, 1, 1, 32, 1, 1, 0, s, args, nullptr));
     while (!c->running) {
@@ -152,6 +173,162 @@ static void beside_persistent(CUcontext ctx, const char *what, F other) {
     CU(cuModuleUnload(m));
     CU(cuStreamDestroy(s));
     CU(cuMemFreeHost(c));
+    return before;
+}
+
+// A green context over every SM of `dev`.
+static CUcontext green(CUdevice dev, CUgreenCtx *out) {
+    CUdevResource sm;
+    CU(cuDeviceGetDevResource(dev, &sm, CU_DEV_RESOURCE_TYPE_SM));
+    CUdevResourceDesc desc;
+    CU(cuDevResourceGenerateDesc(&desc, &sm, 1));
+    CU(cuGreenCtxCreate(out, desc, dev, CU_GREEN_CTX_DEFAULT_STREAM));
+    CUcontext c;
+    CU(cuCtxFromGreenCtx(&c, *out));
+    printf("green context over %u SMs\n", sm.sm.smCount);
+    return c;
+}
+
+// Section 5. `primary` is current.
+static void green_contexts(CUdevice dev, CUcontext primary, const std::string &img) {
+    CUgreenCtx g1, g2;
+    CUcontext c1 = green(dev, &g1), c2 = green(dev, &g2);
+    // a. kernel in g1, upload (load + fetch) in g2.
+    const bool beside = beside_persistent(c1, "green: kernel in green 1, load + fetch in green 2", [&] {
+        CU(cuCtxSetCurrent(c2));
+        CUlibrary lib;
+        CUfunction f;
+        double l;
+        double fetch = load_fetch(img, &lib, &f, &l);
+        printf("  (green 2: load %.3f ms, fetch %.3f ms)\n", l, fetch);
+    }, g1);
+    // b. kernel in the primary context, upload in g2.
+    beside_persistent(primary, "green: kernel in the primary context, load + fetch in green 2", [&] {
+        CU(cuCtxSetCurrent(c2));
+        CUlibrary lib;
+        CUfunction f;
+        double l;
+        double fetch = load_fetch(img, &lib, &f, &l);
+        printf("  (green 2: load %.3f ms, fetch %.3f ms)\n", l, fetch);
+    });
+    // c. kernel in g1, upload in g1 (the same green context): expected to block.
+    beside_persistent(c1, "green: kernel in green 1, load + fetch in green 1", [&] {
+        CU(cuCtxSetCurrent(c1));
+        CUlibrary lib;
+        CUfunction f;
+        double l;
+        double fetch = load_fetch(img, &lib, &f, &l);
+        printf("  (green 1: load %.3f ms, fetch %.3f ms)\n", l, fetch);
+    }, g1);
+    // d. The handoff, 30 times each: spin in `from`, then stop it, wait for it, launch
+    // `mark` in `to`, and wait until the host sees its write. `mark` writes a word of
+    // memory allocated in the primary context; checked after.
+    CU(cuCtxSetCurrent(primary));
+    CUdeviceptr word;
+    CU(cuMemAlloc(&word, 4));
+    CU(cuMemsetD32(word, 0, 1));
+    const std::string spin_img = slurp("spin.cubin");
+    struct Side {
+        CUcontext ctx;
+        CUgreenCtx g;
+        CUmodule m;
+        CUfunction spin, mark;
+        CUstream s;
+    };
+    auto side = [&](CUcontext ctx, CUgreenCtx g) {
+        Side x{ctx, g, nullptr, nullptr, nullptr, nullptr};
+        CU(cuCtxSetCurrent(ctx));
+        CU(cuModuleLoadData(&x.m, spin_img.data()));
+        CU(cuModuleGetFunction(&x.spin, x.m, "spin"));
+        CU(cuModuleGetFunction(&x.mark, x.m, "mark"));
+        x.s = make_stream(g);
+        return x;
+    };
+    Side s1 = side(c1, g1), s2 = side(c2, g2);
+    int sms;
+    CU(cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev));
+    Ctl *c;
+    CU(cuMemHostAlloc((void **)&c, sizeof(Ctl), CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_PORTABLE));
+    CUdeviceptr dc;
+    CU(cuMemHostGetDevicePointer(&dc, c, 0));
+    unsigned int v = 0;
+    for (int cross = 0; cross < 2; cross++) {
+        std::vector<double> pause;
+        bool words_ok = true;
+        for (int r = 0; r < 30; r++) {
+            Side &from = s1, &to = cross ? s2 : s1;
+            *c = Ctl{};
+            CU(cuCtxSetCurrent(from.ctx));
+            void *sa[] = {&dc};
+            CU(cuLaunchKernel(from.spin, sms * 4, 1, 1, 32, 1, 1, 0, from.s, sa, nullptr));
+            while (!c->running) {
+            }
+            usleep(2000);
+            v++;
+            const double t0 = now_ms();
+            c->stop = 1;
+            CU(cuStreamSynchronize(from.s));
+            CU(cuCtxSetCurrent(to.ctx));
+            void *ma[] = {&dc, &word, &v};
+            CU(cuLaunchKernel(to.mark, 1, 1, 1, 32, 1, 1, 0, to.s, ma, nullptr));
+            while (c->marked != v) {
+            }
+            pause.push_back(now_ms() - t0);
+            CU(cuStreamSynchronize(to.s));
+            CU(cuCtxSetCurrent(primary));
+            unsigned int got = 0;
+            CU(cuMemcpyDtoH(&got, word, 4));
+            if (got != v) words_ok = false;
+        }
+        std::vector<double> sorted = pause;
+        std::sort(sorted.begin(), sorted.end());
+        printf("handoff %s: stop -> old kernel done -> new kernel running, p50 %.3f ms, max %.3f ms (30); "
+               "the new kernel's write to primary-context memory %s\n",
+               cross ? "green 1 -> green 2" : "green 1 -> green 1 (same context)", sorted[15], sorted.back(),
+               words_ok ? "seen every time" : "NOT SEEN");
+    }
+    // e. The swap as the service would do it with two green contexts, 10 times: a kernel
+    // spins in green A while green B loads + fetches the big cubin; then stop A, launch in B.
+    // Only when (a) showed the fetch does not wait for the kernel (else nothing stops it).
+    if (beside) {
+        std::vector<double> pause, fetches;
+        for (int r = 0; r < 10; r++) {
+            Side &from = (r % 2) ? s2 : s1, &to = (r % 2) ? s1 : s2;
+            *c = Ctl{};
+            CU(cuCtxSetCurrent(from.ctx));
+            void *sa[] = {&dc};
+            CU(cuLaunchKernel(from.spin, sms * 4, 1, 1, 32, 1, 1, 0, from.s, sa, nullptr));
+            while (!c->running) {
+            }
+            CU(cuCtxSetCurrent(to.ctx));
+            CUlibrary lib;
+            CUfunction f;
+            double l;
+            double t = now_ms();
+            const double fetch = load_fetch(img, &lib, &f, &l);
+            fetches.push_back(now_ms() - t);
+            (void)fetch;
+            v++;
+            const double t0 = now_ms();
+            c->stop = 1;
+            CU(cuCtxSetCurrent(from.ctx));
+            CU(cuStreamSynchronize(from.s));
+            CU(cuCtxSetCurrent(to.ctx));
+            void *ma[] = {&dc, &word, &v};
+            CU(cuLaunchKernel(to.mark, 1, 1, 1, 32, 1, 1, 0, to.s, ma, nullptr));
+            while (c->marked != v) {
+            }
+            pause.push_back(now_ms() - t0);
+            CU(cuStreamSynchronize(to.s));
+            printf("  swap %d: load+fetch beside the kernel %.3f ms, the kernel's longest pause %.3f ms, "
+                   "handoff %.3f ms\n", r, fetches.back(), c->max_gap_ns / 1e6, pause.back());
+            CU(cuLibraryUnload(lib));
+        }
+        std::sort(pause.begin(), pause.end());
+        std::sort(fetches.begin(), fetches.end());
+        printf("two-green swap: load+fetch while the old kernel runs p50 %.3f ms; pause p50 %.3f ms, max %.3f ms\n",
+               fetches[5], pause[5], pause.back());
+    }
 }
 
 int main(int argc, char **argv) {
@@ -196,6 +373,13 @@ int main(int argc, char **argv) {
         printf("stack limit %zu bytes a thread\n", v);
     }
 
+    if (getenv("PROBE_GREEN")) {
+        green_contexts(dev, ctx, slurp(argv[nsizes]));
+        kill(child, SIGKILL);
+        waitpid(child, nullptr, 0);
+        printf("done\n");
+        return 0;
+    }
     // 1. Upload cost by size.
     for (int i = 1; i <= nsizes; i++) {
         std::string img = slurp(argv[i]);

@@ -9,7 +9,7 @@ mkdir -p "$OUT"
 here=$(cd "$(dirname "$0")" && pwd)
 cd "$W"
 # The spin kernel is the probe's own; compile it into a cubin of its own.
-sed -n '/^struct Ctl/,/^};/p;/^extern "C" __global__ void spin/,/^}/p' "$here/upload_probe.cu" > spin.cu
+sed -n '/^struct Ctl/,/^};/p;/^extern "C" __global__ void spin/,/^}/p;/^extern "C" __global__ void mark/,/^}/p' "$here/upload_probe.cu" > spin.cu
 nvcc -cubin -arch=sm_90 spin.cu -o spin.cubin || exit 1
 for n in 1 64 512; do
   {
