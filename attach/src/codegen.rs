@@ -951,14 +951,7 @@ pub fn mem_block(
         || trace.is_some();
     let a = regs.d();
     if need_addr {
-        // A block moved to a barrier reads its load's base from a local slot
-        // (`jit::passes::defer`): after the probe's first test, when it has one, so the
-        // test alone stays on the kernel's path (a trace record reads it before).
-        let late = site.deferred_to.is_some() && at_point && trace.is_none();
-        match late {
-            true => lazy.push_str(&site.address_into(&a)),
-            false => before.push_str(&site.address_into(&a)),
-        }
+        before.push_str(&site.address_into(&a));
         if wants(MemCtx::ADDR) {
             fill.push((MemCtx::ADDR, a.clone()));
         }

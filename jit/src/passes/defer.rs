@@ -19,12 +19,12 @@
 //! - reaches the same unguarded `bar.sync`/`barrier.sync` (the first barrier on each path);
 //! - goes only forward (no loop back to the load before the barrier), through no `ret`,
 //!   `exit`, `trap`, `call` or `brx.idx`, and no other barrier form;
-//! - writes none of the loaded value's registers, which the block reads at the barrier.
+//! - writes none of the registers the block reads at the barrier: the address's base and
+//!   the loaded value (so the block computes the same ctx words there).
 //!
-//! The load itself must be unguarded. The memory pass stores the address's base register to
-//! a local slot at the load (so it is not held in a register until the barrier), sets a
-//! per-thread flag, and runs the block at the barrier only where the flag is set, reading
-//! the base from the slot after the probe's first test.
+//! The load itself must be unguarded and must not overwrite its own base (a pointer chase's
+//! `ld %rd1, [%rd1]`): the memory pass sets a per-thread flag at the load and runs the block
+//! at the barrier only where the flag is set.
 
 use super::live::reads_writes;
 use crate::ptx::parse::{Operand, PtxFunction, StmtKind};
@@ -46,14 +46,26 @@ fn is_block_barrier(opcode: &str) -> bool {
 }
 
 /// The statement index of the barrier where the load at statement `at` of `f` may run its
-/// block instead ([`self`]), given the registers the block reads there (`keep`: the loaded
-/// values); `None` when it does not qualify.
-pub fn barrier_after(f: &PtxFunction<'_>, at: usize, keep: &[String]) -> Option<usize> {
+/// block instead ([`self`]), given the registers the block reads there: the address's
+/// `base` and the loaded values; `None` when it does not qualify.
+pub fn barrier_after(
+    f: &PtxFunction<'_>,
+    at: usize,
+    base: Option<&str>,
+    values: &[String],
+) -> Option<usize> {
     let st = &f.statements;
     let load = st.get(at)?;
     if load.kind != StmtKind::Instruction || load.guard.is_some() {
         return None;
     }
+    if base.is_some_and(|b| reads_writes(load).1.iter().any(|w| w == b)) {
+        return None;
+    }
+    let keep: Vec<&str> = base
+        .into_iter()
+        .chain(values.iter().map(String::as_str))
+        .collect();
     let labels: HashMap<&str, usize> = st
         .iter()
         .enumerate()
@@ -109,7 +121,7 @@ pub fn barrier_after(f: &PtxFunction<'_>, at: usize, keep: &[String]) -> Option<
                 }
                 _ => {}
             }
-            if reads_writes(s).1.iter().any(|w| keep.contains(w)) {
+            if reads_writes(s).1.iter().any(|w| keep.contains(&w.as_str())) {
                 return None;
             }
             i += 1;
@@ -125,7 +137,7 @@ mod tests {
 
     const HEAD: &str = ".version 8.0\n.target sm_80\n.address_size 64\n.visible .entry k(.param .u64 a)\n{\n.reg .pred %p<4>;\n.reg .f32 %f<9>;\n.reg .b32 %r<9>;\n.reg .b64 %rd<9>;\n.shared .align 4 .b8 sm[64];\n";
 
-    /// The barrier's line for the load containing `load`, or `None`.
+    /// The barrier's line for the load containing `load` (base first in `keep`), or `None`.
     fn point(body: &str, load: &str, keep: &[&str]) -> Option<u32> {
         let src = format!("{HEAD}{body}}}\n");
         let file = parse::parse(&src).expect("parses");
@@ -135,8 +147,8 @@ mod tests {
             .iter()
             .position(|s| src[s.span.clone()].contains(load))
             .expect("the load");
-        let keep: Vec<String> = keep.iter().map(|s| s.to_string()).collect();
-        barrier_after(f, at, &keep).map(|b| f.statements[b].line)
+        let values: Vec<String> = keep[1..].iter().map(|s| s.to_string()).collect();
+        barrier_after(f, at, Some(keep[0]), &values).map(|b| f.statements[b].line)
     }
 
     /// The SGEMM shape: two guarded loads, each stored to shared memory, then the barrier;
@@ -163,46 +175,46 @@ ret;\n";
 
     #[test]
     fn guarded_tile_loads_go_to_the_barrier_every_path_reaches() {
-        assert_eq!(point(TILE, "[%rd2]", &["%f1"]), Some(23));
-        assert_eq!(point(TILE, "[%rd3]", &["%f2"]), Some(23));
+        assert_eq!(point(TILE, "[%rd2]", &["%rd2", "%f1"]), Some(23));
+        assert_eq!(point(TILE, "[%rd3]", &["%rd3", "%f2"]), Some(23));
     }
 
     #[test]
     fn a_register_the_block_reads_written_on_the_way_keeps_the_block_at_the_load() {
         // The second guarded block writes %rd3: a block reading it at the barrier stays.
-        assert_eq!(point(TILE, "[%rd2]", &["%f1", "%rd3"]), None);
+        assert_eq!(point(TILE, "[%rd2]", &["%rd2", "%f1", "%rd3"]), None);
         // The loop's write of %rd1 is past the barrier.
-        assert_eq!(point(TILE, "[%rd2]", &["%f1", "%rd1"]), Some(23));
+        assert_eq!(point(TILE, "[%rd2]", &["%rd2", "%f1", "%rd1"]), Some(23));
     }
 
     #[test]
     fn loops_exits_calls_other_barriers_and_chases_keep_the_block_at_the_load() {
         // A loop back to the load before any barrier.
         let looped = "ld.param.u64 %rd1, [a];\n$L:\nld.global.f32 %f1, [%rd1];\n@%p1 bra $L;\nbar.sync 0;\nret;\n";
-        assert_eq!(point(looped, "[%rd1]", &["%f1"]), None);
+        assert_eq!(point(looped, "[%rd1]", &["%rd1", "%f1"]), None);
         // A path that returns before the barrier.
         let exits =
             "ld.param.u64 %rd1, [a];\nld.global.f32 %f1, [%rd1];\n@%p1 ret;\nbar.sync 0;\nret;\n";
-        assert_eq!(point(exits, "[%rd1]", &["%f1"]), None);
+        assert_eq!(point(exits, "[%rd1]", &["%rd1", "%f1"]), None);
         // Two barriers, one on each path.
         let two = "ld.param.u64 %rd1, [a];\nld.global.f32 %f1, [%rd1];\n@%p1 bra $L_x;\nbar.sync 0;\nret;\n$L_x:\nbar.sync 1;\nret;\n";
-        assert_eq!(point(two, "[%rd1]", &["%f1"]), None);
+        assert_eq!(point(two, "[%rd1]", &["%rd1", "%f1"]), None);
         // A guarded barrier, and an arrive.
         let guarded =
             "ld.param.u64 %rd1, [a];\nld.global.f32 %f1, [%rd1];\n@%p1 bar.sync 0;\nret;\n";
-        assert_eq!(point(guarded, "[%rd1]", &["%f1"]), None);
+        assert_eq!(point(guarded, "[%rd1]", &["%rd1", "%f1"]), None);
         let arrive = "ld.param.u64 %rd1, [a];\nld.global.f32 %f1, [%rd1];\nbar.arrive 0, 64;\nbar.sync 0;\nret;\n";
-        assert_eq!(point(arrive, "[%rd1]", &["%f1"]), None);
+        assert_eq!(point(arrive, "[%rd1]", &["%rd1", "%f1"]), None);
         // A warp barrier is not a block barrier: walked past.
         let warp = "ld.param.u64 %rd1, [a];\nld.global.f32 %f1, [%rd1];\nbar.warp.sync -1;\nbarrier.sync.aligned 0;\nret;\n";
-        assert_eq!(point(warp, "[%rd1]", &["%f1"]), Some(14));
-        // The loaded value rewritten before the barrier (a chase's next step).
-        let chase = "ld.param.u64 %rd1, [a];\nld.global.u64 %rd2, [%rd1];\nld.global.u64 %rd2, [%rd2];\nbar.sync 0;\nret;\n";
-        assert_eq!(point(chase, "[%rd1]", &["%rd2"]), None);
+        assert_eq!(point(warp, "[%rd1]", &["%rd1", "%f1"]), Some(14));
+        // A pointer chase overwrites its own base.
+        let chase = "ld.param.u64 %rd1, [a];\nld.global.u64 %rd1, [%rd1];\nbar.sync 0;\nret;\n";
+        assert_eq!(point(chase, "[%rd1]", &["%rd1"]), None);
         // A guarded load, and no barrier at all.
         let pred = "ld.param.u64 %rd1, [a];\n@%p1 ld.global.f32 %f1, [%rd1];\nbar.sync 0;\nret;\n";
-        assert_eq!(point(pred, "[%rd1]", &["%f1"]), None);
+        assert_eq!(point(pred, "[%rd1]", &["%rd1", "%f1"]), None);
         let none = "ld.param.u64 %rd1, [a];\nld.global.f32 %f1, [%rd1];\nret;\n";
-        assert_eq!(point(none, "[%rd1]", &["%f1"]), None);
+        assert_eq!(point(none, "[%rd1]", &["%rd1", "%f1"]), None);
     }
 }

@@ -33,9 +33,6 @@ use std::fmt::Write;
 use super::probe::Edit;
 pub use super::probe::{PassError, PassWarning, ProbeModule};
 
-/// The kernel's local array of deferred loads' base registers ([`MemSite::deferred_to`]).
-pub const DEFER_SLOTS: &str = "__bt_dfs";
-
 /// What an access does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -185,9 +182,6 @@ pub struct MemSite {
     /// is what is live there.
     pub deferred_to: Option<u32>,
     base: Option<(String, Option<RegType>)>,
-    /// A deferred load's base register, stored at the load in the kernel's
-    /// [`DEFER_SLOTS`] array at this byte offset (widened to 64 bits).
-    base_slot: Option<u32>,
     offset: i128,
     value: Vec<ValueElem>,
 }
@@ -213,21 +207,6 @@ impl MemSite {
     /// `dst`.
     pub fn address_into(&self, dst: &str) -> String {
         let mut s = String::new();
-        match (&self.base, self.base_slot) {
-            (Some((b, Some(_))), Some(off)) => {
-                let _ = writeln!(s, "\t\tld.local.b64 {dst}, [{DEFER_SLOTS}+{off}]; // {b}");
-            }
-            _ => s.push_str(&self.base_into(dst)),
-        }
-        if self.offset != 0 {
-            let _ = writeln!(s, "\t\tadd.s64 {dst}, {dst}, {};", self.offset as i64);
-        }
-        s
-    }
-
-    /// `address_into` before the offset, from the base as the kernel holds it.
-    fn base_into(&self, dst: &str) -> String {
-        let mut s = String::new();
         match &self.base {
             None => {
                 let _ = writeln!(s, "\t\tmov.u64 {dst}, {};", self.offset as i64);
@@ -247,13 +226,18 @@ impl MemSite {
                 let _ = writeln!(s, "\t\tmov.u64 {dst}, {b};");
             }
         }
+        if self.offset != 0 {
+            let _ = writeln!(s, "\t\tadd.s64 {dst}, {dst}, {};", self.offset as i64);
+        }
         s
     }
 
-    /// Whether the access's address comes from a register the memory pass can store to a
-    /// slot (`.b32` or `.b64`), rather than from a variable or an absolute address.
-    fn base_in_register(&self) -> bool {
-        matches!(&self.base, Some((_, Some(t))) if t.bits == 32 || t.bits == 64)
+    /// The address's base register (not a variable's name), if any.
+    fn base_reg(&self) -> Option<&str> {
+        match &self.base {
+            Some((b, Some(_))) => Some(b),
+            _ => None,
+        }
     }
 
     /// The registers of the access's value.
@@ -674,7 +658,6 @@ pub fn classify(
         live: Vec::new(),
         deferred_to: None,
         base,
-        base_slot: None,
         offset,
         value,
     }))
@@ -791,11 +774,10 @@ pub fn splice(
         let barriers: Vec<Option<usize>> = found
             .iter()
             .map(|(at, site)| {
-                let wanted = blocks.defer_loads()
-                    && site.op == MemOp::Load
-                    && (site.base.is_none() || site.base_in_register());
-                wanted
-                    .then(|| super::defer::barrier_after(k, *at, &site.value_regs()))
+                (blocks.defer_loads() && site.op == MemOp::Load)
+                    .then(|| {
+                        super::defer::barrier_after(k, *at, site.base_reg(), &site.value_regs())
+                    })
                     .flatten()
             })
             .collect();
@@ -815,6 +797,7 @@ pub fn splice(
                 if let Some(b) = barriers[j] {
                     for (l, (_, later)) in found.iter().enumerate().skip(j + 1) {
                         if barriers[l] == Some(b) {
+                            names.extend(later.base_reg().map(str::to_string));
                             names.extend(later.value_regs());
                         }
                     }
@@ -833,9 +816,6 @@ pub fn splice(
             site.index = sites.len() as u32;
             site.in_loop = loops.iter().any(|r| r.contains(&at));
             site.deferred_to = barrier.map(|b| k.statements[b].line);
-            if barrier.is_some() && site.base_in_register() {
-                site.base_slot = Some(8 * flags as u32);
-            }
             let this = uid;
             uid += 1;
             let Some(b) = blocks.block(k, &site, this) else {
@@ -871,24 +851,15 @@ pub fn splice(
             match barrier {
                 Some(bar) => {
                     let flag = format!("%bt_df{flags}");
-                    let store = match (&site.base, site.base_slot) {
-                        (Some((b, Some(t))), Some(off)) if t.bits == 64 => {
-                            format!("st.local.b64 [{DEFER_SLOTS}+{off}], {b};\n\t")
-                        }
-                        (Some((b, Some(_))), Some(off)) => format!(
-                            "{{ .reg .b64 %bt_ds; cvt.u64.u32 %bt_ds, {b}; st.local.b64 [{DEFER_SLOTS}+{off}], %bt_ds; }}\n\t"
-                        ),
-                        _ => String::new(),
-                    };
                     flags += 1;
                     edits.push(Edit {
                         range: s.span.clone(),
-                        text: format!("{store}{}\n\tmov.pred {flag}, 1;", &src[s.span.clone()]),
+                        text: format!("{}\n\tmov.pred {flag}, 1;", &src[s.span.clone()]),
                     });
                     edits.push(Edit {
                         range: k.statements[bar].span.start..k.statements[bar].span.start,
                         text: format!(
-                            "@!{flag} bra $__bt_defer{this};\n\t{text}\n$__bt_defer{this}:\n\tmov.pred {flag}, 0;\n\t"
+                            "@!{flag} bra $__bt_skip{this};\n\t{text}\n$__bt_skip{this}:\n\tmov.pred {flag}, 0;\n\t"
                         ),
                     });
                 }
@@ -899,13 +870,9 @@ pub fn splice(
             }
             sites.push(*site);
         }
-        // The deferred blocks' flags, one per load, clear until its load runs; the slots of
-        // their bases.
+        // The deferred blocks' flags: one per load, clear until its load runs.
         if let (true, Some(body)) = (flags > 0, k.body.as_ref()) {
-            let mut decl = format!(
-                "\n\t.reg .pred %bt_df<{flags}>;\n\t.local .align 8 .b8 {DEFER_SLOTS}[{}];",
-                8 * flags
-            );
+            let mut decl = format!("\n\t.reg .pred %bt_df<{flags}>;");
             for f in 0..flags {
                 let _ = write!(decl, "\n\tmov.pred %bt_df{f}, 0;");
             }
@@ -1027,39 +994,38 @@ mod tests {
         let to: Vec<Option<u32>> = out.sites.iter().map(|s| s.deferred_to).collect();
         assert_eq!(to, [Some(21), Some(21), None], "{t}");
         // One flag per deferred load, clear at entry, set right after its load, cleared
-        // after its block; the load's base stored to its slot just before it.
-        let decl = ".reg .pred %bt_df<2>;\n\t.local .align 8 .b8 __bt_dfs[16];\n\tmov.pred %bt_df0, 0;\n\tmov.pred %bt_df1, 0;";
-        assert!(t.contains(decl), "{t}");
-        let load0 = "st.local.b64 [__bt_dfs+0], %rd2;\n\tld.global.f32 %f1, [%rd2];\n\tmov.pred %bt_df0, 1;";
-        let load1 = "st.local.b64 [__bt_dfs+8], %rd1;\n\tld.global.f32 %f2, [%rd1+8];\n\tmov.pred %bt_df1, 1;";
-        assert!(t.contains(load0) && t.contains(load1), "{t}");
+        // after its block.
+        assert!(
+            t.contains(".reg .pred %bt_df<2>;\n\tmov.pred %bt_df0, 0;\n\tmov.pred %bt_df1, 0;"),
+            "{t}"
+        );
+        assert!(
+            t.contains("ld.global.f32 %f1, [%rd2];\n\tmov.pred %bt_df0, 1;"),
+            "{t}"
+        );
+        assert!(
+            t.contains("ld.global.f32 %f2, [%rd1+8];\n\tmov.pred %bt_df1, 1;"),
+            "{t}"
+        );
         // The blocks run in order after both stores, just before the barrier, each only
         // where its flag is set; the loads are no longer inside a block.
         let at = |needle: &str| t.find(needle).unwrap_or_else(|| panic!("{needle}: {t}"));
         let second_store = at("st.shared.f32 [sm+4], %f2;");
-        let first = at("@!%bt_df0 bra $__bt_defer0;");
-        let second = at("@!%bt_df1 bra $__bt_defer1;");
+        let first = at("@!%bt_df0 bra $__bt_skip0;");
+        let second = at("@!%bt_df1 bra $__bt_skip1;");
         let barrier = at("bar.sync 0;");
         assert!(
             second_store < first && first < second && second < barrier,
             "{t}"
         );
         assert!(t[first..second].contains("(deferred from line 14)"), "{t}");
-        // The address from the slot, the offset added there.
-        assert!(
-            t[first..second].contains("ld.local.b64 %bt_d0, [__bt_dfs+0]; // %rd2"),
-            "{t}"
-        );
-        assert!(
-            t[second..barrier].contains("ld.local.b64 %bt_d0, [__bt_dfs+8]; // %rd1"),
-            "{t}"
-        );
+        assert!(t[first..second].contains("mov.b64 %bt_d0, %rd2;"), "{t}");
         assert!(
             t[second..barrier].contains("add.s64 %bt_d0, %bt_d0, 8;"),
             "{t}"
         );
         assert!(
-            t[first..barrier].contains("$__bt_defer1:\n\tmov.pred %bt_df1, 0;"),
+            t[first..barrier].contains("$__bt_skip1:\n\tmov.pred %bt_df1, 0;"),
             "{t}"
         );
         assert!(!t[..first].contains("site 0"), "{t}");
