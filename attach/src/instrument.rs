@@ -102,10 +102,6 @@ pub struct MemSiteInfo {
     pub size: u32,
     /// The opcode.
     pub opcode: String,
-    /// The PTX line of the barrier where its probes run instead of right after the load
-    /// ([`MemConfig::cold_split`], [`jit::passes::defer`]).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub deferred_to: Option<u32>,
 }
 
 impl MemSiteInfo {
@@ -146,16 +142,7 @@ pub struct MemConfig {
     /// slower than the inlined one (and sums no counter in registers), so a probe that
     /// works at most accesses is better inlined, the default. `cxl run` splits when its
     /// configuration delays nothing (`bench/results/cxl_gpu.md`, run 22).
-    ///
-    /// Split blocks of loads also move to the block barrier every path from the load
-    /// reaches first, where there is one ([`jit::passes::defer`]), so that a tiled
-    /// kernel's guarded loads still issue back to back. A probe that does work there (a
-    /// delay set while the kernel runs) then pays it at the barrier, which is where the
-    /// tile's data is first shared.
     pub cold_split: bool,
-    /// Keep split blocks at their loads (no move to the barrier); for comparisons
-    /// (`BPFTIME_DEFER_LOADS=0` in the shim).
-    pub keep_at_loads: bool,
 }
 
 pub use crate::memtrace::TraceRing;
@@ -637,7 +624,6 @@ impl Instrumenter {
                 space: site.space,
                 size: site.size,
                 opcode: site.opcode.clone(),
-                deferred_to: site.deferred_to,
             });
             for i in wanted.get(&site.kernel).into_iter().flatten() {
                 let Some(c) = compiled.get(i).filter(|c| c.site == SiteKind::Memory) else {
@@ -872,10 +858,6 @@ impl jit::passes::mem::MemBlocks for MemBlocksFor<'_> {
 
     fn wants_live(&self) -> bool {
         self.mem.cold_split
-    }
-
-    fn defer_loads(&self) -> bool {
-        self.mem.cold_split && !self.mem.keep_at_loads
     }
 
     fn prologue(&mut self, k: &PtxFunction<'_>, sites: &[jit::passes::mem::MemSite]) -> String {

@@ -115,7 +115,6 @@ impl SessionConfig {
             eager: self.mem_eager,
             trace: None,
             cold_split: self.cold_split,
-            keep_at_loads: false,
         }
     }
 }

@@ -322,7 +322,6 @@ fn memory_options_pick_spaces_and_sampling_adds_counters() {
         eager: false,
         trace: None,
         cold_split: false,
-        keep_at_loads: false,
     });
     let o = shared.ptx(&src);
     let s = o.report().sites.len();
@@ -464,7 +463,6 @@ fn every_site_shape_with_every_feature_assembles() {
                 eager,
                 trace,
                 cold_split,
-                keep_at_loads: false,
             },
         );
         let o = inst.ptx(SHAPES);
@@ -628,7 +626,6 @@ fn ctx_words_are_computed_where_the_probe_first_needs_them() {
                     eager: false,
                     trace: None,
                     cold_split: false,
-                    keep_at_loads: false,
                 },
             );
             let o = inst.ptx(SHAPES);

@@ -467,8 +467,6 @@ impl State {
                     Ok("0") => false,
                     _ => self.config.cold_split,
                 },
-                // BPFTIME_DEFER_LOADS=0 keeps split blocks at their loads (for comparisons).
-                keep_at_loads: std::env::var("BPFTIME_DEFER_LOADS").as_deref() == Ok("0"),
                 ..self.config.mem()
             })
             .with_launch_params(launch_params)

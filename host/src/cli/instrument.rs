@@ -78,7 +78,6 @@ impl MemArgs {
             eager: self.mem_eager,
             trace: None,
             cold_split: self.cold_split,
-            keep_at_loads: false,
         }
     }
 }

@@ -19,7 +19,7 @@
 //! that is not live only costs its store and load on the cold path. A wrong answer costs
 //! speed, never a value.
 
-use crate::ptx::parse::{Operand, PtxFunction, PtxStatement, StmtKind};
+use crate::ptx::parse::{Operand, PtxFunction, StmtKind};
 use std::collections::HashMap;
 
 /// A set of register ids.
@@ -85,9 +85,33 @@ pub fn live_after(
             effects.push(None);
             continue;
         }
-        let (reads, writes) = reads_writes(s);
-        let uses = reads.iter().filter_map(|r| id(r, &mut ids)).collect();
-        let defs: Vec<usize> = writes.iter().filter_map(|r| id(r, &mut ids)).collect();
+        let base = s.base_opcode();
+        let first_read = matches!(base, "bra" | "brx" | "nanosleep" | "pmevent" | "trap")
+            || (matches!(base, "bar" | "barrier") && !s.opcode.contains(".red"));
+        let mut uses = Vec::new();
+        let mut defs = Vec::new();
+        if let Some(g) = &s.guard
+            && let Some(i) = id(&g.pred, &mut ids)
+        {
+            uses.push(i);
+        }
+        for (k, o) in s.operands.iter().enumerate() {
+            let def_slot = k == 0 && !first_read && base != "call";
+            let ret_list = k == 0 && base == "call" && matches!(o, Operand::List(_));
+            let mut regs = Vec::new();
+            operand_regs(o, &mut regs);
+            let is_def = match o {
+                Operand::Reg(_) | Operand::Vector(_) => def_slot,
+                Operand::Other(t) => def_slot && t.contains('|'),
+                Operand::List(_) => ret_list,
+                _ => false,
+            };
+            for r in regs {
+                if let Some(i) = id(&r, &mut ids) {
+                    if is_def { defs.push(i) } else { uses.push(i) }
+                }
+            }
+        }
         let kills = if s.guard.is_some() { Vec::new() } else { defs };
         effects.push(Some(Effect { uses, kills }));
     }
@@ -196,31 +220,6 @@ pub fn live_after(
             out
         })
         .collect()
-}
-
-/// The register names instruction `s` reads (its guard included) and the ones it writes
-/// (whether or not its guard lets it), as the module doc defines them.
-pub(crate) fn reads_writes(s: &PtxStatement) -> (Vec<String>, Vec<String>) {
-    let base = s.base_opcode();
-    let first_read = matches!(base, "bra" | "brx" | "nanosleep" | "pmevent" | "trap")
-        || (matches!(base, "bar" | "barrier") && !s.opcode.contains(".red"));
-    let mut reads = Vec::new();
-    let mut writes = Vec::new();
-    if let Some(g) = &s.guard {
-        reads.push(g.pred.clone());
-    }
-    for (k, o) in s.operands.iter().enumerate() {
-        let def_slot = k == 0 && !first_read && base != "call";
-        let ret_list = k == 0 && base == "call" && matches!(o, Operand::List(_));
-        let is_def = match o {
-            Operand::Reg(_) | Operand::Vector(_) => def_slot,
-            Operand::Other(t) => def_slot && t.contains('|'),
-            Operand::List(_) => ret_list,
-            _ => false,
-        };
-        operand_regs(o, if is_def { &mut writes } else { &mut reads });
-    }
-    (reads, writes)
 }
 
 /// The register names an operand mentions (`%p1|%p2` and `sym+8` forms included).

@@ -177,10 +177,6 @@ pub struct MemSite {
     /// for a predicate) ([`super::live`]): what a block may store before code of its own
     /// and load after it, to leave that code the registers they hold.
     pub live: Vec<(String, u32)>,
-    /// The 1-based PTX line of the barrier before which the block runs instead of right
-    /// after the load ([`MemBlocks::defer_loads`], [`super::defer`]); then [`Self::live`]
-    /// is what is live there.
-    pub deferred_to: Option<u32>,
     base: Option<(String, Option<RegType>)>,
     offset: i128,
     value: Vec<ValueElem>,
@@ -230,25 +226,6 @@ impl MemSite {
             let _ = writeln!(s, "\t\tadd.s64 {dst}, {dst}, {};", self.offset as i64);
         }
         s
-    }
-
-    /// The address's base register (not a variable's name), if any.
-    fn base_reg(&self) -> Option<&str> {
-        match &self.base {
-            Some((b, Some(_))) => Some(b),
-            _ => None,
-        }
-    }
-
-    /// The registers of the access's value.
-    fn value_regs(&self) -> Vec<String> {
-        self.value
-            .iter()
-            .filter_map(|e| match e {
-                ValueElem::Reg(r, _) => Some(r.clone()),
-                _ => None,
-            })
-            .collect()
     }
 
     /// Whether the value is read after the instruction (loads) rather than before.
@@ -410,14 +387,6 @@ pub trait MemBlocks {
     /// Whether the blocks read [`MemSite::live`] (computing it costs a dataflow pass over
     /// each kernel); default no, and then it is empty.
     fn wants_live(&self) -> bool {
-        false
-    }
-
-    /// Whether a load's block may run just before the first block barrier that every path
-    /// from the load reaches, rather than right after the load ([`super::defer`]): the
-    /// pass sets a per-thread flag at the load and runs the block there where it is set.
-    /// Default no.
-    fn defer_loads(&self) -> bool {
         false
     }
 
@@ -656,7 +625,6 @@ pub fn classify(
         guard: s.guard.as_ref().map(|g| (g.pred.clone(), g.negated)),
         in_loop: false,
         live: Vec::new(),
-        deferred_to: None,
         base,
         offset,
         value,
@@ -770,52 +738,22 @@ pub fn splice(
                 Classified::Site(_) => {}
             }
         }
-        // Where each load's block may run instead: the barrier's statement index.
-        let barriers: Vec<Option<usize>> = found
-            .iter()
-            .map(|(at, site)| {
-                (blocks.defer_loads() && site.op == MemOp::Load)
-                    .then(|| {
-                        super::defer::barrier_after(k, *at, site.base_reg(), &site.value_regs())
-                    })
-                    .flatten()
-            })
-            .collect();
-        // The registers live where each block runs, when the blocks want them. Blocks
-        // deferred to one barrier run in order there: an earlier one also keeps what the
-        // later ones read.
+        // The registers live after each access, when the blocks want them.
         if blocks.wants_live() {
-            let ats: Vec<usize> = found
-                .iter()
-                .zip(&barriers)
-                .map(|((at, _), b)| b.unwrap_or(*at))
-                .collect();
+            let ats: Vec<usize> = found.iter().map(|(at, _)| *at).collect();
             let saveable = saveable_regs(src, k);
             let live = super::live::live_after(k, &ats, |n| lookup(&regs, n).is_some());
-            for (j, names) in live.into_iter().enumerate() {
-                let mut names = names;
-                if let Some(b) = barriers[j] {
-                    for (l, (_, later)) in found.iter().enumerate().skip(j + 1) {
-                        if barriers[l] == Some(b) {
-                            names.extend(later.base_reg().map(str::to_string));
-                            names.extend(later.value_regs());
-                        }
-                    }
-                    names.sort();
-                    names.dedup();
-                }
-                found[j].1.live = names
+            for ((_, site), names) in found.iter_mut().zip(live) {
+                site.live = names
                     .into_iter()
                     .filter_map(|n| lookup(&saveable, &n).map(|t| (n, t.bits)))
                     .collect();
             }
         }
-        let mut flags = 0usize;
-        for ((at, mut site), barrier) in found.into_iter().zip(barriers) {
+        for (at, mut site) in found {
             let s = &k.statements[at];
             site.index = sites.len() as u32;
             site.in_loop = loops.iter().any(|r| r.contains(&at));
-            site.deferred_to = barrier.map(|b| k.statements[b].line);
             let this = uid;
             uid += 1;
             let Some(b) = blocks.block(k, &site, this) else {
@@ -825,19 +763,7 @@ pub fn splice(
             let _ = writeln!(text, "{{ // bpftime-super: {}", b.comment);
             text.push_str(&b.decls);
             text.push_str(&b.before);
-            if barrier.is_some() {
-                // Only the block's text so far: it runs at the barrier.
-                text.clear();
-                let _ = writeln!(
-                    text,
-                    "{{ // bpftime-super: {} (deferred from line {})",
-                    b.comment, site.line
-                );
-                text.push_str(&b.decls);
-                text.push_str(&b.before);
-            } else {
-                let _ = writeln!(text, "\t\t{}", &src[s.span.clone()]);
-            }
+            let _ = writeln!(text, "\t\t{}", &src[s.span.clone()]);
             text.push_str(&b.after);
             text.push_str("\t}");
             parse::lexer::lex(&text).map_err(|e| PassError::Block {
@@ -848,38 +774,11 @@ pub fn splice(
                 },
                 what: e.to_string(),
             })?;
-            match barrier {
-                Some(bar) => {
-                    let flag = format!("%bt_df{flags}");
-                    flags += 1;
-                    edits.push(Edit {
-                        range: s.span.clone(),
-                        text: format!("{}\n\tmov.pred {flag}, 1;", &src[s.span.clone()]),
-                    });
-                    edits.push(Edit {
-                        range: k.statements[bar].span.start..k.statements[bar].span.start,
-                        text: format!(
-                            "@!{flag} bra $__bt_skip{this};\n\t{text}\n$__bt_skip{this}:\n\tmov.pred {flag}, 0;\n\t"
-                        ),
-                    });
-                }
-                None => edits.push(Edit {
-                    range: s.span.clone(),
-                    text,
-                }),
-            }
-            sites.push(*site);
-        }
-        // The deferred blocks' flags: one per load, clear until its load runs.
-        if let (true, Some(body)) = (flags > 0, k.body.as_ref()) {
-            let mut decl = format!("\n\t.reg .pred %bt_df<{flags}>;");
-            for f in 0..flags {
-                let _ = write!(decl, "\n\tmov.pred %bt_df{f}, 0;");
-            }
             edits.push(Edit {
-                range: body.start + 1..body.start + 1,
-                text: decl,
+                range: s.span.clone(),
+                text,
             });
+            sites.push(*site);
         }
         if sites.len() > before {
             let pro = blocks.prologue(k, &sites[before..]);
@@ -959,86 +858,6 @@ mod tests {
                 comment: format!("site {} uid {uid}", s.index),
             })
         }
-    }
-
-    /// [`Tag`] that asks for loads' blocks at the barrier.
-    struct Deferring(Tag);
-    impl MemBlocks for Deferring {
-        fn options(&mut self, k: &PtxFunction<'_>) -> Option<MemOptions> {
-            self.0.options(k)
-        }
-        fn block(&mut self, k: &PtxFunction<'_>, s: &MemSite, uid: u32) -> Option<MemBlock> {
-            self.0.block(k, s, uid)
-        }
-        fn defer_loads(&self) -> bool {
-            true
-        }
-    }
-
-    /// The tiled shape of `sgemm.cu`: two bounds-guarded loads stored to shared memory, a
-    /// barrier; a store after the loop.
-    const TILED: &str = ".version 8.0\n.target sm_80\n.address_size 64\n.visible .entry k(.param .u64 a)\n{\n\t.reg .pred %p<4>;\n\t.reg .f32 %f<9>;\n\t.reg .b64 %rd<9>;\n\t.shared .align 4 .b8 sm[64];\n\tld.param.u64 %rd1, [a];\n$L_top:\n\t@%p1 bra $L_a;\n\tadd.s64 %rd2, %rd1, 4;\n\tld.global.f32 %f1, [%rd2];\n$L_a:\n\tst.shared.f32 [sm], %f1;\n\t@%p2 bra $L_b;\n\tld.global.f32 %f2, [%rd1+8];\n$L_b:\n\tst.shared.f32 [sm+4], %f2;\n\tbar.sync 0;\n\tld.shared.f32 %f3, [sm];\n\tadd.f32 %f4, %f4, %f3;\n\tbar.sync 0;\n\tadd.s64 %rd1, %rd1, 64;\n\t@%p3 bra $L_top;\n\tst.global.f32 [%rd1], %f4;\n\tret;\n}\n";
-
-    #[test]
-    fn loads_that_reach_a_barrier_run_their_blocks_there() {
-        let f = parse::parse(TILED).unwrap();
-        let out = splice(
-            TILED,
-            &f,
-            &ProbeModule::default(),
-            &mut Deferring(Tag(MemOptions::default())),
-        )
-        .unwrap();
-        let t = &out.text;
-        // Both loads go to the first barrier (line 21); the store after the loop stays.
-        let to: Vec<Option<u32>> = out.sites.iter().map(|s| s.deferred_to).collect();
-        assert_eq!(to, [Some(21), Some(21), None], "{t}");
-        // One flag per deferred load, clear at entry, set right after its load, cleared
-        // after its block.
-        assert!(
-            t.contains(".reg .pred %bt_df<2>;\n\tmov.pred %bt_df0, 0;\n\tmov.pred %bt_df1, 0;"),
-            "{t}"
-        );
-        assert!(
-            t.contains("ld.global.f32 %f1, [%rd2];\n\tmov.pred %bt_df0, 1;"),
-            "{t}"
-        );
-        assert!(
-            t.contains("ld.global.f32 %f2, [%rd1+8];\n\tmov.pred %bt_df1, 1;"),
-            "{t}"
-        );
-        // The blocks run in order after both stores, just before the barrier, each only
-        // where its flag is set; the loads are no longer inside a block.
-        let at = |needle: &str| t.find(needle).unwrap_or_else(|| panic!("{needle}: {t}"));
-        let second_store = at("st.shared.f32 [sm+4], %f2;");
-        let first = at("@!%bt_df0 bra $__bt_skip0;");
-        let second = at("@!%bt_df1 bra $__bt_skip1;");
-        let barrier = at("bar.sync 0;");
-        assert!(
-            second_store < first && first < second && second < barrier,
-            "{t}"
-        );
-        assert!(t[first..second].contains("(deferred from line 14)"), "{t}");
-        assert!(t[first..second].contains("mov.b64 %bt_d0, %rd2;"), "{t}");
-        assert!(
-            t[second..barrier].contains("add.s64 %bt_d0, %bt_d0, 8;"),
-            "{t}"
-        );
-        assert!(
-            t[first..barrier].contains("$__bt_skip1:\n\tmov.pred %bt_df1, 0;"),
-            "{t}"
-        );
-        assert!(!t[..first].contains("site 0"), "{t}");
-        // Blocks without deferral stay at the load.
-        let kept = splice(
-            TILED,
-            &f,
-            &ProbeModule::default(),
-            &mut Tag(MemOptions::default()),
-        )
-        .unwrap();
-        assert!(kept.sites.iter().all(|s| s.deferred_to.is_none()));
-        assert!(!kept.text.contains("%bt_df"), "{}", kept.text);
     }
 
     #[test]

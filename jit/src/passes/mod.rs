@@ -7,12 +7,10 @@
 //! | [`probe`]       | app PTX text + [`crate::ptx::parse::PtxFile`] | splices probe blocks at kernel entry and before each `ret`/`exit` |
 //! | [`mem`]         | app PTX text + [`crate::ptx::parse::PtxFile`] | wraps each load, store, atomic and `cp.async` in a probe block |
 //! | [`live`]        | [`crate::ptx::parse::PtxFunction`] | (an analysis) the registers live after a statement, for [`mem`]'s blocks |
-//! | [`defer`]       | [`crate::ptx::parse::PtxFunction`] | (an analysis) the barrier where a load's block may run instead, for [`mem`] |
 //!
 //! ptxas does the real optimisation (register allocation, constant folding); the IR passes
 //! only keep the text small and readable.
 
-pub mod defer;
 #[doc(hidden)]
 pub mod fuzz;
 pub mod live;

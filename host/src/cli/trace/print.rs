@@ -398,7 +398,6 @@ mod tests {
             space: MemSpace::Global,
             size: 4,
             opcode: opcode.into(),
-            deferred_to: None,
         };
         let mut names = SiteNames::new();
         names.insert(0, site(0, Some(17), 51, "ld.global.f32"));

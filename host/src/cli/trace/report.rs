@@ -204,7 +204,6 @@ mod tests {
             space: MemSpace::Global,
             size: 4,
             opcode: "ld.global.f32".into(),
-            deferred_to: None,
         };
         let mut sites = SiteNames::new();
         sites.insert(0, site(0, MemOp::Load, 17));
