@@ -9,10 +9,10 @@
 //      stops, and does the kernel see a gap (its own longest pause between two loop turns,
 //      timed with %globaltimer)?
 //   5. (PROBE_GREEN=1: only this) two green contexts over every SM, which share the primary
-//      context's memory: does the upload in one wait for a persistent kernel in the other,
-//      and what does the handoff cost (stop the kernel in one, launch a fetched kernel in
-//      the other that writes memory allocated in the primary context), against the same
-//      handoff inside one context?
+//      context's memory: does the upload in one wait for a persistent kernel in the other
+//      (on driver 580 it does: bench/results/upload_probe/README.md), and what does the
+//      handoff cost (stop the kernel in one, launch a kernel in the other that writes
+//      memory allocated in the primary context), against the same handoff in one context?
 // PROBE_KERNEL names the kernel to fetch (default `gen`); PROBE_ONLY_SIZES=1 stops after 1;
 // PROBE_LMEM_MAX=1 keeps the context's local memory at its largest (CU_CTX_LMEM_RESIZE_TO_MAX);
 // PROBE_STACK=N reserves N bytes of stack a thread first (CU_LIMIT_STACK_SIZE).
@@ -134,7 +134,7 @@ static CUstream make_stream(CUgreenCtx g) {
 }
 
 template <class F>
-static bool beside_persistent(CUcontext ctx, const char *what, F other, CUgreenCtx g = nullptr) {
+static void beside_persistent(CUcontext ctx, const char *what, F other, CUgreenCtx g = nullptr) {
     CU(cuCtxSetCurrent(ctx));
     CUdevice dev;
     CU(cuCtxGetDevice(&dev));
@@ -173,7 +173,6 @@ static bool beside_persistent(CUcontext ctx, const char *what, F other, CUgreenC
     CU(cuModuleUnload(m));
     CU(cuStreamDestroy(s));
     CU(cuMemFreeHost(c));
-    return before;
 }
 
 // A green context over every SM of `dev`.
@@ -193,33 +192,23 @@ static CUcontext green(CUdevice dev, CUgreenCtx *out) {
 static void green_contexts(CUdevice dev, CUcontext primary, const std::string &img) {
     CUgreenCtx g1, g2;
     CUcontext c1 = green(dev, &g1), c2 = green(dev, &g2);
-    // a. kernel in g1, upload (load + fetch) in g2.
-    const bool beside = beside_persistent(c1, "green: kernel in green 1, load + fetch in green 2", [&] {
-        CU(cuCtxSetCurrent(c2));
-        CUlibrary lib;
-        CUfunction f;
-        double l;
-        double fetch = load_fetch(img, &lib, &f, &l);
-        printf("  (green 2: load %.3f ms, fetch %.3f ms)\n", l, fetch);
-    }, g1);
-    // b. kernel in the primary context, upload in g2.
-    beside_persistent(primary, "green: kernel in the primary context, load + fetch in green 2", [&] {
-        CU(cuCtxSetCurrent(c2));
-        CUlibrary lib;
-        CUfunction f;
-        double l;
-        double fetch = load_fetch(img, &lib, &f, &l);
-        printf("  (green 2: load %.3f ms, fetch %.3f ms)\n", l, fetch);
-    });
-    // c. kernel in g1, upload in g1 (the same green context): expected to block.
-    beside_persistent(c1, "green: kernel in green 1, load + fetch in green 1", [&] {
-        CU(cuCtxSetCurrent(c1));
-        CUlibrary lib;
-        CUfunction f;
-        double l;
-        double fetch = load_fetch(img, &lib, &f, &l);
-        printf("  (green 1: load %.3f ms, fetch %.3f ms)\n", l, fetch);
-    }, g1);
+    // Load + fetch `img` in `c`, beside a persistent kernel; says what each took.
+    auto fetch_in = [&](CUcontext c, const char *name) {
+        return [&img, c, name] {
+            CU(cuCtxSetCurrent(c));
+            CUlibrary lib;
+            CUfunction f;
+            double l;
+            const double fetch = load_fetch(img, &lib, &f, &l);
+            printf("  (%s: load %.3f ms, fetch %.3f ms)\n", name, l, fetch);
+        };
+    };
+    // a. kernel in g1, upload (load + fetch) in g2; b. kernel in the primary context,
+    // upload in g2; c. both in g1 (expected to wait, like the primary context's own).
+    beside_persistent(c1, "green: kernel in green 1, load + fetch in green 2", fetch_in(c2, "green 2"), g1);
+    beside_persistent(primary, "green: kernel in the primary context, load + fetch in green 2",
+                      fetch_in(c2, "green 2"));
+    beside_persistent(c1, "green: kernel in green 1, load + fetch in green 1", fetch_in(c1, "green 1"), g1);
     // d. The handoff, 30 times each: spin in `from`, then stop it, wait for it, launch
     // `mark` in `to`, and wait until the host sees its write. `mark` writes a word of
     // memory allocated in the primary context; checked after.
@@ -286,48 +275,6 @@ static void green_contexts(CUdevice dev, CUcontext primary, const std::string &i
                "the new kernel's write to primary-context memory %s\n",
                cross ? "green 1 -> green 2" : "green 1 -> green 1 (same context)", sorted[15], sorted.back(),
                words_ok ? "seen every time" : "NOT SEEN");
-    }
-    // e. The swap as the service would do it with two green contexts, 10 times: a kernel
-    // spins in green A while green B loads + fetches the big cubin; then stop A, launch in B.
-    // Only when (a) showed the fetch does not wait for the kernel (else nothing stops it).
-    if (beside) {
-        std::vector<double> pause, fetches;
-        for (int r = 0; r < 10; r++) {
-            Side &from = (r % 2) ? s2 : s1, &to = (r % 2) ? s1 : s2;
-            *c = Ctl{};
-            CU(cuCtxSetCurrent(from.ctx));
-            void *sa[] = {&dc};
-            CU(cuLaunchKernel(from.spin, sms * 4, 1, 1, 32, 1, 1, 0, from.s, sa, nullptr));
-            while (!c->running) {
-            }
-            CU(cuCtxSetCurrent(to.ctx));
-            CUlibrary lib;
-            CUfunction f;
-            double l;
-            double t = now_ms();
-            const double fetch = load_fetch(img, &lib, &f, &l);
-            fetches.push_back(now_ms() - t);
-            (void)fetch;
-            v++;
-            const double t0 = now_ms();
-            c->stop = 1;
-            CU(cuCtxSetCurrent(from.ctx));
-            CU(cuStreamSynchronize(from.s));
-            CU(cuCtxSetCurrent(to.ctx));
-            void *ma[] = {&dc, &word, &v};
-            CU(cuLaunchKernel(to.mark, 1, 1, 1, 32, 1, 1, 0, to.s, ma, nullptr));
-            while (c->marked != v) {
-            }
-            pause.push_back(now_ms() - t0);
-            CU(cuStreamSynchronize(to.s));
-            printf("  swap %d: load+fetch beside the kernel %.3f ms, the kernel's longest pause %.3f ms, "
-                   "handoff %.3f ms\n", r, fetches.back(), c->max_gap_ns / 1e6, pause.back());
-            CU(cuLibraryUnload(lib));
-        }
-        std::sort(pause.begin(), pause.end());
-        std::sort(fetches.begin(), fetches.end());
-        printf("two-green swap: load+fetch while the old kernel runs p50 %.3f ms; pause p50 %.3f ms, max %.3f ms\n",
-               fetches[5], pause[5], pause.back());
     }
 }
 
