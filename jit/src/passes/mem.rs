@@ -175,7 +175,8 @@ pub struct MemSite {
     pub in_loop: bool,
     /// The kernel's registers live after the instruction, with their widths in bits (1
     /// for a predicate) ([`super::live`]): what a block may store before code of its own
-    /// and load after it, to leave that code the registers they hold.
+    /// and load after it, to leave that code the registers they hold. Bases of the kernel's
+    /// shared-memory loads are left out (see `shared_load_bases`).
     pub live: Vec<(String, u32)>,
     base: Option<(String, Option<RegType>)>,
     offset: i128,
@@ -432,6 +433,27 @@ fn saveable_regs(src: &str, f: &PtxFunction<'_>) -> HashMap<String, RegType> {
     }
     top.retain(|n, _| count.get(n) == Some(&1));
     top
+}
+
+/// Registers no block stores and reloads around its cold part, though live: the bases of
+/// the kernel's shared-memory loads. Where ptxas sees how such a base is computed, it knows
+/// its alignment and turns neighbouring loads from it into one vector load (a 16×16-tiled
+/// SGEMM's four `ld.shared.f32` a row into one `LDS.128`); reloaded from local memory after
+/// the call, the base has lost that, and the kernel runs 12 more loads a tile
+/// (`bench/results/cxl_gpu.md`, run 29). ptxas keeps them across the call itself.
+fn shared_load_bases(f: &PtxFunction<'_>) -> std::collections::HashSet<String> {
+    f.statements
+        .iter()
+        .filter(|s| {
+            s.kind == StmtKind::Instruction
+                && matches!(s.base_opcode(), "ld" | "ldu")
+                && s.opcode.split('.').any(|m| m.starts_with("shared"))
+        })
+        .filter_map(|s| match s.operands.get(1) {
+            Some(Operand::Address { base: Some(b), .. }) if b.starts_with('%') => Some(b.clone()),
+            _ => None,
+        })
+        .collect()
 }
 
 fn reg_directives<'a>(f: &'a PtxFunction<'_>) -> impl Iterator<Item = &'a PtxStatement> {
@@ -742,10 +764,12 @@ pub fn splice(
         if blocks.wants_live() {
             let ats: Vec<usize> = found.iter().map(|(at, _)| *at).collect();
             let saveable = saveable_regs(src, k);
+            let kept = shared_load_bases(k);
             let live = super::live::live_after(k, &ats, |n| lookup(&regs, n).is_some());
             for ((_, site), names) in found.iter_mut().zip(live) {
                 site.live = names
                     .into_iter()
+                    .filter(|n| !kept.contains(n))
                     .filter_map(|n| lookup(&saveable, &n).map(|t| (n, t.bits)))
                     .collect();
             }
@@ -1015,5 +1039,11 @@ mod tests {
         let mut not = Live(false, Vec::new());
         splice(src, &f, &ProbeModule::default(), &mut not).unwrap();
         assert!(not.1.iter().all(|v| v.is_empty()) && not.1.len() == 3);
+        // A shared-memory load's base stays out, though live; a shared store's does not.
+        let tiled = ".version 8.0\n.target sm_80\n.address_size 64\n.visible .entry k(.param .u64 a)\n{\n\t.reg .b64 %rd<4>;\n\t.reg .b32 %r<4>;\n\t.reg .f32 %f<4>;\n\t.shared .align 16 .b8 sm[64];\n\tld.param.u64 %rd1, [a];\n\tmov.u32 %r1, sm;\n\tmov.u32 %r2, sm;\n\tld.global.f32 %f1, [%rd1];\n\tst.shared.f32 [%r2], %f1;\n\tld.shared.f32 %f2, [%r1+4];\n\tst.global.f32 [%rd1], %f2;\n\tret;\n}\n";
+        let f = parse::parse(tiled).unwrap();
+        let mut asked = Live(true, Vec::new());
+        splice(tiled, &f, &ProbeModule::default(), &mut asked).unwrap();
+        assert_eq!(asked.1[0], l(&[("%f1", 32), ("%r2", 32), ("%rd1", 64)]));
     }
 }
