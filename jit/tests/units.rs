@@ -771,37 +771,6 @@ fn the_ctx_point_marks_where_the_words_may_be_computed() {
     );
 }
 
-/// In a split body's hot part r10 is computed just before each instruction that names it,
-/// not in the prologue: a first test that returns reads no frame, so no path to it computes
-/// one (ptxas hoisted the local window's base load to the top of every probed access,
-/// `bench/results/cxl_gpu.md` run 30). Unsplit, the prologue computes it, once.
-#[test]
-fn a_split_hot_part_computes_the_frame_where_it_is_named() {
-    let src = "r6 = *(u64 *)(r1 + 16)\nif r6 == 0 goto +4\nr2 = r10\nr2 += -8\n*(u64 *)(r2 + 0) = r6\nr3 = *(u64 *)(r1 + 8)\nr0 = r3\nexit";
-    let p = Program::from_insns("p", assemble(src).unwrap());
-    let opts = |split: bool| JitOptions {
-        entry: false,
-        ctx_regs: Some([(3usize, 8i64)].into_iter().collect()),
-        split_cold: split,
-        ..JitOptions::default()
-    };
-    let frame = "cvta.local.u64 %rd10, stack;";
-    let t = jit::compile(&p, &opts(true)).unwrap().text();
-    let hot_at = t
-        .find(".visible .func (.param .b64 ret0) bpf_prog_p(")
-        .expect("the body");
-    let hot = &t[hot_at..hot_at + t[hot_at..].find("\n}").unwrap()];
-    let (test, at) = (hot.find("bra").expect("the first test"), hot.find(frame));
-    assert!(at.is_some_and(|a| a > test), "{hot}");
-    assert_eq!(hot.matches(frame).count(), 1, "{hot}");
-    assert!(hot.find(frame) < hot.find("mov.b64 %rd2, %rd10;"), "{hot}");
-    // Unsplit: once, in the prologue, before the first test.
-    let t = jit::compile(&p, &opts(false)).unwrap().text();
-    let (test, at) = (t.find("bra").expect("the test"), t.find(frame));
-    assert!(at.is_some_and(|a| a < test), "{t}");
-    assert_eq!(t.matches(frame).count(), 1, "{t}");
-}
-
 /// `split_cold`: the body's code from its ctx point on is a function of its own, called at
 /// the point with the registers the hot part set and the cold part reads (r6 here, and r10,
 /// the frame, always), the ctx words the cold part reads, and nothing else (not r1, which

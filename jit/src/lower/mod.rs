@@ -3,7 +3,6 @@
 //! ```text
 //! Program.insns ──split at call targets──▶ functions [start, end)
 //!     each: labels at jump targets, r0..r10 = %rd0..%rd10, r10 = cvta.local(stack) + N
-//!           (in the prologue; in a split body's hot part, before each instruction naming it)
 //!     each insn: `match` on OpKind (no `_ =>` arm) ──▶ PTX instructions
 //! ```
 //!
@@ -581,6 +580,25 @@ fn lower_function(
             jumps.push((pc, t as usize));
         }
     }
+    // Prologue.
+    if is_entry {
+        f.push("ld.param.b64", [r(1).into(), Operand::SymAddr(&"ctx", 0)]);
+        f.push("mov.b64", [r(2).into(), imm(0)]);
+    } else {
+        for i in 1..=5u8 {
+            f.push(
+                "ld.param.b64",
+                [
+                    r(i).into(),
+                    Operand::SymAddr(&["a1", "a2", "a3", "a4", "a5"][i as usize - 1], 0),
+                ],
+            );
+        }
+    }
+    f.push("cvta.local.u64", [r(10).into(), Operand::Sym(&"stack")]);
+    f.push("add.s64", [r(10).into(), r(10).into(), imm(depth as i64)]);
+    f.push("mov.b64", [r(0).into(), imm(0)]);
+
     // Instructions no path from the entry reaches are not emitted: they cannot run, and
     // dead blocks after an unconditional branch only give ptxas more to get wrong.
     let mut reach = reachable(cx, start, end);
@@ -599,29 +617,6 @@ fn lower_function(
     if let Some(o) = &split {
         reach = o.hot.clone();
     }
-    // Prologue.
-    if is_entry {
-        f.push("ld.param.b64", [r(1).into(), Operand::SymAddr(&"ctx", 0)]);
-        f.push("mov.b64", [r(2).into(), imm(0)]);
-    } else {
-        for i in 1..=5u8 {
-            f.push(
-                "ld.param.b64",
-                [
-                    r(i).into(),
-                    Operand::SymAddr(&["a1", "a2", "a3", "a4", "a5"][i as usize - 1], 0),
-                ],
-            );
-        }
-    }
-    // r10 is the frame: computed here, or, in a split function's hot part, just before
-    // each instruction that names it (`frame_pointer`), so that no path computes it before
-    // the probe's first test (ptxas would hoist the local window's base load there).
-    if split.is_none() {
-        frame_pointer(&mut f, depth);
-    }
-    f.push("mov.b64", [r(0).into(), imm(0)]);
-
     let part = Part {
         reach: &reach,
         point,
@@ -848,18 +843,6 @@ struct Part<'a> {
 
 /// Lowers the instructions of `start..end` that `part` holds, in order, with labels at the
 /// targets of the reached jumps.
-/// `r10 = stack + depth`, the generic address of the frame's top.
-fn frame_pointer(f: &mut Function, depth: u32) {
-    f.push("cvta.local.u64", [r(10).into(), Operand::Sym(&"stack")]);
-    f.push("add.s64", [r(10).into(), r(10).into(), imm(depth as i64)]);
-}
-
-/// Whether the instruction at `pc` names r10 (as its destination field, a store's or an
-/// atomic's base, or as its source register).
-fn names_r10(cx: &Ctx, pc: usize) -> bool {
-    cx.dec[pc].is_some_and(|d| !d.op.is_wide() && (d.insn.dst == 10 || d.insn.src == 10))
-}
-
 fn lower_body(
     cx: &mut Ctx,
     f: &mut Function,
@@ -916,8 +899,6 @@ fn lower_body(
             pc += if d.op.is_wide() { 2 } else { 1 };
             continue;
         }
-        // A split function's hot part computes r10 where it is named (see the prologue).
-        let lazy_frame = split.is_some() && entry.is_none();
         if let Some(run) = cx
             .opts
             .unaligned
@@ -930,15 +911,9 @@ fn lower_body(
             })
             .flatten()
         {
-            if lazy_frame && (pc..run.end).any(|q| names_r10(cx, q)) {
-                frame_pointer(f, cx.depth);
-            }
             lower_aligned_run(cx, f, pc, &run, &mut known)?;
             pc = run.end;
             continue;
-        }
-        if lazy_frame && names_r10(cx, pc) {
-            frame_pointer(f, cx.depth);
         }
         lower_insn(cx, f, pc, d, &mut known)?;
         pc += if d.op.is_wide() { 2 } else { 1 };
