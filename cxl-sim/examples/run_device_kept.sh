@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
-# Run 29 of bench/results/cxl_gpu.md: the split probe with the bases of shared-memory loads
-# kept out of the registers stored and reloaded around its cold call (`224d38a`), against
-# the build before (OLD, run 28's `3d58e7a` with BPFTIME_DEFER_LOADS=0, which is `f4f5759`'s
-# split path) and the plain apps, alternating, three repetitions, at Δt = 0 with no cap
-# and no statistics. Then the CuPy decoder (tokens and checksum against plain), and ncu's
-# instruction count of one SGEMM launch. One `R …` line per measurement in $OUT/cxl29/log.txt.
-#   CARRY=target/s22/gpu-carry OLD=target/s21/gpu-carry OUT=/tmp/o bash cxl-sim/examples/run_device_kept.sh
+# Runs 29 and 30 of bench/results/cxl_gpu.md: a split-probe build (CARRY) against the build
+# before (OLD) and the plain apps, alternating, three repetitions, at Δt = 0 with no cap and
+# no statistics (what `cxl run` splits). Run 29: the bases of shared-memory loads kept out
+# of the registers stored around the cold call (`224d38a`) against run 28's `3d58e7a` with
+# BPFTIME_DEFER_LOADS=0 (`f4f5759`'s split path); run 30: r10 computed where named in the
+# hot part against `224d38a` (measured and dropped). Then the CuPy decoder (tokens and checksum against plain),
+# ncu's instruction count of one SGEMM launch, and (from run 30) the split probe past its
+# first test: statistics at Δt = 0 with the probe split (BPFTIME_COLD_SPLIT=1), whose byte
+# counts must equal the inlined probe's. One `R …` line per measurement in $OUT/$RUN/log.txt.
+#   RUN=cxl30 CARRY=target/s24/gpu-carry OLD=target/s22/gpu-carry OUT=/tmp/o bash cxl-sim/examples/run_device_kept.sh
 set -u
 . "$(dirname "$0")/device_lib.sh"
-cxl_device_setup cxl29 attach/tests/apps/stream.cu attach/tests/apps/sgemm.cu cxl-sim/examples/gather.cu
+cxl_device_setup ${RUN:-cxl29} attach/tests/apps/stream.cu attach/tests/apps/sgemm.cu cxl-sim/examples/gather.cu
 old=${OLD:?}/bpftime-super-cxl
 q="--no-stats --no-kernel-time --latency-ns 0 --no-cap"
 for rep in 1 2 3; do
@@ -28,12 +31,25 @@ for cfg in plain new; do
 	line=$(grep "^llm layers" "$w/llm_$cfg.txt" | tail -1)
 	r llm cfg=$cfg checksum=$(echo "$line" | sed -n 's/.*checksum=\([^ ]*\).*/\1/p') tokens_md5=$(echo "$line" | sed -n 's/.*tokens=\(\[[^]]*\]\).*/\1/p' | md5sum | cut -c1-12)
 done
-S="--section SpeedOfLight --section Occupancy --metrics smsp__inst_executed.sum"
+S="--section SpeedOfLight --section Occupancy --section LaunchStats --metrics smsp__inst_executed.sum"
 for cfg in old new; do
 	case $cfg in
 	old) BPFTIME_DEFER_LOADS=0 timeout 200 ncu --target-processes all -k regex:sgemm --launch-skip 1 -c 1 $S --csv $old run $q -- $b/sgemm 4096 2 > "$w/ncu_$cfg.csv" 2> "$w/ncu_$cfg.err" ;;
 	new) timeout 200 ncu --target-processes all -k regex:sgemm --launch-skip 1 -c 1 $S --csv $cxl run $q -- $b/sgemm 4096 2 > "$w/ncu_$cfg.csv" 2> "$w/ncu_$cfg.err" ;;
 	esac
 	r ncu app=sgemm cfg=$cfg inst=$(grep '"smsp__inst_executed.sum"' "$w/ncu_$cfg.csv" | awk -F'","' '{print $NF}' | tr -d '",') regs=$(grep '"Registers Per Thread"' "$w/ncu_$cfg.csv" | awk -F'","' '{print $NF}' | tr -d '",') duration_ns=$(grep '"Duration"' "$w/ncu_$cfg.csv" | awk -F'","' '{print $NF}' | tr -d '",')
+done
+for app in "sgemm 1024 2" "stream 16777216 2"; do
+	name=${app%% *}
+	for cfg in inline split; do
+		f="$w/stats_${name}_$cfg.txt"
+		case $cfg in
+		inline) BPFTIME_COLD_SPLIT=0 $cxl run --no-kernel-time --latency-ns 0 --no-cap -- $b/$app > "$f" 2>&1 ;;
+		split) BPFTIME_COLD_SPLIT=1 $cxl run --no-kernel-time --latency-ns 0 --no-cap -- $b/$app > "$f" 2>&1 ;;
+		esac
+		# `tier accesses (warp requests): N, B bytes; …`
+		bytes=$(sed -n 's/.*tier accesses (warp requests): [0-9]*, \([0-9]*\) bytes.*/\1/p' "$f")
+		r stats app=$name cfg=$cfg bytes=$bytes sum=$(val checksum < "$f")
+	done
 done
 echo "done" >> "$log"
