@@ -83,7 +83,8 @@ struct cxl_kernel {
 
 struct cxl_stamp {
 	__u64 t;
-	__u64 pad[15];
+	__u64 corr;
+	__u64 pad[14];
 };
 
 enum cxl_stat {

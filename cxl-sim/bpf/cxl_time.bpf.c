@@ -9,10 +9,15 @@
 /* Kernel time from the entry/exit probes, per kernel (slot = kernel_id % CXL_KERNEL_SLOTS).
  * Thread 0 of every block moves its SM stripe's end forward at its exit (stripes, so that
  * no single word takes every block's store). Block (0,0,0)'s thread 0 opens a launch: it
- * adds the previous launch's latest end - start to the total, clears the ends and sets
- * start. The host adds the last launch's. Launches of one kernel must not overlap (one
- * stream); a launch ends with the last exit of a block's thread 0, so a block of the next
- * launch that exits before that launch's block 0 enters counts in the previous one. */
+ * adds the previous launch's latest end - start to the total, clears the ends, tags every
+ * stripe with the launch's correlation id and sets start. An exit counts only in a stripe
+ * tagged with its own launch: a block of the next launch that ends before that launch's
+ * block 0 enters (a short kernel of a few blocks, where block 0 runs the probe's stripe
+ * loop) would otherwise stretch the previous launch to the next one's start, the idle gap
+ * between them included; dropped, it costs nothing, since block 0 itself ends later. The
+ * host adds the last launch's. Launches of one kernel must not overlap (one stream). Where
+ * the shim cannot number launches (ids read 0), and for graph nodes (one id for every
+ * launch of a node), every exit counts as before. */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, CXL_KERNEL_SLOTS);
@@ -48,6 +53,7 @@ int cxl_kernel_entry(void *ctx)
 		if (e->t > end)
 			end = e->t;
 		e->t = 0;
+		e->corr = p->correlation_id;
 	}
 	/* Not before the first launch: a block that finished before block 0 got here would
 	 * count from 1970. */
@@ -67,7 +73,7 @@ int cxl_kernel_exit(void *ctx)
 		return 0;
 	__u32 at = (p->kernel_id % CXL_KERNEL_SLOTS) * CXL_END_STRIPES + (p->sm_id % CXL_END_STRIPES);
 	struct cxl_stamp *e = bpf_map_lookup_elem(&cxl_kernel_end, &at);
-	if (e && p->timer > e->t)
+	if (e && e->corr == p->correlation_id && p->timer > e->t)
 		e->t = p->timer;
 	return 0;
 }

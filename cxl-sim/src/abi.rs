@@ -288,8 +288,11 @@ pub struct CxlKernel {
 pub struct CxlStamp {
     /// `%globaltimer`, ns.
     pub t: u64,
+    /// `cxl_kernel_end`: the correlation id of the launch whose exits the stripe takes, set
+    /// when its block 0 enters (0 where launches are not numbered); unused in `cxl_refresh`.
+    pub corr: u64,
     /// Zero: a cache line each.
-    pub pad: [u64; 15],
+    pub pad: [u64; 14],
 }
 
 impl CxlKernel {
@@ -368,7 +371,7 @@ pub fn c_header() -> String {
     s += "struct cxl_state {\n\t__u64 tat;\n\t__u64 epoch;\n\t__u64 window[2];\n\t__u64 last_window;\n\t__u64 t0;\n\t__u64 pad[2];\n};\n\n";
     s += "struct cxl_hist {\n\t__u64 last;\n\t__u64 stride;\n};\n\n";
     s += "struct cxl_kernel {\n\t__u64 kernel_id;\n\t__u64 launches;\n\t__u64 total_ns;\n\t__u64 start;\n};\n\n";
-    s += "struct cxl_stamp {\n\t__u64 t;\n\t__u64 pad[15];\n};\n\n";
+    s += "struct cxl_stamp {\n\t__u64 t;\n\t__u64 corr;\n\t__u64 pad[14];\n};\n\n";
     s += "enum cxl_stat {\n";
     for (i, n) in STATS.iter().enumerate() {
         s += &format!("\tCXL_STAT_{} = {i},\n", n.to_uppercase());

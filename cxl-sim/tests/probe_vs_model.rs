@@ -539,13 +539,18 @@ fn kernel_time_from_entry_and_exit_probes() {
         .to_vec();
         vm.run_mem(&mut b, &mut Env::new(0)).unwrap();
     };
-    let at = |kernel: u64, block: u32, thread: u32, sm: u32, t: u64| ProbeCtx {
+    let at_corr = |kernel: u64, corr: u64, block: u32, thread: u32, sm: u32, t: u64| ProbeCtx {
         kernel_id: kernel,
+        correlation_id: corr,
         block_idx: [block, 0, 0],
         thread_idx: [thread, 0, 0],
         sm_id: sm,
         timer: t,
         ..Default::default()
+    };
+    // Launches not numbered (the ids read 0).
+    let at = |kernel: u64, block: u32, thread: u32, sm: u32, t: u64| {
+        at_corr(kernel, 0, block, thread, sm, t)
     };
     let (ka, kb) = (0x1234_5678_9abc_def0u64, 0x0fed_cba9_8765_4321u64);
     let t = 1_764_000_000_000_000_000u64;
@@ -594,6 +599,44 @@ fn kernel_time_from_entry_and_exit_probes() {
     assert_eq!(a.time_ns(end_of(slot_of(ka))), want_a);
     let b = CxlKernel::from_bytes(&kernels[slot_of(kb)].1).unwrap();
     assert_eq!((b.launches, b.time_ns(end_of(slot_of(kb)))), (1, 700));
+    // Numbered launches of a short two-block kernel C, 1 ms apart: launch 2's block 1 ends
+    // before its block 0 enters. That exit must neither stretch launch 1 to launch 2's start
+    // (the idle millisecond between them) nor count in launch 2, whose block 0 ends later.
+    let kc = 0x00c0_ffee_0000_0001u64;
+    let s1 = t + 10_000_000;
+    let s2 = s1 + 1_000_000;
+    run(&vm_entry, &at_corr(kc, 41, 0, 0, 5, s1));
+    run(&vm_entry, &at_corr(kc, 41, 1, 0, 6, s1 + 10));
+    run(&vm_exit, &at_corr(kc, 41, 1, 0, 6, s1 + 300));
+    run(&vm_exit, &at_corr(kc, 41, 0, 0, 5, s1 + 800));
+    run(&vm_entry, &at_corr(kc, 57, 1, 0, 6, s2 + 10));
+    run(&vm_exit, &at_corr(kc, 57, 1, 0, 6, s2 + 200));
+    run(&vm_entry, &at_corr(kc, 57, 0, 0, 5, s2 + 500));
+    run(&vm_exit, &at_corr(kc, 57, 0, 0, 5, s2 + 900));
+    let kernels = maps[entry
+        .maps
+        .iter()
+        .position(|m| m.name.ends_with("cxl_kernels"))
+        .unwrap()]
+    .entries();
+    let ends = maps[entry
+        .maps
+        .iter()
+        .position(|m| m.name.ends_with("cxl_kernel_end"))
+        .unwrap()]
+    .entries();
+    let end_c = (0..END_STRIPES)
+        .map(|i| {
+            u64::from_le_bytes(
+                ends[slot_of(kc) * END_STRIPES + i].1[..8]
+                    .try_into()
+                    .unwrap(),
+            )
+        })
+        .max()
+        .unwrap();
+    let c = CxlKernel::from_bytes(&kernels[slot_of(kc)].1).unwrap();
+    assert_eq!((c.launches, c.time_ns(end_c)), (2, 800 + 400));
 }
 
 /// The embedded objects are what `scripts/build-builtin-probes` makes of the sources now:
