@@ -143,10 +143,26 @@ fn chart(
     root.present().map_err(|x| e(&x))
 }
 
+/// Longest kernel name a bar's label shows: longer ones keep their first characters and
+/// an ellipsis.
+const LABEL_CHARS: usize = 36;
+
+/// One horizontal bar per kernel, its name on the left (names are long: demangled C++ and
+/// CuPy's generated kernels), and a line at 1.0 (no slowdown).
 fn kernel_bars(path: &Path, bars: &[(&str, f64)], at: (f64, Option<f64>)) -> Result<(), String> {
     let e = |e: &dyn std::fmt::Display| e.to_string();
-    let y1 = bars.iter().map(|b| b.1).fold(1.0, f64::max);
-    let root = BitMapBackend::new(path, (900, 560)).into_drawing_area();
+    let x1 = bars.iter().map(|b| b.1).fold(1.0, f64::max);
+    let label = |name: &str| match name.char_indices().nth(LABEL_CHARS) {
+        Some((at, _)) => format!("{}…", &name[..at]),
+        None => name.to_string(),
+    };
+    let widest = bars
+        .iter()
+        .map(|b| label(b.0).chars().count())
+        .max()
+        .unwrap_or(0) as u32;
+    let height = (120 + 30 * bars.len() as u32).max(320);
+    let root = BitMapBackend::new(path, (900, height)).into_drawing_area();
     root.fill(&WHITE).map_err(|x| e(&x))?;
     let title = format!(
         "slowdown per kernel at +{} ns, {}",
@@ -156,28 +172,85 @@ fn kernel_bars(path: &Path, bars: &[(&str, f64)], at: (f64, Option<f64>)) -> Res
     let mut c = ChartBuilder::on(&root)
         .caption(title, ("sans-serif", 22))
         .margin(14)
-        .x_label_area_size(45)
-        .y_label_area_size(60)
-        .build_cartesian_2d((0..bars.len()).into_segmented(), 0f64..y1 * 1.1)
+        .x_label_area_size(40)
+        .y_label_area_size(20 + 8 * widest)
+        .build_cartesian_2d(0f64..x1 * 1.1, (0..bars.len()).into_segmented())
         .map_err(|x| e(&x))?;
     c.configure_mesh()
-        .y_desc("slowdown")
-        .x_labels(bars.len() + 1)
-        .x_label_formatter(&|x| match x {
-            SegmentValue::CenterOf(i) => bars.get(*i).map_or(String::new(), |b| b.0.to_string()),
+        .x_desc("slowdown")
+        .y_labels(bars.len() + 1)
+        .y_label_formatter(&|y| match y {
+            SegmentValue::CenterOf(i) => bars.get(*i).map_or(String::new(), |b| label(b.0)),
             _ => String::new(),
         })
+        .disable_y_mesh()
         .draw()
         .map_err(|x| e(&x))?;
     c.draw_series(bars.iter().enumerate().map(|(i, b)| {
         Rectangle::new(
             [
-                (SegmentValue::Exact(i), 0.0),
-                (SegmentValue::Exact(i + 1), b.1),
+                (0.0, SegmentValue::Exact(i)),
+                (b.1, SegmentValue::Exact(i + 1)),
             ],
             BLUE.mix(0.6).filled(),
         )
     }))
     .map_err(|x| e(&x))?;
+    c.draw_series(std::iter::once(PathElement::new(
+        vec![
+            (1.0, SegmentValue::Exact(0)),
+            (1.0, SegmentValue::Exact(bars.len())),
+        ],
+        BLACK.stroke_width(1),
+    )))
+    .map_err(|x| e(&x))?;
     root.present().map_err(|x| e(&x))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The plots of a sweep with long kernel names: each file is a PNG, and the per-kernel
+    /// chart grows with the kernels so that every name has its own row. Skipped where no
+    /// TrueType font is installed (the labels need one).
+    #[test]
+    fn a_sweep_with_long_kernel_names_plots() {
+        if host::plot::register_font().is_err() {
+            eprintln!("SKIPPING: no TrueType font for the plot labels");
+            return;
+        }
+        let names = [
+            "matvec",
+            "cupy_copy__float32_float32",
+            "void cub::CUB_300102_SM_900::detail::reduce::DeviceReduceKernel<int>(int*)",
+        ];
+        let mut rows = Vec::new();
+        for (l, k) in [(0.0, 1.0), (800.0, 1.6)] {
+            for (i, n) in names.iter().enumerate() {
+                rows.push(Row {
+                    latency_ns: l,
+                    bandwidth_gbps: None,
+                    kernel: n.to_string(),
+                    slowdown: k + 0.1 * i as f64,
+                });
+            }
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let files = write(&rows, dir.path()).unwrap();
+        assert!(
+            files.iter().any(|f| f.ends_with("kernels.png")),
+            "{files:?}"
+        );
+        for f in &files {
+            let b = std::fs::read(f).unwrap();
+            assert_eq!(&b[1..4], b"PNG", "{}", f.display());
+            // IHDR: width and height, big-endian, at bytes 16..24.
+            let h = u32::from_be_bytes(b[20..24].try_into().unwrap());
+            if f.ends_with("kernels.png") {
+                assert_eq!(h, 320, "three kernels: the minimum height");
+            }
+            assert!(h > 0);
+        }
+    }
 }
