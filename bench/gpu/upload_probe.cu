@@ -121,9 +121,7 @@ static std::string upload_and_run(const std::string &img) {
     return msg;
 }
 
-// With a persistent kernel running in `ctx` (on all SMs, one thread a block), runs
-// `other` (which uploads and launches in another context), then stops the kernel after
-// 300 ms if `other` has not returned. Prints what happened.
+// A non-blocking stream of the current context, or of green context `g`.
 static CUstream make_stream(CUgreenCtx g) {
     CUstream s;
     if (g)
@@ -133,6 +131,10 @@ static CUstream make_stream(CUgreenCtx g) {
     return s;
 }
 
+// With a persistent kernel running in `ctx` (on all SMs, one thread a block; on green
+// context `g`'s stream when given), runs `other` (which uploads and launches in another
+// context), then stops the kernel after 300 ms if `other` has not returned. Prints what
+// happened.
 template <class F>
 static void beside_persistent(CUcontext ctx, const char *what, F other, CUgreenCtx g = nullptr) {
     CU(cuCtxSetCurrent(ctx));
@@ -260,7 +262,12 @@ static void green_contexts(CUdevice dev, CUcontext primary, const std::string &i
             CU(cuCtxSetCurrent(to.ctx));
             void *ma[] = {&dc, &word, &v};
             CU(cuLaunchKernel(to.mark, 1, 1, 1, 32, 1, 1, 0, to.s, ma, nullptr));
+            const double t_launch = now_ms();
             while (c->marked != v) {
+                if (now_ms() - t_launch > 1000) {
+                    printf("handoff: the new kernel did not run within 1 s\n");
+                    exit(1);
+                }
             }
             pause.push_back(now_ms() - t0);
             CU(cuStreamSynchronize(to.s));

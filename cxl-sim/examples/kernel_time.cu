@@ -2,7 +2,8 @@
 // stream: a "short" one of SHORT_BLOCKS tiny blocks (its block 1 can end before block 0's
 // entry probe has run) and a "long" one of 264 blocks that spin 100 µs, in the order short,
 // long, short per turn, with an idle millisecond between turns. Each launch is timed by a
-// pair of events; the first turn is a warm-up (the shim's compile) and is not summed.
+// pair of events; the first turn is a warm-up (the shim's compile) and is not summed (the
+// kernel table counts it: 2 and 1 launches more).
 //   kernel_time [sync=1] [short_blocks=2] [turns=30]
 // Output: `kernel_time sync=S short_blocks=B short launches=N events_ms=T long launches=N events_ms=T`
 #include <cstdio>
@@ -27,10 +28,12 @@ __global__ void long_k(float *x) {
 
 int main(int argc, char **argv) {
     const int sync = argc > 1 ? atoi(argv[1]) : 1;
-    const int blocks = argc > 2 ? atoi(argv[2]) : 2;
+    int blocks = argc > 2 ? atoi(argv[2]) : 2;
+    if (blocks < 1) blocks = 1;
+    if (blocks > 4096) blocks = 4096;  // x has a float per block
     const int turns = argc > 3 ? atoi(argv[3]) : 30;
     float *x;
-    cudaMalloc(&x, 4096 * sizeof(float));
+    if (cudaMalloc(&x, 4096 * sizeof(float)) != cudaSuccess) return 2;
     cudaMemset(x, 0, 4096 * sizeof(float));
     cudaEvent_t e[6];
     for (auto &v : e) cudaEventCreate(&v);
@@ -48,7 +51,10 @@ int main(int argc, char **argv) {
         cudaEventRecord(e[4]);
         short_k<<<blocks, 128>>>(x);
         cudaEventRecord(e[5]);
-        if (cudaDeviceSynchronize() != cudaSuccess) return 2;
+        if (cudaGetLastError() != cudaSuccess || cudaDeviceSynchronize() != cudaSuccess) {
+            fprintf(stderr, "kernel_time: a launch failed\n");
+            return 2;
+        }
         struct timespec idle = {0, 1000000};
         nanosleep(&idle, nullptr);
         if (it == 0) continue;

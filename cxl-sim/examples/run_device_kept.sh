@@ -31,13 +31,13 @@ for cfg in plain new; do
 	line=$(grep "^llm layers" "$w/llm_$cfg.txt" | tail -1)
 	r llm cfg=$cfg checksum=$(echo "$line" | sed -n 's/.*checksum=\([^ ]*\).*/\1/p') tokens_md5=$(echo "$line" | sed -n 's/.*tokens=\(\[[^]]*\]\).*/\1/p' | md5sum | cut -c1-12)
 done
-S="--section SpeedOfLight --section Occupancy --section LaunchStats --metrics smsp__inst_executed.sum"
+S="--print-units base --section SpeedOfLight --section Occupancy --section LaunchStats --metrics smsp__inst_executed.sum"
 for cfg in old new; do
 	case $cfg in
 	old) BPFTIME_DEFER_LOADS=0 timeout 200 ncu --target-processes all -k regex:sgemm --launch-skip 1 -c 1 $S --csv $old run $q -- $b/sgemm 4096 2 > "$w/ncu_$cfg.csv" 2> "$w/ncu_$cfg.err" ;;
 	new) timeout 200 ncu --target-processes all -k regex:sgemm --launch-skip 1 -c 1 $S --csv $cxl run $q -- $b/sgemm 4096 2 > "$w/ncu_$cfg.csv" 2> "$w/ncu_$cfg.err" ;;
 	esac
-	r ncu app=sgemm cfg=$cfg inst=$(grep '"smsp__inst_executed.sum"' "$w/ncu_$cfg.csv" | awk -F'","' '{print $NF}' | tr -d '",') regs=$(grep '"Registers Per Thread"' "$w/ncu_$cfg.csv" | awk -F'","' '{print $NF}' | tr -d '",') duration_ns=$(grep '"Duration"' "$w/ncu_$cfg.csv" | awk -F'","' '{print $NF}' | tr -d '",')
+	r ncu app=sgemm cfg=$cfg inst=$(grep -m1 '"smsp__inst_executed.sum"' "$w/ncu_$cfg.csv" | awk -F'","' '{print $NF}' | tr -d '",') regs=$(grep -m1 '"Registers Per Thread"' "$w/ncu_$cfg.csv" | awk -F'","' '{print $NF}' | tr -d '",') duration_ns=$(grep -m1 '"Duration"' "$w/ncu_$cfg.csv" | awk -F'","' '{print $NF}' | tr -d '",')
 done
 for app in "sgemm 1024 2" "stream 16777216 2"; do
 	name=${app%% *}

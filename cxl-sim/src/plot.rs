@@ -143,19 +143,28 @@ fn chart(
     root.present().map_err(|x| e(&x))
 }
 
-/// Longest kernel name a bar's label shows: longer ones keep their first characters and
-/// an ellipsis.
-const LABEL_CHARS: usize = 36;
+/// Longest kernel name a bar's label shows.
+const LABEL_CHARS: usize = 40;
+
+/// A kernel's name as its bar's label: a longer one keeps its first and last characters
+/// around `...` (demangled template kernels share long prefixes and differ at the end).
+fn bar_label(name: &str) -> String {
+    let n = name.chars().count();
+    if n <= LABEL_CHARS {
+        return name.to_string();
+    }
+    let keep = LABEL_CHARS - 3;
+    let head: String = name.chars().take(keep / 2).collect();
+    let tail: String = name.chars().skip(n - (keep - keep / 2)).collect();
+    format!("{head}...{tail}")
+}
 
 /// One horizontal bar per kernel, its name on the left (names are long: demangled C++ and
 /// CuPy's generated kernels), and a line at 1.0 (no slowdown).
 fn kernel_bars(path: &Path, bars: &[(&str, f64)], at: (f64, Option<f64>)) -> Result<(), String> {
     let e = |e: &dyn std::fmt::Display| e.to_string();
     let x1 = bars.iter().map(|b| b.1).fold(1.0, f64::max);
-    let label = |name: &str| match name.char_indices().nth(LABEL_CHARS) {
-        Some((at, _)) => format!("{}…", &name[..at]),
-        None => name.to_string(),
-    };
+    let label = bar_label;
     let widest = bars
         .iter()
         .map(|b| label(b.0).chars().count())
@@ -211,27 +220,45 @@ fn kernel_bars(path: &Path, bars: &[(&str, f64)], at: (f64, Option<f64>)) -> Res
 mod tests {
     use super::*;
 
-    /// The plots of a sweep with long kernel names: each file is a PNG, and the per-kernel
-    /// chart grows with the kernels so that every name has its own row. Skipped where no
-    /// TrueType font is installed (the labels need one).
+    /// Labels: short names whole; long ones cut in the middle to at most `LABEL_CHARS`
+    /// characters, keeping both ends (multibyte characters included), so that two kernels
+    /// differing only at the end stay apart.
     #[test]
-    fn a_sweep_with_long_kernel_names_plots() {
+    fn long_kernel_names_keep_both_ends() {
+        assert_eq!(bar_label("matvec"), "matvec");
+        let a =
+            "void cub::CUB_300102_SM_900::detail::reduce::DeviceReduceKernel<int, short*>(int*)";
+        let b = "void cub::CUB_300102_SM_900::detail::reduce::DeviceReduceKernel<int, char*>(int*)";
+        let (la, lb) = (bar_label(a), bar_label(b));
+        assert_ne!(la, lb);
+        assert_eq!(la.chars().count(), LABEL_CHARS, "{la}");
+        assert!(
+            la.starts_with("void cub::") && la.ends_with("short*>(int*)"),
+            "{la}"
+        );
+        let wide = "ü".repeat(50);
+        assert_eq!(bar_label(&wide).chars().count(), LABEL_CHARS);
+    }
+
+    /// The plots of a sweep: each file is a PNG, and the per-kernel chart is 30 pixels taller
+    /// for each kernel, so that every name has its own row. Skipped where no TrueType font
+    /// is installed (the labels need one).
+    #[test]
+    fn a_sweep_plots_a_row_per_kernel() {
         if host::plot::register_font().is_err() {
             eprintln!("SKIPPING: no TrueType font for the plot labels");
             return;
         }
-        let names = [
-            "matvec",
-            "cupy_copy__float32_float32",
-            "void cub::CUB_300102_SM_900::detail::reduce::DeviceReduceKernel<int>(int*)",
-        ];
+        let names: Vec<String> = (0..12)
+            .map(|i| format!("void cub::DeviceReduceKernel<policy_{i}, int>(int*, int)"))
+            .collect();
         let mut rows = Vec::new();
         for (l, k) in [(0.0, 1.0), (800.0, 1.6)] {
             for (i, n) in names.iter().enumerate() {
                 rows.push(Row {
                     latency_ns: l,
                     bandwidth_gbps: None,
-                    kernel: n.to_string(),
+                    kernel: n.clone(),
                     slowdown: k + 0.1 * i as f64,
                 });
             }
@@ -248,9 +275,8 @@ mod tests {
             // IHDR: width and height, big-endian, at bytes 16..24.
             let h = u32::from_be_bytes(b[20..24].try_into().unwrap());
             if f.ends_with("kernels.png") {
-                assert_eq!(h, 320, "three kernels: the minimum height");
+                assert_eq!(h, 120 + 30 * 12);
             }
-            assert!(h > 0);
         }
     }
 }

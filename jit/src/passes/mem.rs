@@ -436,23 +436,38 @@ fn saveable_regs(src: &str, f: &PtxFunction<'_>) -> HashMap<String, RegType> {
 }
 
 /// Registers no block stores and reloads around its cold part, though live: the bases of
-/// the kernel's shared-memory loads. Where ptxas sees how such a base is computed, it knows
-/// its alignment and turns neighbouring loads from it into one vector load (a 16×16-tiled
-/// SGEMM's four `ld.shared.f32` a row into one `LDS.128`); reloaded from local memory after
-/// the call, the base has lost that, and the kernel runs 12 more loads a tile
-/// (`bench/results/cxl_gpu.md`, run 29). ptxas keeps them across the call itself.
+/// the kernel's scalar shared-memory loads at two or more offsets. Where ptxas sees how
+/// such a base is computed, it knows its alignment and merges neighbouring loads from it
+/// into one vector load (a 16×16-tiled SGEMM's four `ld.shared.f32` a row into one
+/// `LDS.128`); reloaded from local memory after the call, the base has lost that, and the
+/// kernel runs 12 more loads a loop turn (`bench/results/cxl_gpu.md`, run 29). A base of
+/// one load, or of loads already vectors, has nothing to merge and stays in the stored set,
+/// so that ptxas does not keep it live across the call. ptxas keeps the others across the
+/// call itself.
 fn shared_load_bases(f: &PtxFunction<'_>) -> std::collections::HashSet<String> {
-    f.statements
-        .iter()
-        .filter(|s| {
-            s.kind == StmtKind::Instruction
-                && matches!(s.base_opcode(), "ld" | "ldu")
-                && s.opcode.split('.').any(|m| m.starts_with("shared"))
-        })
-        .filter_map(|s| match s.operands.get(1) {
-            Some(Operand::Address { base: Some(b), .. }) if b.starts_with('%') => Some(b.clone()),
-            _ => None,
-        })
+    let mut offsets: HashMap<&str, std::collections::HashSet<i128>> = HashMap::new();
+    for s in &f.statements {
+        let mods: Vec<&str> = s.opcode.split('.').collect();
+        let scalar_shared_load = s.kind == StmtKind::Instruction
+            && matches!(s.base_opcode(), "ld" | "ldu")
+            && mods.iter().any(|m| m.starts_with("shared"))
+            && !mods.iter().any(|m| matches!(*m, "v2" | "v4" | "v8"));
+        if let (
+            true,
+            Some(Operand::Address {
+                base: Some(b),
+                offset,
+            }),
+        ) = (scalar_shared_load, s.operands.get(1))
+            && b.starts_with('%')
+        {
+            offsets.entry(b.as_str()).or_default().insert(*offset);
+        }
+    }
+    offsets
+        .into_iter()
+        .filter(|(_, o)| o.len() >= 2)
+        .map(|(b, _)| b.to_string())
         .collect()
 }
 
@@ -1039,11 +1054,23 @@ mod tests {
         let mut not = Live(false, Vec::new());
         splice(src, &f, &ProbeModule::default(), &mut not).unwrap();
         assert!(not.1.iter().all(|v| v.is_empty()) && not.1.len() == 3);
-        // A shared-memory load's base stays out, though live; a shared store's does not.
-        let tiled = ".version 8.0\n.target sm_80\n.address_size 64\n.visible .entry k(.param .u64 a)\n{\n\t.reg .b64 %rd<4>;\n\t.reg .b32 %r<4>;\n\t.reg .f32 %f<4>;\n\t.shared .align 16 .b8 sm[64];\n\tld.param.u64 %rd1, [a];\n\tmov.u32 %r1, sm;\n\tmov.u32 %r2, sm;\n\tld.global.f32 %f1, [%rd1];\n\tst.shared.f32 [%r2], %f1;\n\tld.shared.f32 %f2, [%r1+4];\n\tst.global.f32 [%rd1], %f2;\n\tret;\n}\n";
+        // The base of scalar shared-memory loads at two offsets (`%r1`, through
+        // `ld.shared::cta` too) stays out, though live; so does nothing else: a shared
+        // store's base (`%r2`), the base of one shared load (`%r3`), and the base of a
+        // vector load (`%r4`) are stored as before.
+        let tiled = ".version 8.0\n.target sm_80\n.address_size 64\n.visible .entry k(.param .u64 a)\n{\n\t.reg .b64 %rd<4>;\n\t.reg .b32 %r<6>;\n\t.reg .f32 %f<12>;\n\t.shared .align 16 .b8 sm[64];\n\tld.param.u64 %rd1, [a];\n\tmov.u32 %r1, sm;\n\tmov.u32 %r2, sm;\n\tmov.u32 %r3, sm;\n\tmov.u32 %r4, sm;\n\tld.global.f32 %f1, [%rd1];\n\tst.shared.f32 [%r2], %f1;\n\tld.shared.f32 %f2, [%r1+4];\n\tld.shared::cta.f32 %f3, [%r1+8];\n\tld.shared.f32 %f4, [%r3];\n\tld.shared.v2.f32 {%f5, %f6}, [%r4];\n\tld.shared.v2.f32 {%f7, %f8}, [%r4+8];\n\tst.global.f32 [%rd1], %f2;\n\tret;\n}\n";
         let f = parse::parse(tiled).unwrap();
         let mut asked = Live(true, Vec::new());
         splice(tiled, &f, &ProbeModule::default(), &mut asked).unwrap();
-        assert_eq!(asked.1[0], l(&[("%f1", 32), ("%r2", 32), ("%rd1", 64)]));
+        assert_eq!(
+            asked.1[0],
+            l(&[
+                ("%f1", 32),
+                ("%r2", 32),
+                ("%r3", 32),
+                ("%r4", 32),
+                ("%rd1", 64)
+            ])
+        );
     }
 }
