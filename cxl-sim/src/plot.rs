@@ -164,10 +164,9 @@ fn bar_label(name: &str) -> String {
 fn kernel_bars(path: &Path, bars: &[(&str, f64)], at: (f64, Option<f64>)) -> Result<(), String> {
     let e = |e: &dyn std::fmt::Display| e.to_string();
     let x1 = bars.iter().map(|b| b.1).fold(1.0, f64::max);
-    let label = bar_label;
     let widest = bars
         .iter()
-        .map(|b| label(b.0).chars().count())
+        .map(|b| bar_label(b.0).chars().count())
         .max()
         .unwrap_or(0) as u32;
     let height = (120 + 30 * bars.len() as u32).max(320);
@@ -189,7 +188,7 @@ fn kernel_bars(path: &Path, bars: &[(&str, f64)], at: (f64, Option<f64>)) -> Res
         .x_desc("slowdown")
         .y_labels(bars.len() + 1)
         .y_label_formatter(&|y| match y {
-            SegmentValue::CenterOf(i) => bars.get(*i).map_or(String::new(), |b| label(b.0)),
+            SegmentValue::CenterOf(i) => bars.get(*i).map_or(String::new(), |b| bar_label(b.0)),
             _ => String::new(),
         })
         .disable_y_mesh()

@@ -176,7 +176,7 @@ pub struct MemSite {
     /// The kernel's registers live after the instruction, with their widths in bits (1
     /// for a predicate) ([`super::live`]): what a block may store before code of its own
     /// and load after it, to leave that code the registers they hold. Bases of the kernel's
-    /// shared-memory loads are left out (see `shared_load_bases`).
+    /// scalar shared-memory loads at two or more offsets are left out (`shared_load_bases`).
     pub live: Vec<(String, u32)>,
     base: Option<(String, Option<RegType>)>,
     offset: i128,
