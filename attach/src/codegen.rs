@@ -98,6 +98,7 @@ pub fn compile_probe(
         maps,
         lock_pid,
         entry: false,
+        stack_regs: Some(probe.stack_regs.clone()).filter(|s| !s.is_empty()),
         ..JitOptions::default()
     };
     let inlinable = match probe.site {

@@ -86,6 +86,10 @@ pub struct Probe {
     /// What each load of the program reads through the ctx
     /// ([`ebpf::verifier::Verified::ctx_loads`]).
     pub ctx_loads: std::collections::BTreeMap<usize, Option<i64>>,
+    /// Frame slots the JIT keeps in registers ([`jit::JitOptions::stack_regs`], from
+    /// [`ebpf::verifier::Verified::stack_registers`]); empty with `BPFTIME_STACK_REGS=0`
+    /// (for comparisons).
+    pub stack_regs: std::collections::BTreeMap<usize, i64>,
     /// For host probes: the driver functions (one, or every wrapped one for `*`).
     pub host_fns: Vec<crate::api::Api>,
     /// For host probes on another library: `(library, function)`.
@@ -205,6 +209,10 @@ impl ProbeSet {
                     maps_written: v.maps_written,
                     mem: (site == SiteKind::Memory).then(|| mem_options(&info.section)),
                     ctx_loads: v.ctx_loads.clone(),
+                    stack_regs: match std::env::var("BPFTIME_STACK_REGS").as_deref() {
+                        Ok("0") => Default::default(),
+                        _ => v.stack_registers(),
+                    },
                     host_fns,
                     host_sym,
                     program,

@@ -121,3 +121,73 @@ fn maps_changed_by_read_modify_writes_are_reported() {
     let update = "r1 = map_idx[0] ll\nr2 = r10\nr2 += -4\nr3 = r7\nr4 = 0\ncall map_update_elem";
     assert_eq!(atomic(&prog(&read(7), update)), 0b01);
 }
+
+/// The frame offsets `stack_registers` gives for `src`, by pc.
+fn slots(src: &str) -> Vec<(usize, i64)> {
+    let mut p = Program::from_insns("slots", assemble(src).unwrap());
+    p.maps = vec![array("a")];
+    let v = verify(&p, &VerifyOptions::default()).unwrap();
+    v.stack_registers().into_iter().collect()
+}
+
+#[test]
+fn frame_slots_reached_only_by_plain_constant_accesses_may_live_in_registers() {
+    // pc 1/3: a 64-bit spill and its reload at -16; pc 2/4: a 32-bit slot at -24.
+    let plain = "r1 = 5
+*(u64 *)(r10 - 16) = r1
+*(u32 *)(r10 - 24) = 7
+r2 = *(u64 *)(r10 - 16)
+r3 = *(u32 *)(r10 - 24)
+r0 = 0
+exit";
+    assert_eq!(slots(plain), vec![(1, -16), (2, -24), (3, -16), (4, -24)]);
+
+    // A map key (a helper reads it through a pointer), an atomic, and a slot read at
+    // another width than it was written: none of those three slots, but -16 still.
+    let shared = "r1 = 0
+*(u32 *)(r10 - 4) = r1
+*(u64 *)(r10 - 16) = r1
+*(u64 *)(r10 - 32) = r1
+*(u64 *)(r10 - 40) = r1
+r1 = map_idx[0] ll
+r2 = r10
+r2 += -4
+call map_lookup_elem
+r1 = 1
+lock *(u64 *)(r10 - 32) += r1
+r4 = *(u32 *)(r10 - 40)
+r5 = *(u64 *)(r10 - 16)
+r0 = 0
+exit";
+    assert_eq!(slots(shared), vec![(2, -16), (13, -16)]);
+
+    // A pointer reaching the frame at two offsets (by path) shares both slots.
+    // (r5: a random number, unknown to the verifier.)
+    let two = "call get_prandom_u32
+r5 = r0
+r1 = 0
+*(u64 *)(r10 - 8) = r1
+*(u64 *)(r10 - 16) = r1
+*(u64 *)(r10 - 24) = r1
+r2 = r10
+r2 += -8
+if r5 == 0 goto skip
+r2 += -8
+skip:
+r3 = *(u64 *)(r2 + 0)
+r4 = *(u64 *)(r10 - 24)
+r0 = 0
+exit";
+    assert_eq!(slots(two), vec![(5, -24), (11, -24)]);
+
+    // A second function: nothing (a callee may reach its caller's frame).
+    let call = "r1 = 0
+*(u64 *)(r10 - 8) = r1
+call f
+r0 = *(u64 *)(r10 - 8)
+exit
+f:
+r0 = 0
+exit";
+    assert_eq!(slots(call), vec![]);
+}

@@ -218,6 +218,14 @@ pub struct JitOptions {
     /// registers at the point and load them at that line (see the lowering's `Split`).
     /// Default false.
     pub split_cold: bool,
+    /// Frame slots in registers: loads and stores (by pc) of slots that only plain
+    /// constant-offset accesses reach, with their offset from r10 (the verifier's
+    /// [`ebpf::verifier::Verified::stack_registers`]), read and write a register instead of
+    /// local memory. ptxas keeps an eBPF program's spills in local memory otherwise
+    /// (`STL`/`LDL`, each an L1 round trip on the path). Applies to the entry function
+    /// when it is not split ([`JitOptions::split_cold`]) and without
+    /// [`JitOptions::unaligned`]. Default `None`.
+    pub stack_regs: Option<std::collections::BTreeMap<usize, i64>>,
 }
 
 impl Default for JitOptions {
@@ -236,6 +244,7 @@ impl Default for JitOptions {
             ctx_regs: None,
             defer_adds: false,
             split_cold: false,
+            stack_regs: None,
         }
     }
 }

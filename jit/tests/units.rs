@@ -838,3 +838,78 @@ fn a_split_body_calls_its_cold_part_with_what_the_cold_part_reads() {
         "{t}"
     );
 }
+
+/// `JitOptions::stack_regs` (from the verifier's `stack_registers`) keeps the program's
+/// spills in registers: no local-memory access is left for those slots, a helper's key
+/// stays in memory, and the PTX assembles. (What it computes is checked on a GPU against the
+/// interpreter: `gpu_diff` compiles its cases the same way.)
+#[test]
+fn frame_slots_in_registers_leave_no_local_access_for_them() {
+    let src = "r1 = 5
+*(u64 *)(r10 - 16) = r1
+*(u32 *)(r10 - 24) = -7
+r2 = *(u64 *)(r10 - 16)
+r3 = *(u32 *)(r10 - 24)
+r4 = *(s32 *)(r10 - 24)
+r0 = r2
+r0 += r3
+r0 += r4
+exit";
+    let p = Program::from_insns("slots", assemble(src).unwrap());
+    let v = ebpf::verifier::verify(&p, &ebpf::verifier::VerifyOptions::default()).unwrap();
+    let regs = v.stack_registers();
+    assert_eq!(regs.len(), 5, "{regs:?}");
+    let local = |o: &JitOptions| {
+        let t = jit::compile(&p, o).unwrap().text();
+        common::assemble(&t, "stack_regs");
+        t.lines()
+            .filter(|l| l.contains("ld.local.") || l.contains("st.local."))
+            .count()
+    };
+    assert!(local(&JitOptions::default()) >= 5);
+    let with = JitOptions {
+        stack_regs: Some(regs),
+        ..JitOptions::default()
+    };
+    assert_eq!(local(&with), 0);
+
+    // A map key stays in the frame: the helper reads it there.
+    let src = "r1 = 0
+*(u32 *)(r10 - 4) = r1
+*(u64 *)(r10 - 16) = r1
+r1 = map_idx[0] ll
+r2 = r10
+r2 += -4
+call map_lookup_elem
+r0 = *(u64 *)(r10 - 16)
+exit";
+    let mut p = Program::from_insns("key", assemble(src).unwrap());
+    p.maps = vec![ebpf::program::MapDef {
+        name: "a".into(),
+        kind: ebpf::program::MapKind::Array,
+        key_size: 4,
+        value_size: 8,
+        max_entries: 4,
+        flags: 0,
+        origin: ebpf::program::MapOrigin::Btf,
+        init: None,
+    }];
+    let v = ebpf::verifier::verify(&p, &ebpf::verifier::VerifyOptions::default()).unwrap();
+    let regs = v.stack_registers();
+    assert_eq!(
+        regs.into_iter().collect::<Vec<_>>(),
+        vec![(2, -16), (8, -16)]
+    );
+    let o = JitOptions {
+        maps: vec![jit::MapBinding::for_def(&p.maps[0], 0x7f00_0000_0000, 1)],
+        stack_regs: Some(v.stack_registers()),
+        ..JitOptions::default()
+    };
+    let t = jit::compile(&p, &o).unwrap().text();
+    common::assemble(&t, "stack_regs_key");
+    assert!(t.contains("st.local.u32"), "the key's store stays:\n{t}");
+    assert!(
+        !t.contains("st.local.u64") && !t.contains("ld.local.u64"),
+        "{t}"
+    );
+}

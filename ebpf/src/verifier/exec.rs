@@ -100,6 +100,11 @@ pub struct Explorer<'a> {
     ctx_loads: std::cell::RefCell<std::collections::BTreeMap<usize, Option<i64>>>,
     /// Loads seen with a base other than the probe ctx.
     other_loads: std::cell::RefCell<std::collections::BTreeSet<usize>>,
+    /// Loads and stores through a frame pointer ([`Verified::stack_slots`]).
+    stack_slots: std::cell::RefCell<std::collections::BTreeMap<usize, Option<(i64, u8)>>>,
+    /// Frame bytes something other than a plain load or store at a constant offset may
+    /// touch ([`Verified::stack_shared`]).
+    stack_shared: std::cell::RefCell<[u64; STACK_SIZE / 64]>,
 }
 
 fn alu_name(op: AluOp) -> &'static str {
@@ -172,6 +177,8 @@ impl<'a> Explorer<'a> {
             maps_atomic: std::cell::Cell::new(0),
             ctx_loads: Default::default(),
             other_loads: Default::default(),
+            stack_slots: Default::default(),
+            stack_shared: std::cell::RefCell::new([0; STACK_SIZE / 64]),
         }
     }
 
@@ -571,6 +578,8 @@ impl<'a> Explorer<'a> {
             log: String::new(),
             ctx_words_read: self.ctx_words_read.get(),
             ctx_loads: self.ctx_loads.borrow().clone(),
+            stack_slots: self.stack_slots.borrow().clone(),
+            stack_shared: *self.stack_shared.borrow(),
             maps_add_only: {
                 let n = self.prog.maps.len().min(64);
                 let all = if n == 64 { u64::MAX } else { (1u64 << n) - 1 };
@@ -1148,6 +1157,36 @@ impl<'a> Explorer<'a> {
         )
     }
 
+    /// Records a plain load or store at `pc` of frame `frame`'s bytes `lo..hi`, `konst` when
+    /// its offset is the same constant on this path. An access seen at two offsets, at a
+    /// varying one, or in another frame than the entry's, shares what it may touch.
+    fn note_stack_access(&self, pc: usize, frame: usize, lo: i64, hi: i64, konst: bool) {
+        let mut slots = self.stack_slots.borrow_mut();
+        let this = (konst && frame == 0 && hi - lo <= 8).then_some((lo, (hi - lo) as u8));
+        let e = slots.entry(pc).or_insert(this);
+        if *e != this {
+            if let Some((l, n)) = *e {
+                self.share_stack(l, l + n as i64);
+            }
+            *e = None;
+        }
+        if e.is_none() {
+            self.share_stack(lo, hi);
+        }
+    }
+
+    /// Marks frame bytes `lo..hi` (offsets from r10, clamped to the frame) as reached other
+    /// than by plain constant-offset accesses ([`Verified::stack_shared`]).
+    pub(super) fn share_stack(&self, lo: i64, hi: i64) {
+        let mut m = self.stack_shared.borrow_mut();
+        let lo = lo.max(-(STACK_SIZE as i64));
+        let hi = hi.min(0);
+        for b in lo..hi {
+            let i = (b + STACK_SIZE as i64) as usize;
+            m[i / 64] |= 1 << (i % 64);
+        }
+    }
+
     fn not_ptr(&self, pc: usize, r: usize, v: &Reg) -> Fail {
         fail(
             pc,
@@ -1314,6 +1353,7 @@ impl<'a> Explorer<'a> {
         }
         self.note_depth(st, frame, lo);
         self.note_stack(frame, lo, size, p.const_var().is_some());
+        self.note_stack_access(pc, frame, lo, hi, p.const_var().is_some());
         let fr = &st.frames[frame];
         if let Some(v) = p.const_var() {
             let o = p.off + off + v;
@@ -1415,6 +1455,7 @@ impl<'a> Explorer<'a> {
                 ),
             ));
         }
+        self.note_stack_access(pc, frame, lo, hi, false);
         if let Reg::Ptr(vp) = val {
             return Err(fail(
                 pc,
@@ -1467,6 +1508,7 @@ impl<'a> Explorer<'a> {
                 ),
             ));
         }
+        self.note_stack_access(pc, frame, o, o + size as i64, true);
         if let Reg::Ptr(vp) = val {
             if let PtrKind::Stack { frame: vf } = vp.kind
                 && vf as usize > frame
@@ -1646,6 +1688,11 @@ impl<'a> Explorer<'a> {
             }
             PtrKind::Stack { frame } => {
                 let old = self.stack_read(st, pc, frame as usize, &p, off, size, false)?;
+                // An atomic's bytes stay in memory.
+                let at = self.stack_slots.borrow().get(&pc).copied().flatten();
+                if let Some((l, n)) = at {
+                    self.share_stack(l, l + n as i64);
+                }
                 if let Reg::Ptr(_) = old {
                     return Err(fail(
                         pc,

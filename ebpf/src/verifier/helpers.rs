@@ -366,6 +366,8 @@ impl Explorer<'_> {
                     ));
                 }
                 self.note_depth(st, frame, o);
+                // The helper reaches these bytes through a pointer: they stay in memory.
+                self.share_stack(o, hi);
                 let fr = &mut st.frames[frame];
                 if write {
                     if size == 8 && o % 8 == 0 && p.const_var().is_some() {

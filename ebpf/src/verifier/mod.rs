@@ -107,6 +107,14 @@ pub struct Verified {
     /// `None` otherwise. A JIT can read such a load's bytes from registers holding the ctx
     /// words instead of from memory.
     pub ctx_loads: std::collections::BTreeMap<usize, Option<i64>>,
+    /// Every plain load and store (by pc) through a pointer into a frame: `Some((offset from
+    /// r10, bytes))` when it is the entry function's frame at the same constant offset on
+    /// every path, `None` otherwise.
+    pub stack_slots: std::collections::BTreeMap<usize, Option<(i64, u8)>>,
+    /// Bit `i` (byte `i - 512` from r10 of the entry's frame): something other than a plain
+    /// load or store at a constant offset may touch that byte: a helper through a pointer,
+    /// an atomic, an access at a varying offset or at two offsets.
+    pub stack_shared: [u64; crate::isa::STACK_SIZE / 64],
     /// Bit `m` is set when every access of the program to map `m`'s values is a 64-bit
     /// atomic add without fetch (a counter the program never reads), and the map reaches no
     /// helper but `map_lookup_elem`: such a map may be split into per-SM stripes that the
@@ -124,6 +132,51 @@ pub struct Verified {
     /// atomics are: not between two GPUs on host memory without PCIe atomics. Maps past the
     /// 64th are always set.
     pub maps_atomic: u64,
+}
+
+impl Verified {
+    /// The loads and stores (by pc) whose frame bytes a JIT may keep in a register instead
+    /// of memory, with their offset from r10. A slot qualifies when the program is one
+    /// function, every access to any of its bytes is a plain load or store of exactly that
+    /// offset and width ([`Verified::stack_slots`]), and nothing else reaches its bytes
+    /// ([`Verified::stack_shared`]). Reading such a slot then always reads what the last
+    /// store on the path wrote, so a register per slot holds the same values.
+    pub fn stack_registers(&self) -> std::collections::BTreeMap<usize, i64> {
+        let mut out = std::collections::BTreeMap::new();
+        if self.stack_depths.len() > 1 {
+            return out;
+        }
+        let size = crate::isa::STACK_SIZE as i64;
+        // Byte → the one (offset, width) that touches it, or a conflict.
+        let mut owner: Vec<Option<Result<(i64, u8), ()>>> = vec![None; size as usize];
+        for s in self.stack_slots.values() {
+            let Some((lo, n)) = *s else { continue };
+            for b in lo..lo + n as i64 {
+                let Some(o) = owner.get_mut((b + size) as usize) else {
+                    continue;
+                };
+                *o = match *o {
+                    None => Some(Ok((lo, n))),
+                    Some(Ok(x)) if x == (lo, n) => Some(Ok(x)),
+                    _ => Some(Err(())),
+                };
+            }
+        }
+        let shared = |b: i64| {
+            let i = (b + size) as usize;
+            self.stack_shared[i / 64] >> (i % 64) & 1 == 1
+        };
+        for (&pc, s) in &self.stack_slots {
+            let Some((lo, n)) = *s else { continue };
+            let own = (lo..lo + n as i64).all(|b| {
+                b >= -size && b < 0 && !shared(b) && owner[(b + size) as usize] == Some(Ok((lo, n)))
+            });
+            if own {
+                out.insert(pc, lo);
+            }
+        }
+        out
+    }
 }
 
 /// The class of a verification failure.

@@ -1084,9 +1084,18 @@ fn build_case(c: &Case, seed: u64) -> Result<Built, String> {
         live.push(Arc::new(ThreadFix(Arc::new(m))));
         bufs.push(b);
     }
+    // Frame slots in registers, as the attach side compiles probes (BPFTIME_STACK_REGS=0:
+    // every slot in local memory).
+    let stack_regs = match std::env::var("BPFTIME_STACK_REGS").as_deref() {
+        Ok("0") => None,
+        _ => ebpf::verifier::verify(p, &ebpf::verifier::VerifyOptions::default())
+            .ok()
+            .map(|v| v.stack_registers()),
+    };
     let opts = JitOptions {
         maps: bindings,
         lock_pid: 1,
+        stack_regs,
         ..JitOptions::default()
     };
     let m = jit::compile(p, &opts).map_err(|e| format!("{}: jit: {e}", c.name))?;

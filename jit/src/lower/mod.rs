@@ -34,7 +34,7 @@ use ebpf::isa::{
     Src, Width,
 };
 use ebpf::program::{JobCtx, MapKind, Program};
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::LazyLock;
 
 /// `Opcode::decode` without its per-call allocations (the hot path of compilation): the
@@ -139,6 +139,12 @@ struct Ctx<'a> {
     /// The function being lowered reaches the frame through r10, a generic pointer into
     /// its caller's frame (a cold part, [`JitOptions::split_cold`]), not `stack`.
     stack_generic: bool,
+    /// Frame slots kept in registers in the function being lowered
+    /// ([`JitOptions::stack_regs`]): offset from r10 → register. Empty where none are.
+    slot_regs: BTreeMap<i64, Reg>,
+    /// Whether the function being lowered keeps [`JitOptions::stack_regs`]'s slots in
+    /// registers.
+    promote: bool,
 }
 
 /// Most bytes of helper text inlined into one function; calls past it go to the `.func`s.
@@ -256,6 +262,8 @@ pub fn lower(prog: &Program, opts: &JitOptions) -> Result<Lowered, CompileError>
         vec: VecPlan::new(),
         ends_thread: false,
         stack_generic: false,
+        slot_regs: BTreeMap::new(),
+        promote: false,
     };
     // Decode every slot once.
     let mut pc = 0;
@@ -617,6 +625,10 @@ fn lower_function(
     if let Some(o) = &split {
         reach = o.hot.clone();
     }
+    // Frame slots in registers: only in the entry function, whose frame nothing else
+    // reaches (a cold part reaches it through r10; an aligned run may pair its loads).
+    cx.slot_regs.clear();
+    cx.promote = is_entry && split.is_none() && !cx.opts.unaligned && cx.opts.stack_regs.is_some();
     let part = Part {
         reach: &reach,
         point,
@@ -624,6 +636,7 @@ fn lower_function(
         entry: None,
     };
     lower_body(cx, &mut f, start, end, &jumps, part)?;
+    cx.promote = false;
     let Some(o) = split else {
         return Ok((f, None));
     };
@@ -1396,6 +1409,15 @@ fn lower_insn(
                 );
             } else if let Some(at) = cx.opts.ctx_regs.as_ref().and_then(|c| c.get(&pc)) {
                 ctx_reg_load(cx, f, pc, r(dst), *at, size, sign_extend)?;
+            } else if let Some(s) = slot_reg(cx, f, pc) {
+                // The slot holds its bytes zero-extended (see the store below).
+                let bits = 8 * size.bytes() as i64;
+                if sign_extend && bits < 64 {
+                    f.push("shl.b64", [r(dst).into(), s.into(), imm(64 - bits)]);
+                    f.push("shr.s64", [r(dst).into(), r(dst).into(), imm(64 - bits)]);
+                } else {
+                    f.push("mov.b64", [r(dst).into(), s.into()]);
+                }
             } else if cx.opts.unaligned
                 && size != Size::B
                 && !pre.aligned(src, insn.off, size)
@@ -1432,7 +1454,15 @@ fn lower_insn(
                     t
                 }
             };
-            if cx.opts.unaligned
+            if let Some(s) = slot_reg(cx, f, pc) {
+                match size {
+                    Size::Dw => f.push("mov.b64", [s.into(), v.into()]),
+                    _ => f.push(
+                        "and.b64",
+                        [s.into(), v.into(), imm((1i64 << (8 * size.bytes())) - 1)],
+                    ),
+                }
+            } else if cx.opts.unaligned
                 && size != Size::B
                 && !pre.aligned(dst, insn.off, size)
                 && cx.aligned_base != Some(dst)
@@ -1597,6 +1627,20 @@ fn ctx_reg_load(
         f.push("and.b64", [dst.into(), dst.into(), imm((1i64 << bits) - 1)]);
     }
     Ok(())
+}
+
+/// The register holding the frame slot that the load or store at `pc` accesses, when the
+/// function keeps it in one ([`JitOptions::stack_regs`]).
+fn slot_reg(cx: &mut Ctx, f: &mut Function, pc: usize) -> Option<Reg> {
+    if !cx.promote {
+        return None;
+    }
+    let off = *cx.opts.stack_regs.as_ref()?.get(&pc)?;
+    Some(
+        *cx.slot_regs
+            .entry(off)
+            .or_insert_with(|| f.reg(RegClass::B64)),
+    )
 }
 
 /// `[stack+depth+off]` for an access through r10 that stays inside the frame: a `.local`
