@@ -286,7 +286,7 @@ static int run_chunk_interp(const std::string &stem) {
         max_in = std::max(max_in, (size_t)(c.in_size * c.n));
         max_out = std::max(max_out, (size_t)(c.out_size * c.n));
         max_n = std::max(max_n, (size_t)c.n);
-        max_code = std::max(max_code, (size_t)(8 * c.n_insns + 32 * c.maps.size()));
+        max_code = std::max(max_code, (size_t)(8 * c.n_insns + sizeof(struct bpf_map_desc) * c.maps.size()));
     }
     CUdeviceptr d_in, d_out, d_res, d_code, d_prog;
     CK(cuMemAlloc(&d_in, max_in)); CK(cuMemAlloc(&d_out, max_out)); CK(cuMemAlloc(&d_res, 8 * max_n));
@@ -301,7 +301,7 @@ static int run_chunk_interp(const std::string &stem) {
         if (c.in_size) CK(cuMemcpyHtoD(d_in, blob.data() + c.in_off, c.in_size * c.n));
         if (c.out_size) CK(cuMemcpyHtoD(d_out, blob.data() + c.out_off, c.out_size * c.n));
         CK(cuMemsetD8(d_res, 0xee, 8 * c.n));
-        size_t code_len = 8 * c.n_insns + 32 * c.maps.size();
+        size_t code_len = 8 * c.n_insns + sizeof(struct bpf_map_desc) * c.maps.size();
         if (c.interp_off + code_len > blob.size()) { fprintf(stderr, "%s: bad INTERP_OFF\n", c.entry.c_str()); return 2; }
         CK(cuMemcpyHtoD(d_code, blob.data() + c.interp_off, code_len));
         struct bpf_prog_desc pd;
