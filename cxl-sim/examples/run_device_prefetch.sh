@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
 # Run 32 of bench/results/cxl_gpu.md: where the delay probe's work goes on a pointer chase,
 # four builds of bpf/cxl.bpf.c side by side (`cxl run --object`):
-#   old    — the probe before run 32: the load's arrival read first, then the lookups;
-#   new    — the lookups' loads issued first, then arrival, then the rest (committed);
+#   old    — the committed probe: the load's arrival read first, then the lookups;
+#   new    — the lookups' loads issued first, then arrival, then the rest (measured worse
+#            for delays longer than the probe's work; dropped);
 #   nohist — new without the warp's history (every access random);
 #   min    — new's gate, then arrival and the wait only: no lookup, no bookkeeping.
+# The variants are bench/results/cxl_gpu/run32/{new,nohist,min}.patch (new against the
+# committed source, the other two against new), built with scripts/build-builtin-probes'
+# clang line into OBJ_DIR/{old,new,nohist,min}.bpf.o.
 # Each at Δt 100–1,600 and with --count-only (every delay computed, none waited: the
 # probe's own path), the emulated cache on and off; then the ratio check, the caps, the
 # cost at Δt = 0 and the direct-x8 preset with old and new, and kernel_time.cu (edited

@@ -180,6 +180,29 @@ r0 = 0
 exit";
     assert_eq!(slots(two), vec![(5, -24), (11, -24)]);
 
+    // One store through a map value on one path and the frame on the other
+    // (`v = lookup(); if (!v) v = &local; *v = 42`): -16 stays in memory.
+    let mixed = "r1 = 0
+*(u32 *)(r10 - 4) = r1
+*(u64 *)(r10 - 16) = r1
+*(u64 *)(r10 - 24) = r1
+r1 = map_idx[0] ll
+r2 = r10
+r2 += -4
+call map_lookup_elem
+r2 = r10
+r2 += -16
+if r0 == 0 goto s
+r2 = r0
+s:
+r1 = 42
+*(u64 *)(r2 + 0) = r1
+r0 = *(u64 *)(r10 - 16)
+r3 = *(u64 *)(r10 - 24)
+r0 += r3
+exit";
+    assert_eq!(slots(mixed), vec![(3, -24), (16, -24)]);
+
     // A second function: nothing (a callee may reach its caller's frame).
     let call = "r1 = 0
 *(u64 *)(r10 - 8) = r1

@@ -102,6 +102,9 @@ pub struct Explorer<'a> {
     other_loads: std::cell::RefCell<std::collections::BTreeSet<usize>>,
     /// Loads and stores through a frame pointer ([`Verified::stack_slots`]).
     stack_slots: std::cell::RefCell<std::collections::BTreeMap<usize, Option<(i64, u8)>>>,
+    /// Loads, stores and atomics seen through a pointer that is not a frame's: such an
+    /// instruction keeps whatever frame bytes it may also reach in memory.
+    stack_other: std::cell::RefCell<std::collections::BTreeSet<usize>>,
     /// Frame bytes something other than a plain load or store at a constant offset may
     /// touch ([`Verified::stack_shared`]).
     stack_shared: std::cell::RefCell<[u64; STACK_SIZE / 64]>,
@@ -178,6 +181,7 @@ impl<'a> Explorer<'a> {
             ctx_loads: Default::default(),
             other_loads: Default::default(),
             stack_slots: Default::default(),
+            stack_other: Default::default(),
             stack_shared: std::cell::RefCell::new([0; STACK_SIZE / 64]),
         }
     }
@@ -1162,6 +1166,7 @@ impl<'a> Explorer<'a> {
     /// varying one, or in another frame than the entry's, shares what it may touch.
     fn note_stack_access(&self, pc: usize, frame: usize, lo: i64, hi: i64, konst: bool) {
         let mut slots = self.stack_slots.borrow_mut();
+        let konst = konst && !self.stack_other.borrow().contains(&pc);
         let this = (konst && frame == 0 && hi - lo <= 8).then_some((lo, (hi - lo) as u8));
         let e = slots.entry(pc).or_insert(this);
         if *e != this {
@@ -1172,6 +1177,19 @@ impl<'a> Explorer<'a> {
         }
         if e.is_none() {
             self.share_stack(lo, hi);
+        }
+    }
+
+    /// Records that the access at `pc` went through another pointer than a frame's on this
+    /// path (a map value, the ctx, a packet: `p = v ? v : &local`): what it reaches in a
+    /// frame on other paths stays in memory.
+    fn note_other_access(&self, pc: usize) {
+        self.stack_other.borrow_mut().insert(pc);
+        let mut slots = self.stack_slots.borrow_mut();
+        if let Some(e) = slots.get_mut(&pc) {
+            if let Some((l, n)) = e.take() {
+                self.share_stack(l, l + n as i64);
+            }
         }
     }
 
@@ -1212,6 +1230,9 @@ impl<'a> Explorer<'a> {
         let Reg::Ptr(p) = base else {
             return Err(self.not_ptr(pc, r, &base));
         };
+        if !matches!(p.kind, PtrKind::Stack { .. }) {
+            self.note_other_access(pc);
+        }
         // A ctx load at a varying offset counts as another base: never a constant read.
         let probe_ctx = matches!(p.kind, PtrKind::Mem { .. }) && p.ref_id == 0;
         self.note_load(
@@ -1563,6 +1584,9 @@ impl<'a> Explorer<'a> {
         let Reg::Ptr(p) = base else {
             return Err(self.not_ptr(pc, r, &base));
         };
+        if !matches!(p.kind, PtrKind::Stack { .. }) {
+            self.note_other_access(pc);
+        }
         let leak = |what: &str| -> Result<(), Fail> {
             if let Reg::Ptr(vp) = val {
                 return Err(fail(
@@ -1679,6 +1703,9 @@ impl<'a> Explorer<'a> {
         let Reg::Ptr(p) = base else {
             return Err(self.not_ptr(pc, d, &base));
         };
+        if !matches!(p.kind, PtrKind::Stack { .. }) {
+            self.note_other_access(pc);
+        }
         let off = insn.off as i64;
         let misaligned = !is_aligned(&p, off, size);
         let unknown = Scalar::unknown_bytes(size, false);

@@ -810,6 +810,7 @@ const C_PROGRAMS: &[(&str, &[&str], bool, bool)] = &[
     ("calls", &["calls", "calls2"], true, true),
     ("counter", &["counter"], false, true),
     ("filter", &["filter"], true, true),
+    ("frame_slots", &["frame_slots"], false, true),
     ("globals", &["globals"], false, true),
     ("gpu_helpers", &["gpu_probe"], false, false),
     ("legacy_map", &["legacy"], false, true),
