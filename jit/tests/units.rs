@@ -912,4 +912,18 @@ exit";
         !t.contains("st.local.u64") && !t.contains("ld.local.u64"),
         "{t}"
     );
+
+    // A map naming an atomic is refused: its slot would be half register, half memory.
+    let src = "r1 = 1
+*(u64 *)(r10 - 8) = r1
+lock *(u64 *)(r10 - 8) += r1
+r0 = *(u64 *)(r10 - 8)
+exit";
+    let p = Program::from_insns("atomic", assemble(src).unwrap());
+    let bad = JitOptions {
+        stack_regs: Some([(1usize, -8i64), (2, -8), (3, -8)].into()),
+        ..JitOptions::default()
+    };
+    let e = jit::compile(&p, &bad).unwrap_err().to_string();
+    assert!(e.contains("not a plain load or store"), "{e}");
 }

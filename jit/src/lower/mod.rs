@@ -629,6 +629,21 @@ fn lower_function(
     // reaches (a cold part reaches it through r10; an aligned run may pair its loads).
     cx.slot_regs.clear();
     cx.promote = is_entry && split.is_none() && !cx.opts.unaligned && cx.opts.stack_regs.is_some();
+    if cx.promote {
+        // A slot is a register only if every access to it is a plain load or store.
+        for &pc in cx.opts.stack_regs.iter().flatten().map(|(pc, _)| pc) {
+            let plain =
+                cx.dec.get(pc).copied().flatten().is_some_and(|d| {
+                    matches!(d.op.kind(), OpKind::Load { .. } | OpKind::Store { .. })
+                });
+            if !plain {
+                return Err(cx.err(
+                    pc,
+                    "stack_regs names an instruction that is not a plain load or store",
+                ));
+            }
+        }
+    }
     let part = Part {
         reach: &reach,
         point,
