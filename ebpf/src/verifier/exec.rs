@@ -1186,10 +1186,8 @@ impl<'a> Explorer<'a> {
     fn note_other_access(&self, pc: usize) {
         self.stack_other.borrow_mut().insert(pc);
         let mut slots = self.stack_slots.borrow_mut();
-        if let Some(e) = slots.get_mut(&pc) {
-            if let Some((l, n)) = e.take() {
-                self.share_stack(l, l + n as i64);
-            }
+        if let Some((l, n)) = slots.get_mut(&pc).and_then(Option::take) {
+            self.share_stack(l, l + n as i64);
         }
     }
 
