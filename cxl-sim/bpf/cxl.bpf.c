@@ -163,6 +163,22 @@ int cxl_delay(void *ctx)
 		return 0;
 	}
 
+	/* One Δt for every load and nothing else (CXL_FLAG_FIXED: no cache, no cap, no
+	 * statistics, the same latency in every class): wait it out from the data's arrival,
+	 * with none of the lookups below (on a one-thread chain they are most of the
+	 * probe's path, run 32 of bench/results/cxl_gpu.md). Stores pay only a link. */
+	if (flags & CXL_FLAG_FIXED) {
+		if (m->op == BPFTIME_MEM_STORE || (flags & CXL_FLAG_NO_WAIT))
+			return 0;
+		__u64 at;
+		if (m->value != 0x5bd1e9955bd1e995ull)
+			at = bpf_get_globaltimer();
+		else
+			at = bpf_ktime_get_ns();
+		bpf_wait_until(at + c->latency[2], (flags & CXL_FLAG_SPIN) ? 1 : 0);
+		return 0;
+	}
+
 	/* A load's delay runs from when its data arrived: the timer is read on a branch of
 	 * the loaded value, so it waits for the data (the ctx's timer was read when the load
 	 * issued). The two arms call different helpers so that they cannot be merged. The

@@ -85,6 +85,12 @@ pub const FLAG_REFRESH: u64 = 32;
 /// hand; [`CxlConfig::from_bytes`] drops it), so that the probe's first test at every
 /// access reads one word, not five.
 pub const FLAG_ACTIVE: u64 = 64;
+/// `flags`: every load pays the same Δt and nothing else: the same latency in the three
+/// classes, no emulated cache, no cap, no statistics. Then neither the cache nor the
+/// pattern decides anything, and the probe waits out Δt right after the data's arrival
+/// without looking either up (nor keeping the warp's history). Derived like
+/// [`FLAG_ACTIVE`] (never set by hand; [`CxlConfig::from_bytes`] drops it).
+pub const FLAG_FIXED: u64 = 128;
 
 /// One address range of the tier. With `interleave_local + interleave_cxl > 0`, pages of
 /// `1 << page_shift` bytes alternate: the first `interleave_local` of every group stay
@@ -177,7 +183,21 @@ impl CxlConfig {
         let busy = self.latency.iter().any(|l| *l != 0) || self.byte_cost != 0;
         let active = self.flags & FLAG_ENABLED != 0
             && (busy || self.flags & (FLAG_STATS | FLAG_REFRESH) != 0);
-        (self.flags & !FLAG_ACTIVE) | if active { FLAG_ACTIVE } else { 0 }
+        let fixed = active && self.fixed_latency();
+        (self.flags & !(FLAG_ACTIVE | FLAG_FIXED))
+            | if active { FLAG_ACTIVE } else { 0 }
+            | if fixed { FLAG_FIXED } else { 0 }
+    }
+
+    /// Whether every load pays the same nonzero Δt and nothing else ([`FLAG_FIXED`]).
+    pub fn fixed_latency(&self) -> bool {
+        let [s, t, r] = self.latency;
+        r != 0
+            && s == r
+            && t == r
+            && self.cache_lines == 0
+            && self.byte_cost == 0
+            && self.flags & FLAG_STATS == 0
     }
 
     /// Its bytes, as the probe's global holds them (with [`FLAG_ACTIVE`] derived).
@@ -358,7 +378,7 @@ pub fn c_header() -> String {
         "#define CXL_MAX_RANGES {MAX_RANGES}\n#define CXL_HIST_SLOTS {HIST_SLOTS}\n#define CXL_KERNEL_SLOTS {KERNEL_SLOTS}\n#define CXL_END_STRIPES {END_STRIPES}\n#define CXL_STRIPES {STRIPES}\n#define CXL_CACHE_SLOTS {CACHE_SLOTS}\n#define CXL_LINE_SHIFT {LINE_SHIFT}\n#define CXL_REFRESH_SHIFT {REFRESH_SHIFT}\n#define CXL_REFRESH_WINDOW_SHIFT {REFRESH_WINDOW_SHIFT}\n#define CXL_REFRESH_SLOTS {REFRESH_SLOTS}\n"
     );
     s += &format!(
-        "#define CXL_FLAG_ENABLED {FLAG_ENABLED}\n#define CXL_FLAG_EVERYTHING {FLAG_EVERYTHING}\n#define CXL_FLAG_SPIN {FLAG_SPIN}\n#define CXL_FLAG_NO_WAIT {FLAG_NO_WAIT}\n#define CXL_FLAG_STATS {FLAG_STATS}\n#define CXL_FLAG_REFRESH {FLAG_REFRESH}\n#define CXL_FLAG_ACTIVE {FLAG_ACTIVE}\n"
+        "#define CXL_FLAG_ENABLED {FLAG_ENABLED}\n#define CXL_FLAG_EVERYTHING {FLAG_EVERYTHING}\n#define CXL_FLAG_SPIN {FLAG_SPIN}\n#define CXL_FLAG_NO_WAIT {FLAG_NO_WAIT}\n#define CXL_FLAG_STATS {FLAG_STATS}\n#define CXL_FLAG_REFRESH {FLAG_REFRESH}\n#define CXL_FLAG_ACTIVE {FLAG_ACTIVE}\n#define CXL_FLAG_FIXED {FLAG_FIXED}\n"
     );
     s += &format!(
         "#define CXL_PLACE_NONE {PLACE_NONE}\n#define CXL_PLACE_SIZE {PLACE_SIZE}\n#define CXL_PLACE_LOCAL {PLACE_LOCAL}\n#define CXL_PLACE_INTERLEAVE {PLACE_INTERLEAVE}\n#define CXL_PLACE_SITE {PLACE_SITE}\n"
@@ -393,7 +413,7 @@ impl CxlConfig {
             return None;
         }
         c.version = w(1)?;
-        c.flags = w(2)? & !FLAG_ACTIVE;
+        c.flags = w(2)? & !(FLAG_ACTIVE | FLAG_FIXED);
         c.latency = [w(3)?, w(4)?, w(5)?];
         c.byte_cost = w(6)?;
         c.burst = w(7)?;

@@ -336,6 +336,15 @@ impl Emulator {
                 deadline: a.now,
             };
         }
+        if c.fixed_latency() {
+            // One Δt for every load and nothing else: no cache, no pattern, no history.
+            return Outcome {
+                cached: false,
+                pattern: None,
+                bytes: a.sectors as u64 * 32,
+                deadline: a.now + if a.store { 0 } else { c.latency[2] },
+            };
+        }
         if c.cache_lines != 0 {
             let line = a.addr >> LINE_SHIFT;
             let t = &mut self.tags[(line & (c.cache_lines - 1)) as usize];

@@ -694,3 +694,80 @@ fn the_first_test_reads_one_word() {
         "loads before the probe's first branch (field offsets)"
     );
 }
+
+/// One Δt for every load and nothing else (`FLAG_FIXED`: equal class latencies, no cache,
+/// no cap, no statistics): the probe waits Δt from the data's arrival at every load of the
+/// tier, not at stores, and keeps no history; the model agrees. With the cache on, the same
+/// latency takes the full path (history kept).
+#[test]
+fn a_fixed_latency_waits_without_lookups() {
+    let fixed = Params {
+        latency_ns: 200_000.0,
+        seq_ratio: 1.0,
+        strided_fraction: 1.0,
+        cache_mib: 0,
+        ..Params::default()
+    };
+    let mut c = fixed.config(true).unwrap();
+    c.flags &= !abi::FLAG_STATS;
+    assert!(c.fixed_latency());
+    let flags = u64::from_le_bytes(c.to_bytes()[16..24].try_into().unwrap());
+    assert_ne!(flags & abi::FLAG_FIXED, 0, "derived");
+    for (what, change) in [
+        (
+            "statistics",
+            (|c: &mut CxlConfig| c.flags |= abi::FLAG_STATS) as fn(&mut CxlConfig),
+        ),
+        ("a cache", |c| c.cache_lines = 1024),
+        ("a cap", |c| c.byte_cost = 1),
+        ("two classes", |c| c.latency[0] /= 2),
+        ("no latency", |c| c.latency = [0; 3]),
+    ] {
+        let mut d = c;
+        change(&mut d);
+        let f = u64::from_le_bytes(d.to_bytes()[16..24].try_into().unwrap());
+        assert_eq!(f & abi::FLAG_FIXED, 0, "{what}");
+    }
+
+    let now = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos() as u64
+    };
+    let probe = Probe::new(&c);
+    let mut model = Emulator::new(c, HIST_SLOTS);
+    let t = std::time::Instant::now();
+    for i in 0..10u64 {
+        let a = Access {
+            store: i % 2 == 1,
+            ..scalar(now(), 0x7000_0000_0000 + i * 4096)
+        };
+        probe.run(&ctx(&a, 0, [0; 3], [0; 3], 3));
+        let o = model.access(&a, 0, 3);
+        assert_eq!(o.delay(a.now), if a.store { 0 } else { 200_000 });
+        assert_eq!(o.pattern, None);
+    }
+    // Five loads of 0.2 ms each; the stores do not wait.
+    assert!(
+        t.elapsed() >= std::time::Duration::from_micros(1_000),
+        "{:?}",
+        t.elapsed()
+    );
+    let hist = |p: &Probe| {
+        p.map("cxl_hist")
+            .entries()
+            .iter()
+            .any(|(_, v)| v.iter().any(|&b| b != 0))
+    };
+    assert!(!hist(&probe), "no history kept");
+    assert!(model.history.iter().all(|&h| h == (0, 0)));
+
+    // The same latency with the emulated cache: the full path, history kept.
+    let mut full = c;
+    full.cache_lines = 1024;
+    full.flags |= FLAG_NO_WAIT;
+    let probe = Probe::new(&full);
+    probe.run(&ctx(&scalar(now(), 0x7000_0000_0000), 0, [0; 3], [0; 3], 3));
+    assert!(hist(&probe), "history kept on the full path");
+}
