@@ -9,11 +9,11 @@
 #   OLD_OBJ=target/s36/old.bpf.o CARRY=target/gpu-carry OUT=/tmp/o bash cxl-sim/examples/run_device_fixed.sh
 set -u
 . "$(dirname "$0")/device_lib.sh"
-cxl_device_setup cxl35 cxl-sim/examples/chase.cu attach/tests/apps/stream.cu
+cxl_device_setup ${RUN:-cxl35} cxl-sim/examples/chase.cu attach/tests/apps/stream.cu
 q="--no-stats --no-kernel-time --no-cap --cache-mib 0 --seq-ratio 1 --strided-fraction 1"
 chase() { "$@" $b/chase 1024 50000 random | val ns_per_step; }
 v=$(chase); r chase probe=none lat=plain ns=$v
-for rep in 1 2; do
+for rep in ${REPS:-1 2}; do
 	for l in 100 200 400 800 1600; do
 		v=$(chase $cxl run $q --latency-ns $l --); r chase probe=fixed rep=$rep lat=$l ns=$v
 		v=$(chase $cxl run $q --object ${OLD_OBJ:?} --latency-ns $l --); r chase probe=full rep=$rep lat=$l ns=$v
