@@ -170,14 +170,12 @@ int cxl_delay(void *ctx)
 	if (flags & CXL_FLAG_FIXED) {
 		if (m->op == BPFTIME_MEM_STORE || (flags & CXL_FLAG_NO_WAIT))
 			return 0;
-		/* Read before the data's arrival (after it, the load would be on the path). */
-		__u64 dt = c->latency[2];
 		__u64 at;
 		if (m->value != 0x5bd1e9955bd1e995ull)
 			at = bpf_get_globaltimer();
 		else
 			at = bpf_ktime_get_ns();
-		bpf_wait_until(at + dt, (flags & CXL_FLAG_SPIN) ? 1 : 0);
+		bpf_wait_until(at + c->latency[2], (flags & CXL_FLAG_SPIN) ? 1 : 0);
 		return 0;
 	}
 

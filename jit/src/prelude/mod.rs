@@ -1003,13 +1003,11 @@ fn globaltimer(_: &Gen) -> String {
     "\tmov.u64 %rd0, %globaltimer;\n".into()
 }
 
-/// Helper 520: wait until `%globaltimer` reaches r1 (clamped to 1 s after the first read);
-/// r2 bit 0: spin only, else `nanosleep` half of what is left while more than 1 µs is left.
-/// r0: the time it stopped. The first read decides a deadline already past and starts the
-/// loop otherwise: one timer read before the spin, not two (a memory probe's one-thread
-/// chain pays each read, `bench/results/cxl_gpu.md` run 36).
+/// Helper 520: wait until `%globaltimer` reaches r1 (clamped to 1 s ahead); r2 bit 0: spin
+/// only, else `nanosleep` half of what is left while more than 1 µs is left. r0: the time
+/// it stopped.
 fn wait_until(_: &Gen) -> String {
-    "\tmov.u64 %rd0, %globaltimer;\n\tsetp.ge.u64 %p1, %rd0, %rd1;\n\t@%p1 bra $Lwtd;\n\tadd.u64 %rd4, %rd0, 1000000000;\n\tmin.u64 %rd1, %rd1, %rd4;\n\tand.b64 %rd5, %rd2, 1;\n\tsetp.ne.u64 %p2, %rd5, 0;\n\tbra.uni $Lwtc;\n$Lwt:\n\tmov.u64 %rd0, %globaltimer;\n\tsetp.ge.u64 %p1, %rd0, %rd1;\n\t@%p1 bra $Lwtd;\n$Lwtc:\n\t@%p2 bra $Lwt;\n\tsub.u64 %rd6, %rd1, %rd0;\n\tsetp.le.u64 %p3, %rd6, 1000;\n\t@%p3 bra $Lwt;\n\tshr.u64 %rd6, %rd6, 1;\n\tmin.u64 %rd6, %rd6, 1000000;\n\tcvt.u32.u64 %r1, %rd6;\n\tnanosleep.u32 %r1;\n\tbra.uni $Lwt;\n$Lwtd:\n".into()
+    "\tmov.u64 %rd3, %globaltimer;\n\tadd.u64 %rd4, %rd3, 1000000000;\n\tmin.u64 %rd1, %rd1, %rd4;\n\tand.b64 %rd5, %rd2, 1;\n\tsetp.ne.u64 %p2, %rd5, 0;\n$Lwt:\n\tmov.u64 %rd0, %globaltimer;\n\tsetp.ge.u64 %p1, %rd0, %rd1;\n\t@%p1 bra $Lwtd;\n\t@%p2 bra $Lwt;\n\tsub.u64 %rd6, %rd1, %rd0;\n\tsetp.le.u64 %p3, %rd6, 1000;\n\t@%p3 bra $Lwt;\n\tshr.u64 %rd6, %rd6, 1;\n\tmin.u64 %rd6, %rd6, 1000000;\n\tcvt.u32.u64 %r1, %rd6;\n\tnanosleep.u32 %r1;\n\tbra.uni $Lwt;\n$Lwtd:\n".into()
 }
 
 fn xyz(reg: &str) -> String {
