@@ -178,7 +178,7 @@ impl CxlConfig {
         }
     }
 
-    /// The flags as the probe reads them: [`FLAG_ACTIVE`] derived.
+    /// The flags as the probe reads them: [`FLAG_ACTIVE`] and [`FLAG_FIXED`] derived.
     pub fn probe_flags(&self) -> u64 {
         let busy = self.latency.iter().any(|l| *l != 0) || self.byte_cost != 0;
         let active = self.flags & FLAG_ENABLED != 0
@@ -200,7 +200,8 @@ impl CxlConfig {
             && self.flags & FLAG_STATS == 0
     }
 
-    /// Its bytes, as the probe's global holds them (with [`FLAG_ACTIVE`] derived).
+    /// Its bytes, as the probe's global holds them (with [`FLAG_ACTIVE`] and
+    /// [`FLAG_FIXED`] derived).
     pub fn to_bytes(&self) -> Vec<u8> {
         let mut v = Vec::with_capacity(std::mem::size_of::<Self>());
         for w in [

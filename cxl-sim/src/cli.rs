@@ -109,7 +109,9 @@ struct TierArgs {
     /// is made.
     #[arg(long, default_value = "all")]
     placement: Policy,
-    /// Compute every delay, never wait (the emulator's own cost).
+    /// Compute every delay, never wait (the emulator's own cost; with one fixed latency,
+    /// no cache, no cap and no statistics there is nothing to compute, and the probe
+    /// returns after its range check).
     #[arg(long)]
     count_only: bool,
     /// Do not time kernels with entry/exit probes (they cost a call per thread at entry

@@ -282,8 +282,8 @@ pub fn queue_delay(c: &CxlConfig, base: u64, window_bytes: u64) -> u64 {
 pub struct Outcome {
     /// It hit the emulated cache (nothing else below applies: no bytes, no delay).
     pub cached: bool,
-    /// Its class (`None`: not classified, because nothing would be delayed: every
-    /// latency 0 and no cap).
+    /// Its class (`None`: not classified, because the class decides nothing: every
+    /// latency 0 and no cap, or one fixed latency, [`crate::abi::FLAG_FIXED`]).
     pub pattern: Option<Pattern>,
     /// Bytes charged to the tier (`sectors × 32`).
     pub bytes: u64,

@@ -763,6 +763,36 @@ fn a_fixed_latency_waits_without_lookups() {
     assert!(!hist(&probe), "no history kept");
     assert!(model.history.iter().all(|&h| h == (0, 0)));
 
+    // Stores, and loads outside the tier's ranges, never wait, however long the latency
+    // (0.9 s here); a hand-set FLAG_FIXED is dropped where it does not hold.
+    let mut long = c;
+    long.latency = [900_000_000; 3];
+    long.flags &= !abi::FLAG_EVERYTHING;
+    long.nranges = 1;
+    long.ranges[0] = CxlRange {
+        base: 0x7000_0000_0000,
+        len: 1 << 20,
+        ..CxlRange::default()
+    };
+    let probe = Probe::new(&long);
+    let t = std::time::Instant::now();
+    let store = Access {
+        store: true,
+        ..scalar(now(), 0x7000_0000_0040)
+    };
+    probe.run(&ctx(&store, 0, [0; 3], [0; 3], 3));
+    probe.run(&ctx(&scalar(now(), 0x7100_0000_0000), 0, [0; 3], [0; 3], 3));
+    assert!(
+        t.elapsed() < std::time::Duration::from_millis(300),
+        "{:?}",
+        t.elapsed()
+    );
+    let mut hand = long;
+    hand.cache_lines = 1024;
+    hand.flags |= abi::FLAG_FIXED;
+    let f = u64::from_le_bytes(hand.to_bytes()[16..24].try_into().unwrap());
+    assert_eq!(f & abi::FLAG_FIXED, 0, "hand-set and not fixed");
+
     // The same latency with the emulated cache: the full path, history kept.
     let mut full = c;
     full.cache_lines = 1024;
