@@ -1180,10 +1180,13 @@ impl<'a> Explorer<'a> {
         }
     }
 
-    /// Records that the access at `pc` went through another pointer than a frame's on this
-    /// path (a map value, the ctx, a packet: `p = v ? v : &local`): what it reaches in a
+    /// Records the base of the access at `pc` on this path. Through another pointer than a
+    /// frame's (a map value, the ctx, a packet: `p = v ? v : &local`), what it reaches in a
     /// frame on other paths stays in memory.
-    fn note_other_access(&self, pc: usize) {
+    fn note_base(&self, pc: usize, p: &Ptr) {
+        if matches!(p.kind, PtrKind::Stack { .. }) {
+            return;
+        }
         self.stack_other.borrow_mut().insert(pc);
         let mut slots = self.stack_slots.borrow_mut();
         if let Some((l, n)) = slots.get_mut(&pc).and_then(Option::take) {
@@ -1228,9 +1231,7 @@ impl<'a> Explorer<'a> {
         let Reg::Ptr(p) = base else {
             return Err(self.not_ptr(pc, r, &base));
         };
-        if !matches!(p.kind, PtrKind::Stack { .. }) {
-            self.note_other_access(pc);
-        }
+        self.note_base(pc, &p);
         // A ctx load at a varying offset counts as another base: never a constant read.
         let probe_ctx = matches!(p.kind, PtrKind::Mem { .. }) && p.ref_id == 0;
         self.note_load(
@@ -1582,9 +1583,7 @@ impl<'a> Explorer<'a> {
         let Reg::Ptr(p) = base else {
             return Err(self.not_ptr(pc, r, &base));
         };
-        if !matches!(p.kind, PtrKind::Stack { .. }) {
-            self.note_other_access(pc);
-        }
+        self.note_base(pc, &p);
         let leak = |what: &str| -> Result<(), Fail> {
             if let Reg::Ptr(vp) = val {
                 return Err(fail(
@@ -1701,9 +1700,7 @@ impl<'a> Explorer<'a> {
         let Reg::Ptr(p) = base else {
             return Err(self.not_ptr(pc, d, &base));
         };
-        if !matches!(p.kind, PtrKind::Stack { .. }) {
-            self.note_other_access(pc);
-        }
+        self.note_base(pc, &p);
         let off = insn.off as i64;
         let misaligned = !is_aligned(&p, off, size);
         let unknown = Scalar::unknown_bytes(size, false);
