@@ -166,16 +166,20 @@ int cxl_delay(void *ctx)
 	/* One Δt for every load and nothing else (CXL_FLAG_FIXED: no cache, no cap, no
 	 * statistics, the same latency in every class): wait it out from the data's arrival,
 	 * with none of the lookups below (on a one-thread chain they are most of the
-	 * probe's path, run 32 of bench/results/cxl_gpu.md). Stores pay only a link. */
+	 * probe's path, run 32 of bench/results/cxl_gpu.md). Stores pay only a link. The
+	 * wait is Δt less the probe's own cost (`compensation`, from `cxl calibrate`),
+	 * computed before the data arrives. */
 	if (flags & CXL_FLAG_FIXED) {
 		if (m->op == BPFTIME_MEM_STORE || (flags & CXL_FLAG_NO_WAIT))
 			return 0;
+		__u64 lat = c->latency[2], own = c->compensation;
+		__u64 wait = lat > own ? lat - own : 0;
 		__u64 at;
 		if (m->value != 0x5bd1e9955bd1e995ull)
 			at = bpf_get_globaltimer();
 		else
 			at = bpf_ktime_get_ns();
-		bpf_wait_until(at + c->latency[2], (flags & CXL_FLAG_SPIN) ? 1 : 0);
+		bpf_wait_until(at + wait, (flags & CXL_FLAG_SPIN) ? 1 : 0);
 		return 0;
 	}
 
@@ -296,12 +300,14 @@ int cxl_delay(void *ctx)
 			deadline = end;
 	}
 
-	__u64 delay = deadline - now;
+	/* The wait: the delay less the probe's own cost (`compensation`). */
+	__u64 delay = deadline - now, own = c->compensation;
+	__u64 wait = delay > own ? delay - own : 0;
 	stat_add(flags, CXL_STAT_BYTES, bytes);
 	stat_add(flags, CXL_STAT_DELAY_NS, delay);
 	stat_add(flags, CXL_STAT_SEQUENTIAL + pat, 1);
-	if (delay && !(flags & CXL_FLAG_NO_WAIT)) {
-		__u64 t = bpf_wait_until(arrived + delay, (flags & CXL_FLAG_SPIN) ? 1 : 0);
+	if (wait && !(flags & CXL_FLAG_NO_WAIT)) {
+		__u64 t = bpf_wait_until(arrived + wait, (flags & CXL_FLAG_SPIN) ? 1 : 0);
 		stat_add(flags, CXL_STAT_WAITED_NS, t - arrived);
 	}
 	return 0;

@@ -3,7 +3,7 @@
 #pragma once
 
 #define CXL_MAGIC 0x01004d49534c5843ULL
-#define CXL_VERSION 1
+#define CXL_VERSION 2
 #define CXL_MAX_RANGES 64
 #define CXL_HIST_SLOTS 65536
 #define CXL_KERNEL_SLOTS 256
@@ -52,6 +52,7 @@ struct cxl_config {
 	__u64 queue_k;
 	__u64 seq_stride;
 	__u64 cache_lines;
+	__u64 compensation;
 	__u64 place_kind;
 	__u64 place_arg;
 	__u64 place_used;

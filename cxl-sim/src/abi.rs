@@ -7,7 +7,7 @@
 /// `"CXLSIM\0\x01"`, little-endian.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"CXLSIM\0\x01");
 /// Layout version of [`CxlConfig`].
-pub const VERSION: u64 = 1;
+pub const VERSION: u64 = 2;
 /// Fixed-point shift of bucket times (`ns << TIME_SHIFT`).
 pub const TIME_SHIFT: u32 = 16;
 /// Fixed-point one for ratios.
@@ -137,6 +137,10 @@ pub struct CxlConfig {
     /// Lines of the emulated GPU cache in front of the tier (a power of two up to
     /// [`CACHE_SLOTS`]; 0: every access reaches the tier).
     pub cache_lines: u64,
+    /// ns the probe takes off every wait: its own cost on a dependent load beyond the wait,
+    /// as `cxl calibrate` measures it, so that a load costs local + Δt rather than local +
+    /// Δt + the probe (a wait shorter than this is not waited). 0: none.
+    pub compensation: u64,
     /// How the host probes on `cuMemAlloc_v2` place allocations: `PLACE_*`.
     pub place_kind: u64,
     /// Its parameter: the size threshold (`PLACE_SIZE`), the local capacity
@@ -168,6 +172,7 @@ impl CxlConfig {
             queue_k: 0,
             seq_stride: 0,
             cache_lines: 0,
+            compensation: 0,
             place_kind: PLACE_NONE,
             place_arg: 0,
             place_used: 0,
@@ -217,6 +222,7 @@ impl CxlConfig {
             self.queue_k,
             self.seq_stride,
             self.cache_lines,
+            self.compensation,
             self.place_kind,
             self.place_arg,
             self.place_used,
@@ -357,9 +363,10 @@ pub const STATS: [&str; 7] = [
 ];
 
 const _: () = assert!(std::mem::size_of::<CxlRange>() == 32);
-const _: () = assert!(std::mem::size_of::<CxlConfig>() == 144 + 32 * MAX_RANGES);
-const _: () = assert!(std::mem::offset_of!(CxlConfig, ranges) == 144);
-const _: () = assert!(std::mem::offset_of!(CxlConfig, nranges) == 136);
+const _: () = assert!(std::mem::size_of::<CxlConfig>() == 152 + 32 * MAX_RANGES);
+const _: () = assert!(std::mem::offset_of!(CxlConfig, ranges) == 152);
+const _: () = assert!(std::mem::offset_of!(CxlConfig, nranges) == 144);
+const _: () = assert!(std::mem::offset_of!(CxlConfig, compensation) == 96);
 const _: () = assert!(CACHE_SLOTS.is_power_of_two());
 const _: () = assert!(std::mem::size_of::<CxlState>() == 64);
 const _: () = assert!(std::mem::size_of::<CxlKernel>() == 32);
@@ -388,7 +395,7 @@ pub fn c_header() -> String {
         "#define CXL_TIME_SHIFT {TIME_SHIFT}\n#define CXL_ONE {ONE}\n#define CXL_RHO_MAX {RHO_MAX}\n#define CXL_WINDOW_SHIFT {WINDOW_SHIFT}\n\n"
     );
     s += "struct cxl_range {\n\t__u64 base;\n\t__u64 len;\n\t__u32 interleave_local;\n\t__u32 interleave_cxl;\n\t__u32 page_shift;\n\t__u32 pad;\n};\n\n";
-    s += "struct cxl_config {\n\t__u64 magic;\n\t__u64 version;\n\t__u64 flags;\n\t__u64 latency[3];\n\t__u64 byte_cost;\n\t__u64 burst;\n\t__u64 window_cap_bytes;\n\t__u64 queue_k;\n\t__u64 seq_stride;\n\t__u64 cache_lines;\n\t__u64 place_kind;\n\t__u64 place_arg;\n\t__u64 place_used;\n\t__u64 place_interleave;\n\t__u64 place_dropped;\n\t__u64 nranges;\n\tstruct cxl_range ranges[CXL_MAX_RANGES];\n};\n\n";
+    s += "struct cxl_config {\n\t__u64 magic;\n\t__u64 version;\n\t__u64 flags;\n\t__u64 latency[3];\n\t__u64 byte_cost;\n\t__u64 burst;\n\t__u64 window_cap_bytes;\n\t__u64 queue_k;\n\t__u64 seq_stride;\n\t__u64 cache_lines;\n\t__u64 compensation;\n\t__u64 place_kind;\n\t__u64 place_arg;\n\t__u64 place_used;\n\t__u64 place_interleave;\n\t__u64 place_dropped;\n\t__u64 nranges;\n\tstruct cxl_range ranges[CXL_MAX_RANGES];\n};\n\n";
     s += "struct cxl_state {\n\t__u64 tat;\n\t__u64 epoch;\n\t__u64 window[2];\n\t__u64 last_window;\n\t__u64 t0;\n\t__u64 pad[2];\n};\n\n";
     s += "struct cxl_hist {\n\t__u64 last;\n\t__u64 stride;\n};\n\n";
     s += "struct cxl_kernel {\n\t__u64 kernel_id;\n\t__u64 launches;\n\t__u64 total_ns;\n\t__u64 start;\n};\n\n";
@@ -422,14 +429,15 @@ impl CxlConfig {
         c.queue_k = w(9)?;
         c.seq_stride = w(10)?;
         c.cache_lines = w(11)?;
-        c.place_kind = w(12)?;
-        c.place_arg = w(13)?;
-        c.place_used = w(14)?;
-        c.place_interleave = w(15)?;
-        c.place_dropped = w(16)?;
-        c.nranges = w(17)?;
+        c.compensation = w(12)?;
+        c.place_kind = w(13)?;
+        c.place_arg = w(14)?;
+        c.place_used = w(15)?;
+        c.place_interleave = w(16)?;
+        c.place_dropped = w(17)?;
+        c.nranges = w(18)?;
         for (i, r) in c.ranges.iter_mut().enumerate() {
-            let o = 144 + 32 * i;
+            let o = std::mem::offset_of!(CxlConfig, ranges) + 32 * i;
             let h = |k: usize| u32::from_le_bytes(b[o + k..o + k + 4].try_into().expect("4 bytes"));
             r.base = u64::from_le_bytes(b[o..o + 8].try_into().ok()?);
             r.len = u64::from_le_bytes(b[o + 8..o + 16].try_into().ok()?);
@@ -471,12 +479,14 @@ mod tests {
             page_shift: 12,
             pad: 0,
         };
+        c.compensation = 97;
         let b = c.to_bytes();
         assert_eq!(&b[..8], &MAGIC.to_le_bytes());
-        assert_eq!(&b[136..144], &1u64.to_le_bytes());
-        assert_eq!(&b[144..152], &0x1000u64.to_le_bytes());
-        assert_eq!(&b[160..164], &1u32.to_le_bytes());
-        assert_eq!(&b[168..172], &12u32.to_le_bytes());
+        assert_eq!(&b[96..104], &97u64.to_le_bytes());
+        assert_eq!(&b[144..152], &1u64.to_le_bytes());
+        assert_eq!(&b[152..160], &0x1000u64.to_le_bytes());
+        assert_eq!(&b[168..172], &1u32.to_le_bytes());
+        assert_eq!(&b[176..180], &12u32.to_le_bytes());
     }
 
     #[test]
@@ -490,6 +500,7 @@ mod tests {
         c.queue_k = 1024;
         c.seq_stride = 256;
         c.cache_lines = 1 << 19;
+        c.compensation = 97;
         c.place_kind = PLACE_LOCAL;
         c.place_arg = 4 << 30;
         c.place_used = 12345;

@@ -4,11 +4,14 @@
 //! `bpftime-super trace OBJ --json -- CMD`; from trace's JSON it takes the kernel names,
 //! what could not be instrumented ("not emulated") and, at exit, the probe's maps: the
 //! tier's counters and each kernel's time from its entry/exit probes. `sweep` repeats that
-//! per setting, with a progress bar, and writes a CSV and plots.
+//! per setting, with a progress bar, and writes a CSV and plots. `calibrate` measures the
+//! probe's own cost on a pointer chase ([`cxl_sim::calibrate`]), which `run` and `sweep`
+//! then take off every wait.
 
 use anyhow::{Context, Result, bail};
 use clap::{Args, Parser, Subcommand};
 use cxl_sim::abi::{self, CxlConfig, CxlKernel, STATS};
+use cxl_sim::calibrate::{self, Calibration};
 use cxl_sim::model::{Params, WaitMode};
 use cxl_sim::placement::{Alloc, Policy};
 use cxl_sim::{plot, presets};
@@ -59,6 +62,32 @@ enum Cmd {
         /// Where results.csv and the PNGs go.
         #[arg(long, default_value = "cxl-sweep")]
         out: PathBuf,
+        /// The command, after `--`.
+        #[arg(last = true, required = true)]
+        cmd: Vec<String>,
+    },
+    /// Measure the probe's own cost on a chain of dependent loads and write it to the
+    /// calibration file; `run` and `sweep` then take it off every wait. CMD: a pointer
+    /// chase (`cxl-sim/examples/chase.cu`), run 2 × RUNS + 1 times.
+    Calibrate {
+        /// Δt of the delayed runs, ns (longer than the probe's cost).
+        #[arg(long, default_value_t = 1000)]
+        latency_ns: u64,
+        /// Runs at Δt = 0 and at Δt = LATENCY_NS each, alternating (medians are taken).
+        #[arg(long, default_value_t = 3)]
+        runs: usize,
+        /// Where to write it.
+        #[arg(long, default_value_os_t = calibrate::default_path())]
+        calibration: PathBuf,
+        /// The bpftime-super binary (default: next to this one, else on PATH).
+        #[arg(long)]
+        bpftime: Option<PathBuf>,
+        /// A probe object other than the embedded one (to measure a variant).
+        #[arg(long, hide = true)]
+        object: Option<PathBuf>,
+        /// Print the calibration as JSON.
+        #[arg(long)]
+        json: bool,
         /// The command, after `--`.
         #[arg(last = true, required = true)]
         cmd: Vec<String>,
@@ -126,12 +155,75 @@ struct TierArgs {
     /// variant of the probe).
     #[arg(long, hide = true)]
     object: Option<PathBuf>,
+    /// ns the probe takes off every wait: its own cost on a dependent load (default: what
+    /// `cxl calibrate` measured on this machine's GPU, else 0).
+    #[arg(long)]
+    compensate_ns: Option<u64>,
+    /// The calibration file `cxl calibrate` writes.
+    #[arg(long, default_value_os_t = calibrate::default_path())]
+    calibration: PathBuf,
 }
 
 impl TierArgs {
     fn params(&self) -> Result<Params> {
         self.tier.params()
     }
+
+    /// These arguments with the compensation decided (`--compensate-ns`, else the
+    /// calibration file's for this GPU, else 0), and a line that says where it came from.
+    fn resolved(&self) -> Result<(TierArgs, String)> {
+        let mut t = self.clone();
+        let (n, why) = match self.compensate_ns {
+            Some(n) => (n, "--compensate-ns".to_string()),
+            None => {
+                let path = &self.calibration;
+                match Calibration::load(path)
+                    .with_context(|| format!("calibration file {}", path.display()))?
+                {
+                    None => (
+                        0,
+                        "not calibrated: `bpftime-super cxl calibrate -- CHASE` measures it"
+                            .to_string(),
+                    ),
+                    Some(c) => {
+                        let gpu = gpu_name();
+                        match c.for_gpu(gpu.as_deref()) {
+                            Some(n) => (n, format!("calibrated in {}", path.display())),
+                            None => (
+                                0,
+                                format!(
+                                    "{} was calibrated on {}, this is {}: calibrate again",
+                                    path.display(),
+                                    c.gpu.as_deref().unwrap_or("?"),
+                                    gpu.as_deref().unwrap_or("?")
+                                ),
+                            ),
+                        }
+                    }
+                }
+            }
+        };
+        if n > calibrate::MAX_COMPENSATION_NS {
+            bail!(
+                "compensation {n} ns is out of range: expected at most {} ns",
+                calibrate::MAX_COMPENSATION_NS
+            );
+        }
+        t.compensate_ns = Some(n);
+        Ok((t, format!("probe compensation {n} ns ({why})")))
+    }
+}
+
+/// This machine's GPU as `nvidia-smi` names it (the first), if it can say.
+fn gpu_name() -> Option<String> {
+    let out = Command::new("nvidia-smi")
+        .args(["--query-gpu=name", "--format=csv,noheader"])
+        .stderr(Stdio::null())
+        .output()
+        .ok()?;
+    let s = String::from_utf8_lossy(&out.stdout);
+    let name = s.lines().next()?.trim();
+    (out.status.success() && !name.is_empty()).then(|| name.to_string())
 }
 
 /// The tier's parameters: a preset, then overrides.
@@ -225,6 +317,8 @@ impl TierParams {
 #[derive(Debug, Default, serde::Serialize)]
 struct RunOut {
     params: Option<Params>,
+    /// ns the probe took off every wait.
+    compensation_ns: u64,
     exit_code: i32,
     /// Kernel name → (launches, ns).
     kernels: BTreeMap<String, (u64, u64)>,
@@ -335,6 +429,10 @@ pub fn run(cli: Cli) -> Result<std::process::ExitCode> {
             changes,
         } => {
             let p = tier.params()?;
+            let (tier, why) = tier.resolved()?;
+            if !json {
+                println!("{why}");
+            }
             let out = run_once_with(&tier, &p, &cmd, !json, &changes, true)?;
             if json {
                 println!("{}", serde_json::to_string(&out)?);
@@ -351,8 +449,119 @@ pub fn run(cli: Cli) -> Result<std::process::ExitCode> {
             bandwidth,
             out,
             cmd,
-        } => sweep(&tier, &latency, &bandwidth, &out, &cmd),
+        } => {
+            let (tier, why) = tier.resolved()?;
+            eprintln!("{why}");
+            sweep(&tier, &latency, &bandwidth, &out, &cmd)
+        }
+        Cmd::Calibrate {
+            latency_ns,
+            runs,
+            calibration,
+            bpftime,
+            object,
+            json,
+            cmd,
+        } => {
+            let c = calibrate_on(latency_ns, runs, bpftime, object, &cmd)?;
+            c.save(&calibration)
+                .with_context(|| format!("write {}", calibration.display()))?;
+            if json {
+                println!("{}", serde_json::to_string(&c)?);
+            } else {
+                println!(
+                    "the probe's own cost: {} ns a load ({:.1} measured; {} loads, {:.1} ns a \
+                     load at Δt 0, {:.1} at Δt {}; medians of {} runs each)",
+                    c.compensation_ns,
+                    c.measured_ns,
+                    c.loads,
+                    c.zero_ns_per_load,
+                    c.delayed_ns_per_load,
+                    c.latency_ns,
+                    c.runs
+                );
+                println!(
+                    "written to {}: `cxl run` and `cxl sweep` take it off every wait \
+                     (--compensate-ns 0: not)",
+                    calibration.display()
+                );
+            }
+            Ok(std::process::ExitCode::SUCCESS)
+        }
     }
+}
+
+/// `cxl calibrate`: CMD at Δt = 0 and at Δt = `latency_ns` (one latency for every class,
+/// no cache, no cap, no statistics, no compensation), alternating, then once counting the
+/// tier's loads.
+fn calibrate_on(
+    latency_ns: u64,
+    runs: usize,
+    bpftime: Option<PathBuf>,
+    object: Option<PathBuf>,
+    cmd: &[String],
+) -> Result<Calibration> {
+    if runs == 0 {
+        bail!("--runs must be at least 1");
+    }
+    let tier = |latency: u64, stats: bool| TierArgs {
+        tier: TierParams {
+            preset: None,
+            latency_ns: Some(latency as f64),
+            bandwidth_gbps: None,
+            no_cap: true,
+            seq_ratio: Some(1.0),
+            strided_fraction: Some(1.0),
+            queue_k: Some(0.0),
+            cache_mib: Some(0),
+            burst_bytes: None,
+            wait: None,
+            bpftime: bpftime.clone(),
+        },
+        placement: Policy::All,
+        count_only: stats,
+        no_kernel_time: stats,
+        no_stats: !stats,
+        object: object.clone(),
+        compensate_ns: Some(0),
+        calibration: PathBuf::new(),
+    };
+    let (zero, delayed, count) = (
+        tier(0, false),
+        tier(latency_ns, false),
+        tier(latency_ns, true),
+    );
+    let bar = indicatif::ProgressBar::new(2 * runs as u64 + 1);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} {msg}")
+            .expect("a valid template"),
+    );
+    let once = |t: &TierArgs, what: &str| -> Result<RunOut> {
+        bar.set_message(what.to_string());
+        let o = run_once(t, &t.params()?, cmd, false)?;
+        bar.inc(1);
+        if o.exit_code != 0 {
+            bail!("{} exited with {} ({what})", cmd.join(" "), o.exit_code);
+        }
+        Ok(o)
+    };
+    let total = |o: &RunOut| o.kernels.values().map(|k| k.1).sum::<u64>();
+    let (mut t0, mut td) = (Vec::new(), Vec::new());
+    for _ in 0..runs {
+        t0.push(total(&once(&zero, "Δt 0")?));
+        td.push(total(&once(&delayed, &format!("Δt {latency_ns}"))?));
+    }
+    let o = once(&count, "counting the loads")?;
+    bar.finish_and_clear();
+    let g = |k: &str| o.stats.get(k).copied().unwrap_or(0);
+    let loads = g("sequential") + g("strided") + g("random");
+    let mut c = Calibration::from_times(latency_ns, loads, &t0, &td)?;
+    c.gpu = gpu_name();
+    c.command = cmd.to_vec();
+    c.unix_time = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    Ok(c)
 }
 
 fn bpftime_binary(explicit: Option<&Path>) -> Result<PathBuf> {
@@ -430,6 +639,7 @@ fn probe_config(tier: &TierArgs, p: &Params) -> Result<CxlConfig> {
     if tier.no_stats {
         config.flags &= !cxl_sim::abi::FLAG_STATS;
     }
+    config.compensation = tier.compensate_ns.unwrap_or(0);
     Ok(config)
 }
 
@@ -541,6 +751,7 @@ fn run_once_with(
     });
     let mut out = RunOut {
         params: Some(p.clone()),
+        compensation_ns: config.compensation,
         placement: policy_text(&tier.placement),
         ..Default::default()
     };
@@ -787,8 +998,9 @@ fn sweep(
         );
     }
     let mut rows = Vec::new();
-    let mut csv =
-        String::from("latency_ns,bandwidth_gbps,kernel,launches,time_ns,baseline_ns,slowdown\n");
+    let mut csv = String::from(
+        "latency_ns,bandwidth_gbps,kernel,launches,time_ns,baseline_ns,slowdown,compensation_ns\n",
+    );
     for p in &settings {
         bar.inc(1);
         bar.set_message(format!(
@@ -814,9 +1026,10 @@ fn sweep(
                 f64::NAN
             };
             csv += &format!(
-                "{},{},{k},{n},{ns},{b0},{s:.4}\n",
+                "{},{},{k},{n},{ns},{b0},{s:.4},{}\n",
                 p.latency_ns,
-                p.bandwidth_gbps.map_or(String::new(), |x| x.to_string())
+                p.bandwidth_gbps.map_or(String::new(), |x| x.to_string()),
+                r.compensation_ns
             );
             rows.push(plot::Row {
                 latency_ns: p.latency_ns,

@@ -17,6 +17,7 @@
 //! | [`probe`] | the embedded probe object, patched with a configuration |
 //! | [`placement`] | which allocations are the tier's: everything, by size, by call site, local capacity first, page interleave |
 //! | [`presets`] | published CXL devices as parameters |
+//! | [`calibrate`] | the probe's own cost on a dependent load, which it takes off every wait |
 //! | [`plot`] | the sweep's PNGs |
 //!
 //! The `bpftime-super-cxl` binary (`src/main.rs`, `src/cli.rs`) is the command line;
@@ -25,6 +26,7 @@
 #![deny(missing_docs)]
 
 pub mod abi;
+pub mod calibrate;
 pub mod live;
 pub mod model;
 pub mod placement;

@@ -7,7 +7,7 @@
 //! allocator's host probes keep.
 //!
 //! ```text
-//! cxl run --at 2s:latency-ns=800 ──(at 2 s)──▶ region: cxl_config words 2..12 ──(≤ 200 µs)──▶ GPU copy ──▶ kernels
+//! cxl run --at 2s:latency-ns=800 ──(at 2 s)──▶ region: cxl_config words 2..13 ──(≤ 200 µs)──▶ GPU copy ──▶ kernels
 //! ```
 
 use crate::abi::CxlConfig;
@@ -15,9 +15,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 /// The directory name of the configuration in a session region.
 pub const CONFIG_MAP: &str = "cxl:.data.cxl_config";
-/// The parameter words of [`CxlConfig`] (`flags` through `cache_lines`): what a change
+/// The parameter words of [`CxlConfig`] (`flags` through `compensation`): what a change
 /// rewrites.
-pub const PARAM_WORDS: std::ops::Range<usize> = 2..12;
+pub const PARAM_WORDS: std::ops::Range<usize> = 2..13;
 
 /// A live change that could not be made.
 #[derive(Debug, thiserror::Error)]
@@ -173,7 +173,7 @@ mod tests {
     }
 
     #[test]
-    fn the_parameter_words_are_flags_to_cache_lines() {
+    fn the_parameter_words_are_flags_to_compensation() {
         use std::mem::offset_of;
         assert_eq!(offset_of!(CxlConfig, flags), 8 * PARAM_WORDS.start);
         assert_eq!(offset_of!(CxlConfig, place_kind), 8 * PARAM_WORDS.end);

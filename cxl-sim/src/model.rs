@@ -18,6 +18,8 @@
 //! link     = token bucket (GCRA): the transfer ends at tat = max(tat, now) + bytes / cap; up
 //!            to --burst-bytes may run ahead of it
 //! deadline = max(now + base + Δq, link end − burst)      the access completes no earlier
+//! wait     = deadline − now − compensation (≥ 0)         from the data's arrival; the probe's
+//!            own cost on a dependent load (`cxl calibrate`) is the rest of the delay
 //! ```
 //!
 //! Times are integer nanoseconds; the bucket keeps `ns << 16` so that the per-byte cost of
@@ -296,6 +298,12 @@ impl Outcome {
     pub fn delay(&self, now: u64) -> u64 {
         self.deadline - now
     }
+
+    /// What the probe waits of it, ns: the delay less the probe's own cost
+    /// ([`CxlConfig::compensation`], from `cxl calibrate`), never below 0.
+    pub fn wait(&self, now: u64, compensation: u64) -> u64 {
+        self.delay(now).saturating_sub(compensation)
+    }
 }
 
 /// The tier's state and the per-site history, as the probe keeps them in its maps; one
@@ -565,6 +573,9 @@ mod tests {
                 assert_eq!(o.pattern, Some(Pattern::Random), "access {i}");
             }
             assert_eq!(o.delay(now), 200);
+            // The probe waits the delay less its own cost, never less than nothing.
+            assert_eq!(o.wait(now, 80), 120);
+            assert_eq!(o.wait(now, 250), 0);
             now = o.deadline + 500;
         }
     }

@@ -479,3 +479,117 @@ fn placement_follows_the_applications_allocations() {
         "{out}{err}"
     );
 }
+
+/// The compensation the probe gets (`cxl_config.compensation` in the object `trace` is
+/// given): `--compensate-ns`, else the calibration file's, else 0; each run says which. A
+/// calibration file that does not parse is refused, naming it. A stand-in for
+/// bpftime-super keeps the probe object it is given.
+#[test]
+fn compensation_comes_from_the_flag_else_the_calibration() {
+    use object::{Object, ObjectSection};
+    use std::os::unix::fs::PermissionsExt;
+    let (_scratch, dir) = tmp("fake-trace");
+    std::fs::create_dir_all(&dir).unwrap();
+    let fake = dir.join("bpftime-super");
+    let kept = dir.join("kept.o");
+    std::fs::write(&fake, format!("#!/bin/sh\ncp \"$2\" {}\n", kept.display())).unwrap();
+    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let file = dir.join("calibration.json");
+    let mut cal =
+        cxl_sim::calibrate::Calibration::from_times(1000, 1000, &[350_000], &[1_392_000]).unwrap();
+    cal.gpu = None;
+    cal.save(&file).unwrap();
+    let compensation = |extra: &[&str]| -> (u64, String) {
+        let _ = std::fs::remove_file(&kept);
+        let mut a = vec![
+            "run",
+            "--bpftime",
+            fake.to_str().unwrap(),
+            "--no-kernel-time",
+            "--latency-ns",
+            "400",
+        ];
+        a.extend_from_slice(extra);
+        a.extend_from_slice(&["--", "true"]);
+        let o = cxl(&a);
+        let (out, err) = text(&o);
+        assert!(o.status.success(), "{extra:?}: {out}{err}");
+        let bytes = std::fs::read(&kept).unwrap();
+        let elf = object::File::parse(&*bytes).unwrap();
+        let data = elf
+            .section_by_name(".data.cxl_config")
+            .unwrap()
+            .data()
+            .unwrap()
+            .to_vec();
+        let c = cxl_sim::abi::CxlConfig::from_bytes(&data).unwrap();
+        (c.compensation, out)
+    };
+    let f = file.to_str().unwrap();
+    let (n, out) = compensation(&["--calibration", f]);
+    assert_eq!(n, 42, "{out}");
+    assert!(
+        out.contains("probe compensation 42 ns (calibrated in"),
+        "{out}"
+    );
+    let (n, out) = compensation(&["--calibration", f, "--compensate-ns", "7"]);
+    assert_eq!(n, 7, "{out}");
+    let missing = dir.join("none.json");
+    let (n, out) = compensation(&["--calibration", missing.to_str().unwrap()]);
+    assert_eq!(n, 0, "{out}");
+    assert!(out.contains("not calibrated"), "{out}");
+
+    std::fs::write(&file, "{ not json").unwrap();
+    let o = cxl(&[
+        "run",
+        "--bpftime",
+        fake.to_str().unwrap(),
+        "--calibration",
+        f,
+        "--",
+        "true",
+    ]);
+    let (_, err) = text(&o);
+    assert!(
+        !o.status.success() && err.contains("calibration file"),
+        "{err}"
+    );
+    let o = cxl(&["run", "--compensate-ns", "200000", "--", "true"]);
+    assert!(
+        text(&o)
+            .1
+            .contains("compensation 200000 ns is out of range"),
+        "{:?}",
+        text(&o)
+    );
+}
+
+/// `calibrate` on a command whose loads give no per-load figure says why and writes
+/// nothing: here one that launches no kernel at all (CI has no GPU).
+#[test]
+fn calibrate_refuses_a_command_without_loads() {
+    let Some(bin) = bpftime_and_shim() else {
+        return;
+    };
+    let (_scratch, file) = tmp("calibration.json");
+    let o = cxl(&[
+        "calibrate",
+        "--runs",
+        "1",
+        "--bpftime",
+        bin.to_str().unwrap(),
+        "--calibration",
+        file.to_str().unwrap(),
+        "--",
+        "true",
+    ]);
+    let (_, err) = text(&o);
+    assert!(!o.status.success(), "{err}");
+    assert!(
+        err.contains("the command made no load in the tier"),
+        "{err}"
+    );
+    assert!(!file.exists());
+    let o = cxl(&["calibrate", "--runs", "0", "--", "true"]);
+    assert!(text(&o).1.contains("--runs must be at least 1"));
+}

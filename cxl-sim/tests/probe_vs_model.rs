@@ -801,3 +801,68 @@ fn a_fixed_latency_waits_without_lookups() {
     probe.run(&ctx(&scalar(now(), 0x7000_0000_0000), 0, [0; 3], [0; 3], 3));
     assert!(hist(&probe), "history kept on the full path");
 }
+
+/// The probe takes its own cost (`compensation`, from `cxl calibrate`) off every wait, on
+/// the fixed path and on the full one, and the model says the same; the delay it counts is
+/// the model's, unchanged. Δt is 50 ms a load here, so that the waits show in wall time.
+#[test]
+fn the_probe_takes_its_own_cost_off_every_wait() {
+    const DT: u64 = 50_000_000;
+    let now = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos() as u64
+    };
+    let p = Params {
+        latency_ns: DT as f64,
+        seq_ratio: 1.0,
+        strided_fraction: 1.0,
+        cache_mib: 0,
+        ..Params::default()
+    };
+    // Three loads, far apart (random), under `config`; the wall time they took.
+    let three = |config: &CxlConfig| {
+        let probe = Probe::new(config);
+        let t = std::time::Instant::now();
+        for i in 0..3u64 {
+            let a = scalar(now(), 0x7000_0000_0000 + i * (1 << 24));
+            probe.run(&ctx(&a, 0, [0; 3], [0; 3], 3));
+        }
+        (t.elapsed(), probe)
+    };
+    let ms = std::time::Duration::from_millis;
+
+    let mut fixed = p.config(true).unwrap();
+    fixed.flags &= !abi::FLAG_STATS;
+    assert!(fixed.fixed_latency());
+    // All of Δt taken off: no wait (150 ms without).
+    fixed.compensation = DT;
+    let (t, _) = three(&fixed);
+    assert!(t < ms(75), "fixed, compensation = Δt: {t:?}");
+    // 30 ms of it: 20 ms a load.
+    fixed.compensation = 30_000_000;
+    let (t, _) = three(&fixed);
+    assert!(t >= ms(60) && t < ms(140), "fixed, 30 ms off: {t:?}");
+
+    // The full path (statistics on): the delay counted is Δt, the wait Δt less 30 ms.
+    let mut full = p.config(true).unwrap();
+    assert!(!full.fixed_latency());
+    full.compensation = 30_000_000;
+    let (t, probe) = three(&full);
+    let waited = probe.stat(2);
+    assert_eq!(probe.stat(1), 3 * DT, "delay counted");
+    assert!(
+        (60_000_000..120_000_000).contains(&waited) && t >= ms(60),
+        "full, 30 ms off: waited {waited} ns in {t:?}"
+    );
+
+    // The model: the wait is the delay less the compensation.
+    let mut model = Emulator::new(full, HIST_SLOTS);
+    let a = scalar(1_000_000, 0x7000_0000_0000);
+    let o = model.access(&a, 0, 3);
+    assert_eq!(
+        (o.delay(a.now), o.wait(a.now, full.compensation)),
+        (DT, 20_000_000)
+    );
+}
