@@ -7,6 +7,8 @@
 # of stdin that has it.
 cxl_device_setup() {
 	out=${OUT:?}; w=$out/$1; mkdir -p "$w"; log=$w/log.txt
+	# `cxl run` reads a calibration (`cxl calibrate`) from here: each run its own.
+	export XDG_CONFIG_HOME=$w/config
 	carry=${CARRY:-target/gpu-carry}; cxl=$carry/bpftime-super-cxl
 	b=${APPS:-/tmp/cxlbin}; mkdir -p "$b"
 	local gen="-gencode arch=compute_90,code=[sm_90,compute_90]" s

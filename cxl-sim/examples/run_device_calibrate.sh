@@ -10,7 +10,7 @@
 set -u
 . "$(dirname "$0")/device_lib.sh"
 cxl_device_setup ${RUN:-cxl37} cxl-sim/examples/chase.cu attach/tests/apps/stream.cu
-export XDG_CONFIG_HOME=$w/config
+# XDG_CONFIG_HOME is $w/config (device_lib.sh): the calibration below is this run's.
 q="--no-stats --no-kernel-time --no-cap --cache-mib 0 --strided-fraction 1"
 chase() { "$@" $b/chase 1024 50000 ${MODE:-random} | val ns_per_step; }
 field() { python3 -c "import json,sys; print(json.loads(sys.stdin.read().strip().splitlines()[-1])['$1'])"; }

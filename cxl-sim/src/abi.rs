@@ -87,8 +87,8 @@ pub const FLAG_REFRESH: u64 = 32;
 pub const FLAG_ACTIVE: u64 = 64;
 /// `flags`: every load pays the same Δt and nothing else: the same latency in the three
 /// classes, no emulated cache, no cap, no statistics. Then neither the cache nor the
-/// pattern decides anything, and the probe waits out Δt right after the data's arrival
-/// without looking either up (nor keeping the warp's history). Derived like
+/// pattern decides anything, and the probe waits out Δt (less [`CxlConfig::compensation`])
+/// right after the data's arrival without looking either up (nor keeping the warp's history). Derived like
 /// [`FLAG_ACTIVE`] (never set by hand; [`CxlConfig::from_bytes`] drops it).
 pub const FLAG_FIXED: u64 = 128;
 

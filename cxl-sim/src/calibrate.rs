@@ -10,7 +10,8 @@
 //! ```text
 //! T0 = kernel time at Δt = 0 (the same inlined probe, nothing to wait)
 //! TD = kernel time at Δt = D, no compensation (every load waits D from its arrival)
-//! N  = loads in the tier (a counting run)
+//! N  = requests in the tier (a counting run; a store counts too but never waits, so a
+//!      chain of loads must store little: the chase stores once a launch)
 //! compensation = (TD − T0) / N − D
 //! ```
 //!
@@ -60,19 +61,23 @@ pub struct Calibration {
     pub measured_ns: f64,
     /// D, ns.
     pub latency_ns: u64,
-    /// N: loads in the tier per run.
+    /// N: requests in the tier per run (loads, and the few stores of a chain of loads).
     pub loads: u64,
     /// T0 / N, ns.
     pub zero_ns_per_load: f64,
     /// TD / N, ns.
     pub delayed_ns_per_load: f64,
     /// Runs at each setting.
+    #[serde(default)]
     pub runs: usize,
     /// The GPU (`nvidia-smi`'s name), when known: another GPU's calibration is not used.
+    #[serde(default)]
     pub gpu: Option<String>,
     /// The command calibrated on.
+    #[serde(default)]
     pub command: Vec<String>,
     /// When, seconds since 1970.
+    #[serde(default)]
     pub unix_time: u64,
 }
 

@@ -76,13 +76,15 @@ enum Cmd {
         /// Runs at Δt = 0 and at Δt = LATENCY_NS each, alternating (medians are taken).
         #[arg(long, default_value_t = 3)]
         runs: usize,
-        /// Where to write it.
-        #[arg(long, default_value_os_t = calibrate::default_path())]
-        calibration: PathBuf,
+        /// Where to write it (default: ~/.config/bpftime-super/cxl-calibration.json, under
+        /// $XDG_CONFIG_HOME when set).
+        #[arg(long)]
+        calibration: Option<PathBuf>,
         /// The bpftime-super binary (default: next to this one, else on PATH).
         #[arg(long)]
         bpftime: Option<PathBuf>,
-        /// A probe object other than the embedded one (to measure a variant).
+        /// A probe object other than the embedded one (to measure a variant; its
+        /// calibration goes to --calibration, never to the default file).
         #[arg(long, hide = true)]
         object: Option<PathBuf>,
         /// Print the calibration as JSON.
@@ -171,10 +173,15 @@ impl TierArgs {
 
     /// These arguments with the compensation decided (`--compensate-ns`, else the
     /// calibration file's for this GPU, else 0), and a line that says where it came from.
-    fn resolved(&self) -> Result<(TierArgs, String)> {
+    fn resolved(&self, p: &Params) -> Result<(TierArgs, String)> {
         let mut t = self.clone();
         let (n, why) = match self.compensate_ns {
             Some(n) => (n, "--compensate-ns".to_string()),
+            // `cxl calibrate` measures the spin; a sleep's own cost is another.
+            None if p.wait != WaitMode::Spin => (
+                0,
+                "the calibration is for --wait spin; --compensate-ns sets one by hand".to_string(),
+            ),
             None => {
                 let path = &self.calibration;
                 match Calibration::load(path)
@@ -214,13 +221,19 @@ impl TierArgs {
     }
 }
 
-/// This machine's GPU as `nvidia-smi` names it (the first), if it can say.
+/// The GPU CUDA will use first, as `nvidia-smi` names it (the first of
+/// `CUDA_VISIBLE_DEVICES` when that names one by index or UUID, else GPU 0), if it can say.
 fn gpu_name() -> Option<String> {
-    let out = Command::new("nvidia-smi")
-        .args(["--query-gpu=name", "--format=csv,noheader"])
-        .stderr(Stdio::null())
-        .output()
-        .ok()?;
+    let mut cmd = Command::new("nvidia-smi");
+    cmd.args(["--query-gpu=name", "--format=csv,noheader"]);
+    if let Some(first) = std::env::var("CUDA_VISIBLE_DEVICES")
+        .ok()
+        .and_then(|v| v.split(',').next().map(|s| s.trim().to_string()))
+        .filter(|s| s.parse::<u32>().is_ok() || s.starts_with("GPU-"))
+    {
+        cmd.args(["-i", &first]);
+    }
+    let out = cmd.stderr(Stdio::null()).output().ok()?;
     let s = String::from_utf8_lossy(&out.stdout);
     let name = s.lines().next()?.trim();
     (out.status.success() && !name.is_empty()).then(|| name.to_string())
@@ -429,8 +442,10 @@ pub fn run(cli: Cli) -> Result<std::process::ExitCode> {
             changes,
         } => {
             let p = tier.params()?;
-            let (tier, why) = tier.resolved()?;
-            if !json {
+            let (tier, why) = tier.resolved(&p)?;
+            if json {
+                eprintln!("{why}");
+            } else {
                 println!("{why}");
             }
             let out = run_once_with(&tier, &p, &cmd, !json, &changes, true)?;
@@ -450,7 +465,7 @@ pub fn run(cli: Cli) -> Result<std::process::ExitCode> {
             out,
             cmd,
         } => {
-            let (tier, why) = tier.resolved()?;
+            let (tier, why) = tier.resolved(&tier.params()?)?;
             eprintln!("{why}");
             sweep(&tier, &latency, &bandwidth, &out, &cmd)
         }
@@ -463,6 +478,13 @@ pub fn run(cli: Cli) -> Result<std::process::ExitCode> {
             json,
             cmd,
         } => {
+            let calibration = match (calibration, &object) {
+                (Some(f), _) => f,
+                (None, None) => calibrate::default_path(),
+                (None, Some(_)) => bail!(
+                    "--object: a variant's calibration needs its own file (--calibration FILE)"
+                ),
+            };
             let c = calibrate_on(latency_ns, runs, bpftime, object, &cmd)?;
             c.save(&calibration)
                 .with_context(|| format!("write {}", calibration.display()))?;
@@ -470,7 +492,7 @@ pub fn run(cli: Cli) -> Result<std::process::ExitCode> {
                 println!("{}", serde_json::to_string(&c)?);
             } else {
                 println!(
-                    "the probe's own cost: {} ns a load ({:.1} measured; {} loads, {:.1} ns a \
+                    "the probe's own cost: {} ns a load ({:.1} measured; {} requests in the tier, {:.1} ns a \
                      load at Δt 0, {:.1} at Δt {}; medians of {} runs each)",
                     c.compensation_ns,
                     c.measured_ns,

@@ -61,7 +61,7 @@ pub fn set_params(pid: u32, config: &CxlConfig) -> Result<u64, LiveError> {
     for w in PARAM_WORDS {
         let v = u64::from_le_bytes(bytes[8 * w..8 * w + 8].try_into().expect("8 bytes"));
         // SAFETY: `value` points at the map's `size`-byte value in the mapped region,
-        // 8-byte aligned (array values are), and `w < 12` words lie inside it; the region
+        // 8-byte aligned (array values are), and `w < PARAM_WORDS.end` words lie inside it; the region
         // stays mapped while `region` lives. Other writers (the host probes) only touch
         // the words after these, so word stores suffice.
         unsafe {

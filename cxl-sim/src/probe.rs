@@ -3,7 +3,7 @@
 //! [`object_with`] writes a [`CxlConfig`] into the object's `cxl_config` global, whose
 //! bytes become the map's initial value when `trace` loads it.
 
-use crate::abi::{CxlConfig, MAGIC};
+use crate::abi::{CxlConfig, MAGIC, VERSION};
 use object::{Object, ObjectSection};
 
 /// Bytes at an 8-byte boundary: ELF readers want their header aligned.
@@ -36,6 +36,14 @@ pub enum ProbeError {
         want: usize,
         /// What was found.
         found: String,
+    },
+    /// The configuration's layout version is not this crate's (the object is stale).
+    #[error(
+        "the delay probe's object has cxl_config version {found}, this build expects {VERSION}: rebuild it with scripts/build-builtin-probes"
+    )]
+    Version {
+        /// The version word found.
+        found: u64,
     },
     /// The site programs cannot be named as asked.
     #[error("site placement: {0}")]
@@ -125,8 +133,43 @@ pub fn patch(object: &[u8], config: &CxlConfig) -> Result<Vec<u8>, ProbeError> {
         if len != want || object.get(off..off + 8) != Some(&MAGIC.to_le_bytes()[..]) {
             return Err(ProbeError::Config { want, found });
         }
+        let version = object
+            .get(off + 8..off + 16)
+            .map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")));
+        if version != Some(VERSION) {
+            return Err(ProbeError::Version {
+                found: version.unwrap_or(0),
+            });
+        }
         off..off + len
     };
     bytes[range].copy_from_slice(&config.to_bytes());
     Ok(bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An object whose configuration is of another layout version is refused, naming both.
+    #[test]
+    fn an_object_of_another_version_is_refused() {
+        let c = CxlConfig::new();
+        assert!(object_with(&c).is_ok());
+        let file = object::File::parse(OBJECT).unwrap();
+        let (off, _) = file
+            .section_by_name(CONFIG_SECTION)
+            .unwrap()
+            .file_range()
+            .unwrap();
+        let mut old = OBJECT.to_vec();
+        let v = off as usize + 8;
+        old[v..v + 8].copy_from_slice(&1u64.to_le_bytes());
+        let e = patch(&old, &c).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains(&format!("version 1, this build expects {VERSION}")),
+            "{e}"
+        );
+    }
 }

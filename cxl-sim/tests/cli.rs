@@ -6,9 +6,18 @@ use attach::apilog::{ApiEvent, Kind};
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
+/// The CLI with `args`; no calibration file but the ones a test names (a configuration
+/// directory that does not exist).
 fn cxl(args: &[&str]) -> Output {
+    cxl_env(args, &[])
+}
+
+/// The same with more environment variables.
+fn cxl_env(args: &[&str], env: &[(&str, &std::ffi::OsStr)]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_bpftime-super-cxl"))
         .args(args)
+        .env("XDG_CONFIG_HOME", "/nonexistent/bpftime-cxl-tests")
+        .envs(env.iter().copied())
         .output()
         .expect("run bpftime-super-cxl")
 }
@@ -534,6 +543,10 @@ fn compensation_comes_from_the_flag_else_the_calibration() {
     );
     let (n, out) = compensation(&["--calibration", f, "--compensate-ns", "7"]);
     assert_eq!(n, 7, "{out}");
+    // A sleep's cost is not the spin's that `calibrate` measured.
+    let (n, out) = compensation(&["--calibration", f, "--wait", "sleep"]);
+    assert_eq!(n, 0, "{out}");
+    assert!(out.contains("the calibration is for --wait spin"), "{out}");
     let missing = dir.join("none.json");
     let (n, out) = compensation(&["--calibration", missing.to_str().unwrap()]);
     assert_eq!(n, 0, "{out}");
@@ -592,4 +605,183 @@ fn calibrate_refuses_a_command_without_loads() {
     assert!(!file.exists());
     let o = cxl(&["calibrate", "--runs", "0", "--", "true"]);
     assert!(text(&o).1.contains("--runs must be at least 1"));
+}
+
+/// A calibration made on one GPU is used on that GPU only: `nvidia-smi` (a stand-in on
+/// PATH) names this machine's.
+#[test]
+fn another_gpus_calibration_is_not_used() {
+    use std::os::unix::fs::PermissionsExt;
+    let (_scratch, dir) = tmp("gpus");
+    std::fs::create_dir_all(&dir).unwrap();
+    let exe = |name: &str, body: String| {
+        let p = dir.join(name);
+        std::fs::write(&p, body).unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+        p
+    };
+    exe("nvidia-smi", "#!/bin/sh\necho 'NVIDIA H200'\n".into());
+    let fake = exe("bpftime-super", "#!/bin/sh\nexit 0\n".into());
+    let path = std::ffi::OsString::from(format!(
+        "{}:{}",
+        dir.display(),
+        std::env::var("PATH").unwrap_or_default()
+    ));
+    let file = dir.join("calibration.json");
+    let mut cal =
+        cxl_sim::calibrate::Calibration::from_times(1000, 1000, &[350_000], &[1_392_000]).unwrap();
+    for (gpu, want) in [
+        ("NVIDIA H200", "probe compensation 42 ns (calibrated in"),
+        ("NVIDIA H100 80GB HBM3", "probe compensation 0 ns ("),
+    ] {
+        cal.gpu = Some(gpu.into());
+        cal.save(&file).unwrap();
+        let o = cxl_env(
+            &[
+                "run",
+                "--bpftime",
+                fake.to_str().unwrap(),
+                "--calibration",
+                file.to_str().unwrap(),
+                "--latency-ns",
+                "400",
+                "--",
+                "true",
+            ],
+            &[("PATH", &path)],
+        );
+        let (out, err) = text(&o);
+        assert!(
+            o.status.success() && out.contains(want),
+            "{gpu}: {out}{err}"
+        );
+        if gpu != "NVIDIA H200" {
+            assert!(
+                out.contains("was calibrated on NVIDIA H100 80GB HBM3, this is NVIDIA H200"),
+                "{out}"
+            );
+        }
+    }
+}
+
+/// `calibrate` runs CMD at Δt = 0 and at Δt = D alternating (the same probe inlined whole,
+/// no statistics, no compensation; the delayed runs in the fixed configuration), then once
+/// counting the tier's requests without the kernel timer, and writes (TD − T0)/N − D from
+/// the medians. A stand-in for bpftime-super keeps each run's probe object and arguments
+/// and answers with the maps `trace` prints at exit: kernel times of 350 / 900 / 349 µs at
+/// Δt = 0, 1,450 µs at Δt = 1,000, and 1,000 requests.
+#[test]
+fn calibrate_takes_the_medians_of_alternating_runs() {
+    use cxl_sim::abi::{self, CxlConfig};
+    use object::{Object, ObjectSection};
+    use std::os::unix::fs::PermissionsExt;
+    let (_scratch, dir) = tmp("calibrate");
+    std::fs::create_dir_all(&dir).unwrap();
+    let hex = |words: &[u64]| -> String {
+        words
+            .iter()
+            .flat_map(|w| w.to_le_bytes())
+            .map(|b| format!("{b:02x}"))
+            .collect()
+    };
+    let kernels = |ns: u64| {
+        format!(
+            r#"{{"event":"map","final":true,"map":"cxl_time:cxl_kernels","entries":[["00000000","{}"]]}}"#,
+            hex(&[0x1234, 4, ns, 0])
+        )
+    };
+    let stats: Vec<String> = (0..abi::STATS.len())
+        .map(|i| format!(r#"["{i:08x}","{}"]"#, hex(&[if i == 5 { 1000 } else { 0 }])))
+        .collect();
+    let stats = format!(
+        r#"{{"event":"map","final":true,"map":"cxl:cxl_stats","entries":[{}]}}"#,
+        stats.join(",")
+    );
+    let d = dir.display();
+    let script = format!(
+        "#!/bin/sh\nn=$(cat {d}/n 2>/dev/null || echo 0); n=$((n+1)); echo $n > {d}/n\n\
+         cp \"$2\" {d}/obj_$n; echo \"$@\" > {d}/args_$n\n\
+         case $n in\n\
+         1) echo '{}';; 3) echo '{}';; 5) echo '{}';;\n\
+         2|4|6) echo '{}';;\n\
+         7) echo '{}';;\n\
+         esac\n",
+        kernels(350_000),
+        kernels(900_000),
+        kernels(349_000),
+        kernels(1_450_000),
+        stats
+    );
+    let fake = dir.join("bpftime-super");
+    std::fs::write(&fake, script).unwrap();
+    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let file = dir.join("cal.json");
+    let o = cxl(&[
+        "calibrate",
+        "--bpftime",
+        fake.to_str().unwrap(),
+        "--calibration",
+        file.to_str().unwrap(),
+        "--",
+        "true",
+    ]);
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{out}{err}");
+    assert!(out.contains("the probe's own cost: 100 ns a load"), "{out}");
+    let c = cxl_sim::calibrate::Calibration::load(&file)
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (c.compensation_ns, c.loads, c.latency_ns, c.runs),
+        (100, 1000, 1000, 3)
+    );
+    assert_eq!(c.command, ["true"]);
+
+    let config = |n: u32| {
+        let bytes = std::fs::read(dir.join(format!("obj_{n}"))).unwrap();
+        let elf = object::File::parse(&*bytes).unwrap();
+        let data = elf
+            .section_by_name(".data.cxl_config")
+            .unwrap()
+            .data()
+            .unwrap()
+            .to_vec();
+        CxlConfig::from_bytes(&data).unwrap()
+    };
+    let args = |n: u32| std::fs::read_to_string(dir.join(format!("args_{n}"))).unwrap();
+    for n in 1..=6 {
+        let c = config(n);
+        let a = args(n);
+        assert_eq!(c.compensation, 0, "run {n}");
+        assert_eq!(
+            c.flags & (abi::FLAG_STATS | abi::FLAG_NO_WAIT),
+            0,
+            "run {n}"
+        );
+        assert!(
+            a.contains("cxl_time.bpf.o") && !a.contains("--cold-split"),
+            "run {n}: {a}"
+        );
+        if n % 2 == 1 {
+            assert_eq!(c.latency, [0; 3], "run {n}");
+        } else {
+            assert_eq!(c.latency, [1000; 3], "run {n}");
+            assert!(c.fixed_latency(), "run {n}");
+        }
+    }
+    let count = config(7);
+    assert_ne!(count.flags & abi::FLAG_STATS, 0);
+    assert_ne!(count.flags & abi::FLAG_NO_WAIT, 0);
+    assert_eq!((count.latency, count.cache_lines), ([1000; 3], 0));
+    assert!(!args(7).contains("cxl_time.bpf.o"), "{}", args(7));
+
+    // A variant object's calibration never goes to the default file.
+    let o = cxl(&["calibrate", "--object", "/dev/null", "--", "true"]);
+    assert!(
+        text(&o)
+            .1
+            .contains("needs its own file (--calibration FILE)"),
+        "{:?}",
+        text(&o)
+    );
 }
