@@ -36,6 +36,30 @@ fn tmp(name: &str) -> (bpftime_tests::tempfile::TempDir, PathBuf) {
     (d, p)
 }
 
+/// An executable shell script `dir/name` (a stand-in for a program the CLI runs).
+fn script(dir: &std::path::Path, name: &str, body: &str) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::create_dir_all(dir).unwrap();
+    let p = dir.join(name);
+    std::fs::write(&p, format!("#!/bin/sh\n{body}")).unwrap();
+    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+    p
+}
+
+/// The configuration a probe object carries (its `cxl_config` global).
+fn object_config(path: &std::path::Path) -> cxl_sim::abi::CxlConfig {
+    use object::{Object, ObjectSection};
+    let bytes = std::fs::read(path).unwrap();
+    let elf = object::File::parse(&*bytes).unwrap();
+    let data = elf
+        .section_by_name(".data.cxl_config")
+        .unwrap()
+        .data()
+        .unwrap()
+        .to_vec();
+    cxl_sim::abi::CxlConfig::from_bytes(&data).unwrap()
+}
+
 #[test]
 fn presets_are_listed() {
     let o = cxl(&["presets"]);
@@ -181,17 +205,13 @@ fn run_passes_the_exit_code_through() {
 /// records the arguments of each trace it is asked for.
 #[test]
 fn run_splits_the_probe_only_when_it_delays_and_counts_nothing() {
-    use std::os::unix::fs::PermissionsExt;
     let (_scratch, dir) = tmp("fake-trace");
-    std::fs::create_dir_all(&dir).unwrap();
-    let fake = dir.join("bpftime-super");
     let args_file = dir.join("args");
-    std::fs::write(
-        &fake,
-        format!("#!/bin/sh\necho \"$@\" >> {}\n", args_file.display()),
-    )
-    .unwrap();
-    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let fake = script(
+        &dir,
+        "bpftime-super",
+        &format!("echo \"$@\" >> {}\n", args_file.display()),
+    );
     let traced = |args: &[&str]| -> String {
         let _ = std::fs::remove_file(&args_file);
         let mut a = vec![args[0], "--bpftime", fake.to_str().unwrap()];
@@ -495,14 +515,13 @@ fn placement_follows_the_applications_allocations() {
 /// bpftime-super keeps the probe object it is given.
 #[test]
 fn compensation_comes_from_the_flag_else_the_calibration() {
-    use object::{Object, ObjectSection};
-    use std::os::unix::fs::PermissionsExt;
     let (_scratch, dir) = tmp("fake-trace");
-    std::fs::create_dir_all(&dir).unwrap();
-    let fake = dir.join("bpftime-super");
     let kept = dir.join("kept.o");
-    std::fs::write(&fake, format!("#!/bin/sh\ncp \"$2\" {}\n", kept.display())).unwrap();
-    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let fake = script(
+        &dir,
+        "bpftime-super",
+        &format!("cp \"$2\" {}\n", kept.display()),
+    );
     let file = dir.join("calibration.json");
     let mut cal =
         cxl_sim::calibrate::Calibration::from_times(1000, 1000, &[350_000], &[1_392_000]).unwrap();
@@ -523,16 +542,7 @@ fn compensation_comes_from_the_flag_else_the_calibration() {
         let o = cxl(&a);
         let (out, err) = text(&o);
         assert!(o.status.success(), "{extra:?}: {out}{err}");
-        let bytes = std::fs::read(&kept).unwrap();
-        let elf = object::File::parse(&*bytes).unwrap();
-        let data = elf
-            .section_by_name(".data.cxl_config")
-            .unwrap()
-            .data()
-            .unwrap()
-            .to_vec();
-        let c = cxl_sim::abi::CxlConfig::from_bytes(&data).unwrap();
-        (c.compensation, out)
+        (object_config(&kept).compensation, out)
     };
     let f = file.to_str().unwrap();
     let (n, out) = compensation(&["--calibration", f]);
@@ -611,17 +621,9 @@ fn calibrate_refuses_a_command_without_loads() {
 /// PATH) names this machine's.
 #[test]
 fn another_gpus_calibration_is_not_used() {
-    use std::os::unix::fs::PermissionsExt;
     let (_scratch, dir) = tmp("gpus");
-    std::fs::create_dir_all(&dir).unwrap();
-    let exe = |name: &str, body: String| {
-        let p = dir.join(name);
-        std::fs::write(&p, body).unwrap();
-        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
-        p
-    };
-    exe("nvidia-smi", "#!/bin/sh\necho 'NVIDIA H200'\n".into());
-    let fake = exe("bpftime-super", "#!/bin/sh\nexit 0\n".into());
+    script(&dir, "nvidia-smi", "echo 'NVIDIA H200'\n");
+    let fake = script(&dir, "bpftime-super", "exit 0\n");
     let path = std::ffi::OsString::from(format!(
         "{}:{}",
         dir.display(),
@@ -672,9 +674,7 @@ fn another_gpus_calibration_is_not_used() {
 /// Δt = 0, 1,450 µs at Δt = 1,000, and 1,000 requests.
 #[test]
 fn calibrate_takes_the_medians_of_alternating_runs() {
-    use cxl_sim::abi::{self, CxlConfig};
-    use object::{Object, ObjectSection};
-    use std::os::unix::fs::PermissionsExt;
+    use cxl_sim::abi;
     let (_scratch, dir) = tmp("calibrate");
     std::fs::create_dir_all(&dir).unwrap();
     let hex = |words: &[u64]| -> String {
@@ -698,8 +698,8 @@ fn calibrate_takes_the_medians_of_alternating_runs() {
         stats.join(",")
     );
     let d = dir.display();
-    let script = format!(
-        "#!/bin/sh\nn=$(cat {d}/n 2>/dev/null || echo 0); n=$((n+1)); echo $n > {d}/n\n\
+    let body = format!(
+        "n=$(cat {d}/n 2>/dev/null || echo 0); n=$((n+1)); echo $n > {d}/n\n\
          cp \"$2\" {d}/obj_$n; echo \"$@\" > {d}/args_$n\n\
          case $n in\n\
          1) echo '{}';; 3) echo '{}';; 5) echo '{}';;\n\
@@ -712,9 +712,7 @@ fn calibrate_takes_the_medians_of_alternating_runs() {
         kernels(1_450_000),
         stats
     );
-    let fake = dir.join("bpftime-super");
-    std::fs::write(&fake, script).unwrap();
-    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let fake = script(&dir, "bpftime-super", &body);
     let file = dir.join("cal.json");
     let o = cxl(&[
         "calibrate",
@@ -737,17 +735,7 @@ fn calibrate_takes_the_medians_of_alternating_runs() {
     );
     assert_eq!(c.command, ["true"]);
 
-    let config = |n: u32| {
-        let bytes = std::fs::read(dir.join(format!("obj_{n}"))).unwrap();
-        let elf = object::File::parse(&*bytes).unwrap();
-        let data = elf
-            .section_by_name(".data.cxl_config")
-            .unwrap()
-            .data()
-            .unwrap()
-            .to_vec();
-        CxlConfig::from_bytes(&data).unwrap()
-    };
+    let config = |n: u32| object_config(&dir.join(format!("obj_{n}")));
     let args = |n: u32| std::fs::read_to_string(dir.join(format!("args_{n}"))).unwrap();
     for n in 1..=6 {
         let c = config(n);
