@@ -99,6 +99,7 @@ pub fn compile_probe(
         lock_pid,
         entry: false,
         stack_regs: Some(probe.stack_regs.clone()).filter(|s| !s.is_empty()),
+        relaxed_atomics: probe.relaxed_atomics,
         ..JitOptions::default()
     };
     let inlinable = match probe.site {

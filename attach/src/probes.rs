@@ -90,6 +90,9 @@ pub struct Probe {
     /// [`ebpf::verifier::Verified::stack_registers`]); empty with `BPFTIME_STACK_REGS=0`
     /// (for comparisons).
     pub stack_regs: std::collections::BTreeMap<usize, i64>,
+    /// Its atomics that return a value order nothing else ([`jit::JitOptions::relaxed_atomics`]):
+    /// memory probes, unless `BPFTIME_RELAXED_ATOMICS=0`.
+    pub relaxed_atomics: bool,
     /// For host probes: the driver functions (one, or every wrapped one for `*`).
     pub host_fns: Vec<crate::api::Api>,
     /// For host probes on another library: `(library, function)`.
@@ -213,6 +216,8 @@ impl ProbeSet {
                         Ok("0") => Default::default(),
                         _ => v.stack_registers(),
                     },
+                    relaxed_atomics: site == SiteKind::Memory
+                        && std::env::var("BPFTIME_RELAXED_ATOMICS").as_deref() != Ok("0"),
                     host_fns,
                     host_sym,
                     program,

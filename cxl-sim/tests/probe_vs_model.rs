@@ -501,6 +501,19 @@ fn instrumented_real_ptx_assembles() {
                 assert!(ptx.contains("nanosleep.u32"), "{f}");
                 // The configuration refresh's fence.
                 assert!(ptx.contains("fence.acq_rel.gpu"), "{f}");
+                // The link's fetching atomics are relaxed: no fence at each
+                // (`jit::JitOptions::relaxed_atomics`, memory probes).
+                let atoms: Vec<&str> = ptx.lines().filter(|l| l.contains("atom.")).collect();
+                assert!(
+                    atoms
+                        .iter()
+                        .any(|l| l.contains("atom.relaxed.") && l.contains(".cas.b64"))
+                        && atoms
+                            .iter()
+                            .any(|l| l.contains("atom.relaxed.") && l.contains(".add.u64"))
+                        && atoms.iter().all(|l| !l.contains("atom.acq_rel")),
+                    "{f}: {atoms:?}"
+                );
                 // Kernel time: entry and exit probes.
                 assert!(ptx.contains("// bpftime-super: kprobe"), "{f}");
                 assert!(ptx.contains("// bpftime-super: kretprobe"), "{f}");

@@ -226,6 +226,11 @@ pub struct JitOptions {
     /// when it is not split ([`JitOptions::split_cold`]) and without
     /// [`JitOptions::unaligned`]. Default `None`.
     pub stack_regs: Option<std::collections::BTreeMap<usize, i64>>,
+    /// Lower atomics that return a value (fetch-and-op, exchange, compare-and-swap) as
+    /// `atom.relaxed`, not `atom.acq_rel`: they stay atomic but order no other memory
+    /// access. eBPF's fetching atomics are fully ordered, and on a GPU that ordering costs
+    /// a fence at every one. Default `false`.
+    pub relaxed_atomics: bool,
 }
 
 impl Default for JitOptions {
@@ -245,6 +250,7 @@ impl Default for JitOptions {
             defer_adds: false,
             split_cold: false,
             stack_regs: None,
+            relaxed_atomics: false,
         }
     }
 }

@@ -308,6 +308,48 @@ r0 = 1
 exit
 ";
 
+/// Fetching atomics (fetch-add, exchange, compare-and-swap) are `atom.acq_rel`, as eBPF
+/// orders them; with `relaxed_atomics` (memory probes) `atom.relaxed`, still atomic, and
+/// both assemble. Adds without fetch are `red.relaxed` either way.
+#[test]
+fn fetching_atomics_are_relaxed_only_when_asked() {
+    let p = Program::from_insns(
+        "fa",
+        assemble(
+            "r1 = *(u64 *)(r1 + 16)\nr2 = 1\nr2 = atomic_fetch_add((u64 *)(r1 + 0), r2)\n\
+             r0 = 5\nr0 = cmpxchg_64(r1 + 8, r0, r2)\nr3 = 7\nr3 = xchg_64(r1 + 16, r3)\n\
+             lock *(u64 *)(r1 + 24) += r2\nr0 += r3\nexit",
+        )
+        .unwrap(),
+    );
+    for relaxed in [false, true] {
+        let opts = JitOptions {
+            relaxed_atomics: relaxed,
+            ..JitOptions::default()
+        };
+        let t = jit::compile(&p, &opts).unwrap().text();
+        let want = if relaxed {
+            "atom.relaxed.sys"
+        } else {
+            "atom.acq_rel.sys"
+        };
+        for op in [".add.u64", ".cas.b64", ".exch.b64"] {
+            assert!(
+                t.lines().any(|l| l.contains(want) && l.contains(op)),
+                "{relaxed} {op}: {t}"
+            );
+        }
+        let other = if relaxed {
+            "atom.acq_rel"
+        } else {
+            "atom.relaxed"
+        };
+        assert!(!t.contains(other), "{relaxed}: {t}");
+        assert!(t.contains("red.relaxed.sys.add.u64"), "{t}");
+        common::assemble(&t, &format!("fetching atomics, relaxed {relaxed}"));
+    }
+}
+
 fn hash_opts(key_size: u32, scope: jit::AtomicScope) -> (Program, JitOptions) {
     let mut p = Program::from_insns("hc", assemble(HASHCOUNT).unwrap());
     p.maps = vec![ebpf::program::MapDef {

@@ -1505,6 +1505,7 @@ fn lower_insn(
             atomic(
                 f,
                 cx.scope,
+                cx.opts.relaxed_atomics,
                 op,
                 size,
                 fetch,
@@ -2053,10 +2054,18 @@ fn end(f: &mut Function, op: EndOp, bits: u8, d: Reg) {
     }
 }
 
-/// The PTX opcode of an atomic: `red.relaxed` (no fetch) or `atom.acq_rel`, the scope
-/// (`.sys`/`.gpu`/`.cta`), `.global` or generic, the operation and width; from a table built
-/// once, so that IR opcodes stay `&'static str`.
-fn atomic_opcode(fetch: bool, scope: &str, global: bool, op: AtomicOp, w32: bool) -> &'static str {
+/// The PTX opcode of an atomic: `red.relaxed` (no fetch), `atom.acq_rel` (fetch), or
+/// `atom.relaxed` (fetch, [`JitOptions::relaxed_atomics`]), the scope (`.sys`/`.gpu`/`.cta`),
+/// `.global` or generic, the operation and width; from a table built once, so that IR
+/// opcodes stay `&'static str`.
+fn atomic_opcode(
+    fetch: bool,
+    relaxed: bool,
+    scope: &str,
+    global: bool,
+    op: AtomicOp,
+    w32: bool,
+) -> &'static str {
     const SCOPES: [&str; 3] = [".sys", ".gpu", ".cta"];
     const OPS: [AtomicOp; 6] = [
         AtomicOp::Add,
@@ -2067,8 +2076,8 @@ fn atomic_opcode(fetch: bool, scope: &str, global: bool, op: AtomicOp, w32: bool
         AtomicOp::Cmpxchg,
     ];
     static NAMES: LazyLock<Vec<String>> = LazyLock::new(|| {
-        let mut v = Vec::with_capacity(2 * 3 * 2 * 6 * 2);
-        for fetch in [false, true] {
+        let mut v = Vec::with_capacity(3 * 3 * 2 * 6 * 2);
+        for kind in ["red.relaxed", "atom.acq_rel", "atom.relaxed"] {
             for scope in SCOPES {
                 for global in [false, true] {
                     for op in OPS {
@@ -2086,7 +2095,6 @@ fn atomic_opcode(fetch: bool, scope: &str, global: bool, op: AtomicOp, w32: bool
                                 AtomicOp::Xchg => format!("exch{bits}"),
                                 AtomicOp::Cmpxchg => format!("cas{bits}"),
                             };
-                            let kind = if fetch { "atom.acq_rel" } else { "red.relaxed" };
                             let space = if global { ".global" } else { "" };
                             v.push(format!("{kind}{scope}{space}.{opname}"));
                         }
@@ -2098,7 +2106,12 @@ fn atomic_opcode(fetch: bool, scope: &str, global: bool, op: AtomicOp, w32: bool
     });
     let s = SCOPES.iter().position(|&x| x == scope).unwrap_or(0);
     let o = OPS.iter().position(|&x| x == op).unwrap_or(0);
-    let k = (((fetch as usize * 3 + s) * 2 + global as usize) * 6 + o) * 2 + w32 as usize;
+    let kind = match (fetch, relaxed) {
+        (false, _) => 0,
+        (true, false) => 1,
+        (true, true) => 2,
+    };
+    let k = (((kind * 3 + s) * 2 + global as usize) * 6 + o) * 2 + w32 as usize;
     &NAMES[k]
 }
 
@@ -2116,6 +2129,7 @@ fn atomic_opcode(fetch: bool, scope: &str, global: bool, op: AtomicOp, w32: bool
 fn atomic(
     f: &mut Function,
     scope: &str,
+    relaxed: bool,
     op: AtomicOp,
     size: Size,
     fetch: bool,
@@ -2146,7 +2160,8 @@ fn atomic(
     } else {
         None
     };
-    let name = |fetching: bool, global: bool| atomic_opcode(fetching, scope, global, op, w32);
+    let name =
+        |fetching: bool, global: bool| atomic_opcode(fetching, relaxed, scope, global, op, w32);
     if space == Space::Global {
         // A map value: no stack check; `.global` lets ptxas emit a plain `RED`/`ATOM` (a
         // generic one also handles shared-window addresses, with a fallback loop).
