@@ -1,6 +1,14 @@
 #!/usr/bin/env bash
+# Run 39 of bench/results/cxl_gpu.md: four builds of the delay probe side by side (objects in
+# $CARRY, by `cxl run --object`): base (the committed source), v3 (the same, clang
+# -mcpu=v3: 32-bit ALU and jumps), hash (v3 and a 32-bit multiply-xor history hash),
+# nodiv (hash, and the queueing term without its three divisions; not the model's integers,
+# a measurement only). Sources of the variants: bench/results/cxl_gpu/run39/.
+# The chase under direct-x8, with --count-only, and at Δt 400 / 1,600 without a cap; SGEMM
+# under direct-x8. One `R …` line per measurement in $OUT/cxl39/log.txt.
+#   CARRY=target/s37 OUT=/tmp/o bash cxl-sim/examples/run_device_fullpath.sh
 set -u
-. cxl-sim/examples/device_lib.sh
+. "$(dirname "$0")/device_lib.sh"
 cxl_device_setup cxl39 cxl-sim/examples/chase.cu attach/tests/apps/sgemm.cu
 q="--no-stats --no-kernel-time"
 chase() { "$@" $b/chase 1024 50000 random | val ns_per_step; }

@@ -15,7 +15,7 @@
 //! | `le` / `be` / `bswap`      | `and` (truncate), `prmt.b32 …, 0x0123` per 32-bit half        |
 //! | `ld_imm64`                 | `mov.b64` of the constant, the map's base address, or its value address |
 //! | load / store               | generic `ld.u8…u64` / `ld.s8…s32` / `st` at `[reg+off]`       |
-//! | atomics                    | `atom.acq_rel<scope>` (fetch, xchg, `atom.cas`), `red.relaxed<scope>` (no fetch) |
+//! | atomics                    | `atom.acq_rel<scope>` (fetch, xchg, `atom.cas`; `atom.relaxed` with `JitOptions::relaxed_atomics`, memory probes), `red.relaxed<scope>` (no fetch) |
 //! | jumps (64 and 32 bits)     | `setp` + `@p bra`                                             |
 //! | `call` helper              | the helper's body inlined as a `{ }` block (`prelude::inline_block`; per map when r1's map is known, else a compare chain over the bound maps), or `call.uni` of its `.func` past [`INLINE_BUDGET`] |
 //! | r10-relative load / store  | `ld.local` / `st.local` at `[stack+depth+off]` (ptxas forwards and keeps these) |
