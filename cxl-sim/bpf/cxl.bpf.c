@@ -224,7 +224,7 @@ int cxl_delay(void *ctx)
 	}
 	__u64 tagv = tag ? *tag : 0;
 	__u64 last = h ? h->last : 0, last_stride = h ? h->stride : 0;
-	__u64 ep = st ? st->epoch : 0, t0 = st ? st->t0 : 0;
+	__u64 ep = st ? st->epoch : 0, t0 = st ? st->t0 : 0, qf = st ? st->queue_factor : 0;
 
 	/* The emulated cache: a hit never reaches the tier. */
 	if (tag) {
@@ -268,18 +268,24 @@ int cxl_delay(void *ctx)
 			__u64 prev = __sync_val_compare_and_swap(&st->t0, 0, now);
 			t0 = prev ? prev : now;
 		}
+		/* The access that starts a window computes the queueing term's factor from the
+		 * last one's bytes (three divisions, once a window); every access multiplies. */
 		__u64 e = now >> CXL_WINDOW_SHIFT;
 		if (e != ep && __sync_val_compare_and_swap(&st->epoch, ep, e) == ep) {
-			st->last_window = e == ep + 1 ? st->window[ep & 1] : 0;
+			__u64 lw = e == ep + 1 ? st->window[ep & 1] : 0;
+			st->last_window = lw;
 			st->window[e & 1] = 0;
+			qf = 0;
+			if (c->queue_k && c->window_cap_bytes) {
+				__u64 rho = lw * CXL_ONE / c->window_cap_bytes;
+				if (rho > CXL_RHO_MAX)
+					rho = CXL_RHO_MAX;
+				qf = c->queue_k * rho / (CXL_ONE - rho);
+			}
+			st->queue_factor = qf;
 		}
 		__sync_fetch_and_add(&st->window[e & 1], bytes);
-		if (c->queue_k && c->window_cap_bytes) {
-			__u64 rho = st->last_window * CXL_ONE / c->window_cap_bytes;
-			if (rho > CXL_RHO_MAX)
-				rho = CXL_RHO_MAX;
-			deadline += base * c->queue_k / CXL_ONE * rho / (CXL_ONE - rho);
-		}
+		deadline += base * qf / CXL_ONE;
 		__u64 cost = bytes * cost_unit, burst = c->burst;
 		__u64 old = __sync_fetch_and_add(&st->tat, cost);
 		__u64 now_fp = (now > t0 ? now - t0 : 0) << CXL_TIME_SHIFT;

@@ -68,7 +68,8 @@ struct cxl_state {
 	__u64 window[2];
 	__u64 last_window;
 	__u64 t0;
-	__u64 pad[2];
+	__u64 queue_factor;
+	__u64 pad;
 };
 
 struct cxl_hist {

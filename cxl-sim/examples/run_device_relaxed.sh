@@ -4,7 +4,8 @@
 # (BPFTIME_RELAXED_ATOMICS=0), alternating: the chase under the direct-x8 preset (a cap:
 # the link's atomics on every access), with --count-only, and without a cap (no atomics: a
 # control); SGEMM, the triad and the gather under direct-x8; the caps at 16/32/64 GB/s.
-# NODIV=obj adds a build of the probe without the queueing term's divisions per access.
+# OTHER=obj adds another build of the probe under direct-x8 (run 40: the queueing term
+# without its divisions; run 41: the probe before the division-free queueing term).
 # One `R …` line per measurement in $OUT/cxl40/log.txt.
 #   CARRY=target/gpu-carry OUT=/tmp/o bash cxl-sim/examples/run_device_relaxed.sh
 set -u
@@ -19,7 +20,7 @@ for rep in 1 2; do
 		v=$(chase ra $a $cxl run $q --preset direct-x8 --); r chase rel=$a rep=$rep cfg=x8 ns=$v
 		v=$(chase ra $a $cxl run $q --preset direct-x8 --count-only --); r chase rel=$a rep=$rep cfg=x8count ns=$v
 		v=$(chase ra $a $cxl run $q --latency-ns 400 --no-cap --); r chase rel=$a rep=$rep cfg=l400 ns=$v
-		[ -n "${NODIV:-}" ] && { v=$(chase ra $a $cxl run $q --object $NODIV --preset direct-x8 --); r chase rel=$a rep=$rep cfg=x8nodiv ns=$v; }
+		[ -n "${OTHER:-}" ] && { v=$(chase ra $a $cxl run $q --object $OTHER --preset direct-x8 --); r chase rel=$a rep=$rep cfg=x8other ns=$v; }
 	done
 done
 for app in "stream 67108864 5" "sgemm 4096 3" "gather 16777216 1024 5"; do

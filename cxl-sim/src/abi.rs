@@ -289,8 +289,13 @@ pub struct CxlState {
     /// The first access's `%globaltimer` (the bucket counts from it: `%globaltimer` is
     /// nanoseconds since 1970, too large to shift).
     pub t0: u64,
+    /// The queueing term's factor for the current window, k · ρ / (1 − ρ) × [`ONE`] with ρ
+    /// from `last_window`: computed once a window by the access that starts it, so that
+    /// other accesses only multiply (three 64-bit divisions cost a lone thread ~375 ns an
+    /// access on an H200, run 39 of `bench/results/cxl_gpu.md`).
+    pub queue_factor: u64,
     /// Zero.
-    pub pad: [u64; 2],
+    pub pad: u64,
 }
 
 /// One kernel's time, as the entry/exit probes keep it (`cxl_kernels`).
@@ -396,7 +401,7 @@ pub fn c_header() -> String {
     );
     s += "struct cxl_range {\n\t__u64 base;\n\t__u64 len;\n\t__u32 interleave_local;\n\t__u32 interleave_cxl;\n\t__u32 page_shift;\n\t__u32 pad;\n};\n\n";
     s += "struct cxl_config {\n\t__u64 magic;\n\t__u64 version;\n\t__u64 flags;\n\t__u64 latency[3];\n\t__u64 byte_cost;\n\t__u64 burst;\n\t__u64 window_cap_bytes;\n\t__u64 queue_k;\n\t__u64 seq_stride;\n\t__u64 cache_lines;\n\t__u64 compensation;\n\t__u64 place_kind;\n\t__u64 place_arg;\n\t__u64 place_used;\n\t__u64 place_interleave;\n\t__u64 place_dropped;\n\t__u64 nranges;\n\tstruct cxl_range ranges[CXL_MAX_RANGES];\n};\n\n";
-    s += "struct cxl_state {\n\t__u64 tat;\n\t__u64 epoch;\n\t__u64 window[2];\n\t__u64 last_window;\n\t__u64 t0;\n\t__u64 pad[2];\n};\n\n";
+    s += "struct cxl_state {\n\t__u64 tat;\n\t__u64 epoch;\n\t__u64 window[2];\n\t__u64 last_window;\n\t__u64 t0;\n\t__u64 queue_factor;\n\t__u64 pad;\n};\n\n";
     s += "struct cxl_hist {\n\t__u64 last;\n\t__u64 stride;\n};\n\n";
     s += "struct cxl_kernel {\n\t__u64 kernel_id;\n\t__u64 launches;\n\t__u64 total_ns;\n\t__u64 start;\n};\n\n";
     s += "struct cxl_stamp {\n\t__u64 t;\n\t__u64 corr;\n\t__u64 pad[14];\n};\n\n";

@@ -270,13 +270,19 @@ pub fn classify(a: &Access, last: u64, last_stride: u64, seq_stride: u64) -> (Pa
     (p, stride)
 }
 
-/// The queueing term: `base · k · ρ / (1 − ρ)` with ρ from the bytes of the last window.
-pub fn queue_delay(c: &CxlConfig, base: u64, window_bytes: u64) -> u64 {
+/// The queueing term's factor for a window, `k · ρ / (1 − ρ)` × [`ONE`], with ρ from the
+/// bytes of the window before it ([`CxlState::queue_factor`]: computed once a window).
+pub fn queue_factor(c: &CxlConfig, window_bytes: u64) -> u64 {
     if c.byte_cost == 0 || c.queue_k == 0 || c.window_cap_bytes == 0 {
         return 0;
     }
     let rho = (window_bytes.saturating_mul(ONE) / c.window_cap_bytes).min(RHO_MAX);
-    base * c.queue_k / ONE * rho / (ONE - rho)
+    c.queue_k * rho / (ONE - rho)
+}
+
+/// The queueing term of an access of latency `base`: `base · factor / ONE`.
+pub fn queue_delay(base: u64, factor: u64) -> u64 {
+    base * factor / ONE
 }
 
 /// What one access cost.
@@ -398,9 +404,10 @@ impl Emulator {
                 };
                 st.window[(e & 1) as usize] = 0;
                 st.epoch = e;
+                st.queue_factor = queue_factor(c, st.last_window);
             }
             st.window[(e & 1) as usize] += bytes;
-            deadline += queue_delay(c, base, st.last_window);
+            deadline += queue_delay(base, st.queue_factor);
             // The link.
             let cost = bytes * c.byte_cost;
             let mut old = st.tat;
@@ -653,19 +660,16 @@ mod tests {
         let c = p.config(true).unwrap();
         let cap = c.window_cap_bytes;
         let mut last = 0;
+        let q = |bytes| queue_delay(100, queue_factor(&c, bytes));
         for frac in [0, cap / 4, cap / 2, 3 * cap / 4, cap, 2 * cap] {
-            let q = queue_delay(&c, 100, frac);
-            assert!(q >= last, "monotone: {q} after {last}");
-            last = q;
+            assert!(q(frac) >= last, "monotone: {} after {last}", q(frac));
+            last = q(frac);
         }
-        assert_eq!(queue_delay(&c, 100, 0), 0);
+        assert_eq!(q(0), 0);
         // ρ = 0.5 → ρ/(1−ρ) = 1.
-        assert_eq!(queue_delay(&c, 100, cap / 2), 100);
+        assert_eq!(q(cap / 2), 100);
         // Capped at ρ = 0.95: 19×.
-        assert_eq!(
-            queue_delay(&c, 100, 10 * cap),
-            100 * RHO_MAX / (ONE - RHO_MAX)
-        );
+        assert_eq!(q(10 * cap), 100 * RHO_MAX / (ONE - RHO_MAX));
     }
 }
 
