@@ -105,6 +105,17 @@ struct bpftime_mem_ctx {
 #define bpftime_mem_ctx(ctx) ((const struct bpftime_mem_ctx *)(ctx))
 
 /*
+ * BPFTIME_RELAXED_ATOMICS; at file scope: the object's GPU probes lower their fetching
+ * atomics (fetch-and-add, xchg, cmpxchg) as relaxed ones. They stay atomic but order no
+ * other memory access, where eBPF's are fully ordered (a fence at each on a GPU). For
+ * counters, token buckets and claims that publish nothing; not for locks or for a flag
+ * that publishes data (use bpf_spin_lock, or bpf_membar_gpu around it).
+ * BPFTIME_RELAXED_ATOMICS=0 in the environment turns it off for comparisons.
+ */
+#define BPFTIME_RELAXED_ATOMICS \
+	char __bpftime_relaxed_atomics[1] __attribute__((section(".bpftime.relaxed_atomics"), used))
+
+/*
  * Map printing in `bpftime-super trace` follows the map's name, as bpftrace follows its
  * functions: a name ending in "_hist" prints as a log2 histogram (array slot k counts
  * values in [2^k, 2^(k+1)), slot 0 counts 0 and 1), "_lhist" as a linear histogram

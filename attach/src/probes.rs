@@ -91,7 +91,8 @@ pub struct Probe {
     /// (for comparisons).
     pub stack_regs: std::collections::BTreeMap<usize, i64>,
     /// Its atomics that return a value order nothing else ([`jit::JitOptions::relaxed_atomics`]):
-    /// memory probes, unless `BPFTIME_RELAXED_ATOMICS=0`.
+    /// when its object asks ([`RELAXED_ATOMICS_SECTION`]), unless
+    /// `BPFTIME_RELAXED_ATOMICS=0`.
     pub relaxed_atomics: bool,
     /// For host probes: the driver functions (one, or every wrapped one for `*`).
     pub host_fns: Vec<crate::api::Api>,
@@ -119,6 +120,21 @@ pub struct ProbeSet {
     pub probes: Vec<Probe>,
 }
 
+/// The section by which an object asks that its GPU probes' fetching atomics be relaxed
+/// (`BPFTIME_RELAXED_ATOMICS` in `include/bpftime_super.h`; [`jit::JitOptions::relaxed_atomics`]).
+pub const RELAXED_ATOMICS_SECTION: &str = ".bpftime.relaxed_atomics";
+
+/// Whether the object `bytes` has [`RELAXED_ATOMICS_SECTION`].
+fn asks_relaxed_atomics(bytes: &[u8]) -> bool {
+    use object::{Object, ObjectSection};
+    object::File::parse(bytes)
+        .map(|f| {
+            f.sections()
+                .any(|s| s.name() == Ok(RELAXED_ATOMICS_SECTION))
+        })
+        .unwrap_or(false)
+}
+
 impl ProbeSet {
     /// Loads and verifies every kprobe/kretprobe program of the objects at `paths`.
     pub fn load<P: AsRef<Path>>(paths: &[P]) -> Result<ProbeSet, AttachError> {
@@ -142,6 +158,8 @@ impl ProbeSet {
                 path: path.clone(),
                 source: Box::new(source),
             })?;
+            let relaxed = asks_relaxed_atomics(bytes)
+                && std::env::var("BPFTIME_RELAXED_ATOMICS").as_deref() != Ok("0");
             let stem = stem_of(path, &set.objects);
             let index = set.objects.len();
             let mut maps = BTreeMap::new();
@@ -216,8 +234,7 @@ impl ProbeSet {
                         Ok("0") => Default::default(),
                         _ => v.stack_registers(),
                     },
-                    relaxed_atomics: site == SiteKind::Memory
-                        && std::env::var("BPFTIME_RELAXED_ATOMICS").as_deref() != Ok("0"),
+                    relaxed_atomics: relaxed,
                     host_fns,
                     host_sym,
                     program,

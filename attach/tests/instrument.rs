@@ -755,3 +755,45 @@ fn register_caps_bound_instrumented_kernels() {
     assert_eq!(which, ["shapes"]);
     assert!(regs(&capped, "capped") <= cap);
 }
+
+/// Fetching atomics (here a memory probe's compare-and-swap and an entry probe's
+/// fetch-and-add, whose results the programs use) are fully ordered, `atom.acq_rel`, unless
+/// the object asks for relaxed ones with `BPFTIME_RELAXED_ATOMICS` (`mem_claim_relaxed`, the
+/// same programs): then every probe of it gets `atom.relaxed`. Both assemble.
+#[test]
+fn an_object_asks_for_relaxed_atomics() {
+    let src = ".version 8.0\n.target sm_90\n.address_size 64\n\
+.visible .entry k(.param .u64 a)\n{\n\t.reg .f32 %f<2>;\n\t.reg .b64 %rd<3>;\n\
+\tld.param.u64 %rd1, [a];\n\tcvta.to.global.u64 %rd2, %rd1;\n\
+\tld.global.f32 %f1, [%rd2];\n\tst.global.f32 [%rd2+4], %f1;\n\tret;\n}\n";
+    for (name, relaxed) in [("mem_claim", false), ("mem_claim_relaxed", true)] {
+        let Some(p) = probes(&[name]) else {
+            return;
+        };
+        assert!(
+            p.probes.iter().all(|x| x.relaxed_atomics == relaxed),
+            "{name}"
+        );
+        let b = attach::session::placeholder_bindings(&p, 0x7f00_0000_0000, 1024);
+        let inst = Instrumenter::new(Arc::new(p), b, 90, 1)
+            .with_mem(attach::instrument::MemConfig::default());
+        let o = inst.ptx(src);
+        let Outcome::Instrumented { ptx, .. } = &o else {
+            panic!("{name}: {:?}", o.report());
+        };
+        let atoms: Vec<&str> = ptx.lines().filter(|l| l.contains("atom.")).collect();
+        let (want, not) = if relaxed {
+            ("atom.relaxed.", "atom.acq_rel")
+        } else {
+            ("atom.acq_rel.", "atom.relaxed")
+        };
+        for op in [".cas.b64", ".add.u64"] {
+            assert!(
+                atoms.iter().any(|l| l.contains(want) && l.contains(op)),
+                "{name} {op}: {atoms:?}"
+            );
+        }
+        assert!(atoms.iter().all(|l| !l.contains(not)), "{name}: {atoms:?}");
+        assemble(ptx, name);
+    }
+}

@@ -15,6 +15,10 @@
 #include "bpftime_super.h"
 #include "cxl_abi.h"
 
+/* The link's atomics (the bucket, the window's claim) publish nothing: relaxed ones, without
+ * a fence at each (runs 39-40 of bench/results/cxl_gpu.md). */
+BPFTIME_RELAXED_ATOMICS;
+
 /* A tuning knob: the refresh's fence (bpf_membar to compare). */
 #ifndef CXL_REFRESH_FENCE
 #define CXL_REFRESH_FENCE bpf_membar_gpu

@@ -291,8 +291,8 @@ pub struct CxlState {
     pub t0: u64,
     /// The queueing term's factor for the current window, k · ρ / (1 − ρ) × [`ONE`] with ρ
     /// from `last_window`: computed once a window by the access that starts it, so that
-    /// other accesses only multiply (three 64-bit divisions cost a lone thread ~375 ns an
-    /// access on an H200, run 39 of `bench/results/cxl_gpu.md`).
+    /// other accesses only multiply (three 64-bit divisions cost a lone thread ~345–370 ns
+    /// an access on an H200, run 39 of `bench/results/cxl_gpu.md`).
     pub queue_factor: u64,
     /// Zero.
     pub pad: u64,

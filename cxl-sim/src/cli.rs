@@ -39,7 +39,8 @@ enum Cmd {
         tier: TierArgs,
         /// Change parameters while CMD runs: `2s:latency-ns=800`, `500ms:bandwidth-gbps=16,
         /// queue-k=2` (repeatable; each applies on top of the last). Kernels running then
-        /// see it within the shim's 200 µs poll.
+        /// see it within the shim's 200 µs poll (the queueing term at the next 65.5 µs
+        /// bandwidth window).
         #[arg(long = "at", value_name = "WHEN:NAME=VALUE[,…]")]
         changes: Vec<cxl_sim::live::Change>,
         /// One JSON object on stdout at the end instead of the table.

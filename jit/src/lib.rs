@@ -229,7 +229,8 @@ pub struct JitOptions {
     /// Lower atomics that return a value (fetch-and-op, exchange, compare-and-swap) as
     /// `atom.relaxed`, not `atom.acq_rel`: they stay atomic but order no other memory
     /// access. eBPF's fetching atomics are fully ordered, and on a GPU that ordering costs
-    /// a fence at every one. Default `false`.
+    /// a fence at every one. `attach` sets it for the probes of an object that asks
+    /// (`BPFTIME_RELAXED_ATOMICS` in `include/bpftime_super.h`). Default `false`.
     pub relaxed_atomics: bool,
 }
 

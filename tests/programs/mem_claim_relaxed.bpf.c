@@ -1,0 +1,3 @@
+// mem_claim.bpf.c with BPFTIME_RELAXED_ATOMICS: its probes' fetching atomics are relaxed.
+#include "mem_claim.bpf.c"
+BPFTIME_RELAXED_ATOMICS;
