@@ -3,7 +3,8 @@
 # $CARRY, by `cxl run --object`): base (the committed source), v3 (the same, clang
 # -mcpu=v3: 32-bit ALU and jumps), hash (v3 and a 32-bit multiply-xor history hash),
 # nodiv (hash, and the queueing term without its three divisions; not the model's integers,
-# a measurement only). Sources of the variants: bench/results/cxl_gpu/run39/.
+# a measurement only). The variants are patches on the source of b823f2b in
+# bench/results/cxl_gpu/run39/ (build each as scripts/build-builtin-probes does, with -mcpu=v3).
 # The chase under direct-x8, with --count-only, and at Δt 400 / 1,600 without a cap; SGEMM
 # under direct-x8. One `R …` line per measurement in $OUT/cxl39/log.txt.
 #   CARRY=target/s37 OUT=/tmp/o bash cxl-sim/examples/run_device_fullpath.sh
