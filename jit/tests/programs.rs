@@ -20,6 +20,11 @@ const PROGRAMS: &[(&str, &[&str])] = &[
     ("kprobe_reject", &["read_past_ctx"]),
     ("legacy_map", &["legacy"]),
     ("loop", &["loop"]),
+    ("mem_claim", &["mem_claim", "entry_ticket"]),
+    (
+        "mem_claim_relaxed",
+        &["mem_claim_relaxed", "entry_ticket_relaxed"],
+    ),
     ("mem_exact", &["mem_exact"]),
     ("mem_gated", &["mem_gated"]),
     ("memprobe_all", &["mem_all"]),

@@ -6,19 +6,24 @@
 #include <bpf/bpf_tracing.h>
 #include "bpftime_super.h"
 
+/* Names (mem_claim_relaxed.bpf.c gives its copies a suffix). */
+#ifndef NAME
+#define NAME(x) x
+#endif
+
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, 2);
 	__type(key, __u32);
 	__type(value, __u64);
-} claims SEC(".maps");
+} NAME(claims) SEC(".maps");
 
 SEC("memprobe/*")
-int mem_claim(void *ctx)
+int NAME(mem_claim)(void *ctx)
 {
 	const struct bpftime_mem_ctx *m = bpftime_mem_ctx(ctx);
 	__u32 k = 0;
-	__u64 *c = bpf_map_lookup_elem(&claims, &k);
+	__u64 *c = bpf_map_lookup_elem(&NAME(claims), &k);
 	if (!c)
 		return 0;
 	/* The first access claims the word; later ones see who did. */
@@ -28,10 +33,10 @@ int mem_claim(void *ctx)
 }
 
 SEC("kprobe/*")
-int entry_ticket(void *ctx)
+int NAME(entry_ticket)(void *ctx)
 {
 	__u32 k = 1;
-	__u64 *t = bpf_map_lookup_elem(&claims, &k);
+	__u64 *t = bpf_map_lookup_elem(&NAME(claims), &k);
 	if (t && __sync_fetch_and_add(t, 1) > 1000000)
 		*t = 0;
 	return 0;
