@@ -124,15 +124,11 @@ pub struct ProbeSet {
 /// (`BPFTIME_RELAXED_ATOMICS` in `include/bpftime_super.h`; [`jit::JitOptions::relaxed_atomics`]).
 pub const RELAXED_ATOMICS_SECTION: &str = ".bpftime.relaxed_atomics";
 
-/// Whether the object `bytes` has [`RELAXED_ATOMICS_SECTION`].
-fn asks_relaxed_atomics(bytes: &[u8]) -> bool {
-    use object::{Object, ObjectSection};
-    object::File::parse(bytes)
-        .map(|f| {
-            f.sections()
-                .any(|s| s.name() == Ok(RELAXED_ATOMICS_SECTION))
-        })
-        .unwrap_or(false)
+/// Whether the object has [`RELAXED_ATOMICS_SECTION`].
+fn asks_relaxed_atomics(obj: &ebpf::elf::Object) -> bool {
+    obj.sections
+        .iter()
+        .any(|s| s.name == RELAXED_ATOMICS_SECTION)
 }
 
 impl ProbeSet {
@@ -158,7 +154,7 @@ impl ProbeSet {
                 path: path.clone(),
                 source: Box::new(source),
             })?;
-            let relaxed = asks_relaxed_atomics(bytes)
+            let relaxed = asks_relaxed_atomics(&obj)
                 && std::env::var("BPFTIME_RELAXED_ATOMICS").as_deref() != Ok("0");
             let stem = stem_of(path, &set.objects);
             let index = set.objects.len();
