@@ -457,27 +457,12 @@ fn run_c(c: &Case) -> Outcome {
     }
 }
 
-/// Whether `p` may call one of the helpers `ids`: a `call` of one, or a `callx` in a program
-/// that moves one of the ids into a register (where a `callx` takes its id from).
-fn calls_helper(p: &Program, ids: &[i32]) -> bool {
-    let any = |f: &dyn Fn(Opcode, &Insn) -> bool| {
-        p.insns
-            .iter()
-            .any(|i| Opcode::decode(i).is_ok_and(|op| f(op, i)))
-    };
-    any(&|op, i| op == Opcode::Call && ids.contains(&i.imm))
-        || (any(&|op, _| op == Opcode::Callx)
-            && any(&|op, i| {
-                matches!(op, Opcode::Mov64Imm | Opcode::Mov32Imm) && ids.contains(&i.imm)
-            }))
-}
-
 /// Runs both sides and compares everything.
 fn diff(c: &Case) -> Result<(), String> {
     let want = run_reference(c);
     let got = run_c(c);
     let name = &c.prog.name;
-    let nondet = calls_helper(&c.prog, &[5, 7, 502]);
+    let nondet = c.prog.may_call(&[5, 7, 502]);
     for (i, (w, g)) in want.results.iter().zip(&got.results).enumerate() {
         match (w, g) {
             (Ok(a), Ok(b)) if nondet || a == b => {}

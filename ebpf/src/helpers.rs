@@ -155,6 +155,19 @@ helpers! {
 /// Helpers that need the application's process (host probes); the GPU has none of them.
 pub const HOST_ONLY: &[i32] = &[GET_STACK, PROBE_READ_USER, GET_CURRENT_PID_TGID];
 
+/// Helpers whose answer says where the program runs (the GPU thread's block, thread, grid,
+/// SM, warp or lane): a program that calls one gets other values on the host than on the
+/// GPU, so the CUDA backend never lets the host stand in for the GPU on its jobs.
+pub const PLACE_DEPENDENT: &[i32] = &[
+    GET_BLOCK_IDX,
+    GET_BLOCK_DIM,
+    GET_THREAD_IDX,
+    GET_GRID_DIM,
+    GET_SM_ID,
+    GET_WARP_ID,
+    GET_LANE_ID,
+];
+
 /// The prototype of helper `id`, if this runtime has it.
 pub fn proto(id: i32) -> Option<&'static HelperProto> {
     HELPERS.iter().find(|h| h.id == id)

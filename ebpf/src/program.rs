@@ -192,6 +192,23 @@ impl Program {
         used
     }
 
+    /// Whether the program may call one of the helpers `ids`: a `call` of one, or a
+    /// `callx` in a program that moves one of the ids into a register (where a `callx`
+    /// takes its id from).
+    pub fn may_call(&self, ids: &[i32]) -> bool {
+        use crate::isa::Opcode;
+        let any = |f: &dyn Fn(Opcode, &crate::isa::Insn) -> bool| {
+            self.insns
+                .iter()
+                .any(|i| Opcode::decode(i).is_ok_and(|op| f(op, i)))
+        };
+        any(&|op, i| op == Opcode::Call && ids.contains(&i.imm))
+            || (any(&|op, _| op == Opcode::Callx)
+                && any(&|op, i| {
+                    matches!(op, Opcode::Mov64Imm | Opcode::Mov32Imm) && ids.contains(&i.imm)
+                }))
+    }
+
     /// A program from raw instructions, with no maps.
     pub fn from_insns(name: &str, insns: Vec<crate::isa::Insn>) -> Self {
         Program {

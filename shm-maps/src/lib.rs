@@ -26,5 +26,5 @@ pub mod sync;
 pub mod wake;
 
 pub use layout::{Completion, JobDesc, job_flags, status};
-pub use queue::{JobQueue, QueueFull};
+pub use queue::{Alone, JobQueue, QueueFull};
 pub use region::{CompletionData, DirEntry, OnStale, RegionConfig, RegionError, ShmRegion};

@@ -28,6 +28,19 @@ pub struct QueueFull {
     pub capacity: u64,
 }
 
+/// What [`JobQueue::take_alone`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Alone {
+    /// The job at this position: the head is past it, its slot held until
+    /// [`JobQueue::release`].
+    Taken(u64, JobDesc),
+    /// No job is ready at the first position not yet taken.
+    Empty,
+    /// The job at the first position not yet taken was declined; it stays queued, and the
+    /// head names it.
+    Declined,
+}
+
 /// A view of the queue in a mapped region.
 #[derive(Clone, Copy)]
 pub struct JobQueue<'a> {
@@ -174,6 +187,40 @@ impl<'a> JobQueue<'a> {
         self.slot(pos)
             .seq
             .store(pos + self.capacity(), Ordering::Release);
+    }
+
+    /// For a consumer that stands in while the usual ones are stopped, and is meanwhile
+    /// the only one (the host during a GPU generation swap): the first job from the head
+    /// on, passing over positions already taken (the GPU's dispatchers take positions out
+    /// of order, so some past the head may be gone), if `accept` takes it. Nothing behind a
+    /// declined job is taken: the stand-in keeps the queue's order. Positions it passes
+    /// over or takes look taken to the usual consumers when they resume (their slot's
+    /// `seq` is past `pos + 1` once released), which is how they skip them.
+    pub fn take_alone(&self, accept: impl FnOnce(&JobDesc) -> bool) -> Alone {
+        let mut pos = self.hdr.head.load(Ordering::Acquire);
+        loop {
+            // ORDERING: acquire pairs with the producer's release of `pos + 1` (and with
+            // a consumer's release of a later value).
+            let seq = self.slot(pos).seq.load(Ordering::Acquire);
+            if seq > pos + 1 {
+                pos += 1; // taken already
+                continue;
+            }
+            if seq != pos + 1 {
+                self.set_head(pos);
+                return Alone::Empty;
+            }
+            // SAFETY: a published slot (`seq == pos + 1`) that no other consumer runs to
+            // take meanwhile (the caller's contract); the producer does not touch it again
+            // until this consumer releases it.
+            let desc = unsafe { std::ptr::read_volatile(std::ptr::addr_of!(self.slot(pos).desc)) };
+            if !accept(&desc) {
+                self.set_head(pos);
+                return Alone::Declined;
+            }
+            self.set_head(pos + 1);
+            return Alone::Taken(pos, desc);
+        }
     }
 
     /// The producers' position.
@@ -444,6 +491,47 @@ mod tests {
             q.push(job(lap)).unwrap();
             assert_eq!(q.pop().unwrap().n, lap);
         }
+    }
+
+    #[test]
+    fn a_stand_in_passes_over_taken_positions_and_stops_at_a_declined_job() {
+        let o = owned(8);
+        let q = JobQueue::new(&o.hdr, &o.slots);
+        let jobs: Vec<_> = (0..6).map(job).collect();
+        assert_eq!(q.push_batch(&jobs), 6);
+        // Consumers that take positions out of order (the GPU's dispatchers) took 0 and 2
+        // and left the head at 0, a lower bound of the positions not taken.
+        q.release(0);
+        q.release(2);
+        // 0 is gone: passed over; 1 is taken.
+        match q.take_alone(|_| true) {
+            Alone::Taken(pos, d) => {
+                assert_eq!((pos, d.n), (1, 1));
+                q.release(pos);
+            }
+            other => panic!("{other:?}"),
+        }
+        // 2 is gone; 3 is declined and stays, with the head on it.
+        assert_eq!(q.take_alone(|d| d.n != 3), Alone::Declined);
+        assert_eq!(q.head(), 3);
+        assert_eq!(q.peek(3).map(|d| d.n), Some(3));
+        // Accepted now; then 4, 5 and an empty queue.
+        for want in 3..6 {
+            match q.take_alone(|_| true) {
+                Alone::Taken(pos, d) => {
+                    assert_eq!((pos, d.n), (want, want));
+                    q.release(pos);
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        assert_eq!(q.take_alone(|_| true), Alone::Empty);
+        assert_eq!(q.head(), 6);
+        // The usual consumers, resuming from 0, find every position taken.
+        assert!((0..6).all(|p| q.taken_at(p)));
+        // Producers reuse the freed slots a lap later.
+        assert_eq!(q.push_batch(&jobs), 6);
+        assert_eq!(q.pop().map(|d| d.n), Some(0));
     }
 
     #[test]

@@ -162,6 +162,8 @@ struct Shared {
     host_stats: Arc<WorkerStats>,
     recoveries: AtomicU64,
     fault_jobs: AtomicU64,
+    /// Jobs run on the host while the kernel was stopped ([`Shared::serve_gap`]).
+    gap_jobs: AtomicU64,
     value_sets: AtomicU32,
     quit: AtomicBool,
     /// The worker's device address of the region (to read trace format strings).
@@ -181,6 +183,11 @@ pub struct CudaBackend {
     /// Stop and cancel flags.
     pub control: Arc<Control>,
 }
+
+/// The largest job the host takes during a swap's gap: the gap lasts about the code
+/// upload (0.3–0.5 ms on an H100 or H200), and the worker's launch waits for the job the
+/// host is running. Larger jobs wait for the next kernel.
+pub const GAP_MAX_RECORDS: u64 = 256;
 
 /// The `bpftime-super` binary to run `gpu-worker` with.
 fn worker_exe(cfg: &CudaConfig) -> Result<PathBuf, DeviceError> {
@@ -358,7 +365,9 @@ impl CudaBackend {
                 std::thread::sleep(Duration::from_micros(200));
             }
         }
-        s.quit.store(true, Ordering::Release);
+        // The mailbox thread runs until the worker is gone: a swap in progress waits for it
+        // to hand the queue back (`serve_gap`), and a draining kernel for room in the done
+        // log. With the link taken out, it no longer restarts a worker that exits.
         let link = lock(&s.link).take();
         if let Some(mut link) = link {
             let _ = link.request(&Cmd::Stop);
@@ -370,6 +379,7 @@ impl CudaBackend {
             let _ = sb.request(&Cmd::Stop);
             let _ = sb.child.wait();
         }
+        s.quit.store(true, Ordering::Release);
         if let Some(h) = self.mailbox.take() {
             let _ = h.join();
         }
@@ -409,6 +419,7 @@ impl Shared {
             host_stats: Arc::new(WorkerStats::default()),
             recoveries: AtomicU64::new(0),
             fault_jobs: AtomicU64::new(0),
+            gap_jobs: AtomicU64::new(0),
             value_sets: AtomicU32::new(1),
             quit: AtomicBool::new(false),
             region_dev: AtomicU64::new(0),
@@ -763,6 +774,75 @@ impl Shared {
         n
     }
 
+    /// While the worker's kernel is stopped (a gap it opened in the mailbox,
+    /// [`CudaConfig::host_gaps`]): runs the queue's jobs that the host can run as the GPU
+    /// would ([`Shared::host_can_stand_in`]), up to `max`, in order, stopping at the first
+    /// it cannot (that one waits for the next kernel); answers the gap's closing between
+    /// jobs. Returns the jobs run, at least 1 while a gap is open (the caller keeps
+    /// spinning instead of sleeping).
+    fn serve_gap(&self, max: usize) -> usize {
+        let ctl = self.ctl();
+        let open = ctl.gap_open.load(Ordering::Acquire);
+        if open == ctl.gap_done.load(Ordering::Relaxed) {
+            return 0;
+        }
+        let q = self.queue();
+        let mut runner = None;
+        let mut n = 0;
+        while n < max {
+            if ctl.gap_close.load(Ordering::Acquire) == open {
+                // Every job taken in this gap has finished and released its slot: the
+                // worker may launch (its dispatchers see those positions as taken).
+                ctl.gap_done.store(open, Ordering::Release);
+                break;
+            }
+            let shm_maps::Alone::Taken(pos, d) = q.take_alone(|d| self.host_can_stand_in(d)) else {
+                break;
+            };
+            let runner = runner.get_or_insert_with(|| self.runner());
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                runner.run_then(&d, || q.release(pos))
+            }));
+            if r.is_err() {
+                tracing::error!(
+                    "job run in a swap's gap panicked: {}",
+                    self.region.describe(&d)
+                );
+            }
+            n += 1;
+        }
+        self.gap_jobs.fetch_add(n as u64, Ordering::Relaxed);
+        n.max(1)
+    }
+
+    /// Whether the host may run `d` in the GPU's stead during a gap: with the same
+    /// results and effects as the GPU, on memory both reach, and soon. Not: device-resident
+    /// buffers, a mailbox ping or a fault injection (GPU-only), an input in an emulated
+    /// tier (its link state lives on the GPU), more than [`GAP_MAX_RECORDS`] records, or a
+    /// program with a map in GPU memory or in a tier, or that asks where it runs
+    /// ([`ebpf::helpers::PLACE_DEPENDENT`]). An unknown program id is fine: the GPU would
+    /// hand it to the host runner too.
+    fn host_can_stand_in(&self, d: &JobDesc) -> bool {
+        use shm_maps::layout::job_flags as f;
+        if d.flags
+            & (f::DEVICE_INPUT
+                | f::DEVICE_OUTPUT
+                | f::MAILBOX_PING
+                | f::INJECT_FAULT
+                | f::TIER_MASK)
+            != 0
+            || d.n > GAP_MAX_RECORDS
+            || !self.tiers.is_empty()
+        {
+            return false;
+        }
+        self.table.get(d.prog_id).is_none_or(|p| {
+            !p.device_maps.iter().any(|m| *m)
+                && p.tiers.iter().all(Option::is_none)
+                && !p.program.may_call(ebpf::helpers::PLACE_DEPENDENT)
+        })
+    }
+
     fn runner(&self) -> JobRunner<'_> {
         let mut env = Env::new(0).with_max_insns(self.cfg.max_insns);
         env.sink = TraceSink::Callback(Box::new(
@@ -848,7 +928,7 @@ impl Shared {
         let mut trace_next = 0u64;
         let mut since_check = 0u32;
         while !self.quit.load(Ordering::Acquire) {
-            let mut work = self.drain_done(4096);
+            let mut work = self.drain_done(4096) + self.serve_gap(64);
             let pos = self.ctl().fwd_consumed.load(Ordering::Relaxed);
             if self.fwd(pos).seq.load(Ordering::Acquire) == pos + 1 {
                 work += self.drain_fwd(64);
@@ -901,6 +981,7 @@ impl Shared {
             *st = f;
         }
         st.recoveries = self.recoveries.load(Ordering::Relaxed);
+        st.gap_jobs = self.gap_jobs.load(Ordering::Relaxed);
         st.fault_jobs = self.fault_jobs.load(Ordering::Relaxed);
         (st.last_restart_ms, st.last_restart_warm) = last_restart;
         st.standby_ready = standby_ready;
@@ -1365,37 +1446,178 @@ mod tests {
         );
     }
 
-    #[test]
-    fn the_host_refuses_jobs_of_programs_with_maps_in_gpu_memory() {
-        let s = shared(&format!("bpftime-test-devmap-{}", std::process::id()));
-        let def = ebpf::MapDef {
-            name: "counts".into(),
-            kind: ebpf::MapKind::PerThreadArray,
-            key_size: 4,
-            value_size: 8,
-            max_entries: 1,
-            flags: 0,
-            origin: ebpf::MapOrigin::Manual,
-            init: None,
-        };
-        let map = ebpf::maps::create_local(&def, 1).unwrap();
-        let mut program =
-            ebpf::Program::from_insns("p", ebpf::asm::assemble("r0 = 0\nexit").unwrap());
-        program.maps.push(def);
-        let vm = ebpf::interp::Vm::new(&program, vec![map.clone()]).unwrap();
+    /// Installs program `id` from assembly, with one array map kept in GPU memory when
+    /// `device_map`.
+    fn install(s: &Shared, id: u32, asm: &str, device_map: bool) {
+        let mut program = ebpf::Program::from_insns("p", ebpf::asm::assemble(asm).unwrap());
+        let mut maps = Vec::new();
+        if device_map {
+            let def = ebpf::MapDef {
+                name: "counts".into(),
+                kind: ebpf::MapKind::PerThreadArray,
+                key_size: 4,
+                value_size: 8,
+                max_entries: 1,
+                flags: 0,
+                origin: ebpf::MapOrigin::Manual,
+                init: None,
+            };
+            maps.push(ebpf::maps::create_local(&def, 1).unwrap());
+            program.maps.push(def);
+        }
+        let vm = ebpf::interp::Vm::new(&program, maps.clone()).unwrap();
         s.table.install(crate::programs::Installed {
-            id: 1,
-            name: "p".into(),
+            id,
+            name: format!("p{id}"),
             version: 1,
             program,
             exec: jit::cpu::Executor::new(vm, jit::cpu::Engine::Interp),
-            maps: vec![map],
+            device_maps: vec![device_map; maps.len()],
+            tiers: vec![None; maps.len()],
+            maps,
             object: Arc::new(Vec::new()),
             selector: None,
             stack_depth: 0,
-            device_maps: vec![true],
-            tiers: vec![None],
         });
+    }
+
+    fn state_of(s: &Shared, c: u32) -> u32 {
+        s.region
+            .completion(c)
+            .unwrap()
+            .state
+            .load(Ordering::Acquire)
+    }
+
+    #[test]
+    fn the_host_serves_a_swaps_gap_in_order_and_hands_the_queue_back() {
+        use shm_maps::layout::completion_state::SUBMITTED;
+        let s = shared(&format!("bpftime-test-gap-{}", std::process::id()));
+        install(&s, 1, "r0 = 42\nexit", false);
+        install(&s, 2, "r0 = 7\nexit", true);
+        // Positions 0..5: a job of program 1, one the GPU took ahead of the head (another
+        // dispatcher's stripe), program 1 again, a program with a map in GPU memory, and
+        // program 1 behind it.
+        for (c, prog) in [(0, 1), (1, 1), (2, 1), (3, 2), (4, 1)] {
+            submit(&s, c, 100 + c as u64, prog);
+        }
+        let q = s.queue();
+        s.region.start_completion(1).unwrap();
+        q.release(1);
+        // No gap: the host takes nothing.
+        assert_eq!(s.serve_gap(64), 0);
+        assert_eq!(state_of(&s, 0), SUBMITTED);
+        // The worker's kernel exited and it opened gap 1.
+        s.ctl().gap_open.store(1, Ordering::Release);
+        assert_eq!(s.serve_gap(64), 2);
+        for c in [0, 2] {
+            let done = s.region.read_completion(c).expect("run by the host");
+            assert_eq!(
+                (done.status, done.r0, done.tag),
+                (status::OK, 42, 100 + c as u64)
+            );
+        }
+        // The job of the program whose map lives in GPU memory waits for the GPU, and so
+        // does the one behind it; the head names it.
+        assert_eq!((state_of(&s, 3), state_of(&s, 4)), (SUBMITTED, SUBMITTED));
+        assert_eq!(q.head(), 3);
+        assert_eq!(s.ctl().gap_done.load(Ordering::Acquire), 0);
+        // Open with nothing to take: still counted as work (the loop keeps spinning).
+        assert_eq!(s.serve_gap(64), 1);
+        // The worker asks for the queue back; the host answers on its next turn.
+        s.ctl().gap_close.store(1, Ordering::Release);
+        assert_eq!(s.serve_gap(64), 1);
+        assert_eq!(s.ctl().gap_done.load(Ordering::Acquire), 1);
+        assert_eq!(s.serve_gap(64), 0);
+        assert_eq!(s.gap_jobs.load(Ordering::Relaxed), 2);
+        // The resuming dispatchers find 0..3 taken and 3, 4 still queued.
+        assert!((0..3).all(|p| q.peek(p).is_none()));
+        assert_eq!(q.peek(3).map(|d| d.completion), Some(3));
+        assert_eq!(q.peek(4).map(|d| d.completion), Some(4));
+        assert_eq!(
+            s.region
+                .client(0)
+                .unwrap()
+                .in_flight
+                .load(Ordering::Acquire),
+            3
+        );
+    }
+
+    #[test]
+    fn the_host_stands_in_only_where_it_gives_the_gpus_answer() {
+        let s = shared(&format!("bpftime-test-stand-in-{}", std::process::id()));
+        install(&s, 1, "r0 = 42\nexit", false);
+        install(&s, 2, "r0 = 7\nexit", true);
+        install(&s, 3, "call 509\nexit", false);
+        let job = |prog, n, flags| JobDesc {
+            prog_id: prog,
+            n,
+            flags,
+            ..Default::default()
+        };
+        assert!(s.host_can_stand_in(&job(1, 1, 0)));
+        assert!(s.host_can_stand_in(&job(1, GAP_MAX_RECORDS, job_flags::RESULTS)));
+        // Unknown ids get the host runner's answer on either side.
+        assert!(s.host_can_stand_in(&job(99, 1, 0)));
+        assert!(!s.host_can_stand_in(&job(1, GAP_MAX_RECORDS + 1, 0)));
+        assert!(!s.host_can_stand_in(&job(2, 1, 0)), "a map in GPU memory");
+        assert!(!s.host_can_stand_in(&job(3, 1, 0)), "asks for its SM");
+        for f in [
+            job_flags::DEVICE_INPUT,
+            job_flags::DEVICE_OUTPUT,
+            job_flags::MAILBOX_PING,
+            job_flags::INJECT_FAULT,
+            1 << job_flags::TIER_SHIFT,
+        ] {
+            assert!(!s.host_can_stand_in(&job(1, 1, f)), "flags {f:#x}");
+        }
+    }
+
+    #[test]
+    fn the_mailbox_thread_serves_a_gap_until_the_worker_takes_the_queue_back() {
+        use shm_maps::layout::completion_state::SUBMITTED;
+        let s = shared(&format!("bpftime-test-gap-loop-{}", std::process::id()));
+        install(&s, 1, "r0 = 42\nexit", false);
+        let m = s.clone();
+        let mailbox = std::thread::spawn(move || m.mailbox_loop());
+        // A gap opens (the worker's kernel has exited): jobs submitted now are answered
+        // by the host.
+        s.ctl().gap_open.store(1, Ordering::Release);
+        for c in 0..6 {
+            submit(&s, c, 1 + c as u64, 1);
+            let t = Instant::now();
+            while s.region.read_completion(c).is_none() {
+                assert!(
+                    t.elapsed() < Duration::from_secs(10),
+                    "job {c} not served in the gap"
+                );
+                std::thread::yield_now();
+            }
+        }
+        // The worker takes the queue back, as `Worker::close_gap` does.
+        s.ctl().gap_close.store(1, Ordering::Release);
+        let t = Instant::now();
+        while s.ctl().gap_done.load(Ordering::Acquire) < 1 {
+            assert!(
+                t.elapsed() < Duration::from_secs(10),
+                "the gap was never handed back"
+            );
+            std::thread::yield_now();
+        }
+        // From now on the queue is the GPU's: a job submitted waits for it.
+        submit(&s, 6, 7, 1);
+        std::thread::sleep(Duration::from_millis(20));
+        assert_eq!(state_of(&s, 6), SUBMITTED);
+        assert_eq!(s.gap_jobs.load(Ordering::Relaxed), 6);
+        s.quit.store(true, Ordering::Release);
+        mailbox.join().unwrap();
+    }
+
+    #[test]
+    fn the_host_refuses_jobs_of_programs_with_maps_in_gpu_memory() {
+        let s = shared(&format!("bpftime-test-devmap-{}", std::process::id()));
+        install(&s, 1, "r0 = 0\nexit", true);
         // A job the GPU forwarded (say, STOP_ON_ERROR): the host must not run it on the
         // mirror of a GPU map.
         submit(&s, 3, 9, 1);

@@ -11,7 +11,7 @@
 //!
 //! | offset                 | what                                   | written by            |
 //! |------------------------|----------------------------------------|-----------------------|
-//! | 0                      | [`Ctl`] (256 bytes)                    | line 0 service, line 1 GPU |
+//! | 0                      | [`Ctl`] (256 bytes)                    | line 0 service (and the worker's gap words), line 1 GPU |
 //! | [`DONE_OFF`]           | done log: [`DONE_LOG`] × [`DoneEntry`] | GPU (seq last, release) |
 //! | [`FWD_OFF`]            | forward ring: [`FWD_RING`] × [`FwdEntry`] | GPU              |
 //! | [`TRACE_OFF`]          | trace ring (`jit::prelude` layout)     | GPU                   |
@@ -29,6 +29,13 @@
 //! | `stop`           | `ack`        | the kernel drains and exits, then the worker             |
 //!
 //! The worker's first line is `ready` (or `failed` with the reason).
+//!
+//! **Host gaps** ([`CudaConfig::host_gaps`]): while its kernel is stopped for a swap or an
+//! idle pause, the worker lends the queue to the service. It stores gap `g` in
+//! [`Ctl::gap_open`] once the kernel has exited; the service's mailbox thread then runs the
+//! jobs the host can run as the GPU would, in order. Before the launch the worker stores `g`
+//! in [`Ctl::gap_close`] and waits until the service, between two jobs, stores it in
+//! [`Ctl::gap_done`].
 
 use serde::{Deserialize, Serialize};
 use std::sync::atomic::{AtomicU32, AtomicU64};
@@ -64,7 +71,15 @@ pub struct Ctl {
     /// exits; the service starts the warm standby without waiting for the exit.
     pub worker_faulted: AtomicU32,
     _pad1a: u32,
-    _pad1: [u64; 11],
+    /// Worker process: the number of the last host-served gap it opened (its kernel has
+    /// exited and the queue is the service's until [`Ctl::gap_done`] says it is back).
+    pub gap_open: AtomicU64,
+    /// Worker process: the gap it wants closed (its next kernel is ready to launch).
+    pub gap_close: AtomicU64,
+    /// Service: the last gap in which it stopped taking jobs (every job it took there has
+    /// finished and its slot is released).
+    pub gap_done: AtomicU64,
+    _pad1: [u64; 8],
     /// GPU: queue head at exit.
     pub head: AtomicU64,
     /// GPU: jobs taken in this generation.
@@ -123,6 +138,8 @@ const _: () = {
     assert!(size_of::<Ctl>() == 256);
     assert!(offset_of!(Ctl, head) == 128);
     assert!(offset_of!(Ctl, worker_faulted) == 32);
+    // The gap words lie in `pad1` of `struct bpft_ctl`: the kernel never touches them.
+    assert!(offset_of!(Ctl, gap_open) == 40 && offset_of!(Ctl, gap_done) + 8 <= 128);
     assert!(offset_of!(Ctl, running) == 152);
     assert!(size_of::<DoneEntry>() == 64);
     assert!(size_of::<FwdEntry>() == 128);
@@ -162,6 +179,11 @@ pub struct CudaConfig {
     /// fault, a `--recover` or at load), never with another GPU's counts.
     #[serde(default)]
     pub shared_mirrors: bool,
+    /// While the kernel is stopped for a generation swap or an idle pause, the service
+    /// takes the queue's jobs that the host can run exactly as the GPU would (see
+    /// `backend`'s `host_can_stand_in`), so they do not wait for the code upload.
+    #[serde(default = "yes")]
+    pub host_gaps: bool,
 }
 
 fn yes() -> bool {
@@ -181,6 +203,7 @@ impl Default for CudaConfig {
             warm_standby: true,
             queue: 0,
             shared_mirrors: false,
+            host_gaps: true,
         }
     }
 }
@@ -257,6 +280,10 @@ pub struct CudaStatus {
     /// See `tidy_pauses`.
     #[serde(default)]
     pub tidy_max_ns: u64,
+    /// Jobs the service ran on the host while the kernel was stopped (swaps and idle
+    /// pauses; [`CudaConfig::host_gaps`]), since the service started.
+    #[serde(default)]
+    pub gap_jobs: u64,
 }
 
 /// Times of the last generation build.
@@ -285,6 +312,18 @@ pub struct SwapTimes {
     /// Old libraries unloaded in this pause (past the cap).
     #[serde(default)]
     pub unloaded: u32,
+    /// Whether the service took the queue's jobs during the pause ([`CudaConfig::host_gaps`]).
+    #[serde(default)]
+    pub host_served: bool,
+    /// Of the pause, the time in which nobody took jobs, ns: with `host_served`, the drain,
+    /// the service's answer to the gap's closing, and the launch (not the service's notice
+    /// of the opening: one turn of its mailbox loop); otherwise the whole pause.
+    #[serde(default)]
+    pub unserved_ns: u64,
+    /// Of `unserved_ns`: from asking the service to close the gap until it answered (it
+    /// finishes the job it is running first), ns.
+    #[serde(default)]
+    pub handback_ns: u64,
 }
 
 /// Service → worker.

@@ -302,6 +302,9 @@ struct Worker {
     sm: u32,
     device_name: String,
     host_atomics: bool,
+    /// The service's pid (this process's parent at start): a gap's closing stops waiting
+    /// for a service that is gone.
+    service_pid: u32,
 }
 
 /// The step a generation swap is in, for the standby's report when its launch is slow.
@@ -564,6 +567,7 @@ impl Worker {
             sm,
             device_name,
             host_atomics,
+            service_pid: std::os::unix::process::parent_id(),
         };
         // The first generation: the runtime alone (programs arrive as commands).
         let mut built = build(&w.gpu, &w.runtime_ptx, w.sm, &[], w.params.trace_buf);
@@ -906,6 +910,49 @@ impl Worker {
         }
     }
 
+    /// Once the kernel has exited: hands the queue to the service, which takes the jobs
+    /// the host can run as the GPU would until [`Worker::close_gap`]
+    /// ([`CudaConfig::host_gaps`]). Returns the gap's number, 0 for none (gaps off, or no
+    /// kernel was running: at a worker's first launch the service may be busy restarting
+    /// it and would never answer).
+    fn open_gap(&self, was_running: bool) -> u64 {
+        if !self.args.cfg.host_gaps || !was_running {
+            return 0;
+        }
+        let c = self.ctl();
+        let g = c.gap_done.load(Ordering::Acquire) + 1;
+        c.gap_open.store(g, Ordering::Release);
+        g
+    }
+
+    /// Takes the queue back before a launch: asks the service to stop taking jobs and
+    /// waits until it has (it finishes the job it is running first, and releases its
+    /// slot). Returns the wait, ns.
+    fn close_gap(&self, g: u64) -> u64 {
+        if g == 0 {
+            return 0;
+        }
+        let c = self.ctl();
+        let t = Instant::now();
+        c.gap_close.store(g, Ordering::Release);
+        let mut report = Duration::from_secs(1);
+        while c.gap_done.load(Ordering::Acquire) < g {
+            std::hint::spin_loop();
+            if t.elapsed() >= report {
+                report += Duration::from_secs(1);
+                if std::os::unix::process::parent_id() != self.service_pid {
+                    tracing::warn!("the service went away during a gap: launching");
+                    break;
+                }
+                tracing::warn!(
+                    secs = t.elapsed().as_secs(),
+                    "the service has not handed the queue back yet (it finishes the job it runs)"
+                );
+            }
+        }
+        t.elapsed().as_nanos() as u64
+    }
+
     /// Before a launch: clears the drain and stop flags (bytes 24..32 of `bpft_state`)
     /// after the uploads already queued on the copy stream, waits for them, and clears the
     /// host's stop word.
@@ -965,8 +1012,10 @@ impl Worker {
         // The pause.
         let t0 = Instant::now();
         swap_step("stopping the old kernel");
+        let was_running = self.lib.is_some();
         self.stop_kernel()?;
         times.drain_ns = t0.elapsed().as_nanos() as u64;
+        let gap = self.open_gap(was_running);
         let t1 = Instant::now();
         swap_step("unloading old libraries and maps");
         // Old libraries can be unloaded only with no kernel running. A swap's pause unloads
@@ -1020,6 +1069,9 @@ impl Worker {
         times.getfunc_ns = t3.elapsed().as_nanos() as u64;
         self.generation += 1;
         self.params.generation = self.generation;
+        swap_step("taking the queue back from the service");
+        let t4 = Instant::now();
+        times.handback_ns = self.close_gap(gap);
         swap_step("launching");
         self.gpu
             .launch_persistent(&mut lib, self.kstream, self.grid, THREADS, &self.params)?;
@@ -1028,6 +1080,12 @@ impl Worker {
         times.relaunch_ns = t1.elapsed().as_nanos() as u64;
         times.native = publish.len() as u32;
         let pause = t0.elapsed().as_nanos() as u64;
+        times.host_served = gap != 0;
+        times.unserved_ns = if gap != 0 {
+            times.drain_ns + t4.elapsed().as_nanos() as u64
+        } else {
+            pause
+        };
         // Bytecode of replaced versions: no kernel ran between the stop and the launch
         // above, and entries that pointed at it are unpublished, so it can be reused.
         for off in std::mem::take(&mut self.retired) {
@@ -1070,11 +1128,13 @@ impl Worker {
         }
         let t0 = Instant::now();
         self.stop_kernel()?;
+        let gap = self.open_gap(true);
         let n = self.stale.len().min(TIDY_LIBS);
         for l in self.stale.drain(..n) {
             self.gpu.unload(l);
         }
         self.rearm()?;
+        self.close_gap(gap);
         let mut lib = self.lib.take().expect("checked above");
         let launched =
             self.gpu

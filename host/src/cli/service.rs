@@ -77,6 +77,11 @@ pub struct RunArgs {
     /// Keep every program on the GPU interpreter (no native generations).
     #[arg(long)]
     no_native: bool,
+    /// While the persistent kernel is stopped for a swap, leave every job in the queue for
+    /// the next kernel (by default the service runs those the host can run exactly as the
+    /// GPU would, so they do not wait for the new code's upload).
+    #[arg(long)]
+    no_host_gaps: bool,
     /// Testing: honour the INJECT_FAULT job flag, which kills the CUDA context.
     #[arg(long, hide = true)]
     allow_fault_injection: bool,
@@ -144,6 +149,7 @@ pub fn run(a: RunArgs) -> Result<ExitCode> {
             device_arena: a.device_arena_mib << 20,
             allow_fault_injection: a.allow_fault_injection,
             native: !a.no_native,
+            host_gaps: !a.no_host_gaps,
             ..Default::default()
         },
         devices: devices(a.devices.as_deref())?,
@@ -619,12 +625,13 @@ pub fn status(a: CommonArgs) -> Result<ExitCode> {
                 )
             });
             println!(
-                "gpu {} (driver {}){which}: generation {}, {} swaps (last pause {:.0} µs), {} worker restarts, {} jobs failed by GPU faults",
+                "gpu {} (driver {}){which}: generation {}, {} swaps (last pause {:.0} µs, {} jobs run by the host in the pauses), {} worker restarts, {} jobs failed by GPU faults",
                 g.get("device").and_then(|v| v.as_str()).unwrap_or("?"),
                 g.get("driver").and_then(|v| v.as_str()).unwrap_or("?"),
                 n("generation"),
                 n("swaps"),
                 n("last_swap_pause_ns") as f64 / 1e3,
+                n("gap_jobs"),
                 n("recoveries"),
                 n("fault_jobs")
             );
