@@ -1,0 +1,26 @@
+#!/bin/bash
+# Row f (and g) of bench/src/bin/gpu_service.rs with host gaps on and off, alternating, in
+# one device call: the time no backend takes jobs during a swap, the GPU's own pause, and
+# the client's round trips meanwhile.
+#
+#   BIN=dir-with-bpftime-super-and-gpu_service bench/gpu/host_gaps.sh [PAIRS] [ROWS]
+#
+# Writes $OUT/gaps_{on,off}_N/gpu_service.{json,md}; prints each run's table rows.
+set -u -o pipefail
+BIN=${BIN:-target/release}
+OUT=${OUT:-/tmp/host_gaps}
+PAIRS=${1:-2}
+ROWS=${2:-f,g}
+here=$(dirname "$0")
+rc=0
+for i in $(seq 1 "$PAIRS"); do
+    for mode in on off; do
+        o="$OUT/gaps_${mode}_$i"
+        mkdir -p "$o"
+        if [ "$mode" = on ]; then g=1; else g=0; fi
+        BPFTIME_GPU_HOST_GAPS=$g BIN="$BIN" OUT="$o" bash "$here/service.sh" "$ROWS" > "$o/table.txt" 2>&1 || rc=1
+        echo "== host gaps $mode, run $i"
+        grep -E '^\| [fg] ' "$o/table.txt" || tail -20 "$o/table.txt"
+    done
+done
+exit $rc
