@@ -5,22 +5,28 @@
 #
 #   BIN=dir-with-bpftime-super-and-gpu_service bench/gpu/host_gaps.sh [PAIRS] [ROWS]
 #
-# Writes $OUT/gaps_{on,off}_N/gpu_service.{json,md}; prints each run's table rows.
+# Writes $OUT/gaps_{on,off}_N.json and $OUT/tables.txt (each run's rows); the runs' own
+# directories stay in $WORK.
 set -u -o pipefail
 BIN=${BIN:-target/release}
 OUT=${OUT:-/tmp/host_gaps}
+WORK=${WORK:-/tmp/host_gaps_work}
+mkdir -p "$OUT"
 PAIRS=${1:-2}
 ROWS=${2:-f,g}
 here=$(dirname "$0")
 rc=0
 for i in $(seq 1 "$PAIRS"); do
     for mode in on off; do
-        o="$OUT/gaps_${mode}_$i"
+        o="$WORK/gaps_${mode}_$i"
         mkdir -p "$o"
         if [ "$mode" = on ]; then g=1; else g=0; fi
         BPFTIME_GPU_HOST_GAPS=$g BIN="$BIN" OUT="$o" bash "$here/service.sh" "$ROWS" > "$o/table.txt" 2>&1 || rc=1
-        echo "== host gaps $mode, run $i"
-        grep -E '^\| [fg] ' "$o/table.txt" || tail -20 "$o/table.txt"
+        cp "$o/gpu_service.json" "$OUT/gaps_${mode}_$i.json" 2>/dev/null
+        {
+            echo "== host gaps $mode, run $i"
+            grep -E '^\| [fg] ' "$o/table.txt" || tail -20 "$o/table.txt"
+        } | tee -a "$OUT/tables.txt"
     done
 done
 exit $rc

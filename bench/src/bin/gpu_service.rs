@@ -169,6 +169,9 @@ fn role_main(role: &str) {
             let mut poll = Vec::with_capacity(n);
             let mut fence = Vec::with_capacity(n);
             let mut bad = 0;
+            // Round trips over 100 µs: when (CLOCK_MONOTONIC at submit) and where the time
+            // went (queued: submit → started; run; finished → seen here).
+            let mut slow = Vec::new();
             let now = shm_maps::region::monotonic_ns;
             for i in 0..n {
                 if i % 256 == 0
@@ -185,6 +188,11 @@ fn role_main(role: &str) {
                 let r = c.wait(tk, T).expect("job");
                 let t2 = now();
                 lat.push(t.elapsed().as_secs_f64() * 1e6);
+                if *lat.last().unwrap() > 100.0 && slow.len() < 1000 {
+                    slow.push(json!({"at_ns": t0, "rtt_us": lat.last(), "queued_us": r.queued_ns as f64 / 1e3,
+                        "run_us": r.run_ns as f64 / 1e3, "seen_after_finish_us": (t2 as f64 - r.finished_ns as f64) / 1e3,
+                        "submit_call_us": (t1 - t0) as f64 / 1e3}));
+                }
                 queued.push(r.queued_ns as f64 / 1e3);
                 run.push(r.run_ns as f64 / 1e3);
                 submit.push((t1 - t0) as f64 / 1e3);
@@ -200,7 +208,7 @@ fn role_main(role: &str) {
             let over = |us: f64| lat.iter().filter(|l| **l > us).count();
             let (over_100us, over_1ms) = (over(100.0), over(1000.0));
             json!({"p50_us": pct(&mut lat, 0.5), "p99_us": pct(&mut lat, 0.99), "max_us": max, "n": lat.len(), "bad": bad,
-                   "over_100us": over_100us, "over_1ms": over_1ms,
+                   "over_100us": over_100us, "over_1ms": over_1ms, "slow": slow,
                    "submit_to_gpu_start_p50_us": pct(&mut queued, 0.5), "gpu_run_p50_us": pct(&mut run, 0.5),
                    "hops_p50_us": {"submit_call": pct(&mut submit, 0.5), "gpu_poll_round_trip": pct(&mut poll, 0.5),
                        "gpu_acquire_fence": pct(&mut fence, 0.5), "gpu_finish_to_client_seen": pct(&mut back, 0.5)}})
@@ -606,8 +614,9 @@ fn main() {
             std::thread::sleep(Duration::from_millis(50));
             let mut v = Vec::new();
             for _ in 0..30 {
+                let t0 = shm_maps::region::monotonic_ns();
                 if let Some(Ok(t)) = svc2.cuda_swap_now() {
-                    v.push(t);
+                    v.push((t, t0, shm_maps::region::monotonic_ns()));
                 }
                 std::thread::sleep(Duration::from_millis(20));
             }
@@ -626,7 +635,34 @@ fn main() {
             ],
         )
         .remove(0);
-        let t = swaps.join().unwrap();
+        let (t, windows): (Vec<_>, Vec<_>) = swaps
+            .join()
+            .unwrap()
+            .into_iter()
+            .map(|(t, a, b)| (t, (a, b)))
+            .unzip();
+        // Slow round trips (over 100 µs) in flight during a swap's pause: from 100 µs
+        // before the old kernel's stop to the handback, which ends the swap call. The
+        // rest happened away from any pause.
+        let pauses: Vec<(u64, u64)> = t
+            .iter()
+            .zip(&windows)
+            .map(|(x, (_, b))| {
+                let len = x.drain_ns + x.relaunch_ns + x.start_ns + x.handback_ns + 100_000;
+                (b.saturating_sub(len), *b)
+            })
+            .collect();
+        let slow_in_pauses: Vec<f64> = rtt["slow"].as_array().map_or(Vec::new(), |s| {
+            s.iter()
+                .filter(|j| {
+                    let at = j["at_ns"].as_u64().unwrap_or(0);
+                    let end = at + (j["rtt_us"].as_f64().unwrap_or(0.0) * 1e3) as u64;
+                    pauses.iter().any(|(a, b)| at <= *b && end >= *a)
+                })
+                .map(|j| j["rtt_us"].as_f64().unwrap_or(0.0))
+                .collect()
+        });
+        let worst_in_pauses_us = slow_in_pauses.iter().cloned().fold(0.0, f64::max);
         let gap_jobs = svc.status().gpu.unwrap_or_default()["gap_jobs"]
             .as_u64()
             .unwrap_or(0)
@@ -661,7 +697,6 @@ fn main() {
             pct(&mut pause, 0.5)
         };
         let max = pause.last().copied().unwrap_or(f64::NAN);
-        let worst_rtt_us = rtt["max_us"].as_f64().unwrap_or(f64::NAN);
         let rtt_ok = rtt["bad"].as_u64() == Some(0);
         // With host gaps, what jobs wait for is the time nobody took them (`unserved`),
         // not the GPU's pause; without them the two are the same.
@@ -672,20 +707,25 @@ fn main() {
             json!({"swaps": t.len(), "pause_p50_ms": p50, "pause_max_ms": max,
             "host_gaps": host_served > 0, "swaps_host_served": host_served, "jobs_run_by_the_host_in_gaps": gap_jobs,
             "unserved_p50_ms": unserved_p50, "unserved_max_ms": unserved_max,
-            "handback_p50_ms": med(|x| x.handback_ns),
+            "slow_round_trips_in_pauses": slow_in_pauses.len(), "worst_round_trip_in_pauses_us": worst_in_pauses_us,
+            "swap_calls_ns": windows.iter().map(|(a, b)| json!([a, b])).collect::<Vec<_>>(),
+            "handback_p50_ms": med(|x| x.handback_ns), "kernel_start_p50_ms": med(|x| x.start_ns),
             "unloaded_in_pauses": t.iter().map(|x| x.unloaded).sum::<u32>(),
             "stale_libs_after": g["stale_libs"], "idle_pauses": g["tidy_pauses"], "idle_pause_max_ms": g["tidy_max_ns"].as_f64().map(|n| n / 1e6),
             "drain_p50_ms": if drain.is_empty() { f64::NAN } else { pct(&mut drain, 0.5) },
             "link_p50_ms": if link.is_empty() { f64::NAN } else { pct(&mut link, 0.5) },
             "parts": parts, "client_during_swaps": rtt,
             "target": "p50 <= 0.3 ms, max <= 1 ms, no job waits > 1 ms (of the time no backend takes jobs)",
-            "met": wait_p50 <= 0.3 && wait_max <= 1.0 && worst_rtt_us <= 1000.0 && rtt_ok,
+            // A job waits because of a swap when it is in flight during a pause; round
+            // trips away from every pause count against the service, not the swap.
+            "met": wait_p50 <= 0.3 && wait_max <= 1.0 && worst_in_pauses_us <= 1000.0 && rtt_ok,
             // Every swap's parts in ms, in order (where the max comes from).
             "per_swap_ms": t.iter().map(|x| json!({"pause": (x.drain_ns + x.relaunch_ns) as f64 / 1e6,
                 "drain": x.drain_ns as f64 / 1e6, "unload": x.unload_ns as f64 / 1e6,
                 "publish": x.publish_ns as f64 / 1e6, "getfunc": x.getfunc_ns as f64 / 1e6,
                 "launch": x.launch_ns as f64 / 1e6, "unloaded": x.unloaded,
-                "unserved": x.unserved_ns as f64 / 1e6, "handback": x.handback_ns as f64 / 1e6})).collect::<Vec<_>>()}),
+                "unserved": x.unserved_ns as f64 / 1e6, "handback": x.handback_ns as f64 / 1e6,
+                "kernel_start": x.start_ns as f64 / 1e6})).collect::<Vec<_>>()}),
         );
         save(&res);
     }
@@ -1260,12 +1300,13 @@ fn report(j: &Value) -> String {
     }
     if let Some(x) = j.get("f_swap_pause") {
         s.push_str(&format!(
-            "| f | native generation swap ({} swaps, host gaps {}): time no backend took jobs | p50 **{} ms**, max {} ms; the GPU's pause p50 {} ms, max {} ms (code upload p50 {} ms); {} jobs run by the host in the gaps | client's round trips meanwhile ({} jobs): worst {} µs, {} over 100 µs | {} | {} |\n",
+            "| f | native generation swap ({} swaps, host gaps {}): time no backend took jobs | p50 **{} ms**, max {} ms; the GPU's pause p50 {} ms, max {} ms (code upload p50 {} ms); {} jobs run by the host in the gaps | client's round trips meanwhile ({} jobs): worst in flight during a pause **{} µs** ({} over 100 µs); worst overall {} µs, {} over 100 µs | {} | {} |\n",
             x["swaps"], if x["host_gaps"].as_bool() == Some(true) { "on" } else { "off" },
             f(&x["unserved_p50_ms"], 3), f(&x["unserved_max_ms"], 3),
             f(&x["pause_p50_ms"], 3), f(&x["pause_max_ms"], 3), f(&x["parts"]["getfunc_p50_ms"], 3),
             x["jobs_run_by_the_host_in_gaps"],
-            x["client_during_swaps"]["n"], f(&x["client_during_swaps"]["max_us"], 0), x["client_during_swaps"]["over_100us"],
+            x["client_during_swaps"]["n"], f(&x["worst_round_trip_in_pauses_us"], 0), x["slow_round_trips_in_pauses"],
+            f(&x["client_during_swaps"]["max_us"], 0), x["client_during_swaps"]["over_100us"],
             x["target"].as_str().unwrap_or(""), met(x)
         ));
     }

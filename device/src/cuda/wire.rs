@@ -72,7 +72,8 @@ pub struct Ctl {
     pub worker_faulted: AtomicU32,
     _pad1a: u32,
     /// Worker process: the number of the last host-served gap it opened (its kernel has
-    /// exited and the queue is the service's until [`Ctl::gap_done`] says it is back).
+    /// exited and the queue is the service's until [`Ctl::gap_done`] says it is back; a
+    /// kernel launched meanwhile waits for that before it takes jobs).
     pub gap_open: AtomicU64,
     /// Worker process: the gap it wants closed (its next kernel is ready to launch).
     pub gap_close: AtomicU64,
@@ -138,8 +139,8 @@ const _: () = {
     assert!(size_of::<Ctl>() == 256);
     assert!(offset_of!(Ctl, head) == 128);
     assert!(offset_of!(Ctl, worker_faulted) == 32);
-    // The gap words lie in `pad1` of `struct bpft_ctl`: the kernel never touches them.
-    assert!(offset_of!(Ctl, gap_open) == 40 && offset_of!(Ctl, gap_done) + 8 <= 128);
+    // The kernel reads the gap words (runtime.cu asserts the same offsets).
+    assert!(offset_of!(Ctl, gap_open) == 40 && offset_of!(Ctl, gap_done) == 56);
     assert!(offset_of!(Ctl, running) == 152);
     assert!(size_of::<DoneEntry>() == 64);
     assert!(size_of::<FwdEntry>() == 128);
@@ -315,13 +316,18 @@ pub struct SwapTimes {
     /// Whether the service took the queue's jobs during the pause ([`CudaConfig::host_gaps`]).
     #[serde(default)]
     pub host_served: bool,
-    /// Of the pause, the time in which nobody took jobs, ns: with `host_served`, the drain,
-    /// the service's answer to the gap's closing, and the launch (not the service's notice
-    /// of the opening: one turn of its mailbox loop); otherwise the whole pause.
+    /// The time in which nobody took jobs, ns: with `host_served`, the drain and the
+    /// handback (not the service's notice of the opening, one turn of its mailbox loop,
+    /// nor the kernel's of the closing, one poll); otherwise the pause and the new
+    /// kernel's start (`start_ns`).
     #[serde(default)]
     pub unserved_ns: u64,
-    /// Of `unserved_ns`: from asking the service to close the gap until it answered (it
-    /// finishes the job it is running first), ns.
+    /// After the pause: from the launch's return until the new kernel was up, ns (it then
+    /// waits for the gap to close).
+    #[serde(default)]
+    pub start_ns: u64,
+    /// From asking the service to close the gap, once the new kernel was up, until it
+    /// answered (it finishes the job it is running first), ns.
     #[serde(default)]
     pub handback_ns: u64,
 }

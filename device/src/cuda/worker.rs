@@ -33,6 +33,10 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+/// How long a gap's closing waits for the new kernel to come up before it hands the queue
+/// back anyway.
+const START_WAIT: Duration = Duration::from_millis(50);
+
 /// Program table slots (ids at or above go to the host runner).
 pub const MAX_PROGS: u32 = 1 << 16;
 /// Program entries (immutable once published; reused round robin).
@@ -925,9 +929,21 @@ impl Worker {
         g
     }
 
-    /// Takes the queue back before a launch: asks the service to stop taking jobs and
-    /// waits until it has (it finishes the job it is running first, and releases its
-    /// slot). Returns the wait, ns.
+    /// After a launch: waits until the new kernel is up, at most [`START_WAIT`] (it waits
+    /// for the gap's end itself, so its start-up overlaps the host's serving), then closes
+    /// the gap. Returns (launch returned → kernel up, the handback), ns.
+    fn hand_over(&self, gap: u64) -> (u64, u64) {
+        let t = Instant::now();
+        while self.ctl().running.load(Ordering::Acquire) == 0 && t.elapsed() < START_WAIT {
+            std::hint::spin_loop();
+        }
+        let up = t.elapsed().as_nanos() as u64;
+        (up, self.close_gap(gap))
+    }
+
+    /// Hands the queue back to the kernel: asks the service to stop taking jobs and waits
+    /// until it has (it finishes the job it is running first, and releases its slot); the
+    /// kernel, already launched, then takes jobs. Returns the wait, ns.
     fn close_gap(&self, g: u64) -> u64 {
         if g == 0 {
             return 0;
@@ -941,7 +957,10 @@ impl Worker {
             if t.elapsed() >= report {
                 report += Duration::from_secs(1);
                 if std::os::unix::process::parent_id() != self.service_pid {
-                    tracing::warn!("the service went away during a gap: launching");
+                    tracing::warn!(
+                        "the service went away during a gap: the kernel takes the queue"
+                    );
+                    c.gap_done.store(g, Ordering::Release);
                     break;
                 }
                 tracing::warn!(
@@ -1069,9 +1088,6 @@ impl Worker {
         times.getfunc_ns = t3.elapsed().as_nanos() as u64;
         self.generation += 1;
         self.params.generation = self.generation;
-        swap_step("taking the queue back from the service");
-        let t4 = Instant::now();
-        times.handback_ns = self.close_gap(gap);
         swap_step("launching");
         self.gpu
             .launch_persistent(&mut lib, self.kstream, self.grid, THREADS, &self.params)?;
@@ -1080,11 +1096,13 @@ impl Worker {
         times.relaunch_ns = t1.elapsed().as_nanos() as u64;
         times.native = publish.len() as u32;
         let pause = t0.elapsed().as_nanos() as u64;
+        swap_step("taking the queue back from the service");
+        (times.start_ns, times.handback_ns) = self.hand_over(gap);
         times.host_served = gap != 0;
         times.unserved_ns = if gap != 0 {
-            times.drain_ns + t4.elapsed().as_nanos() as u64
+            times.drain_ns + times.handback_ns
         } else {
-            pause
+            pause + times.start_ns
         };
         // Bytecode of replaced versions: no kernel ran between the stop and the launch
         // above, and entries that pointed at it are unpublished, so it can be reused.
@@ -1134,13 +1152,13 @@ impl Worker {
             self.gpu.unload(l);
         }
         self.rearm()?;
-        self.close_gap(gap);
         let mut lib = self.lib.take().expect("checked above");
         let launched =
             self.gpu
                 .launch_persistent(&mut lib, self.kstream, self.grid, THREADS, &self.params);
         self.lib = Some(lib);
         launched?;
+        self.hand_over(gap);
         let ns = t0.elapsed().as_nanos() as u64;
         self.tidy_pauses += 1;
         self.tidy_max_ns = self.tidy_max_ns.max(ns);

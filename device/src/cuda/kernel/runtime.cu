@@ -286,7 +286,11 @@ struct bpft_ctl {
     u64 done_consumed;   // host: done-log entries consumed
     u64 fwd_consumed;    // host: forward-ring entries consumed
     u64 trace_consumed;  // host: trace records consumed (the mailbox's answer)
-    u64 pad1[12];
+    u64 pad1a;           // worker process: worker_faulted
+    u64 gap_open;        // worker process: the host gap it opened last (wire.rs)
+    u64 gap_close;       // worker process: the gap it wants closed
+    u64 gap_done;        // host: the last gap it stopped taking jobs in
+    u64 pad1[8];
     u64 head;            // GPU: queue head at exit
     u64 jobs_taken;      // GPU: jobs taken from the queue in this generation
     u64 torn_reads;      // GPU: slots whose check word did not match (read again in order)
@@ -295,6 +299,7 @@ struct bpft_ctl {
     u64 batches;         // GPU: polls that took jobs (with jobs_taken: the mean batch)
     u64 pad2[11];
 };
+// (NVRTC has no offsetof: wire.rs asserts the field offsets, gap_open at 40.)
 static_assert(sizeof(struct bpft_ctl) == 256, "bpft_ctl size");
 
 // Device state, persists across generations (device memory, zeroed once; the host clears
@@ -852,6 +857,14 @@ static __device__ void dispatcher(const bpft_params &P, const u32 d, const u32 D
     const u32 lane = threadIdx.x & 31;
     const u64 cap = (u64)P.queue_mask + 1;
     u64 *head_word = (u64 *)(P.queue_hdr + BPFT_OFF_QueueHeader_head);
+    // Up: the worker waits for this before it asks the host for the queue back.
+    if (d == 0 && lane == 0) st_rlx_sys32(&C->running, 1);
+    // A host gap (wire.rs): the host may still be taking jobs while this kernel starts;
+    // the queue is ours once it says it has stopped.
+    if (lane == 0) {
+        while (ld_acq_sys(&C->gap_open) != ld_acq_sys(&C->gap_done)) __nanosleep(500);
+    }
+    __syncwarp();
     // Where the last launch of this worker stopped, else (a new worker) the queue's head:
     // positions from there that some dispatcher had already taken are skipped (`gone`).
     u64 pos = *(volatile u32 *)&S->resume ? *(volatile u64 *)&S->dpos[d]
@@ -865,7 +878,6 @@ static __device__ void dispatcher(const bpft_params &P, const u32 d, const u32 D
     __shared__ u64 entry_cache[32][9];
     entry_cache[lane][8] = 0;
     u32 width = 1;  // lanes that read a slot in the next poll
-    if (d == 0 && lane == 0) st_rlx_sys32(&C->running, 1);
     for (;;) {
         // Lane l looks at slot pos + l (lanes below `w`, inside this stripe when D > 1);
         // lane 31 reads the stop word in the same round.
