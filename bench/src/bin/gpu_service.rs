@@ -9,7 +9,7 @@
 //! | c | memory-bound job over a 1 GiB device-resident buffer, GB/s | device-to-device copy, bytes read + written |
 //! | d | the same job over 1 GiB in the shared (pinned) arena | host-to-device copy from pinned memory |
 //! | e | `load` returned → first job of the new program done | — (target 1 ms) |
-//! | f | native generation swap pause (old stop → new launched), p50 | client-observed worst round trip during the swaps |
+//! | f | native generation swaps: the time no backend takes jobs (the host serves the queue during the GPU's pause unless `BPFTIME_GPU_HOST_GAPS=0`), p50 and max; the GPU's own pause | the client's round trips in flight during a pause, and overall |
 //! | g | 1,000 `replace` calls under 4 client processes: lost / duplicated / wrong-version jobs | — (target 0) |
 //! | h | host mailbox latency: trace record written on the GPU → read by the host thread | — (target 10 µs) |
 //! | t | a map in an emulated tier (cxl-sim, issue 15): added latency of a one-record job, a capped link's pace | the same program on a local map |
