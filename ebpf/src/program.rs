@@ -209,6 +209,26 @@ impl Program {
                 }))
     }
 
+    /// The most instructions one run can take when that follows from the code alone: its
+    /// length when it has no backward jump and no call of a local function (each
+    /// instruction then runs at most once); `None` otherwise (loops are bounded only by the
+    /// verifier's proof or the runtime's instruction budget).
+    pub fn straight_line_len(&self) -> Option<u64> {
+        use crate::isa::Opcode;
+        let back = self.insns.iter().any(|i| match Opcode::decode(i) {
+            Ok(Opcode::CallLocal) => true,
+            Ok(Opcode::Gotol) => i.imm < 0,
+            Ok(op) => {
+                matches!(
+                    op.kind(),
+                    crate::isa::OpKind::Ja | crate::isa::OpKind::Jmp { .. }
+                ) && i.off < 0
+            }
+            Err(_) => false,
+        });
+        (!back).then_some(self.insns.len() as u64)
+    }
+
     /// A program from raw instructions, with no maps.
     pub fn from_insns(name: &str, insns: Vec<crate::isa::Insn>) -> Self {
         Program {

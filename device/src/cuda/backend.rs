@@ -185,9 +185,14 @@ pub struct CudaBackend {
 }
 
 /// The largest job the host takes during a swap's gap: the gap lasts about the code
-/// upload (0.3–0.5 ms on an H100 or H200), and the worker's launch waits for the job the
-/// host is running. Larger jobs wait for the next kernel.
+/// upload (0.3–0.5 ms on an H100 or H200), and the new kernel waits for the job the host
+/// is running. Larger jobs wait for the next kernel.
 pub const GAP_MAX_RECORDS: u64 = 256;
+
+/// The most instructions a job the host takes in a gap may run, by a bound from its code:
+/// records × the program's length when it has no loop, else × the instruction budget per
+/// record (about a millisecond on the CPU JIT).
+pub const GAP_MAX_INSNS: u64 = 1 << 20;
 
 /// The `bpftime-super` binary to run `gpu-worker` with.
 fn worker_exe(cfg: &CudaConfig) -> Result<PathBuf, DeviceError> {
@@ -859,10 +864,11 @@ impl Shared {
     /// Whether the host may run `d` in the GPU's stead during a gap: with the same
     /// results and effects as the GPU, on memory both reach, and soon. Not: device-resident
     /// buffers, a mailbox ping or a fault injection (GPU-only), an input in an emulated
-    /// tier (its link state lives on the GPU), more than [`GAP_MAX_RECORDS`] records, or a
-    /// program with a map in GPU memory or in a tier, or that asks where it runs
-    /// ([`ebpf::helpers::PLACE_DEPENDENT`]). An unknown program id is fine: the GPU would
-    /// hand it to the host runner too.
+    /// tier (its link state lives on the GPU), more than [`GAP_MAX_RECORDS`] records or
+    /// [`GAP_MAX_INSNS`] instructions, or a program with a map in GPU memory or in a tier,
+    /// that asks where it runs ([`ebpf::helpers::PLACE_DEPENDENT`]), or that waits
+    /// (`wait_until`: a GPU waits once for all its records, the host once per record). An
+    /// unknown program id is fine: the GPU would hand it to the host runner too.
     fn host_can_stand_in(&self, d: &JobDesc) -> bool {
         use shm_maps::layout::job_flags as f;
         if d.flags
@@ -878,9 +884,12 @@ impl Shared {
             return false;
         }
         self.table.get(d.prog_id).is_none_or(|p| {
+            let per_record = p.program.straight_line_len().unwrap_or(self.cfg.max_insns);
             !p.device_maps.iter().any(|m| *m)
                 && p.tiers.iter().all(Option::is_none)
                 && !p.program.may_call(ebpf::helpers::PLACE_DEPENDENT)
+                && !p.program.may_call(&[ebpf::helpers::WAIT_UNTIL])
+                && d.n.saturating_mul(per_record) <= GAP_MAX_INSNS
         })
     }
 
@@ -1591,6 +1600,9 @@ mod tests {
         install(&s, 1, "r0 = 42\nexit", false);
         install(&s, 2, "r0 = 7\nexit", true);
         install(&s, 3, "call 509\nexit", false);
+        install(&s, 4, "r1 = 0\nr2 = 0\ncall 520\nexit", false);
+        // A loop: bounded only by the instruction budget (1,000,000 by default).
+        install(&s, 5, "r0 = 3\nr0 -= 1\nif r0 != 0 goto -2\nexit", false);
         let job = |prog, n, flags| JobDesc {
             prog_id: prog,
             n,
@@ -1604,6 +1616,9 @@ mod tests {
         assert!(!s.host_can_stand_in(&job(1, GAP_MAX_RECORDS + 1, 0)));
         assert!(!s.host_can_stand_in(&job(2, 1, 0)), "a map in GPU memory");
         assert!(!s.host_can_stand_in(&job(3, 1, 0)), "asks for its SM");
+        assert!(!s.host_can_stand_in(&job(4, 1, 0)), "waits");
+        assert!(s.host_can_stand_in(&job(5, 1, 0)), "one record of a loop");
+        assert!(!s.host_can_stand_in(&job(5, 2, 0)), "two records of a loop");
         for f in [
             job_flags::DEVICE_INPUT,
             job_flags::DEVICE_OUTPUT,
