@@ -507,6 +507,10 @@ mod tests {
         match q.take_alone(|_| true) {
             Alone::Taken(pos, d) => {
                 assert_eq!((pos, d.n), (1, 1));
+                // The head is past it before the job runs: recovery finds the slot below
+                // the head, unreleased, if the stand-in dies now.
+                assert_eq!(q.head(), 2);
+                assert_eq!(q.unreleased().len(), 1);
                 q.release(pos);
             }
             other => panic!("{other:?}"),
@@ -529,8 +533,10 @@ mod tests {
         assert_eq!(q.head(), 6);
         // The usual consumers, resuming from 0, find every position taken.
         assert!((0..6).all(|p| q.taken_at(p)));
-        // Producers reuse the freed slots a lap later.
+        // Producers reuse the freed slots a lap later; a refilled slot reads as taken for
+        // its old position and ready for its new one.
         assert_eq!(q.push_batch(&jobs), 6);
+        assert!(q.taken_at(0) && q.peek(8).is_some());
         assert_eq!(q.pop().map(|d| d.n), Some(0));
     }
 

@@ -164,6 +164,10 @@ struct Shared {
     fault_jobs: AtomicU64,
     /// Jobs run on the host while the kernel was stopped ([`Shared::serve_gap`]).
     gap_jobs: AtomicU64,
+    /// The version of each program the worker has acknowledged: the host stands in for
+    /// the GPU only on the version the GPU runs (a load or unload not yet taken by the
+    /// worker must not run on the host in a gap and then be undone after it).
+    acked: Mutex<std::collections::HashMap<u32, u32>>,
     value_sets: AtomicU32,
     quit: AtomicBool,
     /// The worker's device address of the region (to read trace format strings).
@@ -425,6 +429,7 @@ impl Shared {
             recoveries: AtomicU64::new(0),
             fault_jobs: AtomicU64::new(0),
             gap_jobs: AtomicU64::new(0),
+            acked: Mutex::new(std::collections::HashMap::new()),
             value_sets: AtomicU32::new(1),
             quit: AtomicBool::new(false),
             region_dev: AtomicU64::new(0),
@@ -706,10 +711,24 @@ impl Shared {
             },
             None => Cmd::Unload { id },
         };
-        self.ack(
+        let version = match &cmd {
+            Cmd::Program { version, .. } => Some(*version),
+            _ => None,
+        };
+        let r = self.ack(
             "the GPU worker is restarting; it will load the program when it is back",
             || cmd,
-        )
+        );
+        let mut acked = lock(&self.acked);
+        match (&r, version) {
+            (Ok(()), Some(v)) => {
+                acked.insert(id, v);
+            }
+            _ => {
+                acked.remove(&id);
+            }
+        }
+        r
     }
 
     /// Processes up to `max` done-log entries.
@@ -803,6 +822,9 @@ impl Shared {
         let mut n = 0;
         let mut runner = None;
         while n < max {
+            // Forwarded jobs have no size limit: a kernel waiting for the queue back must
+            // not wait for them too.
+            self.answer_close();
             let e = self.fwd(pos);
             if e.seq.load(Ordering::Acquire) != pos + 1 {
                 break;
@@ -836,10 +858,7 @@ impl Shared {
         let mut runner = None;
         let mut n = 0;
         while n < max {
-            if ctl.gap_close.load(Ordering::Acquire) == open {
-                // Every job taken in this gap has finished and released its slot: the
-                // worker may launch (its dispatchers see those positions as taken).
-                ctl.gap_done.store(open, Ordering::Release);
+            if self.answer_close() {
                 break;
             }
             let shm_maps::Alone::Taken(pos, d) = q.take_alone(|d| self.host_can_stand_in(d)) else {
@@ -861,14 +880,32 @@ impl Shared {
         n.max(1)
     }
 
+    /// Answers a gap's closing if the worker asked for it: every job taken in the gap has
+    /// finished and released its slot (they run on this thread), so the new kernel may
+    /// take the queue (its dispatchers see those positions as taken). Whether it did.
+    fn answer_close(&self) -> bool {
+        let ctl = self.ctl();
+        let open = ctl.gap_open.load(Ordering::Acquire);
+        if open != ctl.gap_done.load(Ordering::Relaxed)
+            && ctl.gap_close.load(Ordering::Acquire) == open
+        {
+            ctl.gap_done.store(open, Ordering::Release);
+            return true;
+        }
+        false
+    }
+
     /// Whether the host may run `d` in the GPU's stead during a gap: with the same
     /// results and effects as the GPU, on memory both reach, and soon. Not: device-resident
     /// buffers, a mailbox ping or a fault injection (GPU-only), an input in an emulated
     /// tier (its link state lives on the GPU), more than [`GAP_MAX_RECORDS`] records or
     /// [`GAP_MAX_INSNS`] instructions, or a program with a map in GPU memory or in a tier,
     /// that asks where it runs ([`ebpf::helpers::PLACE_DEPENDENT`]), or that waits
-    /// (`wait_until`: a GPU waits once for all its records, the host once per record). An
-    /// unknown program id is fine: the GPU would hand it to the host runner too.
+    /// (`wait_until`: a GPU waits once for all its records, the host once per record) or
+    /// reads a clock (`ktime_get_ns` and `get_globaltimer` read `%globaltimer` on the GPU,
+    /// other clocks on the host: a program subtracting two stamps would see them mixed).
+    /// The program must be the version the worker has acknowledged; an id the worker does
+    /// not have either is fine (the GPU would hand the job to the host runner too).
     fn host_can_stand_in(&self, d: &JobDesc) -> bool {
         use shm_maps::layout::job_flags as f;
         if d.flags
@@ -883,14 +920,22 @@ impl Shared {
         {
             return false;
         }
-        self.table.get(d.prog_id).is_none_or(|p| {
-            let per_record = p.program.straight_line_len().unwrap_or(self.cfg.max_insns);
-            !p.device_maps.iter().any(|m| *m)
+        let acked = lock(&self.acked).get(&d.prog_id).copied();
+        let Some(p) = self.table.get(d.prog_id) else {
+            return acked.is_none();
+        };
+        let per_record = p.program.straight_line_len().unwrap_or(self.cfg.max_insns);
+        {
+            use ebpf::helpers::{GET_GLOBALTIMER, KTIME_GET_NS, WAIT_UNTIL};
+            acked == Some(p.version)
+                && !p.device_maps.iter().any(|m| *m)
                 && p.tiers.iter().all(Option::is_none)
                 && !p.program.may_call(ebpf::helpers::PLACE_DEPENDENT)
-                && !p.program.may_call(&[ebpf::helpers::WAIT_UNTIL])
+                && !p
+                    .program
+                    .may_call(&[WAIT_UNTIL, KTIME_GET_NS, GET_GLOBALTIMER])
                 && d.n.saturating_mul(per_record) <= GAP_MAX_INSNS
-        })
+        }
     }
 
     fn runner(&self) -> JobRunner<'_> {
@@ -1097,6 +1142,8 @@ impl Shared {
                 }
             });
             *lock(&self.restart_step) = "failing the jobs the dead worker had taken";
+            // The new worker has no program until `restart` sends them.
+            lock(&self.acked).clear();
             let n = self.fail_taken(why);
             self.region_dev.store(0, Ordering::Release);
             self.clear_mailbox();
@@ -1107,8 +1154,10 @@ impl Shared {
             // generation swap) would then wait forever. A helper drains both until the
             // restart is over, so GPU progress never depends on the restart's requests.
             sc.spawn(|| {
+                // A swap the new worker starts between two programs opens a host gap, and
+                // waits for it to be handed back (the mailbox thread is in `restart`).
                 while !drained.load(Ordering::Acquire) {
-                    if self.drain_done(4096) + self.drain_fwd(64) == 0 {
+                    if self.drain_done(4096) + self.serve_gap(64) + self.drain_fwd(64) == 0 {
                         std::thread::sleep(Duration::from_micros(50));
                     }
                 }
@@ -1213,17 +1262,12 @@ impl Shared {
 
     /// After the kernel stopped: jobs still queued run (or are cancelled) on the host.
     fn drain_on_host(&self) {
+        // The only consumer now; positions past the head that a dispatcher took out of
+        // order are passed over (a batch pop would wait for them forever).
         let q = self.queue();
         let mut runner = self.runner();
-        let mut buf = [JobDesc::default(); 32];
-        loop {
-            let n = q.pop_batch(&mut buf);
-            if n == 0 {
-                break;
-            }
-            for d in &buf[..n] {
-                runner.run(d);
-            }
+        while let shm_maps::Alone::Taken(pos, d) = q.take_alone(|_| true) {
+            runner.run_then(&d, || q.release(pos));
         }
     }
 }
@@ -1529,6 +1573,8 @@ mod tests {
             selector: None,
             stack_depth: 0,
         });
+        // As `send_program` records once the worker acknowledged it.
+        lock(&s.acked).insert(id, 1);
     }
 
     fn state_of(s: &Shared, c: u32) -> u32 {
@@ -1619,6 +1665,14 @@ mod tests {
         assert!(!s.host_can_stand_in(&job(4, 1, 0)), "waits");
         assert!(s.host_can_stand_in(&job(5, 1, 0)), "one record of a loop");
         assert!(!s.host_can_stand_in(&job(5, 2, 0)), "two records of a loop");
+        install(&s, 6, "call 5\nexit", false);
+        assert!(!s.host_can_stand_in(&job(6, 1, 0)), "reads the clock");
+        // A version the worker has not taken yet (a load or replace in flight), and an id
+        // the worker still has although the table no longer does (an unload in flight).
+        lock(&s.acked).insert(1, 0);
+        assert!(!s.host_can_stand_in(&job(1, 1, 0)), "not the GPU's version");
+        lock(&s.acked).insert(99, 1);
+        assert!(!s.host_can_stand_in(&job(99, 1, 0)), "the GPU still has it");
         for f in [
             job_flags::DEVICE_INPUT,
             job_flags::DEVICE_OUTPUT,

@@ -306,9 +306,6 @@ struct Worker {
     sm: u32,
     device_name: String,
     host_atomics: bool,
-    /// The service's pid (this process's parent at start): a gap's closing stops waiting
-    /// for a service that is gone.
-    service_pid: u32,
 }
 
 /// The step a generation swap is in, for the standby's report when its launch is slow.
@@ -571,7 +568,6 @@ impl Worker {
             sm,
             device_name,
             host_atomics,
-            service_pid: std::os::unix::process::parent_id(),
         };
         // The first generation: the runtime alone (programs arrive as commands).
         let mut built = build(&w.gpu, &w.runtime_ptx, w.sm, &[], w.params.trace_buf);
@@ -956,7 +952,10 @@ impl Worker {
             std::hint::spin_loop();
             if t.elapsed() >= report {
                 report += Duration::from_secs(1);
-                if std::os::unix::process::parent_id() != self.service_pid {
+                // The service's own pid (not this process's parent, which may be a
+                // wrapper that outlives it).
+                let pid = self.args.service_pid;
+                if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
                     tracing::warn!(
                         "the service went away during a gap: the kernel takes the queue"
                     );
