@@ -612,9 +612,12 @@ fn main() {
             }
         }
         let standby_at_start = standby();
-        let gap_jobs0 = svc.status().gpu.unwrap_or_default()["gap_jobs"]
-            .as_u64()
-            .unwrap_or(0);
+        let gap_jobs_now = || {
+            svc.status().gpu.unwrap_or_default()["gap_jobs"]
+                .as_u64()
+                .unwrap_or(0)
+        };
+        let gap_jobs0 = gap_jobs_now();
         let swaps = std::thread::spawn(move || {
             // The client is warm and measuring before the first swap.
             let t = Instant::now();
@@ -673,17 +676,7 @@ fn main() {
                 .collect()
         });
         let worst_in_pauses_us = slow_in_pauses.iter().cloned().fold(0.0, f64::max);
-        let gap_jobs = svc.status().gpu.unwrap_or_default()["gap_jobs"]
-            .as_u64()
-            .unwrap_or(0)
-            - gap_jobs0;
-        let mut unserved: Vec<f64> = t.iter().map(|x| x.unserved_ns as f64 / 1e6).collect();
-        let unserved_p50 = if unserved.is_empty() {
-            f64::NAN
-        } else {
-            pct(&mut unserved, 0.5)
-        };
-        let unserved_max = unserved.last().copied().unwrap_or(f64::NAN);
+        let gap_jobs = gap_jobs_now() - gap_jobs0;
         let host_served = t.iter().filter(|x| x.host_served).count();
         let mut pause: Vec<f64> = t
             .iter()
@@ -709,8 +702,12 @@ fn main() {
         let max = pause.last().copied().unwrap_or(f64::NAN);
         let rtt_ok = rtt["bad"].as_u64() == Some(0);
         // With host gaps, what jobs wait for is the time nobody took them (`unserved`),
-        // not the GPU's pause; without them the two are the same.
-        let (wait_p50, wait_max) = (unserved_p50, unserved_max);
+        // not the GPU's pause; without them it is the pause and the new kernel's start.
+        let unserved_p50 = med(|x| x.unserved_ns);
+        let unserved_max = t
+            .iter()
+            .map(|x| x.unserved_ns as f64 / 1e6)
+            .fold(f64::NAN, f64::max);
         let g = svc.status().gpu.unwrap_or_default();
         res.insert(
             "f_swap_pause".into(),
@@ -728,7 +725,7 @@ fn main() {
             "target": "p50 <= 0.3 ms, max <= 1 ms, no job waits > 1 ms (of the time no backend takes jobs)",
             // A job waits because of a swap when it is in flight during a pause; round
             // trips away from every pause count against the service, not the swap.
-            "met": wait_p50 <= 0.3 && wait_max <= 1.0 && worst_in_pauses_us <= 1000.0 && rtt_ok,
+            "met": unserved_p50 <= 0.3 && unserved_max <= 1.0 && worst_in_pauses_us <= 1000.0 && rtt_ok,
             // Every swap's parts in ms, in order (where the max comes from).
             "per_swap_ms": t.iter().map(|x| json!({"pause": (x.drain_ns + x.relaunch_ns) as f64 / 1e6,
                 "drain": x.drain_ns as f64 / 1e6, "unload": x.unload_ns as f64 / 1e6,
