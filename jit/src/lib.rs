@@ -42,9 +42,10 @@
 //! immediates: the module never references another module's globals (GPU-FACTS §3).
 //!
 //! Testing: every opcode, every C test program and random programs assemble with `ptxas`
-//! (`scripts/ptxas`). On a GPU, `gpu/run.sh` runs the differential test: `src/bin/gpu_diff.rs`
+//! (`scripts/ptxas`). On a GPU, `bench/gpu/jit_diff.sh` runs the differential test, which
+//! lives in `bench/` because it also runs the device's interpreter: `bench/src/bin/gpu_diff.rs`
 //! generates 10,000 programs plus the C test programs with the interpreter's results (r0 of
-//! every thread, output records, maps), `gpu/run_cases.cu` runs them, `gpu_diff check`
+//! every thread, output records, maps), `bench/gpu/run_cases.cu` runs them, `gpu_diff check`
 //! compares (`bench/results/jit_gpu_diff.md`). Benchmarks: `bench/gpu/run.sh`
 //! (`bench/results/jit_gpu_bench.md`).
 

@@ -2,8 +2,8 @@
 # GPU differential test of the JIT: generate, run on the GPU, compare with the interpreter.
 #
 # Run from the repository root (or a copy of its layout) on the GPU machine:
-#   SEED=1 COUNT=10000 jit/gpu/run.sh
-# Needs: target/release/gpu_diff (cargo build --release -p jit --bin gpu_diff, built on the
+#   SEED=1 COUNT=10000 bench/gpu/jit_diff.sh
+# Needs: target/release/gpu_diff (cargo build --release -p bench --bin gpu_diff, built on the
 # development machine) and target/bpf-objs/*.bpf.o (the tests/programs C files built with
 # clang -O2 -g -target bpf; the GPU machine has no clang). Writes to $OUT (default
 # /tmp/jit-gpu-out): jit_gpu_diff_summary.json, device.txt, diff.log.
@@ -23,7 +23,7 @@ rm -rf "$W/cases"
   date -u +%Y-%m-%dT%H:%M:%SZ
 } > "$OUT/device.txt"
 cat "$OUT/device.txt"
-nvcc -O2 -arch=sm_90 -o "$W/run_cases" jit/gpu/run_cases.cu -lcuda || exit 1
+nvcc -O2 -arch=sm_90 -o "$W/run_cases" bench/gpu/run_cases.cu -lcuda || exit 1
 mkdir -p "$W/cases"
 t0=$(date +%s.%N)
 # The runner maps the region the maps live in and publishes its address; everything runs

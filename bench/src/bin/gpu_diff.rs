@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! gpu_diff gen SEED COUNT DIR [OBJDIR]   programs → DIR/chunk_K.{ptx,run,in,want,json} + DIR/gen.json
-//!        (GPU) jit/gpu/run_cases DIR/chunk_K → DIR/chunk_K.got (+ .fault)
+//!        (GPU) bench/gpu/run_cases DIR/chunk_K → DIR/chunk_K.got (+ .fault)
 //! gpu_diff check DIR                     compares .got with .want → DIR/summary.json
 //! gpu_diff bench DIR                     eBPF→PTX compile time + the benchmark PTX (bench/gpu/)
 //! ```
@@ -26,8 +26,7 @@
 //! scan that every lock is free and every slot settled; ring buffers as multisets of records.
 //!
 //! Interpreter: every case also carries its bytecode relocated for the device maps
-//! (`device/src/cuda/bytecode.rs`, compiled into this binary by path: `jit` cannot depend on
-//! `device`) and its map descriptors, at the blob offset given after the map triples of its
+//! (`device::cuda::bytecode`) and its map descriptors, at the blob offset given after the map triples of its
 //! `.run` line (`INTERP_OFF N_INSNS STACK_SIZE`); `run_cases` runs the case a second time
 //! through `bpf_interp_run` (same threads, same initial bytes) and `check` compares those
 //! results too, counted separately (`interp` in `summary.json`).
@@ -38,6 +37,7 @@
 //! Generated `par` programs are order-independent by construction: a thread writes only its
 //! own output record, its own map keys/values, or shared words with one commutative atomic.
 
+use device::cuda::bytecode;
 use ebpf::asm::assemble;
 use ebpf::interp::{Env, Vm};
 use ebpf::isa::{Insn, Ld64Kind, OpKind, Opcode, Src};
@@ -53,11 +53,6 @@ use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::ptr::NonNull;
 use std::sync::Arc;
-
-/// The device interpreter's relocation and descriptors, shared with `device` by path.
-#[allow(dead_code)]
-#[path = "../../../device/src/cuda/bytecode.rs"]
-mod bytecode;
 
 /// Device address of map `i` of every case: `map_base() + i * MAP_SPAN`.
 /// The base: `$GPU_DIFF_BASE` (decimal or 0x-hex; `run_cases --probe` finds a free one on

@@ -1,5 +1,5 @@
-// GPU differential test, runner half (generator and checker: jit/src/bin/gpu_diff.rs;
-// driver script: jit/gpu/run.sh).
+// GPU differential test, runner half (generator and checker: bench/src/bin/gpu_diff.rs;
+// driver script: bench/gpu/jit_diff.sh).
 //
 // Usage: run_cases serve DIR
 //   1. maps a 16 MiB device region (CUDA virtual memory API) and writes its address to
