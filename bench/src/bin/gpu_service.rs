@@ -168,6 +168,10 @@ fn role_main(role: &str) {
             let mut back = Vec::with_capacity(n);
             let mut poll = Vec::with_capacity(n);
             let mut fence = Vec::with_capacity(n);
+            // BPFT_HOP_SPLIT 3 (a prelude): the hop words hold five 12-bit fields, ns from
+            // the GPU's start of the job to each step of its run (runtime.cu).
+            let split = std::env::var_os("BPFTIME_BENCH_HOP_FIELDS").is_some();
+            let mut fields: [Vec<f64>; 5] = Default::default();
             let mut bad = 0;
             // Round trips over 100 µs: when (CLOCK_MONOTONIC at submit) and where the time
             // went (queued: submit → started; run; finished → seen here).
@@ -200,6 +204,12 @@ fn role_main(role: &str) {
                 back.push((t2 as f64 - r.finished_ns as f64) / 1e3);
                 poll.push(r.gpu_hops[0] as f64 / 1e3);
                 fence.push(r.gpu_hops[1] as f64 / 1e3);
+                if split {
+                    let w = r.gpu_hops[0] as u64 | (r.gpu_hops[1] as u64) << 32;
+                    for (i, v) in fields.iter_mut().enumerate() {
+                        v.push(((w >> (12 * i)) & 0xfff) as f64 / 1e3);
+                    }
+                }
                 if !r.ok() || r.r0 != 42 {
                     bad += 1;
                 }
@@ -207,11 +217,18 @@ fn role_main(role: &str) {
             let max = lat.iter().cloned().fold(0.0, f64::max);
             let over = |us: f64| lat.iter().filter(|l| **l > us).count();
             let (over_100us, over_1ms) = (over(100.0), over(1000.0));
-            json!({"p50_us": pct(&mut lat, 0.5), "p99_us": pct(&mut lat, 0.99), "max_us": max, "n": lat.len(), "bad": bad,
+            let steps = ["stored", "lookup", "checked", "input", "program"];
+            let mut out = json!({"p50_us": pct(&mut lat, 0.5), "p99_us": pct(&mut lat, 0.99), "max_us": max, "n": lat.len(), "bad": bad,
                    "over_100us": over_100us, "over_1ms": over_1ms, "slow": slow,
                    "submit_to_gpu_start_p50_us": pct(&mut queued, 0.5), "gpu_run_p50_us": pct(&mut run, 0.5),
                    "hops_p50_us": {"submit_call": pct(&mut submit, 0.5), "gpu_poll_round_trip": pct(&mut poll, 0.5),
-                       "gpu_acquire_fence": pct(&mut fence, 0.5), "gpu_finish_to_client_seen": pct(&mut back, 0.5)}})
+                       "gpu_acquire_fence": pct(&mut fence, 0.5), "gpu_finish_to_client_seen": pct(&mut back, 0.5)}});
+            if split {
+                for (k, v) in steps.iter().zip(fields.iter_mut()) {
+                    out["gpu_run_split_p50_us"][*k] = json!(pct(v, 0.5));
+                }
+            }
+            out
         }
         "tput" => {
             let secs: f64 = std::env::var("BPFTIME_GPU_SECS")

@@ -107,7 +107,10 @@ typedef unsigned char u8;
 // A diagnostic: 1 makes a one-record job's two hop words (Completion::gpu_hops) say where
 // its run goes instead: [0] from `started` to just before the program (lookup, checks,
 // input), [1] from `started` to just after it; 2: [0] to after the RUNNING and head
-// stores, [1] to after the program lookup and checks.
+// stores, [1] to after the program lookup and checks; 3: both words hold five 12-bit fields
+// (ns from `started`, at most 4095): after the RUNNING and head stores, after the program
+// lookup, after the checks, after the inline input's copy, after the program
+// (hop_split_field).
 #ifndef BPFT_HOP_SPLIT
 #define BPFT_HOP_SPLIT 0
 #endif
@@ -421,6 +424,11 @@ static __device__ __forceinline__ char *completion_ptr(const bpft_params &P, u32
 }
 
 static __device__ __forceinline__ u64 now_ns(const bpft_params &P) { return globaltimer() + P.time_offset; }
+// BPFT_HOP_SPLIT 3: field i (12 bits at bit 12 i of the two hop words as one u64) holds
+// `ns`, at most 4095.
+static __device__ __forceinline__ u64 hop_split_field(u64 ns, int i) {
+    return (ns < 4095 ? ns : 4095) << (12 * i);
+}
 
 // Reads the program entry for `id`, or returns false. The index word is a strong load (the
 // host rewrites it while the kernel runs); the entry it names is immutable while named
@@ -687,6 +695,8 @@ static __device__ void run_short(const bpft_params &P, const bpft_job_desc &d, c
     tier_fetch(to, d.out_rec_size);
 #if BPFT_HOP_SPLIT == 1
     hop_fence = (u32)(now_ns(P) - started);
+#elif BPFT_HOP_SPLIT == 3
+    hop_fence |= (u32)(hop_split_field(now_ns(P) - started, 4) >> 32);
 #endif
     if (res_base) st_rlx_sys((u64 *)res_base, e ? ~0ull : r0);
     finish_job(P, d, p, e ? ST_RUNTIME_ERROR : ST_OK, e ? 0 : 1, e ? 1 : 0, e ? 0 : r0, err_pc,
@@ -1035,8 +1045,9 @@ static __device__ void dispatcher(const bpft_params &P, const u32 d, const u32 D
             st_rlx_sys(&C->batches, atomicAdd(&S->batches, batches) + batches);
             taken = batches = 0;
         }
-#if BPFT_HOP_SPLIT == 2
+#if BPFT_HOP_SPLIT >= 2
         const u64 t_stored = now_ns(P);
+        u64 t_lookup = 0;
 #endif
         // Classify and run, lane by lane in queue order for ring publication.
         bpft_prog p;
@@ -1045,8 +1056,11 @@ static __device__ void dispatcher(const bpft_params &P, const u32 d, const u32 D
         int kind = 0;  // 0 none, 1 short, 2 ring, 3 forward
         bool alone = false;  // self_contained
         if (live) {
-            if (lookup_prog(P, dj.prog_id, &p, entry_cache[lane], early_index && !retry, early_word) &&
-                validate(P, dj, p, in_base, out_base, res_base)) {
+            const bool found = lookup_prog(P, dj.prog_id, &p, entry_cache[lane], early_index && !retry, early_word);
+#if BPFT_HOP_SPLIT >= 2
+            t_lookup = now_ns(P);
+#endif
+            if (found && validate(P, dj, p, in_base, out_base, res_base)) {
                 alone = self_contained(dj, p);
                 if (lazy && !retry && !alone) asm volatile("fence.acq_rel.sys;" ::: "memory");
                 if (dj.flags & JF_INJECT_FAULT) asm volatile("trap;");
@@ -1060,7 +1074,7 @@ static __device__ void dispatcher(const bpft_params &P, const u32 d, const u32 D
                 kind = 3;
             }
         }
-#if BPFT_HOP_SPLIT == 2
+#if BPFT_HOP_SPLIT >= 2
         const u64 t_looked = now_ns(P);
 #endif
         if (kind == 1) {
@@ -1079,6 +1093,11 @@ static __device__ void dispatcher(const bpft_params &P, const u32 d, const u32 D
 #elif BPFT_HOP_SPLIT == 2
             run_short(P, dj, p, ti, to, in_base, out_base, res_base, started, (u32)(t_stored - started),
                       (u32)(t_looked - started), early);
+#elif BPFT_HOP_SPLIT == 3
+            const u64 t_input = now_ns(P);
+            const u64 f = hop_split_field(t_stored - started, 0) | hop_split_field(t_lookup - started, 1) |
+                          hop_split_field(t_looked - started, 2) | hop_split_field(t_input - started, 3);
+            run_short(P, dj, p, ti, to, in_base, out_base, res_base, started, (u32)f, (u32)(f >> 32), early);
 #else
             run_short(P, dj, p, ti, to, in_base, out_base, res_base, started, hop_poll, hop_fence, early);
 #endif
