@@ -139,6 +139,11 @@ fn the_runtime_knobs_compile_and_assemble() {
             Some("ld.global.v2.u64"),
         ),
         (
+            "head_after_batch",
+            "#define BPFT_HEAD_SHADOW 0",
+            Some("ld.global.v2.u64"),
+        ),
+        (
             "hop_split_3",
             "#define BPFT_HOP_SPLIT 3",
             Some("ld.global.v2.u64"),

@@ -104,6 +104,13 @@ typedef unsigned char u8;
 #ifndef BPFT_EARLY_INDEX
 #define BPFT_EARLY_INDEX 1
 #endif
+// With several dispatchers (D > 1), each publishes its position after a batch and stores
+// the queue head as the least of all of them. 1: that happens after the next poll is
+// issued, while its loads are in flight (a device-memory round trip and a host store off a
+// lone client's path); 0: right after the batch, with a fence first. A tuning knob.
+#ifndef BPFT_HEAD_SHADOW
+#define BPFT_HEAD_SHADOW 1
+#endif
 // A diagnostic: 1 makes a one-record job's two hop words (Completion::gpu_hops) say where
 // its run goes instead: [0] from `started` to just before the program (lookup, checks,
 // input), [1] from `started` to just after it; 2: [0] to after the RUNNING and head
@@ -135,6 +142,11 @@ static __device__ __forceinline__ u64 ld_acq_sys(const void *p) {
 static __device__ __forceinline__ u32 ld_acq_sys32(const void *p) {
     u32 v;
     asm volatile("ld.acquire.sys.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+static __device__ __forceinline__ u32 ld_rlx_sys32(const void *p) {
+    u32 v;
+    asm volatile("ld.relaxed.sys.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
     return v;
 }
 static __device__ __forceinline__ void ld_rlx_sys_v2(const void *p, u64 &a, u64 &b) {
@@ -858,6 +870,73 @@ static __device__ __forceinline__ void unstage(u64 (*stage)[32], const u64 (&bod
     __syncwarp();
 }
 
+// A poll's loads, issued and maybe not yet arrived: the position and width it reads
+// (lane l: slot pos + l below w; a whole-slot poll, w <= 2: lanes 0..15 the first slot,
+// 16..31 the second, 16 bytes each), when it was issued, this lane's 16 bytes, and lane
+// 31's stop word.
+struct bpft_poll {
+    u64 a, b, pos, t;
+    u32 w, stop;
+};
+
+static __device__ __forceinline__ bool poll_whole(u32 w) {
+#if BPFT_TWO_PHASE == 2 && BPFT_POLL_WHOLE
+    return w <= 2;
+#else
+    (void)w;
+    return false;
+#endif
+}
+
+// Issues poll `r` of (pos, w) for dispatcher d. The loads are in flight until its values
+// are used, so the caller can do other work meanwhile.
+static __device__ __forceinline__ void poll_issue(const bpft_params &P, u32 d, u32 lane, u64 pos, u32 w,
+                                                  bpft_poll &r) {
+    r.pos = pos;
+    r.w = w;
+    r.a = r.b = 0;
+    r.stop = 0;
+    r.t = globaltimer();
+    if (poll_whole(w)) {
+        const u32 half = lane >> 4, chunk = lane & 15;
+        if (half < w) {
+            const void *a = (const void *)(P.slots + ((pos + half) & P.queue_mask) * BPFT_SIZE_QueueSlot + 16 * chunk);
+            if (BPFT_POLL_ACQUIRE && chunk == 0) ld_acq_sys_v2(a, r.a, r.b);
+            else ld_rlx_sys_v2(a, r.a, r.b);
+        }
+    } else if (lane < w) {
+        ld_rlx_sys_v2((const void *)(P.slots + ((pos + lane) & P.queue_mask) * BPFT_SIZE_QueueSlot), r.a, r.b);
+    }
+    if (lane == 31) {
+        // Dispatcher 0 reads the host's stop word (relaxed: an acquire load would hold the
+        // warp until it returns; the caller fences once it sees stop), the others the copy
+        // dispatcher 0 leaves in device memory.
+        if (d != 0) r.stop = *(volatile u32 *)&((bpft_state *)P.state)->stop;
+        else r.stop = ld_rlx_sys32(&((bpft_ctl *)P.ctl)->stop);
+    }
+}
+
+// D > 1: publishes dispatcher d's position `pos`, then stores the queue head as the least
+// of all of them. A stale, smaller position from another dispatcher is still a safe head
+// (a lower bound of the positions not taken), and so is one that lags a poll behind
+// (BPFT_HEAD_SHADOW): recovery looks a lap behind the head too. `fence`: the old way, a
+// fence after the position's store.
+static __device__ __forceinline__ void store_head(bpft_state *S, u64 *head_word, u32 d, u32 D, u32 lane,
+                                                  u64 pos, bool fence) {
+    if (lane == 0) {
+        *(volatile u64 *)&S->dpos[d] = pos;
+        if (fence) __threadfence();
+    }
+    __syncwarp();
+    u64 q = lane < D ? *(volatile u64 *)&S->dpos[lane] : ~0ull;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        const u64 x = __shfl_xor_sync(FULL_MASK, q, o);
+        q = x < q ? x : q;
+    }
+    if (lane == 0) st_rlx_sys(head_word, q);
+}
+
 // Dispatcher d of D. Walks its own positions in order (every D-th stripe of BPFT_STRIPE),
 // takes ready jobs in batches of up to 32 (one per lane), runs one-record jobs itself and
 // publishes the rest. At stop, dispatcher 0 waits for the others and drains.
@@ -888,12 +967,13 @@ static __device__ void dispatcher(const bpft_params &P, const u32 d, const u32 D
     __shared__ u64 entry_cache[32][9];
     entry_cache[lane][8] = 0;
     u32 width = 1;  // lanes that read a slot in the next poll
+    bool head_due = false;  // D > 1: the head is to be stored in the next poll's shadow
     for (;;) {
         // Lane l looks at slot pos + l (lanes below `w`, inside this stripe when D > 1);
         // lane 31 reads the stop word in the same round.
         const u64 my = pos + lane;
         const u32 room = D == 1 ? 32 : (u32)(BPFT_STRIPE - pos % BPFT_STRIPE);
-        const u32 w = width < room ? width : room;
+        u32 w = width < room ? width : room;
         char *slot = (char *)(P.slots + (my & P.queue_mask) * BPFT_SIZE_QueueSlot);
         const char *src = slot + BPFT_OFF_QueueSlot_desc;
         const char *isrc = slot + BPFT_OFF_QueueSlot_inline;
@@ -908,25 +988,21 @@ static __device__ void dispatcher(const bpft_params &P, const u32 d, const u32 D
         // fence, the ready slots' bodies. Strong system-scope loads from one warp are served
         // one after another, so what counts is how many there are
         // (bench/results/gpu_service.md).
-        const u64 t_poll = globaltimer();
-#if BPFT_TWO_PHASE == 2 && BPFT_POLL_WHOLE
-        const bool whole = w <= 2;
-#else
-        const bool whole = false;
-#endif
+        bpft_poll x;
+        poll_issue(P, d, lane, pos, w, x);
+        if (BPFT_HEAD_SHADOW && D > 1 && head_due) {
+            head_due = false;
+            store_head(S, head_word, d, D, lane, pos, false);
+        }
+        const u64 t_poll = x.t;
+        const bool whole = poll_whole(w);
         if (whole) {
 #if BPFT_TWO_PHASE == 2 && BPFT_POLL_WHOLE
-            // One or two slots: the poll reads them whole (lanes 0..15 the first, 16..31 the
+            // One or two slots: the poll read them whole (lanes 0..15 the first, 16..31 the
             // second, 16 bytes each, two 128-byte requests a slot), so a job found ready
             // needs no read after the fence: its check word vouches for the body (else it
             // is read again, after the fence, below).
-            const u32 half = lane >> 4, chunk = lane & 15;
-            u64 b[1][2] = {{0, 0}};
-            if (half < w) {
-                const void *a = (const void *)(P.slots + ((pos + half) & P.queue_mask) * BPFT_SIZE_QueueSlot + 16 * chunk);
-                if (BPFT_POLL_ACQUIRE && chunk == 0) ld_acq_sys_v2(a, b[0][0], b[0][1]);
-                else ld_rlx_sys_v2(a, b[0][0], b[0][1]);
-            }
+            u64 b[1][2] = {{x.a, x.b}};
             seq = __shfl_sync(FULL_MASK, b[0][0], (lane & 1) * 16);
             chk = __shfl_sync(FULL_MASK, b[0][1], (lane & 1) * 16);
             wb0 = b[0][0];
@@ -934,14 +1010,15 @@ static __device__ void dispatcher(const bpft_params &P, const u32 d, const u32 D
             unstage(stage, b, w, lane, dw, iw);
 #endif
         } else if (lane < w) {
-            ld_rlx_sys_v2(slot, seq, chk);
+            seq = x.a;
+            chk = x.b;
         }
         if (lane == 31) {
-            if (d == 0) {
-                stop = ld_acq_sys32(&C->stop);
-                if (stop && D > 1) *(volatile u32 *)&S->stop = 1;
-            } else {
-                stop = *(volatile u32 *)&S->stop;
+            stop = x.stop;
+            if (d == 0 && stop) {
+                // Read relaxed: acquire what the host wrote before it.
+                asm volatile("fence.acq_rel.sys;" ::: "memory");
+                if (D > 1) *(volatile u32 *)&S->stop = 1;
             }
         }
         const int ready = lane < w && seq == my + 1;
@@ -1121,20 +1198,8 @@ static __device__ void dispatcher(const bpft_params &P, const u32 d, const u32 D
             else st_rel_sys(slot, my + cap);
         }
         if (D > 1) {
-            // This dispatcher's position, then the head as the least of all of them (a
-            // stale, smaller value from another dispatcher is still a safe head).
-            if (lane == 0) {
-                *(volatile u64 *)&S->dpos[d] = pos;
-                __threadfence();
-            }
-            __syncwarp();
-            u64 q = lane < D ? *(volatile u64 *)&S->dpos[lane] : ~0ull;
-#pragma unroll
-            for (int o = 16; o > 0; o >>= 1) {
-                const u64 x = __shfl_xor_sync(FULL_MASK, q, o);
-                q = x < q ? x : q;
-            }
-            if (lane == 0) st_rlx_sys(head_word, q);
+            if (BPFT_HEAD_SHADOW) head_due = true;
+            else store_head(S, head_word, d, D, lane, pos, true);
         }
     }
     // Stop: say where this dispatcher stopped; dispatcher 0 waits for the others, then for
