@@ -47,6 +47,25 @@ fn ptxas(name: &str, text: &str) {
     );
 }
 
+/// Both bare mailbox kernels (row a's baselines) compile and assemble; the one-load poll is
+/// one 16-byte acquire load, the probe's two volatile ones.
+#[test]
+fn mailbox_baselines_compile_and_assemble() {
+    use device::cuda::baseline::{MailboxPoll, mailbox_ptx};
+    if !tools_or_skip() {
+        return;
+    }
+    let one = mailbox_ptx(MailboxPoll::OneLoad, 90).expect("NVRTC compiles the one-load mailbox");
+    assert!(one.contains("ld.acquire.sys.v2.u64"), "{one}");
+    ptxas("mailbox_one_load", &one);
+    let probe = mailbox_ptx(MailboxPoll::Probe, 90).expect("NVRTC compiles the probe's mailbox");
+    assert!(
+        !probe.contains("ld.acquire.sys.v2.u64") && probe.contains("ld.volatile"),
+        "{probe}"
+    );
+    ptxas("mailbox_probe", &probe);
+}
+
 #[test]
 fn runtime_compiles_and_assembles() {
     if !tools_or_skip() {
