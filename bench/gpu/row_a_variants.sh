@@ -39,7 +39,8 @@ import json, sys
 r = [json.loads(l) for l in open(sys.argv[1])][-1]
 a, p = r["a"], r["a"].get("persistent", {})
 print(f'{r["variant"]:>10} round {r["round"]}: p50 {p.get("p50_us", 0):.2f} us, mailbox {a.get("bare_mailbox_p50_us", 0):.2f} us '
-      f'({a.get("vs_mailbox", 0):.3f}x), GPU run {p.get("gpu_run_p50_us", 0):.3f} us, split {p.get("gpu_run_split_p50_us", "-")}, '
+      f'({a.get("vs_mailbox", 0):.3f}x), one-load mailbox {a.get("one_load_mailbox_p50_us", 0):.2f} us, '
+      f'graph {a.get("graph_sync_p50_us", 0):.2f} us, GPU run {p.get("gpu_run_p50_us", 0):.3f} us, split {p.get("gpu_run_split_p50_us", "-")}, '
       f'hops {p.get("hops_p50_us", {})}')
 PY
     done
