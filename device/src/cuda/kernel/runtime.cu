@@ -104,12 +104,6 @@ typedef unsigned char u8;
 #ifndef BPFT_EARLY_INDEX
 #define BPFT_EARLY_INDEX 1
 #endif
-// Where a short job's program reads its inline input: 1: the dispatcher lane's row in
-// shared memory (a generic address, as every input pointer is); 0: its line in device
-// memory (P.scratch), which the lane has just written. A tuning knob.
-#ifndef BPFT_SHORT_INPUT
-#define BPFT_SHORT_INPUT 0
-#endif
 // With several dispatchers (D > 1), each publishes its position after a batch and stores
 // the queue head as the least of all of them. 1: that happens after the next poll is
 // issued, while its loads are in flight (a device-memory round trip and a host store off a
@@ -971,10 +965,6 @@ static __device__ void dispatcher(const bpft_params &P, const u32 d, const u32 D
 #endif
     // Each lane's last program entry and its index word (lookup_prog).
     __shared__ u64 entry_cache[32][9];
-#if BPFT_SHORT_INPUT
-    // Each lane's short job's inline input, where its program reads it.
-    __shared__ u64 short_in[32][BPFT_INLINE_WORDS];
-#endif
     entry_cache[lane][8] = 0;
     u32 width = 1;  // lanes that read a slot in the next poll
     bool head_due = false;  // D > 1: the head is to be stored in the next poll's shadow
@@ -1166,15 +1156,10 @@ static __device__ void dispatcher(const bpft_params &P, const u32 d, const u32 D
 #endif
         if (kind == 1) {
             const bool early = BPFT_DONE_EARLY && alone && !res_base;
-            // Inline input: run it from this lane's line in shared memory (or its device
-            // scratch line, BPFT_SHORT_INPUT 0), not over PCIe.
+            // Inline input: run it from this lane's device scratch line, not over PCIe.
             const int m = bpft_inline_words(dw);
             if (m > 0) {
-#if BPFT_SHORT_INPUT
-                u64 *line = short_in[lane];
-#else
                 u64 *line = (u64 *)(P.scratch + 128 * (32 * d + lane));
-#endif
 #pragma unroll
                 for (int i = 0; i < BPFT_INLINE_WORDS; i++)
                     if (i < m) line[i] = iw[i];
