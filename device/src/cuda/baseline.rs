@@ -356,10 +356,11 @@ pub fn mailbox_round_trips(
         return Err("the mailbox mapping must be page-aligned and at least 4096 bytes".into());
     }
     let host = map.as_ptr();
-    // SAFETY: `map` is at least 4096 bytes and page-aligned (checked), so every word is in
-    // bounds and naturally aligned; the GPU and the other process change them, so they are
-    // accessed only through atomics (interior mutability, no `&mut` aliasing).
     let l = poll.layout();
+    // SAFETY: `map` is at least 4096 bytes and page-aligned (checked), so every word is in
+    // bounds (the layouts' words lie in its first 64 bytes) and naturally aligned; the GPU
+    // and the other process change them, so they are accessed only through atomics
+    // (interior mutability, no `&mut` aliasing).
     let (req, done, arg, res) = unsafe {
         (
             &*(host.add(l.seq_req) as *const AtomicU64),
@@ -453,6 +454,7 @@ mod tests {
     struct Page(*mut u8);
     // SAFETY: the page is only accessed through atomics.
     unsafe impl Send for Page {}
+    // SAFETY: as for Send.
     unsafe impl Sync for Page {}
     impl Page {
         fn new() -> Page {
