@@ -163,11 +163,6 @@ fn the_runtime_knobs_compile_and_assemble() {
             Some("ld.global.v2.u64"),
         ),
         (
-            "late_input",
-            "#define BPFT_EARLY_INPUT 0",
-            Some("ld.global.v2.u64"),
-        ),
-        (
             "hop_split_3",
             "#define BPFT_HOP_SPLIT 3",
             Some("ld.global.v2.u64"),

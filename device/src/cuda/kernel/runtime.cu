@@ -104,12 +104,6 @@ typedef unsigned char u8;
 #ifndef BPFT_EARLY_INDEX
 #define BPFT_EARLY_INDEX 1
 #endif
-// 1: a one-record job's inline input is copied to the lane's scratch line as soon as the job
-// is taken, and the line prefetched into L1, while the program lookup and the checks run;
-// 0: copied just before the program runs. A tuning knob.
-#ifndef BPFT_EARLY_INPUT
-#define BPFT_EARLY_INPUT 1
-#endif
 // With several dispatchers (D > 1), each publishes its position after a batch and stores
 // the queue head as the least of all of them. 1: that happens after the next poll is
 // issued, while its loads are in flight (a device-memory round trip and a host store off a
@@ -1117,18 +1111,6 @@ static __device__ void dispatcher(const bpft_params &P, const u32 d, const u32 D
         const u32 hop_poll = (u32)(t_seen - t_poll), hop_fence = (u32)(started - P.time_offset - t_seen);
         if (live && dj.completion < P.completions_total)
             st_fld32(completion_ptr(P, dj.completion) + BPFT_OFF_Completion_state, CS_RUNNING);
-        // A one-record job's inline input goes to the lane's scratch line now, and the line
-        // is asked into L1 (BPFT_EARLY_INPUT): its program's loads then hit L1, where the
-        // copy right before the program left them an L2 round trip.
-        const int m_in = bpft_inline_words(dw);
-        u64 *const in_line = (u64 *)(P.scratch + 128 * (32 * d + lane));
-        const bool in_early = BPFT_EARLY_INPUT && live && dj.n == 1 && m_in > 0;
-        if (in_early) {
-#pragma unroll
-            for (int i = 0; i < BPFT_INLINE_WORDS; i++)
-                if (i < m_in) in_line[i] = iw[i];
-            asm volatile("prefetch.L1 [%0];" ::"l"(in_line) : "memory");
-        }
         taken += nlive;
         batches++;
         // The head moves only past jobs marked RUNNING (a lost context must never leave a
@@ -1174,15 +1156,14 @@ static __device__ void dispatcher(const bpft_params &P, const u32 d, const u32 D
 #endif
         if (kind == 1) {
             const bool early = BPFT_DONE_EARLY && alone && !res_base;
-            // Inline input: run it from this lane's device scratch line, not over PCIe
-            // (written above when BPFT_EARLY_INPUT).
-            if (m_in > 0) {
-                if (!in_early) {
+            // Inline input: run it from this lane's device scratch line, not over PCIe.
+            const int m = bpft_inline_words(dw);
+            if (m > 0) {
+                u64 *line = (u64 *)(P.scratch + 128 * (32 * d + lane));
 #pragma unroll
-                    for (int i = 0; i < BPFT_INLINE_WORDS; i++)
-                        if (i < m_in) in_line[i] = iw[i];
-                }
-                in_base = (u64)in_line;
+                for (int i = 0; i < BPFT_INLINE_WORDS; i++)
+                    if (i < m) line[i] = iw[i];
+                in_base = (u64)line;
             }
 #if BPFT_HOP_SPLIT == 1
             run_short(P, dj, p, ti, to, in_base, out_base, res_base, started, (u32)(now_ns(P) - started), 0, early);
