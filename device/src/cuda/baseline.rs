@@ -186,15 +186,15 @@ extern "C" __global__ void bpft_empty(unsigned long long *out, unsigned long lon
 /// How the bare mailbox's GPU thread polls.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum MailboxPoll {
-    /// The probe's: two volatile loads a poll, the request word then the stop word
-    /// ([`mailbox`] offsets).
+    /// The probe's: two volatile loads a poll, the request word then the stop word.
     Probe,
-    /// One 16-byte acquire load a poll ([`mailbox_one_load`] offsets).
+    /// One 16-byte acquire load a poll: the request seq, the argument and the stop word
+    /// share one word pair.
     OneLoad,
 }
 
 /// Where a [`MailboxPoll`]'s words are in the shared line, bytes.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MailboxLayout {
     /// Request sequence (client writes, u64).
     pub seq_req: usize,
@@ -209,22 +209,22 @@ pub struct MailboxLayout {
 }
 
 impl MailboxPoll {
-    /// The offsets of its words.
+    /// The offsets of its words (the CUDA source's `struct bpft_mb`, or its `mb + N`).
     pub fn layout(self) -> MailboxLayout {
         match self {
             MailboxPoll::Probe => MailboxLayout {
-                seq_req: mailbox::SEQ_REQ,
-                seq_done: mailbox::SEQ_DONE,
-                arg: mailbox::ARG,
-                result: mailbox::RESULT,
-                stop: mailbox::STOP,
+                seq_req: 0,
+                seq_done: 8,
+                arg: 16,
+                result: 20,
+                stop: 24,
             },
             MailboxPoll::OneLoad => MailboxLayout {
-                seq_req: mailbox_one_load::SEQ_REQ,
-                seq_done: mailbox_one_load::SEQ_DONE,
-                arg: mailbox_one_load::ARG,
-                result: mailbox_one_load::RESULT,
-                stop: mailbox_one_load::STOP,
+                seq_req: 32,
+                arg: 40,
+                stop: 44,
+                result: 48,
+                seq_done: 56,
             },
         }
     }
@@ -236,35 +236,6 @@ impl MailboxPoll {
             MailboxPoll::OneLoad => "one-load",
         }
     }
-}
-
-/// Offsets of [`MailboxPoll::OneLoad`]'s words: the request seq, the argument and the stop
-/// word share one 16-byte word pair (the GPU's one load), the answer another line part.
-pub mod mailbox_one_load {
-    /// Request sequence (client writes).
-    pub const SEQ_REQ: usize = 32;
-    /// Argument (client writes, i32), in the poll's second word.
-    pub const ARG: usize = 40;
-    /// Nonzero: the kernel exits (u32), in the poll's second word.
-    pub const STOP: usize = 44;
-    /// Result (GPU writes, i32): `arg + 1`.
-    pub const RESULT: usize = 48;
-    /// Done sequence (GPU writes).
-    pub const SEQ_DONE: usize = 56;
-}
-
-/// Offsets in the bare mailbox's line: request seq, done seq, argument, result, stop.
-pub mod mailbox {
-    /// Request sequence (client writes).
-    pub const SEQ_REQ: usize = 0;
-    /// Done sequence (GPU writes).
-    pub const SEQ_DONE: usize = 8;
-    /// Argument (client writes, i32).
-    pub const ARG: usize = 16;
-    /// Result (GPU writes, i32): `arg + 1`.
-    pub const RESULT: usize = 20;
-    /// Nonzero: the kernel exits.
-    pub const STOP: usize = 24;
 }
 
 /// The bare mailbox kernel of `poll` as PTX for `sm` (NVRTC).
@@ -298,7 +269,7 @@ pub struct BareMailbox {
 impl BareMailbox {
     /// Registers `host` (a page-aligned shared mapping of at least 4096 bytes, zeroed, that
     /// outlives this value) and launches the polling kernel. Another process that maps the
-    /// same file submits by writing plain memory (see [`mailbox`]).
+    /// same file submits by writing plain memory (see [`MailboxPoll::layout`]).
     pub fn start(
         ordinal: i32,
         host: *mut u8,
@@ -527,11 +498,7 @@ mod tests {
         for poll in [MailboxPoll::Probe, MailboxPoll::OneLoad] {
             let l = poll.layout();
             let s = source_layout(poll);
-            assert_eq!(
-                (l.seq_req, l.seq_done, l.arg, l.result, l.stop),
-                (s.seq_req, s.seq_done, s.arg, s.result, s.stop),
-                "{poll:?}"
-            );
+            assert_eq!(l, s, "{poll:?}");
             let v = run(poll, 1).unwrap_or_else(|e| panic!("{poll:?}: {e}"));
             assert_eq!(v.len(), 200, "{poll:?}");
             assert!(v.iter().all(|us| *us > 0.0), "{poll:?}");
