@@ -462,6 +462,9 @@ fn instrumented_real_ptx_assembles() {
         ("numba/saxpy_sm90.ptx", false),
         ("nvcc/sgemm_sm90.ptx", true),
         ("nvcc/vecadd_sm80.ptx", true),
+        // The compute-bound SGEMM example (cxl-sim/examples/sgemm_rb.cu): float4 loads.
+        ("nvrtc/sgemm_rb_90.ptx", false),
+        ("nvrtc/sgemm_rb_90.ptx", true),
     ] {
         let inst = attach::Instrumenter::new(set.clone(), b.clone(), 90, 1).with_mem(
             attach::instrument::MemConfig {

@@ -306,8 +306,21 @@ extern "C" __global__ void __launch_bounds__(128) cub_block_ops(const int *in, i
 """,
 }
 
+
+def example_kernels(path):
+    """The device code of a CUDA example of this repository: from its first `#define` of
+    the kernel's constants to `int main(` (the host code needs the CUDA runtime headers)."""
+    with open(os.path.join(HERE, "..", "..", "..", path)) as f:
+        src = f.read()
+    return src[src.index("#define BM") : src.index("int main(")]
+
+
+# The compute-bound SGEMM of cxl-sim's examples (128 x 128 tiles, float4 loads).
+SOURCES["sgemm_rb"] = example_kernels("cxl-sim/examples/sgemm_rb.cu")
+
 # (name, source, extra options, archs); `{cccl}` is the CCCL include directory.
-BUILDS = [(name, name, [], ARCHS) for name in SOURCES if name not in ("hopper", "cub")] + [
+BUILDS = [(name, name, [], ARCHS) for name in SOURCES if name not in ("hopper", "cub", "sgemm_rb")] + [
+    ("sgemm_rb", "sgemm_rb", ["-default-device"], ["compute_90"]),
     ("hopper", "hopper", [], ["compute_90"]),
     ("cub", "cub", ["-I{cccl}", "-default-device"], ["compute_90"]),
     # Full debug info: `.section .debug_*` blocks, `.loc` with inlined-at, no optimisation.
