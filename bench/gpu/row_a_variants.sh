@@ -16,7 +16,7 @@ mkdir -p "$OUT" "$WORK"
 ROUNDS=${1:?rounds}
 shift
 here=$(dirname "$0")
-export BPFTIME_BENCH_HOP_FIELDS=1
+export BPFTIME_BENCH_HOP_FIELDS=${BPFTIME_BENCH_HOP_FIELDS:-1}  # field names: gpu_service.rs
 rc=0
 for r in $(seq 1 "$ROUNDS"); do
     for v in "$@"; do

@@ -168,6 +168,11 @@ fn the_runtime_knobs_compile_and_assemble() {
             Some("ld.global.v2.u64"),
         ),
         (
+            "hop_split_4",
+            "#define BPFT_HOP_SPLIT 4",
+            Some("ld.global.v2.u64"),
+        ),
+        (
             "entry_strong",
             "#define BPFT_ENTRY_STRONG 1",
             Some("ld.global.v2.u64"),

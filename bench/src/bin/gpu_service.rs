@@ -173,10 +173,18 @@ fn role_main(role: &str) {
             let mut back = Vec::with_capacity(n);
             let mut poll = Vec::with_capacity(n);
             let mut fence = Vec::with_capacity(n);
-            // BPFT_HOP_SPLIT 3 (a prelude): the hop words hold five 12-bit fields, ns from
-            // the GPU's start of the job to each step of its run (runtime.cu).
-            let split = std::env::var_os("BPFTIME_BENCH_HOP_FIELDS").is_some();
-            let mut fields: [Vec<f64>; 5] = Default::default();
+            // BPFT_HOP_SPLIT 3 or 4 (a prelude): the hop words hold up to five 12-bit
+            // fields, ns from the GPU's start of the job to steps of its run (runtime.cu);
+            // BPFTIME_BENCH_HOP_FIELDS names them (comma-separated), or is 1 for mode 3's.
+            let steps: Vec<String> = match std::env::var("BPFTIME_BENCH_HOP_FIELDS") {
+                Ok(v) if v.contains(',') => v.split(',').map(str::to_string).collect(),
+                Ok(_) => ["stored", "lookup", "checked", "input", "program"]
+                    .map(String::from)
+                    .to_vec(),
+                Err(_) => Vec::new(),
+            };
+            let split = !steps.is_empty();
+            let mut fields: Vec<Vec<f64>> = vec![Vec::new(); steps.len().min(5)];
             let mut bad = 0;
             // Round trips over 100 µs: when (CLOCK_MONOTONIC at submit) and where the time
             // went (queued: submit → started; run; finished → seen here).
@@ -222,7 +230,6 @@ fn role_main(role: &str) {
             let max = lat.iter().cloned().fold(0.0, f64::max);
             let over = |us: f64| lat.iter().filter(|l| **l > us).count();
             let (over_100us, over_1ms) = (over(100.0), over(1000.0));
-            let steps = ["stored", "lookup", "checked", "input", "program"];
             let mut out = json!({"p50_us": pct(&mut lat, 0.5), "p99_us": pct(&mut lat, 0.99), "max_us": max, "n": lat.len(), "bad": bad,
                    "over_100us": over_100us, "over_1ms": over_1ms, "slow": slow,
                    "submit_to_gpu_start_p50_us": pct(&mut queued, 0.5), "gpu_run_p50_us": pct(&mut run, 0.5),
@@ -230,7 +237,7 @@ fn role_main(role: &str) {
                        "gpu_acquire_fence": pct(&mut fence, 0.5), "gpu_finish_to_client_seen": pct(&mut back, 0.5)}});
             if split {
                 for (k, v) in steps.iter().zip(fields.iter_mut()) {
-                    out["gpu_run_split_p50_us"][*k] = json!(pct(v, 0.5));
+                    out["gpu_run_split_p50_us"][k.as_str()] = json!(pct(v, 0.5));
                 }
             }
             out

@@ -117,7 +117,9 @@ typedef unsigned char u8;
 // stores, [1] to after the program lookup and checks; 3: both words hold five 12-bit fields
 // (ns from `started`, at most 4095): after the RUNNING and head stores, after the program
 // lookup, after the checks, after the inline input's copy, after the program
-// (hop_split_field).
+// (hop_split_field); 4: four such fields from the start of the short run: before the input
+// tier and the record's ctx, just before the native program's call, just after it, and
+// before the completion (native programs; the program step of 3 split up).
 #ifndef BPFT_HOP_SPLIT
 #define BPFT_HOP_SPLIT 0
 #endif
@@ -582,7 +584,7 @@ static __device__ bool validate(const bpft_params &P, const bpft_job_desc &d, co
 // Runs record `i`. Returns 0 or the interpreter's error code.
 static __device__ __forceinline__ int run_record(const bpft_params &P, const bpft_prog &p,
                                           const bpft_job_desc &d, u64 in_base, u64 out_base,
-                                          u64 i, u64 *r0, u32 *err_pc) {
+                                          u64 i, u64 *r0, u32 *err_pc, u64 *marks = 0) {
     u64 ctx[10];
     u64 in = in_base + i * d.in_rec_size;
     ctx[0] = in;
@@ -597,7 +599,14 @@ static __device__ __forceinline__ int run_record(const bpft_params &P, const bpf
     ctx[8] = d.args[2];
     ctx[9] = d.args[3];
     if (p.tier == BPFT_TIER_NATIVE) {
+#if BPFT_HOP_SPLIT == 4
+        if (marks) marks[0] = now_ns(P);
         *r0 = bpft_native(p.native_slot, (u64)ctx);
+        if (marks) marks[1] = now_ns(P);
+#else
+        (void)marks;
+        *r0 = bpft_native(p.native_slot, (u64)ctx);
+#endif
         return 0;
     }
     struct bpf_env env;
@@ -702,9 +711,23 @@ static __device__ void run_short(const bpft_params &P, const bpft_job_desc &d, c
                           bool early) {
     u64 r0 = 0;
     u32 err_pc = 0;
+#if BPFT_HOP_SPLIT == 4
+    u64 marks[2] = {0, 0};
+    const u64 t_run = now_ns(P);
+    tier_fetch(ti, d.in_rec_size);
+    int e = run_record(P, p, d, in_base, out_base, 0, &r0, &err_pc, marks);
+    tier_fetch(to, d.out_rec_size);
+    {
+        const u64 f = hop_split_field(t_run - started, 0) | hop_split_field(marks[0] - started, 1) |
+                      hop_split_field(marks[1] - started, 2) | hop_split_field(now_ns(P) - started, 3);
+        hop_poll = (u32)f;
+        hop_fence = (u32)(f >> 32);
+    }
+#else
     tier_fetch(ti, d.in_rec_size);
     int e = run_record(P, p, d, in_base, out_base, 0, &r0, &err_pc);
     tier_fetch(to, d.out_rec_size);
+#endif
 #if BPFT_HOP_SPLIT == 1
     hop_fence = (u32)(now_ns(P) - started);
 #elif BPFT_HOP_SPLIT == 3
