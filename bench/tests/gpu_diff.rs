@@ -24,28 +24,11 @@ fn ok(o: &Output, what: &str) {
     );
 }
 
-/// `scripts/ptxas --locate`, or `None` with a loud skip (a panic under
-/// `BPFTIME_REQUIRE_PTXAS`, as CI sets it).
-fn ptxas() -> Option<PathBuf> {
-    let found = Command::new(bpftime_tests::repo_root().join("scripts/ptxas"))
-        .arg("--locate")
-        .output()
-        .ok()
-        .filter(|o| o.status.success())
-        .map(|o| PathBuf::from(String::from_utf8_lossy(&o.stdout).trim()));
-    if found.is_none() {
-        assert!(
-            std::env::var_os("BPFTIME_REQUIRE_PTXAS").is_none(),
-            "ptxas is required (BPFTIME_REQUIRE_PTXAS is set) but was not found"
-        );
-        eprintln!("SKIPPING the ptxas part: ptxas not found");
-    }
-    found
-}
-
 /// Every `.ptx` file in `dir` assembles for sm_90; returns how many.
 fn assemble_all(dir: &Path) -> usize {
-    let Some(ptxas) = ptxas() else { return 0 };
+    let Some(ptxas) = bpftime_tests::ptxas() else {
+        return 0;
+    };
     let mut n = 0;
     for e in std::fs::read_dir(dir).unwrap() {
         let p = e.unwrap().path();

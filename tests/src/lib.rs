@@ -70,6 +70,35 @@ pub fn fuzz_inputs(dirs: &[&str]) -> Vec<(PathBuf, Vec<u8>)> {
     out
 }
 
+/// The ptxas to use: `$PTXAS`, else what `scripts/ptxas --locate` finds. `None` (with a
+/// loud skip message) when there is none, unless `BPFTIME_REQUIRE_PTXAS` is set (as the test
+/// command sets it), in which case it panics.
+pub fn ptxas() -> Option<PathBuf> {
+    static FOUND: OnceLock<Option<PathBuf>> = OnceLock::new();
+    FOUND
+        .get_or_init(|| {
+            if let Some(p) = std::env::var_os("PTXAS") {
+                return Some(PathBuf::from(p));
+            }
+            let found = Command::new(repo_root().join("scripts/ptxas"))
+                .arg("--locate")
+                .output()
+                .ok()
+                .filter(|o| o.status.success())
+                .map(|o| PathBuf::from(String::from_utf8_lossy(&o.stdout).trim().to_string()));
+            if found.is_none() {
+                if std::env::var_os("BPFTIME_REQUIRE_PTXAS").is_some() {
+                    panic!("ptxas is required (BPFTIME_REQUIRE_PTXAS is set) but was not found");
+                }
+                eprintln!(
+                    "SKIPPING ptxas check: ptxas not found (pip install --user nvidia-cuda-nvcc-cu12)"
+                );
+            }
+            found
+        })
+        .clone()
+}
+
 /// Whether clang can be used; panics if it is required but missing.
 pub fn clang_available() -> bool {
     let found = clang().is_some();

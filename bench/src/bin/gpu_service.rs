@@ -129,10 +129,11 @@ fn role_main(role: &str) {
         // SAFETY: a 4096-byte file shared with the parent and the GPU; accessed through
         // atomics only.
         let m = unsafe { memmap2::MmapMut::map_mut(&f) }.expect("map the mailbox");
-        let poll = match std::env::var("BPFTIME_GPU_MAILBOX_POLL").as_deref() {
-            Ok("one-load") => MailboxPoll::OneLoad,
-            _ => MailboxPoll::Probe,
-        };
+        let asked = std::env::var("BPFTIME_GPU_MAILBOX_POLL").unwrap_or_default();
+        let poll = [MailboxPoll::Probe, MailboxPoll::OneLoad]
+            .into_iter()
+            .find(|p| p.name() == asked)
+            .unwrap_or(MailboxPoll::Probe);
         let out = match device::cuda::baseline::mailbox_round_trips(&m, poll, 2_000, 10_000) {
             Ok(mut v) => {
                 json!({"p50_us": pct(&mut v, 0.5), "p99_us": pct(&mut v, 0.99), "n": v.len()})

@@ -5,33 +5,9 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-/// The ptxas to use: `$PTXAS`, else what `scripts/ptxas --locate` finds. `None` (with a
-/// loud skip message) when there is none, unless `BPFTIME_REQUIRE_PTXAS` is set.
+/// The ptxas to use ([`bpftime_tests::ptxas`]).
 pub fn ptxas() -> Option<PathBuf> {
-    static FOUND: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
-    FOUND.get_or_init(locate_ptxas).clone()
-}
-
-fn locate_ptxas() -> Option<PathBuf> {
-    if let Some(p) = std::env::var_os("PTXAS") {
-        return Some(PathBuf::from(p));
-    }
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../scripts/ptxas");
-    let found = Command::new(&script)
-        .arg("--locate")
-        .output()
-        .ok()
-        .filter(|o| o.status.success())
-        .map(|o| PathBuf::from(String::from_utf8_lossy(&o.stdout).trim().to_string()));
-    if found.is_none() {
-        if std::env::var_os("BPFTIME_REQUIRE_PTXAS").is_some() {
-            panic!("ptxas is required (BPFTIME_REQUIRE_PTXAS is set) but was not found");
-        }
-        eprintln!(
-            "SKIPPING ptxas check: ptxas not found (pip install --user nvidia-cuda-nvcc-cu12)"
-        );
-    }
-    found
+    bpftime_tests::ptxas()
 }
 
 /// Assembles `ptx` for sm_90; panics with ptxas's message and the numbered PTX on failure.

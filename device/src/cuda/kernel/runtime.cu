@@ -893,13 +893,12 @@ static __device__ __forceinline__ void unstage(u64 (*stage)[32], const u64 (&bod
     __syncwarp();
 }
 
-// A poll's loads, issued and maybe not yet arrived: the position and width it reads
-// (lane l: slot pos + l below w; a whole-slot poll, w <= 2: lanes 0..15 the first slot,
-// 16..31 the second, 16 bytes each), when it was issued, this lane's 16 bytes, and lane
-// 31's stop word.
+// A poll's loads, issued and maybe not yet arrived: when it was issued, this lane's 16
+// bytes (lane l: slot pos + l below w; a whole-slot poll, w <= 2: lanes 0..15 the first
+// slot, 16..31 the second, 16 bytes each), and lane 31's stop word.
 struct bpft_poll {
-    u64 a, b, pos, t;
-    u32 w, stop;
+    u64 a, b, t;
+    u32 stop;
 };
 
 static __device__ __forceinline__ bool poll_whole(u32 w) {
@@ -915,8 +914,6 @@ static __device__ __forceinline__ bool poll_whole(u32 w) {
 // are used, so the caller can do other work meanwhile.
 static __device__ __forceinline__ void poll_issue(const bpft_params &P, u32 d, u32 lane, u64 pos, u32 w,
                                                   bpft_poll &r) {
-    r.pos = pos;
-    r.w = w;
     r.a = r.b = 0;
     r.stop = 0;
     r.t = globaltimer();
@@ -996,7 +993,7 @@ static __device__ void dispatcher(const bpft_params &P, const u32 d, const u32 D
         // lane 31 reads the stop word in the same round.
         const u64 my = pos + lane;
         const u32 room = D == 1 ? 32 : (u32)(BPFT_STRIPE - pos % BPFT_STRIPE);
-        u32 w = width < room ? width : room;
+        const u32 w = width < room ? width : room;
         char *slot = (char *)(P.slots + (my & P.queue_mask) * BPFT_SIZE_QueueSlot);
         const char *src = slot + BPFT_OFF_QueueSlot_desc;
         const char *isrc = slot + BPFT_OFF_QueueSlot_inline;
@@ -1145,8 +1142,10 @@ static __device__ void dispatcher(const bpft_params &P, const u32 d, const u32 D
             st_rlx_sys(&C->batches, atomicAdd(&S->batches, batches) + batches);
             taken = batches = 0;
         }
-#if BPFT_HOP_SPLIT >= 2
+#if BPFT_HOP_SPLIT == 2 || BPFT_HOP_SPLIT == 3
         const u64 t_stored = now_ns(P);
+#endif
+#if BPFT_HOP_SPLIT == 3
         u64 t_lookup = 0;
 #endif
         // Classify and run, lane by lane in queue order for ring publication.
@@ -1157,7 +1156,7 @@ static __device__ void dispatcher(const bpft_params &P, const u32 d, const u32 D
         bool alone = false;  // self_contained
         if (live) {
             const bool found = lookup_prog(P, dj.prog_id, &p, entry_cache[lane], early_index && !retry, early_word);
-#if BPFT_HOP_SPLIT >= 2
+#if BPFT_HOP_SPLIT == 3
             t_lookup = now_ns(P);
 #endif
             if (found && validate(P, dj, p, in_base, out_base, res_base)) {
@@ -1174,7 +1173,7 @@ static __device__ void dispatcher(const bpft_params &P, const u32 d, const u32 D
                 kind = 3;
             }
         }
-#if BPFT_HOP_SPLIT >= 2
+#if BPFT_HOP_SPLIT == 2 || BPFT_HOP_SPLIT == 3
         const u64 t_looked = now_ns(P);
 #endif
         if (kind == 1) {
