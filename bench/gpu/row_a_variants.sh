@@ -6,6 +6,8 @@
 #   BIN=dir-with-bpftime-super-and-gpu_service bench/gpu/row_a_variants.sh ROUNDS NAME=PRELUDE...
 #
 # e.g. ... 2 default= split="#define BPFT_HOP_SPLIT 3" d1="#define BPFT_DISPATCHERS 1"
+# A variant's environment: ENV_<name>="VAR=VALUE ..." (e.g. ENV_pf="BPFTIME_CLIENT_PREFETCH=1"
+# ... pf=) is set for its runs only.
 # Writes $OUT/row_a_variants.json (a list: variant, round, prelude, row a) and
 # $OUT/row_a_variants.txt (a line a run); the runs' own directories stay in $WORK.
 set -u -o pipefail
@@ -24,15 +26,17 @@ for r in $(seq 1 "$ROUNDS"); do
         pre=${v#*=}
         o="$WORK/${name}_$r"
         mkdir -p "$o"
-        BIN="$BIN" OUT="$o" bash "$here/service.sh" a "$pre" > "$o/table.txt" 2>&1 || rc=1
+        envs="ENV_${name}"
+        # shellcheck disable=SC2086 # the variant's VAR=VALUE words, split on purpose
+        env ${!envs:-} BIN="$BIN" OUT="$o" bash "$here/service.sh" a "$pre" > "$o/table.txt" 2>&1 || rc=1
         python3 - "$o/gpu_service.json" "$name" "$r" "$pre" >> "$OUT/row_a_variants.jsonl" <<'PY'
-import json, sys
+import json, os, sys
 path, name, rnd, pre = sys.argv[1:]
 try:
     a = json.load(open(path))["a_round_trip"]
 except Exception as e:
     a = {"error": str(e)}
-print(json.dumps({"variant": name, "round": int(rnd), "prelude": pre, "a": a}))
+print(json.dumps({"variant": name, "round": int(rnd), "prelude": pre, "env": os.environ.get("ENV_" + name, ""), "a": a}))
 PY
         python3 - "$OUT/row_a_variants.jsonl" <<'PY' | tail -1 | tee -a "$OUT/row_a_variants.txt"
 import json, sys

@@ -163,6 +163,11 @@ fn the_runtime_knobs_compile_and_assemble() {
             Some("ld.global.v2.u64"),
         ),
         (
+            "tail_before_poll",
+            "#define BPFT_TAIL_SHADOW 0",
+            Some("ld.global.v2.u64"),
+        ),
+        (
             "hop_split_3",
             "#define BPFT_HOP_SPLIT 3",
             Some("ld.global.v2.u64"),
@@ -262,4 +267,12 @@ fn a_layout_the_kernel_disagrees_with_does_not_compile() {
     );
     let e = format!("{:?}", r.expect_err("a wrong layout must not compile"));
     assert!(e.contains("JobDesc size"), "{e}");
+}
+
+#[test]
+#[ignore]
+fn zz_dump_runtime() {
+    let pre = std::env::var("DUMP_PRELUDE").unwrap_or_default();
+    let ptx = source::compile_runtime_with(90, &pre).unwrap();
+    std::fs::write("/tmp/rtdump/rt.ptx", ptx).unwrap();
 }

@@ -111,6 +111,14 @@ typedef unsigned char u8;
 #ifndef BPFT_HEAD_SHADOW
 #define BPFT_HEAD_SHADOW 1
 #endif
+// A one-record job whose DONE went out early (BPFT_DONE_EARLY) still owes its done-log
+// entry, the log's system-scope fence and its slot's release. 1: the lane keeps them in
+// shared memory and does them after the next poll is issued, while its loads are in flight
+// (the fence waits for its stores to land, which took the dispatcher away from the queue
+// after every such job); 0: before the next poll. A tuning knob.
+#ifndef BPFT_TAIL_SHADOW
+#define BPFT_TAIL_SHADOW 1
+#endif
 // A diagnostic: 1 makes a one-record job's two hop words (Completion::gpu_hops) say where
 // its run goes instead: [0] from `started` to just before the program (lookup, checks,
 // input), [1] from `started` to just after it; 2: [0] to after the RUNNING and head
@@ -628,12 +636,40 @@ static __device__ __forceinline__ int run_record(const bpft_params &P, const bpf
 // entry and with no fence; the check word tells the client whether the fields it read are
 // all there. The log's fence still comes before the caller frees the queue slot. Otherwise
 // DONE follows the fence, which orders the fields before it (no check word).
-static __device__ void finish_job(const bpft_params &P, const bpft_job_desc &d, const bpft_prog &p,
-                           s32 status, u64 done, u64 failed, u64 r0, u32 err_pc, u64 err_record,
-                           u32 err_code, u64 started, u32 hop_poll = 0, u32 hop_fence = 0,
-                           bool early = false) {
+// A done-log entry's words 1..7 (bpft_done: the job's completion and client, status and
+// pc, failing record, error code and flag, run time, records done and failed).
+#define BPFT_TAIL_WORDS 7
+
+// Writes done-log entry `e` (BPFT_TAIL_WORDS words) at the log's next position, then the
+// system-scope fence (RUNNING, the completion's fields and the entry before the entry's
+// seq), then its seq. Waits while the log is a whole ring ahead of the host.
+static __device__ void log_done(const bpft_params &P, const u64 *e) {
     bpft_state *S = (bpft_state *)P.state;
     bpft_ctl *C = (bpft_ctl *)P.ctl;
+    u64 pos = atomicAdd(&S->done_pos, 1ull);
+    // Read the host's position over PCIe only when the cached one says the log is full.
+    if (pos - ld_rlx_gpu(&S->done_seen) > P.done_mask) {
+        u64 seen;
+        while (pos - (seen = ld_acq_sys(&C->done_consumed)) > P.done_mask) __nanosleep(200);
+        atomicMax(&S->done_seen, seen);
+    }
+    bpft_done *slot = (bpft_done *)P.done_log + (pos & P.done_mask);
+    u64 *dst = (u64 *)slot;
+    st_fld(dst + 1, e[0]);
+    st_fld_v2(dst + 2, e[1], e[2]);
+    st_fld_v2(dst + 4, e[3], e[4]);
+    st_fld_v2(dst + 6, e[5], e[6]);
+    asm volatile(BPFT_COMPLETION_FENCE ::: "memory");
+    st_rlx_sys(&slot->seq, pos + 1);
+}
+
+// `defer` (BPFT_TAIL_SHADOW): when the DONE goes out early, the log entry's words go there
+// instead of into the log, and finish_job returns true: the caller logs them (log_done)
+// after its next poll is issued and frees the job's slot after that.
+static __device__ bool finish_job(const bpft_params &P, const bpft_job_desc &d, const bpft_prog &p,
+                           s32 status, u64 done, u64 failed, u64 r0, u32 err_pc, u64 err_record,
+                           u32 err_code, u64 started, u32 hop_poll = 0, u32 hop_fence = 0,
+                           bool early = false, u64 *defer = 0) {
     char *c = completion_ptr(P, d.completion);
     u64 fin = now_ns(P);
     // The lane that stored RUNNING stores DONE: two writes of one thread to one word, which
@@ -657,22 +693,21 @@ static __device__ void finish_job(const bpft_params &P, const bpft_job_desc &d, 
     st_fld_v2(c + BPFT_OFF_Completion_started_ns, started, fin);
     st_fld32_v2(c + BPFT_OFF_Completion_gpu_hops, hop_poll, hop_fence);
     if (done_now) st_rlx_sys32(c + BPFT_OFF_Completion_state, CS_DONE_CHECKED);
-    u64 pos = atomicAdd(&S->done_pos, 1ull);
-    // Read the host's position over PCIe only when the cached one says the log is full.
-    if (pos - ld_rlx_gpu(&S->done_seen) > P.done_mask) {
-        u64 seen;
-        while (pos - (seen = ld_acq_sys(&C->done_consumed)) > P.done_mask) __nanosleep(200);
-        atomicMax(&S->done_seen, seen);
+    const u64 e[BPFT_TAIL_WORDS] = {(u64)d.completion | ((u64)d.client << 32),
+                                    (u64)(u32)status | ((u64)err_pc << 32),
+                                    err_record,
+                                    (u64)err_code | ((u64)(status != ST_OK) << 32),
+                                    fin - started,
+                                    done,
+                                    failed};
+    if (done_now && defer) {
+#pragma unroll
+        for (int i = 0; i < BPFT_TAIL_WORDS; i++) defer[i] = e[i];
+        return true;
     }
-    bpft_done *slot = (bpft_done *)P.done_log + (pos & P.done_mask);
-    u64 *dst = (u64 *)slot;
-    st_fld(dst + 1, (u64)d.completion | ((u64)d.client << 32));
-    st_fld_v2(dst + 2, (u64)(u32)status | ((u64)err_pc << 32), err_record);
-    st_fld_v2(dst + 4, (u64)err_code | ((u64)(status != ST_OK) << 32), fin - started);
-    st_fld_v2(dst + 6, done, failed);
-    asm volatile(BPFT_COMPLETION_FENCE ::: "memory");
-    st_rlx_sys(&slot->seq, pos + 1);
+    log_done(P, e);
     if (status == ST_OK && !done_now) st_rlx_sys32(c + BPFT_OFF_Completion_state, CS_DONE);
+    return false;
 }
 static_assert(sizeof(struct bpft_done) == 64 && BPFT_OFF_Completion_state == 0, "done entry words");
 static_assert(BPFT_OFF_Completion_status == 4 && BPFT_OFF_Completion_message == 8 &&
@@ -705,10 +740,11 @@ static __device__ void forward(const bpft_params &P, const bpft_job_desc &d) {
 // `ti`, `to`: its input's and output's tiers (job_tier), read by the dispatcher.
 // `early`: the job wrote nothing the client reads but its completion (self_contained, no
 // results buffer), so its DONE may go out before the log's fence (finish_job).
-static __device__ void run_short(const bpft_params &P, const bpft_job_desc &d, const bpft_prog &p,
+// `defer`: finish_job's; returns whether the job's log entry and slot release were deferred.
+static __device__ bool run_short(const bpft_params &P, const bpft_job_desc &d, const bpft_prog &p,
                           const bpft_tier_ref &ti, const bpft_tier_ref &to, u64 in_base,
                           u64 out_base, u64 res_base, u64 started, u32 hop_poll, u32 hop_fence,
-                          bool early) {
+                          bool early, u64 *defer) {
     u64 r0 = 0;
     u32 err_pc = 0;
 #if BPFT_HOP_SPLIT == 4
@@ -734,8 +770,8 @@ static __device__ void run_short(const bpft_params &P, const bpft_job_desc &d, c
     hop_fence |= (u32)(hop_split_field(now_ns(P) - started, 4) >> 32);
 #endif
     if (res_base) st_rlx_sys((u64 *)res_base, e ? ~0ull : r0);
-    finish_job(P, d, p, e ? ST_RUNTIME_ERROR : ST_OK, e ? 0 : 1, e ? 1 : 0, e ? 0 : r0, err_pc,
-               0, (u32)e, started, hop_poll, hop_fence, early);
+    return finish_job(P, d, p, e ? ST_RUNTIME_ERROR : ST_OK, e ? 0 : 1, e ? 1 : 0, e ? 0 : r0, err_pc,
+                      0, (u32)e, started, hop_poll, hop_fence, early, defer);
 }
 
 // Publishes a multi-record job to the ring. Reusing a slot waits until its previous job
@@ -986,6 +1022,10 @@ static __device__ void dispatcher(const bpft_params &P, const u32 d, const u32 D
     // Each lane's last program entry and its index word (lookup_prog).
     __shared__ u64 entry_cache[32][9];
     entry_cache[lane][8] = 0;
+    // Each lane's deferred tail (BPFT_TAIL_SHADOW): a done-log entry, then the position whose
+    // slot is freed after it.
+    __shared__ u64 tails[32][BPFT_TAIL_WORDS + 1];
+    bool tail_due = false;
     u32 width = 1;  // lanes that read a slot in the next poll
     bool head_due = false;  // D > 1: the head is to be stored in the next poll's shadow
     for (;;) {
@@ -1010,6 +1050,14 @@ static __device__ void dispatcher(const bpft_params &P, const u32 d, const u32 D
         // (bench/results/gpu_service.md).
         bpft_poll x;
         poll_issue(P, d, lane, pos, w, x);
+        // The last batch's deferred tails, in the order finish_job has them: the log entry,
+        // its fence, then the slot (the head, below, only after the slots).
+        if (BPFT_TAIL_SHADOW && tail_due) {
+            tail_due = false;
+            log_done(P, tails[lane]);
+            const u64 q = tails[lane][BPFT_TAIL_WORDS];
+            st_rlx_sys((void *)(P.slots + (q & P.queue_mask) * BPFT_SIZE_QueueSlot), q + cap);
+        }
         if (BPFT_HEAD_SHADOW && D > 1 && head_due) {
             head_due = false;
             store_head(S, head_word, d, D, lane, pos, false);
@@ -1176,8 +1224,10 @@ static __device__ void dispatcher(const bpft_params &P, const u32 d, const u32 D
 #if BPFT_HOP_SPLIT == 2 || BPFT_HOP_SPLIT == 3
         const u64 t_looked = now_ns(P);
 #endif
+        bool deferred = false;
         if (kind == 1) {
             const bool early = BPFT_DONE_EARLY && alone && !res_base;
+            u64 *defer = BPFT_TAIL_SHADOW ? tails[lane] : 0;
             // Inline input: run it from this lane's device scratch line, not over PCIe.
             const int m = bpft_inline_words(dw);
             if (m > 0) {
@@ -1188,18 +1238,25 @@ static __device__ void dispatcher(const bpft_params &P, const u32 d, const u32 D
                 in_base = (u64)line;
             }
 #if BPFT_HOP_SPLIT == 1
-            run_short(P, dj, p, ti, to, in_base, out_base, res_base, started, (u32)(now_ns(P) - started), 0, early);
+            deferred = run_short(P, dj, p, ti, to, in_base, out_base, res_base, started,
+                                 (u32)(now_ns(P) - started), 0, early, defer);
 #elif BPFT_HOP_SPLIT == 2
-            run_short(P, dj, p, ti, to, in_base, out_base, res_base, started, (u32)(t_stored - started),
-                      (u32)(t_looked - started), early);
+            deferred = run_short(P, dj, p, ti, to, in_base, out_base, res_base, started, (u32)(t_stored - started),
+                                 (u32)(t_looked - started), early, defer);
 #elif BPFT_HOP_SPLIT == 3
             const u64 t_input = now_ns(P);
             const u64 f = hop_split_field(t_stored - started, 0) | hop_split_field(t_lookup - started, 1) |
                           hop_split_field(t_looked - started, 2) | hop_split_field(t_input - started, 3);
-            run_short(P, dj, p, ti, to, in_base, out_base, res_base, started, (u32)f, (u32)(f >> 32), early);
+            deferred = run_short(P, dj, p, ti, to, in_base, out_base, res_base, started, (u32)f, (u32)(f >> 32),
+                                 early, defer);
 #else
-            run_short(P, dj, p, ti, to, in_base, out_base, res_base, started, hop_poll, hop_fence, early);
+            deferred = run_short(P, dj, p, ti, to, in_base, out_base, res_base, started, hop_poll, hop_fence,
+                                 early, defer);
 #endif
+            if (deferred) {
+                tails[lane][BPFT_TAIL_WORDS] = my;
+                tail_due = true;
+            }
         }
         if (kind == 4) mailbox_ping(P, dj, p, started);
         for (u32 l = 0; l < k; l++) {
@@ -1214,8 +1271,9 @@ static __device__ void dispatcher(const bpft_params &P, const u32 d, const u32 D
         // the entry first (an early DONE goes out before that fence, but the slot after
         // it: recovery, job::fail_taken, finds such a job DONE and does not run it again),
         // so no release is needed; the others need RUNNING visible first (a lost context
-        // must never leave a taken job unmarked), hence a release store.
-        if (live) {
+        // must never leave a taken job unmarked), hence a release store. A deferred tail
+        // frees its slot after its log entry, once the next poll is issued.
+        if (live && !deferred) {
             if (kind == 1 || kind == 4) st_rlx_sys(slot, my + cap);
             else st_rel_sys(slot, my + cap);
         }
