@@ -163,8 +163,8 @@ fn the_runtime_knobs_compile_and_assemble() {
             Some("ld.global.v2.u64"),
         ),
         (
-            "tail_before_poll",
-            "#define BPFT_TAIL_SHADOW 0",
+            "tail_in_poll_shadow",
+            "#define BPFT_TAIL_SHADOW 1\n#define BPFT_POLL_DELAY_NS 500",
             Some("ld.global.v2.u64"),
         ),
         (

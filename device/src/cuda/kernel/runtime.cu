@@ -115,9 +115,16 @@ typedef unsigned char u8;
 // entry, the log's system-scope fence and its slot's release. 1: the lane keeps them in
 // shared memory and does them after the next poll is issued, while its loads are in flight
 // (the fence waits for its stores to land, which took the dispatcher away from the queue
-// after every such job); 0: before the next poll. A tuning knob.
+// after every such job); 0: before the next poll. A tuning knob: 1 made row a slower (8.0
+// against 6.1 us, bench/results/gpu_service.md): the first poll after the job went out too
+// early to see the client's next job, and its fence then held the warp until it returned.
 #ifndef BPFT_TAIL_SHADOW
-#define BPFT_TAIL_SHADOW 1
+#define BPFT_TAIL_SHADOW 0
+#endif
+// A diagnostic: after a batch that ran a one-record job, the next poll waits until this
+// many ns after the batch ended (where in the poll's cycle a lone client's next job lands).
+#ifndef BPFT_POLL_DELAY_NS
+#define BPFT_POLL_DELAY_NS 0
 #endif
 // A diagnostic: 1 makes a one-record job's two hop words (Completion::gpu_hops) say where
 // its run goes instead: [0] from `started` to just before the program (lookup, checks,
@@ -1026,6 +1033,7 @@ static __device__ void dispatcher(const bpft_params &P, const u32 d, const u32 D
     // slot is freed after it.
     __shared__ u64 tails[32][BPFT_TAIL_WORDS + 1];
     bool tail_due = false;
+    u64 delay_from = 0;  // BPFT_POLL_DELAY_NS
     u32 width = 1;  // lanes that read a slot in the next poll
     bool head_due = false;  // D > 1: the head is to be stored in the next poll's shadow
     for (;;) {
@@ -1049,6 +1057,11 @@ static __device__ void dispatcher(const bpft_params &P, const u32 d, const u32 D
         // one after another, so what counts is how many there are
         // (bench/results/gpu_service.md).
         bpft_poll x;
+        if (BPFT_POLL_DELAY_NS && delay_from) {
+            while (globaltimer() < delay_from + BPFT_POLL_DELAY_NS) {
+            }
+            delay_from = 0;
+        }
         poll_issue(P, d, lane, pos, w, x);
         // The last batch's deferred tails, in the order finish_job has them: the log entry,
         // its fence, then the slot (the head, below, only after the slots).
@@ -1277,6 +1290,7 @@ static __device__ void dispatcher(const bpft_params &P, const u32 d, const u32 D
             if (kind == 1 || kind == 4) st_rlx_sys(slot, my + cap);
             else st_rel_sys(slot, my + cap);
         }
+        if (BPFT_POLL_DELAY_NS && __any_sync(FULL_MASK, kind == 1)) delay_from = globaltimer();
         if (D > 1) {
             if (BPFT_HEAD_SHADOW) head_due = true;
             else store_head(S, head_word, d, D, lane, pos, true);
