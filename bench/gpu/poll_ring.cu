@@ -17,7 +17,10 @@
 // store, 1 the service's completion (eight field stores over two lines, then the state
 // word), 2 that and then the done log's tail before the next poll (four stores to another
 // line, fence.acq_rel.sys, its seq, the slot's release), 3 that with a RUNNING store to the
-// state word as soon as the job is seen.
+// state word as soon as the job is seen; `bg`: other blocks (other SMs) poll slots of
+// their own back to back meanwhile, as the service's other dispatchers do; `hd`: the
+// service's head store in the poll's shadow (a device store of the position, a device load
+// of four positions, their minimum stored to a host word).
 //
 // nvcc -O3 -arch=sm_90 -o poll_ring poll_ring.cu -lpthread && ./poll_ring [rounds]
 #include <cuda_runtime.h>
@@ -62,9 +65,21 @@ __device__ __forceinline__ u64 gtimer() {
 // Layout of the host area: `ring` slots of 256 bytes, then the control area: the answer
 // word (offset 0, a 128-byte completion), a done log (1024..5120), the client's go word
 // (6144), the client's results (8192.., doubles).
-__global__ void dispatcher(int n, int ring, int warm, int rk, const char *slots, u64 *resp, const unsigned *stop_d,
-                           u64 *poll_ns, u64 *gave_up) {
+__global__ void dispatcher(int n, int ring, int warm, int rk, int hd, const char *slots, u64 *resp,
+                           const unsigned *stop_d, u64 *dev, u64 *poll_ns, u64 *gave_up) {
     const unsigned lane = threadIdx.x & 31;
+    if (blockIdx.x > 0) {
+        // A background poller: its own slot, until block 0 is done.
+        const char *mine = slots + (size_t)((ring / 2 + 64 * blockIdx.x) % ring) * 256;
+        u64 seen = 0;
+        while (*(volatile const unsigned *)(stop_d + 1) == 0) {
+            u64 a = 0, b = 0;
+            if (lane < 16) ld_rlx_sys_v2(mine + 16 * lane, a, b);
+            seen += __shfl_sync(0xffffffffu, a, 0) + b;
+        }
+        if (seen == 0x5555555555555555ull) *gave_up = 7;  // used, never true
+        return;
+    }
     for (int job = 1; job <= n; job++) {
         const char *slot = slots + (size_t)((job - 1) % ring) * 256;
         if (warm && ring > 16 && ((job - 1) % 16) == 8 && lane == 0) {
@@ -77,6 +92,17 @@ __global__ void dispatcher(int n, int ring, int warm, int rk, const char *slots,
             const u64 t0 = gtimer();
             if (lane < 16) ld_rlx_sys_v2(slot + 16 * lane, a, b);
             const unsigned stop = lane == 31 ? *(volatile const unsigned *)stop_d : 0;
+            if (hd) {
+                if (lane == 0) *(volatile u64 *)dev = (u64)job;
+                __syncwarp();
+                u64 q = lane < 4 ? *(volatile u64 *)(dev + lane) : ~0ull;
+#pragma unroll
+                for (int o = 16; o > 0; o >>= 1) {
+                    const u64 x = __shfl_xor_sync(0xffffffffu, q, o);
+                    q = x < q ? x : q;
+                }
+                if (lane == 0) st_rlx_sys(resp + 15, q);
+            }
             const u64 seq = __shfl_sync(0xffffffffu, a, 0);
             const unsigned mix = __reduce_or_sync(0xffffffffu, (unsigned)b ^ stop);
             const u64 t1 = gtimer();
@@ -117,10 +143,12 @@ __global__ void dispatcher(int n, int ring, int warm, int rk, const char *slots,
             }
             if (__shfl_sync(0xffffffffu, stop, 31) || spins > 100000000) {
                 if (lane == 0) *gave_up = 1;
-                return;
+                break;
             }
         }
+        if (*(volatile u64 *)gave_up == 1) break;
     }
+    if (lane == 0) *(volatile unsigned *)(stop_d + 1) = 1;  // the background pollers stop
 }
 
 static double q(std::vector<double> v, double p) {
@@ -194,8 +222,9 @@ int main(int argc, char **argv) {
     memset(alloc, 0, bytes);
     unsigned *stop_d;
     u64 *poll_ns, *gave_up;
-    CK(cudaMalloc(&stop_d, 4));
-    CK(cudaMemset(stop_d, 0, 4));
+    CK(cudaMalloc(&stop_d, 8));
+    u64 *dev;
+    CK(cudaMalloc(&dev, 64));
     CK(cudaMalloc(&poll_ns, n * 8));
     CK(cudaMalloc(&gave_up, 8));
     cudaStream_t st;
@@ -204,16 +233,16 @@ int main(int argc, char **argv) {
     CK(cudaGetDeviceProperties(&prop, 0));
     printf("# device %s\n", prop.name);
 
-    struct V { const char *name; int shm, ring, proc, warm, pf, rk; };
-    const V vs[] = {{"alloc, one slot, thread", 0, 1, 0, 0, 0, 0},
-                    {"shm, one slot, process", 1, 1, 1, 0, 0, 0},
-                    {"shm, ring, process", 1, RING, 1, 0, 0, 0},
-                    {"shm, ring, process, prefetchw", 1, RING, 1, 0, 1, 0},
-                    {"shm, ring, process, read next", 1, RING, 1, 0, 2, 0},
-                    {"shm, ring, process, fields", 1, RING, 1, 0, 0, 1},
-                    {"shm, ring, process, fields+tail", 1, RING, 1, 0, 0, 2},
-                    {"shm, ring, process, running+fields+tail", 1, RING, 1, 0, 0, 3},
-                    {"shm, ring, process, running+fields+tail, prefetchw", 1, RING, 1, 0, 1, 3}};
+    struct V { const char *name; int shm, ring, proc, warm, pf, rk, bg, hd; };
+    const V vs[] = {{"alloc, one slot, thread", 0, 1, 0, 0, 0, 0, 0, 0},
+                    {"shm, ring, process", 1, RING, 1, 0, 0, 0, 0, 0},
+                    {"shm, ring, process, fields+tail", 1, RING, 1, 0, 0, 2, 0, 0},
+                    {"shm, ring, process, 1 other poller", 1, RING, 1, 0, 0, 0, 1, 0},
+                    {"shm, ring, process, 3 other pollers", 1, RING, 1, 0, 0, 0, 3, 0},
+                    {"shm, ring, process, 7 other pollers", 1, RING, 1, 0, 0, 0, 7, 0},
+                    {"shm, ring, process, head store", 1, RING, 1, 0, 0, 0, 0, 1},
+                    {"shm, ring, process, head store, 3 other pollers", 1, RING, 1, 0, 0, 0, 3, 1},
+                    {"shm, ring, process, fields+tail, head store, 3 other pollers", 1, RING, 1, 0, 0, 2, 3, 1}};
     const int NV = sizeof(vs) / sizeof(vs[0]);
     std::vector<std::vector<double>> rt50(NV), rt99(NV), poll50(NV);
     std::vector<double> rt(n);
@@ -225,8 +254,10 @@ int main(int argc, char **argv) {
             char *dbase;
             CK(cudaHostGetDevicePointer((void **)&dbase, base, 0));
             CK(cudaMemsetAsync(gave_up, 0, 8, st));
-            dispatcher<<<1, 32, 0, st>>>(n, vs[v].ring, vs[v].warm, vs[v].rk, dbase, (u64 *)(dbase + ring_bytes), stop_d,
-                                         poll_ns, gave_up);
+            CK(cudaMemsetAsync(stop_d, 0, 8, st));
+            CK(cudaMemsetAsync(dev, 0, 64, st));
+            dispatcher<<<1 + vs[v].bg, 32, 0, st>>>(n, vs[v].ring, vs[v].warm, vs[v].rk, vs[v].hd, dbase,
+                                                    (u64 *)(dbase + ring_bytes), stop_d, dev, poll_ns, gave_up);
             CK(cudaGetLastError());
             if (vs[v].proc) {
                 std::atomic_thread_fence(std::memory_order_seq_cst);

@@ -126,6 +126,15 @@ typedef unsigned char u8;
 #ifndef BPFT_POLL_DELAY_NS
 #define BPFT_POLL_DELAY_NS 0
 #endif
+// A dispatcher whose last BPFT_IDLE_AFTER polls found nothing sleeps this many ns before
+// each next poll (0: never), so that idle dispatchers do not keep host reads in flight
+// beside the one a lone client's jobs go to. A tuning knob.
+#ifndef BPFT_IDLE_NAP_NS
+#define BPFT_IDLE_NAP_NS 0
+#endif
+#ifndef BPFT_IDLE_AFTER
+#define BPFT_IDLE_AFTER 16
+#endif
 // A diagnostic: 1 makes a one-record job's two hop words (Completion::gpu_hops) say where
 // its run goes instead: [0] from `started` to just before the program (lookup, checks,
 // input), [1] from `started` to just after it; 2: [0] to after the RUNNING and head
@@ -1034,6 +1043,7 @@ static __device__ void dispatcher(const bpft_params &P, const u32 d, const u32 D
     __shared__ u64 tails[32][BPFT_TAIL_WORDS + 1];
     bool tail_due = false;
     u64 delay_from = 0;  // BPFT_POLL_DELAY_NS
+    u32 empty = 0;  // polls in a row that found nothing (BPFT_IDLE_NAP_NS)
     u32 width = 1;  // lanes that read a slot in the next poll
     bool head_due = false;  // D > 1: the head is to be stored in the next poll's shadow
     for (;;) {
@@ -1057,6 +1067,7 @@ static __device__ void dispatcher(const bpft_params &P, const u32 d, const u32 D
         // one after another, so what counts is how many there are
         // (bench/results/gpu_service.md).
         bpft_poll x;
+        if (BPFT_IDLE_NAP_NS && empty >= BPFT_IDLE_AFTER) __nanosleep(BPFT_IDLE_NAP_NS);
         if (BPFT_POLL_DELAY_NS && delay_from) {
             while (globaltimer() < delay_from + BPFT_POLL_DELAY_NS) {
             }
@@ -1108,6 +1119,7 @@ static __device__ void dispatcher(const bpft_params &P, const u32 d, const u32 D
         const int gone = lane < w && (s64)(seq - (my + 1)) > 0;
         if (__shfl_sync(FULL_MASK, stop, 31)) break;
         const u32 k = take_count(ready || gone, w, width);
+        empty = k == 0 ? empty + 1 : 0;
         if (k == 0) continue;
         const int live = lane < k && ready;
         const u32 nlive = __popc(__ballot_sync(FULL_MASK, live));
