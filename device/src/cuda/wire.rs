@@ -58,8 +58,7 @@ pub const MAILBOX_BYTES: u64 = TRACE_OFF + 64 + TRACE_RING as u64 * 64;
 /// `struct bpft_ctl`.
 #[repr(C)]
 pub struct Ctl {
-    /// Service: the kernel stops taking jobs, drains and exits.
-    pub stop: AtomicU32,
+    _reserved0: u32,
     _pad0: u32,
     /// Service: done-log entries consumed.
     pub done_consumed: AtomicU64,
@@ -80,7 +79,11 @@ pub struct Ctl {
     /// Service: the last gap in which it stopped taking jobs (every job it took there has
     /// finished and its slot is released).
     pub gap_done: AtomicU64,
-    _pad1: [u64; 8],
+    /// Service: the kernel stops taking jobs, drains and exits. Alone on its cache line:
+    /// dispatcher 0 reads it with every poll, and the words above change with every job.
+    pub stop: AtomicU32,
+    _pad1b: u32,
+    _pad1: [u64; 7],
     /// GPU: queue head at exit.
     pub head: AtomicU64,
     /// GPU: jobs taken in this generation.
@@ -141,6 +144,7 @@ const _: () = {
     assert!(offset_of!(Ctl, worker_faulted) == 32);
     // The kernel reads the gap words (runtime.cu asserts the same offsets).
     assert!(offset_of!(Ctl, gap_open) == 40 && offset_of!(Ctl, gap_done) == 56);
+    assert!(offset_of!(Ctl, stop) == 64);
     assert!(offset_of!(Ctl, running) == 152);
     assert!(size_of::<DoneEntry>() == 64);
     assert!(size_of::<FwdEntry>() == 128);

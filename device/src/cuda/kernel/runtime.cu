@@ -135,6 +135,12 @@ typedef unsigned char u8;
 #ifndef BPFT_IDLE_AFTER
 #define BPFT_IDLE_AFTER 16
 #endif
+// With several dispatchers, the queue head is stored in a poll's shadow only when the poll
+// before it found nothing, or every BPFT_HEAD_EVERY-th batch (1: after every batch). A
+// head that lags is still a lower bound of the positions not taken. A tuning knob.
+#ifndef BPFT_HEAD_EVERY
+#define BPFT_HEAD_EVERY 1
+#endif
 // A diagnostic: 1 makes a one-record job's two hop words (Completion::gpu_hops) say where
 // its run goes instead: [0] from `started` to just before the program (lookup, checks,
 // input), [1] from `started` to just after it; 2: [0] to after the RUNNING and head
@@ -320,9 +326,12 @@ struct bpft_tier {
 };
 static_assert(sizeof(struct bpft_tier) == 64, "bpft_tier: worker.rs TierEntry");
 
-// Control block in pinned host memory. Line 0: written by the host. Line 1: by the GPU.
+// Control block in pinned host memory. Line 0: written by the host as it consumes the
+// logs. Line 1: the stop word alone (dispatcher 0 reads it with every poll; on line 0 it
+// shared a cache line with done_consumed, which the host writes after every job). Lines
+// 2 and 3: written by the GPU.
 struct bpft_ctl {
-    u32 stop;            // host: stop taking jobs, drain the ring, exit
+    u32 reserved0;
     u32 pad0;
     u64 done_consumed;   // host: done-log entries consumed
     u64 fwd_consumed;    // host: forward-ring entries consumed
@@ -331,7 +340,9 @@ struct bpft_ctl {
     u64 gap_open;        // worker process: the host gap it opened last (wire.rs)
     u64 gap_close;       // worker process: the gap it wants closed
     u64 gap_done;        // host: the last gap it stopped taking jobs in
-    u64 pad1[8];
+    u32 stop;            // host: stop taking jobs, drain the ring, exit
+    u32 pad1b;
+    u64 pad1[7];
     u64 head;            // GPU: queue head at exit
     u64 jobs_taken;      // GPU: jobs taken from the queue in this generation
     u64 torn_reads;      // GPU: slots whose check word did not match (read again in order)
@@ -340,7 +351,7 @@ struct bpft_ctl {
     u64 batches;         // GPU: polls that took jobs (with jobs_taken: the mean batch)
     u64 pad2[11];
 };
-// (NVRTC has no offsetof: wire.rs asserts the field offsets, gap_open at 40.)
+// (NVRTC has no offsetof: wire.rs asserts the field offsets, gap_open at 40, stop at 64.)
 static_assert(sizeof(struct bpft_ctl) == 256, "bpft_ctl size");
 
 // Device state, persists across generations (device memory, zeroed once; the host clears
@@ -1044,6 +1055,7 @@ static __device__ void dispatcher(const bpft_params &P, const u32 d, const u32 D
     bool tail_due = false;
     u64 delay_from = 0;  // BPFT_POLL_DELAY_NS
     u32 empty = 0;  // polls in a row that found nothing (BPFT_IDLE_NAP_NS)
+    u32 since_head = 0;  // batches since the head was stored (BPFT_HEAD_EVERY)
     u32 width = 1;  // lanes that read a slot in the next poll
     bool head_due = false;  // D > 1: the head is to be stored in the next poll's shadow
     for (;;) {
@@ -1082,8 +1094,9 @@ static __device__ void dispatcher(const bpft_params &P, const u32 d, const u32 D
             const u64 q = tails[lane][BPFT_TAIL_WORDS];
             st_rlx_sys((void *)(P.slots + (q & P.queue_mask) * BPFT_SIZE_QueueSlot), q + cap);
         }
-        if (BPFT_HEAD_SHADOW && D > 1 && head_due) {
+        if (BPFT_HEAD_SHADOW && D > 1 && head_due && (empty > 0 || ++since_head >= BPFT_HEAD_EVERY)) {
             head_due = false;
+            since_head = 0;
             store_head(S, head_word, d, D, lane, pos, false);
         }
         const u64 t_poll = x.t;
