@@ -164,7 +164,7 @@ fn the_runtime_knobs_compile_and_assemble() {
         ),
         (
             "tail_in_poll_shadow",
-            "#define BPFT_TAIL_SHADOW 1\n#define BPFT_POLL_DELAY_NS 500\n#define BPFT_IDLE_NAP_NS 2000\n#define BPFT_HEAD_EVERY 8",
+            "#define BPFT_TAIL_SHADOW 1\n#define BPFT_POLL_DELAY_NS 500\n#define BPFT_IDLE_NAP_NS 2000\n#define BPFT_HEAD_EVERY 8\n#define BPFT_STOP_EVERY 8",
             Some("ld.global.v2.u64"),
         ),
         (

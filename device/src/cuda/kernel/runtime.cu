@@ -141,6 +141,11 @@ typedef unsigned char u8;
 #ifndef BPFT_HEAD_EVERY
 #define BPFT_HEAD_EVERY 1
 #endif
+// Dispatcher 0 reads the host's stop word with every BPFT_STOP_EVERY-th poll (the others
+// read its copy in device memory): a second host line in the poll. A tuning knob.
+#ifndef BPFT_STOP_EVERY
+#define BPFT_STOP_EVERY 1
+#endif
 // A diagnostic: 1 makes a one-record job's two hop words (Completion::gpu_hops) say where
 // its run goes instead: [0] from `started` to just before the program (lookup, checks,
 // input), [1] from `started` to just after it; 2: [0] to after the RUNNING and head
@@ -976,7 +981,7 @@ static __device__ __forceinline__ bool poll_whole(u32 w) {
 // Issues poll `r` of (pos, w) for dispatcher d. The loads are in flight until its values
 // are used, so the caller can do other work meanwhile.
 static __device__ __forceinline__ void poll_issue(const bpft_params &P, u32 d, u32 lane, u64 pos, u32 w,
-                                                  bpft_poll &r) {
+                                                  bpft_poll &r, bool host_stop = true) {
     r.a = r.b = 0;
     r.stop = 0;
     r.t = globaltimer();
@@ -994,7 +999,7 @@ static __device__ __forceinline__ void poll_issue(const bpft_params &P, u32 d, u
         // Dispatcher 0 reads the host's stop word (relaxed: an acquire load would hold the
         // warp until it returns; the caller fences once it sees stop), the others the copy
         // dispatcher 0 leaves in device memory.
-        if (d != 0) r.stop = *(volatile u32 *)&((bpft_state *)P.state)->stop;
+        if (d != 0 || !host_stop) r.stop = *(volatile u32 *)&((bpft_state *)P.state)->stop;
         else r.stop = ld_rlx_sys32(&((bpft_ctl *)P.ctl)->stop);
     }
 }
@@ -1056,6 +1061,7 @@ static __device__ void dispatcher(const bpft_params &P, const u32 d, const u32 D
     u64 delay_from = 0;  // BPFT_POLL_DELAY_NS
     u32 empty = 0;  // polls in a row that found nothing (BPFT_IDLE_NAP_NS)
     u32 since_head = 0;  // batches since the head was stored (BPFT_HEAD_EVERY)
+    u32 polls = 0;  // BPFT_STOP_EVERY
     u32 width = 1;  // lanes that read a slot in the next poll
     bool head_due = false;  // D > 1: the head is to be stored in the next poll's shadow
     for (;;) {
@@ -1085,7 +1091,7 @@ static __device__ void dispatcher(const bpft_params &P, const u32 d, const u32 D
             }
             delay_from = 0;
         }
-        poll_issue(P, d, lane, pos, w, x);
+        poll_issue(P, d, lane, pos, w, x, BPFT_STOP_EVERY <= 1 || ++polls % BPFT_STOP_EVERY == 0);
         // The last batch's deferred tails, in the order finish_job has them: the log entry,
         // its fence, then the slot (the head, below, only after the slots).
         if (BPFT_TAIL_SHADOW && tail_due) {
