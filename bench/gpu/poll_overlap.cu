@@ -30,8 +30,6 @@
 #include <cstring>
 #include <vector>
 
-typedef unsigned long long u64;
-
 #define CK(x)                                                                                   \
     do {                                                                                        \
         cudaError_t e_ = (x);                                                                   \
@@ -40,6 +38,9 @@ typedef unsigned long long u64;
             exit(1);                                                                            \
         }                                                                                       \
     } while (0)
+
+// ---- device code (bench/tests/gpu_probes.rs compiles it with NVRTC and ptxas) ----
+typedef unsigned long long u64;
 
 __device__ __forceinline__ void ld_rlx_sys_v2(const void *p, u64 &a, u64 &b) {
     asm volatile("ld.relaxed.sys.global.v2.u64 {%0,%1}, [%2];" : "=l"(a), "=l"(b) : "l"(p) : "memory");
@@ -117,6 +118,7 @@ __global__ void dispatcher(int k, int halves, u64 stagger, int n, int ring, cons
     }
 }
 
+// ---- host code ----
 static double q(std::vector<double> v, double p) {
     std::sort(v.begin(), v.end());
     return v[std::min(v.size() - 1, (size_t)(p * v.size()))];

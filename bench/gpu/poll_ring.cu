@@ -39,8 +39,6 @@
 #include <thread>
 #include <vector>
 
-typedef unsigned long long u64;
-
 #define CK(x)                                                                                   \
     do {                                                                                        \
         cudaError_t e_ = (x);                                                                   \
@@ -49,6 +47,9 @@ typedef unsigned long long u64;
             exit(1);                                                                            \
         }                                                                                       \
     } while (0)
+
+// ---- device code (bench/tests/gpu_probes.rs compiles it with NVRTC and ptxas) ----
+typedef unsigned long long u64;
 
 __device__ __forceinline__ void ld_rlx_sys_v2(const void *p, u64 &a, u64 &b) {
     asm volatile("ld.relaxed.sys.global.v2.u64 {%0,%1}, [%2];" : "=l"(a), "=l"(b) : "l"(p) : "memory");
@@ -151,6 +152,7 @@ __global__ void dispatcher(int n, int ring, int warm, int rk, int hd, const char
     if (lane == 0) *(volatile unsigned *)(stop_d + 1) = 1;  // the background pollers stop
 }
 
+// ---- host code ----
 static double q(std::vector<double> v, double p) {
     std::sort(v.begin(), v.end());
     return v[std::min(v.size() - 1, (size_t)(p * v.size()))];

@@ -31,8 +31,6 @@
 #include <thread>
 #include <vector>
 
-typedef unsigned long long u64;
-
 #define CK(x)                                                                          \
     do {                                                                               \
         cudaError_t e_ = (x);                                                          \
@@ -42,9 +40,10 @@ typedef unsigned long long u64;
         }                                                                              \
     } while (0)
 
+// ---- device code (bench/tests/gpu_probes.rs compiles it with NVRTC and ptxas) ----
+typedef unsigned long long u64;
+
 enum Shape { LINE, LINE_STOP, LINE_DSTOP, SLOT, SLOT_STOP, SLOT_DSTOP, WORD_STOP, WORD, TWO_LINES, NSHAPES };
-static const char *kNames[NSHAPES] = {"line", "line+stop", "line+dstop", "slot", "slot+stop",
-                                      "slot+dstop", "word+stop", "word", "2x line"};
 
 __device__ __forceinline__ void ld_rlx_sys_v2(const void *p, u64 &a, u64 &b) {
     asm volatile("ld.relaxed.sys.global.v2.u64 {%0,%1}, [%2];" : "=l"(a), "=l"(b) : "l"(p) : "memory");
@@ -117,6 +116,10 @@ __global__ void dispatcher(int shape, int n, const char *slot, const unsigned *s
     }
     if (lane == 0) poll_count[0] = count;
 }
+
+// ---- host code ----
+static const char *kNames[NSHAPES] = {"line", "line+stop", "line+dstop", "slot", "slot+stop",
+                                      "slot+dstop", "word+stop", "word", "2x line"};
 
 static double q(std::vector<double> v, double p) {
     std::sort(v.begin(), v.end());

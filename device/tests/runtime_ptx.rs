@@ -163,8 +163,8 @@ fn the_runtime_knobs_compile_and_assemble() {
             Some("ld.global.v2.u64"),
         ),
         (
-            "tail_in_poll_shadow",
-            "#define BPFT_TAIL_SHADOW 1\n#define BPFT_POLL_DELAY_NS 500\n#define BPFT_IDLE_NAP_NS 2000\n#define BPFT_HEAD_EVERY 8\n#define BPFT_STOP_EVERY 8",
+            "head_and_stop_every_poll",
+            "#define BPFT_HEAD_EVERY 1\n#define BPFT_STOP_EVERY 1",
             Some("ld.global.v2.u64"),
         ),
         (
@@ -267,12 +267,4 @@ fn a_layout_the_kernel_disagrees_with_does_not_compile() {
     );
     let e = format!("{:?}", r.expect_err("a wrong layout must not compile"));
     assert!(e.contains("JobDesc size"), "{e}");
-}
-
-#[test]
-#[ignore]
-fn zz_dump_runtime() {
-    let pre = std::env::var("DUMP_PRELUDE").unwrap_or_default();
-    let ptx = source::compile_runtime_with(90, &pre).unwrap();
-    std::fs::write("/tmp/rtdump/rt.ptx", ptx).unwrap();
 }

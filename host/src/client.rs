@@ -883,9 +883,6 @@ impl Client {
             return Err(err.expect("not queued only after a failure"));
         }
         shm_maps::wake::wake(self.region.header(), false);
-        if prefetch_next_slot() {
-            queue.prefetch_tail();
-        }
         Ok(Ticket { slot, tag })
     }
 
@@ -1204,13 +1201,6 @@ impl Drop for Client {
     fn drop(&mut self) {
         detach(&self.region, self.id);
     }
-}
-
-/// Whether a one-job submit prefetches the queue's next slot for writing
-/// (`BPFTIME_CLIENT_PREFETCH=1`; a knob while it is measured, read once).
-fn prefetch_next_slot() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("BPFTIME_CLIENT_PREFETCH").is_ok_and(|v| v == "1"))
 }
 
 #[cfg(test)]

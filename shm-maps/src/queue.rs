@@ -243,25 +243,6 @@ impl<'a> JobQueue<'a> {
         &self.slots[(pos & self.mask) as usize]
     }
 
-    /// Asks the CPU to bring the slot the next push will write into this core's cache for
-    /// writing (a hint: no data changes, and nothing happens where the CPU has no such
-    /// prefetch). A lone producer calls it while it waits for its job, so that its next
-    /// push does not wait for the slot's lines.
-    pub fn prefetch_tail(&self) {
-        #[cfg(target_arch = "x86_64")]
-        {
-            use std::arch::x86_64::{_MM_HINT_ET0, _mm_prefetch};
-            let slot = self.slot(self.hdr.tail.load(Ordering::Relaxed));
-            let p = std::ptr::from_ref(slot).cast::<i8>();
-            // SAFETY: a prefetch reads and writes nothing; `p` and `p + 128` lie inside the
-            // 256-byte slot.
-            unsafe {
-                _mm_prefetch::<_MM_HINT_ET0>(p);
-                _mm_prefetch::<_MM_HINT_ET0>(p.add(128));
-            }
-        }
-    }
-
     /// Queues one job, or returns it when the queue is full.
     #[expect(
         clippy::result_large_err,

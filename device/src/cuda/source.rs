@@ -217,6 +217,31 @@ pub fn compile_runtime_with(sm: u32, prelude: &str) -> Result<String, DeviceErro
         })
 }
 
+/// Compiles stand-alone CUDA C++ device code (`name` for messages) to PTX for `sm` with
+/// NVRTC: the bench's GPU probes are checked with it where there is no GPU.
+pub fn compile_cuda(src: &str, name: &str, sm: u32) -> Result<String, DeviceError> {
+    if !nvrtc_present() {
+        return Err(DeviceError::Call {
+            call: "nvrtc",
+            code: "libnvrtc could not be loaded".into(),
+            log: String::new(),
+        });
+    }
+    let opts = cudarc::nvrtc::CompileOptions {
+        arch: Some(compute_arch(sm)),
+        options: vec!["-std=c++17".into()],
+        name: Some(format!("{name}.cu")),
+        ..Default::default()
+    };
+    cudarc::nvrtc::compile_ptx_with_opts(src, opts)
+        .map(|p| p.to_src())
+        .map_err(|e| DeviceError::Call {
+            call: "nvrtcCompileProgram",
+            code: format!("{name} did not compile"),
+            log: format!("{e:?}"),
+        })
+}
+
 /// Parameters of a JIT chunk loop (`jit::JitOptions::chunk_loop`), in order.
 const LOOP_PARAMS: [&str; 13] = [
     "in_base", "in_size", "out_base", "out_size", "n", "arg0", "arg1", "arg2", "arg3", "results",

@@ -111,40 +111,23 @@ typedef unsigned char u8;
 #ifndef BPFT_HEAD_SHADOW
 #define BPFT_HEAD_SHADOW 1
 #endif
-// A one-record job whose DONE went out early (BPFT_DONE_EARLY) still owes its done-log
-// entry, the log's system-scope fence and its slot's release. 1: the lane keeps them in
-// shared memory and does them after the next poll is issued, while its loads are in flight
-// (the fence waits for its stores to land, which took the dispatcher away from the queue
-// after every such job); 0: before the next poll. A tuning knob: 1 made row a slower (8.0
-// against 6.1 us, bench/results/gpu_service.md): the first poll after the job went out too
-// early to see the client's next job, and its fence then held the warp until it returned.
-#ifndef BPFT_TAIL_SHADOW
-#define BPFT_TAIL_SHADOW 0
-#endif
-// A diagnostic: after a batch that ran a one-record job, the next poll waits until this
-// many ns after the batch ended (where in the poll's cycle a lone client's next job lands).
-#ifndef BPFT_POLL_DELAY_NS
-#define BPFT_POLL_DELAY_NS 0
-#endif
-// A dispatcher whose last BPFT_IDLE_AFTER polls found nothing sleeps this many ns before
-// each next poll (0: never), so that idle dispatchers do not keep host reads in flight
-// beside the one a lone client's jobs go to. A tuning knob.
-#ifndef BPFT_IDLE_NAP_NS
-#define BPFT_IDLE_NAP_NS 0
-#endif
-#ifndef BPFT_IDLE_AFTER
-#define BPFT_IDLE_AFTER 16
-#endif
 // With several dispatchers, the queue head is stored in a poll's shadow only when the poll
-// before it found nothing, or every BPFT_HEAD_EVERY-th batch (1: after every batch). A
-// head that lags is still a lower bound of the positions not taken. A tuning knob.
+// before it found nothing, every BPFT_HEAD_EVERY-th batch, or once the position has moved
+// a quarter of the queue past the head last stored (1: after every batch). A head that
+// lags is still a lower bound of the positions not taken, and recovery looks a lap behind
+// it. The head store in a poll's shadow held that poll back (a device-memory round trip
+// and a host store; bench/gpu/poll_ring.cu); 8 took 0.1-0.2 us off row a and left row b as
+// it was (bench/results/gpu_service.md). A tuning knob.
 #ifndef BPFT_HEAD_EVERY
-#define BPFT_HEAD_EVERY 1
+#define BPFT_HEAD_EVERY 8
 #endif
-// Dispatcher 0 reads the host's stop word with every BPFT_STOP_EVERY-th poll (the others
-// read its copy in device memory): a second host line in the poll. A tuning knob.
+// Dispatcher 0 reads the host's stop word with every BPFT_STOP_EVERY-th poll, its copy in
+// device memory otherwise (the others always read the copy). The host line in the poll
+// made dispatcher 0's poll 0.8-1 us longer (row a with one dispatcher: 6.1-6.6 us with
+// every poll, 5.4-5.6 us with every 8th); a stop is seen 8 polls (about 10-15 us) later
+// at most. A tuning knob.
 #ifndef BPFT_STOP_EVERY
-#define BPFT_STOP_EVERY 1
+#define BPFT_STOP_EVERY 8
 #endif
 // A diagnostic: 1 makes a one-record job's two hop words (Completion::gpu_hops) say where
 // its run goes instead: [0] from `started` to just before the program (lookup, checks,
@@ -670,9 +653,9 @@ static __device__ __forceinline__ int run_record(const bpft_params &P, const bpf
 // DONE follows the fence, which orders the fields before it (no check word).
 // A done-log entry's words 1..7 (bpft_done: the job's completion and client, status and
 // pc, failing record, error code and flag, run time, records done and failed).
-#define BPFT_TAIL_WORDS 7
+#define BPFT_LOG_WORDS 7
 
-// Writes done-log entry `e` (BPFT_TAIL_WORDS words) at the log's next position, then the
+// Writes done-log entry `e` (BPFT_LOG_WORDS words) at the log's next position, then the
 // system-scope fence (RUNNING, the completion's fields and the entry before the entry's
 // seq), then its seq. Waits while the log is a whole ring ahead of the host.
 static __device__ void log_done(const bpft_params &P, const u64 *e) {
@@ -695,13 +678,10 @@ static __device__ void log_done(const bpft_params &P, const u64 *e) {
     st_rlx_sys(&slot->seq, pos + 1);
 }
 
-// `defer` (BPFT_TAIL_SHADOW): when the DONE goes out early, the log entry's words go there
-// instead of into the log, and finish_job returns true: the caller logs them (log_done)
-// after its next poll is issued and frees the job's slot after that.
-static __device__ bool finish_job(const bpft_params &P, const bpft_job_desc &d, const bpft_prog &p,
+static __device__ void finish_job(const bpft_params &P, const bpft_job_desc &d, const bpft_prog &p,
                            s32 status, u64 done, u64 failed, u64 r0, u32 err_pc, u64 err_record,
                            u32 err_code, u64 started, u32 hop_poll = 0, u32 hop_fence = 0,
-                           bool early = false, u64 *defer = 0) {
+                           bool early = false) {
     char *c = completion_ptr(P, d.completion);
     u64 fin = now_ns(P);
     // The lane that stored RUNNING stores DONE: two writes of one thread to one word, which
@@ -725,21 +705,15 @@ static __device__ bool finish_job(const bpft_params &P, const bpft_job_desc &d, 
     st_fld_v2(c + BPFT_OFF_Completion_started_ns, started, fin);
     st_fld32_v2(c + BPFT_OFF_Completion_gpu_hops, hop_poll, hop_fence);
     if (done_now) st_rlx_sys32(c + BPFT_OFF_Completion_state, CS_DONE_CHECKED);
-    const u64 e[BPFT_TAIL_WORDS] = {(u64)d.completion | ((u64)d.client << 32),
+    const u64 e[BPFT_LOG_WORDS] = {(u64)d.completion | ((u64)d.client << 32),
                                     (u64)(u32)status | ((u64)err_pc << 32),
                                     err_record,
                                     (u64)err_code | ((u64)(status != ST_OK) << 32),
                                     fin - started,
                                     done,
                                     failed};
-    if (done_now && defer) {
-#pragma unroll
-        for (int i = 0; i < BPFT_TAIL_WORDS; i++) defer[i] = e[i];
-        return true;
-    }
     log_done(P, e);
     if (status == ST_OK && !done_now) st_rlx_sys32(c + BPFT_OFF_Completion_state, CS_DONE);
-    return false;
 }
 static_assert(sizeof(struct bpft_done) == 64 && BPFT_OFF_Completion_state == 0, "done entry words");
 static_assert(BPFT_OFF_Completion_status == 4 && BPFT_OFF_Completion_message == 8 &&
@@ -772,11 +746,10 @@ static __device__ void forward(const bpft_params &P, const bpft_job_desc &d) {
 // `ti`, `to`: its input's and output's tiers (job_tier), read by the dispatcher.
 // `early`: the job wrote nothing the client reads but its completion (self_contained, no
 // results buffer), so its DONE may go out before the log's fence (finish_job).
-// `defer`: finish_job's; returns whether the job's log entry and slot release were deferred.
-static __device__ bool run_short(const bpft_params &P, const bpft_job_desc &d, const bpft_prog &p,
+static __device__ void run_short(const bpft_params &P, const bpft_job_desc &d, const bpft_prog &p,
                           const bpft_tier_ref &ti, const bpft_tier_ref &to, u64 in_base,
                           u64 out_base, u64 res_base, u64 started, u32 hop_poll, u32 hop_fence,
-                          bool early, u64 *defer) {
+                          bool early) {
     u64 r0 = 0;
     u32 err_pc = 0;
 #if BPFT_HOP_SPLIT == 4
@@ -802,8 +775,8 @@ static __device__ bool run_short(const bpft_params &P, const bpft_job_desc &d, c
     hop_fence |= (u32)(hop_split_field(now_ns(P) - started, 4) >> 32);
 #endif
     if (res_base) st_rlx_sys((u64 *)res_base, e ? ~0ull : r0);
-    return finish_job(P, d, p, e ? ST_RUNTIME_ERROR : ST_OK, e ? 0 : 1, e ? 1 : 0, e ? 0 : r0, err_pc,
-                      0, (u32)e, started, hop_poll, hop_fence, early, defer);
+    finish_job(P, d, p, e ? ST_RUNTIME_ERROR : ST_OK, e ? 0 : 1, e ? 1 : 0, e ? 0 : r0, err_pc,
+               0, (u32)e, started, hop_poll, hop_fence, early);
 }
 
 // Publishes a multi-record job to the ring. Reusing a slot waits until its previous job
@@ -1054,13 +1027,9 @@ static __device__ void dispatcher(const bpft_params &P, const u32 d, const u32 D
     // Each lane's last program entry and its index word (lookup_prog).
     __shared__ u64 entry_cache[32][9];
     entry_cache[lane][8] = 0;
-    // Each lane's deferred tail (BPFT_TAIL_SHADOW): a done-log entry, then the position whose
-    // slot is freed after it.
-    __shared__ u64 tails[32][BPFT_TAIL_WORDS + 1];
-    bool tail_due = false;
-    u64 delay_from = 0;  // BPFT_POLL_DELAY_NS
-    u32 empty = 0;  // polls in a row that found nothing (BPFT_IDLE_NAP_NS)
+    u32 empty = 0;  // polls in a row that found nothing
     u32 since_head = 0;  // batches since the head was stored (BPFT_HEAD_EVERY)
+    u64 head_at = pos;  // the position it was stored at
     u32 polls = 0;  // BPFT_STOP_EVERY
     u32 width = 1;  // lanes that read a slot in the next poll
     bool head_due = false;  // D > 1: the head is to be stored in the next poll's shadow
@@ -1085,24 +1054,12 @@ static __device__ void dispatcher(const bpft_params &P, const u32 d, const u32 D
         // one after another, so what counts is how many there are
         // (bench/results/gpu_service.md).
         bpft_poll x;
-        if (BPFT_IDLE_NAP_NS && empty >= BPFT_IDLE_AFTER) __nanosleep(BPFT_IDLE_NAP_NS);
-        if (BPFT_POLL_DELAY_NS && delay_from) {
-            while (globaltimer() < delay_from + BPFT_POLL_DELAY_NS) {
-            }
-            delay_from = 0;
-        }
         poll_issue(P, d, lane, pos, w, x, BPFT_STOP_EVERY <= 1 || ++polls % BPFT_STOP_EVERY == 0);
-        // The last batch's deferred tails, in the order finish_job has them: the log entry,
-        // its fence, then the slot (the head, below, only after the slots).
-        if (BPFT_TAIL_SHADOW && tail_due) {
-            tail_due = false;
-            log_done(P, tails[lane]);
-            const u64 q = tails[lane][BPFT_TAIL_WORDS];
-            st_rlx_sys((void *)(P.slots + (q & P.queue_mask) * BPFT_SIZE_QueueSlot), q + cap);
-        }
-        if (BPFT_HEAD_SHADOW && D > 1 && head_due && (empty > 0 || ++since_head >= BPFT_HEAD_EVERY)) {
+        if (BPFT_HEAD_SHADOW && D > 1 && head_due &&
+            (empty > 0 || ++since_head >= BPFT_HEAD_EVERY || pos - head_at >= cap / 4)) {
             head_due = false;
             since_head = 0;
+            head_at = pos;
             store_head(S, head_word, d, D, lane, pos, false);
         }
         const u64 t_poll = x.t;
@@ -1268,10 +1225,8 @@ static __device__ void dispatcher(const bpft_params &P, const u32 d, const u32 D
 #if BPFT_HOP_SPLIT == 2 || BPFT_HOP_SPLIT == 3
         const u64 t_looked = now_ns(P);
 #endif
-        bool deferred = false;
         if (kind == 1) {
             const bool early = BPFT_DONE_EARLY && alone && !res_base;
-            u64 *defer = BPFT_TAIL_SHADOW ? tails[lane] : 0;
             // Inline input: run it from this lane's device scratch line, not over PCIe.
             const int m = bpft_inline_words(dw);
             if (m > 0) {
@@ -1282,25 +1237,18 @@ static __device__ void dispatcher(const bpft_params &P, const u32 d, const u32 D
                 in_base = (u64)line;
             }
 #if BPFT_HOP_SPLIT == 1
-            deferred = run_short(P, dj, p, ti, to, in_base, out_base, res_base, started,
-                                 (u32)(now_ns(P) - started), 0, early, defer);
+            run_short(P, dj, p, ti, to, in_base, out_base, res_base, started, (u32)(now_ns(P) - started), 0, early);
 #elif BPFT_HOP_SPLIT == 2
-            deferred = run_short(P, dj, p, ti, to, in_base, out_base, res_base, started, (u32)(t_stored - started),
-                                 (u32)(t_looked - started), early, defer);
+            run_short(P, dj, p, ti, to, in_base, out_base, res_base, started, (u32)(t_stored - started),
+                      (u32)(t_looked - started), early);
 #elif BPFT_HOP_SPLIT == 3
             const u64 t_input = now_ns(P);
             const u64 f = hop_split_field(t_stored - started, 0) | hop_split_field(t_lookup - started, 1) |
                           hop_split_field(t_looked - started, 2) | hop_split_field(t_input - started, 3);
-            deferred = run_short(P, dj, p, ti, to, in_base, out_base, res_base, started, (u32)f, (u32)(f >> 32),
-                                 early, defer);
+            run_short(P, dj, p, ti, to, in_base, out_base, res_base, started, (u32)f, (u32)(f >> 32), early);
 #else
-            deferred = run_short(P, dj, p, ti, to, in_base, out_base, res_base, started, hop_poll, hop_fence,
-                                 early, defer);
+            run_short(P, dj, p, ti, to, in_base, out_base, res_base, started, hop_poll, hop_fence, early);
 #endif
-            if (deferred) {
-                tails[lane][BPFT_TAIL_WORDS] = my;
-                tail_due = true;
-            }
         }
         if (kind == 4) mailbox_ping(P, dj, p, started);
         for (u32 l = 0; l < k; l++) {
@@ -1315,13 +1263,11 @@ static __device__ void dispatcher(const bpft_params &P, const u32 d, const u32 D
         // the entry first (an early DONE goes out before that fence, but the slot after
         // it: recovery, job::fail_taken, finds such a job DONE and does not run it again),
         // so no release is needed; the others need RUNNING visible first (a lost context
-        // must never leave a taken job unmarked), hence a release store. A deferred tail
-        // frees its slot after its log entry, once the next poll is issued.
-        if (live && !deferred) {
+        // must never leave a taken job unmarked), hence a release store.
+        if (live) {
             if (kind == 1 || kind == 4) st_rlx_sys(slot, my + cap);
             else st_rel_sys(slot, my + cap);
         }
-        if (BPFT_POLL_DELAY_NS && __any_sync(FULL_MASK, kind == 1)) delay_from = globaltimer();
         if (D > 1) {
             if (BPFT_HEAD_SHADOW) head_due = true;
             else store_head(S, head_word, d, D, lane, pos, true);
