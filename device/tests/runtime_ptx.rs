@@ -163,6 +163,11 @@ fn the_runtime_knobs_compile_and_assemble() {
             Some("ld.global.v2.u64"),
         ),
         (
+            "input_copied",
+            "#define BPFT_SHARED_INPUT 0",
+            Some("ld.global.v2.u64"),
+        ),
+        (
             "head_and_stop_every_poll",
             "#define BPFT_HEAD_EVERY 1\n#define BPFT_STOP_EVERY 1",
             Some("ld.global.v2.u64"),

@@ -240,7 +240,8 @@ fn unaligned_option_pairs_eight_byte_loads_into_sixteen_byte_ones_where_the_base
 #[test]
 fn job_buffers_are_read_with_global_loads_in_the_service_mode() {
     // The job ctx's data pointer (and what is added to it) points into global memory: the
-    // service's JIT (chunk loop) says `.global`; elsewhere the accesses stay generic.
+    // service's chunk loop says `.global`; elsewhere the accesses stay generic, the
+    // one-record `.func` too (the runtime may hand it an input in shared memory).
     let src = "r2 = *(u64 *)(r1 + 0)\nr3 = *(u64 *)(r1 + 8)\nr4 = r2\nr4 += 32\nif r4 > r3 goto bad\n\
                r0 = *(u64 *)(r2 + 0)\nr5 = *(u64 *)(r2 + 8)\nr0 += r5\nr2 += 16\nr5 = *(u32 *)(r2 + 0)\n\
                r0 += r5\nexit\nbad:\nr0 = 0\nexit";
@@ -253,10 +254,25 @@ fn job_buffers_are_read_with_global_loads_in_the_service_mode() {
         ..JitOptions::default()
     };
     let t = jit::compile(&p, &service).unwrap().text();
+    // Each definition: the last mention of its name (the prototypes come first).
+    let at = |name: &str| {
+        t.rfind(&format!(") {name}("))
+            .unwrap_or_else(|| panic!("no {name} in {t}"))
+    };
+    let (func, lp) = (at("bpf_prog_job"), at("bpf_loop_job"));
+    assert!(func < lp, "the .func is printed before its loop: {t}");
+    let (func_text, loop_text) = (&t[func..lp], &t[lp..]);
     for want in ["ld.global.v2.u64", "ld.global.u64", "ld.global.u32"] {
-        assert!(t.contains(want), "{want}: {t}");
+        assert!(loop_text.contains(want), "{want}: {t}");
     }
-    assert!(!t.contains("\tld.u64 %rd0, [%rd2];"), "{t}");
+    assert!(!loop_text.contains("\tld.u64 %rd0, [%rd2];"), "{t}");
+    assert!(
+        !func_text.contains(".global"),
+        "the one-record .func stays generic: {func_text}"
+    );
+    for want in ["ld.v2.u64", "ld.u64", "ld.u32"] {
+        assert!(func_text.contains(want), "{want}: {func_text}");
+    }
     common::assemble(&t, "job_global");
     let plain = jit::compile(
         &p,

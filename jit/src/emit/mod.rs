@@ -8,6 +8,12 @@
 //! prelude (helper .func bodies, module globals)
 //! lowered functions, in order
 //! ```
+//!
+//! A `.func` that a chunk loop runs inline keeps its job-buffer accesses generic where it is
+//! called by itself: the loop's copy says `.global` (the lowering proved the addresses
+//! global, and the loop streams through buffers), while the one-record call may be handed
+//! an input that lies in shared memory (the persistent runtime's short path passes a
+//! one-record job's inline input where the dispatcher staged its queue slot).
 
 use crate::ptx::{FuncKind, Function, Inst, Module, Operand, RegClass, Stmt};
 use std::fmt::Write;
@@ -47,6 +53,19 @@ pub fn module(m: &Module) -> String {
         .iter()
         .filter_map(|f| f.inline.as_ref().map(|i| i.func))
         .collect();
+    let looped: Vec<usize> = m
+        .functions
+        .iter()
+        .filter_map(|f| {
+            f.inline
+                .as_ref()
+                .filter(|i| i.looped.is_some())
+                .map(|i| i.func)
+        })
+        .collect();
+    // Text ranges of the `.global` loads and stores of functions a chunk loop inlines, made
+    // generic once every copy of their text has been taken.
+    let mut globals = Vec::new();
     for (k, f) in m.functions.iter().enumerate() {
         match &f.inline {
             Some(inl) if inl.func < k && spans[inl.func].is_some() => {
@@ -54,13 +73,26 @@ pub fn module(m: &Module) -> String {
                 inline_entry(&mut s, f, &m.functions[inl.func], &span);
             }
             _ => {
-                let span = function_spans(&mut s, f, inlined.contains(&k));
+                let record = looped.contains(&k).then_some(&mut globals);
+                let span = function_spans(&mut s, f, inlined.contains(&k), record);
                 spans[k] = span;
             }
         }
         s.push('\n');
     }
+    // Back to front, so the ranges still to do keep their offsets.
+    for &(a, b) in globals.iter().rev() {
+        if let Some(p) = s[a..b].find(".global.") {
+            s.replace_range(a + p..a + p + ".global".len(), "");
+        }
+    }
     s
+}
+
+/// A job-buffer load or store the lowering made `.global` (`lower::global_op`, and the
+/// 16-byte pairs).
+fn is_global_access(i: &Inst) -> bool {
+    i.op.starts_with("ld.global.") || i.op.starts_with("st.global.")
 }
 
 /// Statements at the start of `f` that run straight through with `%rd1` holding the ctx:
@@ -301,11 +333,18 @@ fn signature(s: &mut String, f: &Function) {
 
 /// Prints one function definition.
 pub fn function(s: &mut String, f: &Function) {
-    function_spans(s, f, false);
+    function_spans(s, f, false, None);
 }
 
 /// Prints one function; with `spans`, returns where its text lies (for an inlining entry).
-fn function_spans(s: &mut String, f: &Function, spans: bool) -> Option<Span> {
+/// `globals`: where to record the text range of each `.global` load and store
+/// ([`is_global_access`]) of `f`.
+fn function_spans(
+    s: &mut String,
+    f: &Function,
+    spans: bool,
+    mut globals: Option<&mut Vec<(usize, usize)>>,
+) -> Option<Span> {
     signature(s, f);
     s.push_str("\n{\n");
     decls(s, f);
@@ -318,6 +357,11 @@ fn function_spans(s: &mut String, f: &Function, spans: bool) -> Option<Span> {
         }
         let a = s.len();
         stmt(s, st);
+        if let (Some(g), Stmt::Inst(i)) = (globals.as_deref_mut(), st)
+            && is_global_access(i)
+        {
+            g.push((a, s.len()));
+        }
         if spans
             && k >= prefix
             && matches!(st, Stmt::Inst(i) if i.guard.is_none() && is_ret_store(i))

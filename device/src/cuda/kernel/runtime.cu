@@ -129,6 +129,13 @@ typedef unsigned char u8;
 #ifndef BPFT_STOP_EVERY
 #define BPFT_STOP_EVERY 8
 #endif
+// A native one-record job's inline input is read where the poll staged its slot (the
+// lane's row of shared memory; the JIT's one-record `.func` loads through generic
+// addresses, jit::emit), not copied to the lane's scratch line in device memory first
+// (a store, then the program's load of it from L2). 0: the copy. A tuning knob.
+#ifndef BPFT_SHARED_INPUT
+#define BPFT_SHARED_INPUT 1
+#endif
 // A diagnostic: 1 makes a one-record job's two hop words (Completion::gpu_hops) say where
 // its run goes instead: [0] from `started` to just before the program (lookup, checks,
 // input), [1] from `started` to just after it; 2: [0] to after the RUNNING and head
@@ -1227,8 +1234,17 @@ static __device__ void dispatcher(const bpft_params &P, const u32 d, const u32 D
 #endif
         if (kind == 1) {
             const bool early = BPFT_DONE_EARLY && alone && !res_base;
-            // Inline input: run it from this lane's device scratch line, not over PCIe.
+            // Inline input: run it from this lane's staged slot or its device scratch line,
+            // not over PCIe.
             const int m = bpft_inline_words(dw);
+#if BPFT_TWO_PHASE == 2
+            // The staged row holds this job's slot when the poll read it whole or the warp
+            // read it together (unstage), and was not read again one word at a time.
+            const bool staged = !retry && (whole || k <= BPFT_COOP_MAX);
+            if (BPFT_SHARED_INPUT && m > 0 && staged && p.tier == BPFT_TIER_NATIVE) {
+                in_base = (u64)&stage[lane][17];
+            } else
+#endif
             if (m > 0) {
                 u64 *line = (u64 *)(P.scratch + 128 * (32 * d + lane));
 #pragma unroll
