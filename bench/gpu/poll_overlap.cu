@@ -15,44 +15,9 @@
 // polls' cycle its job lands.
 //
 // nvcc -O3 -arch=sm_90 -o poll_overlap poll_overlap.cu && ./poll_overlap [rounds]
-#include <cuda_runtime.h>
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
-#include <algorithm>
-#include <atomic>
-#include <chrono>
-#include <cstdint>
-#include <cstdio>
-#include <cstdlib>
-#include <cstring>
-#include <vector>
-
-#define CK(x)                                                                                   \
-    do {                                                                                        \
-        cudaError_t e_ = (x);                                                                   \
-        if (e_ != cudaSuccess) {                                                                \
-            fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-            exit(1);                                                                            \
-        }                                                                                       \
-    } while (0)
+#include "poll_probe.cuh"
 
 // ---- device code (bench/tests/gpu_probes.rs compiles it with NVRTC and ptxas) ----
-typedef unsigned long long u64;
-
-__device__ __forceinline__ void ld_rlx_sys_v2(const void *p, u64 &a, u64 &b) {
-    asm volatile("ld.relaxed.sys.global.v2.u64 {%0,%1}, [%2];" : "=l"(a), "=l"(b) : "l"(p) : "memory");
-}
-__device__ __forceinline__ void st_rlx_sys(void *p, u64 v) {
-    asm volatile("st.relaxed.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
-}
-__device__ __forceinline__ u64 gtimer() {
-    u64 t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    return t;
-}
 __device__ __forceinline__ void spin_until(u64 t) {
     while (gtimer() < t) {
     }
@@ -119,11 +84,6 @@ __global__ void dispatcher(int k, int halves, u64 stagger, int n, int ring, cons
 }
 
 // ---- host code ----
-static double q(std::vector<double> v, double p) {
-    std::sort(v.begin(), v.end());
-    return v[std::min(v.size() - 1, (size_t)(p * v.size()))];
-}
-
 // The client: n jobs, `gap_ns` of other work between them; round trips (us) into `out`.
 static void client(char *slots, int ring, long gap_ns, volatile u64 *resp, int n, double *out) {
     for (int job = 1; job <= n; job++) {

@@ -23,46 +23,9 @@
 // of four positions, their minimum stored to a host word).
 //
 // nvcc -O3 -arch=sm_90 -o poll_ring poll_ring.cu -lpthread && ./poll_ring [rounds]
-#include <cuda_runtime.h>
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
-#include <algorithm>
-#include <atomic>
-#include <chrono>
-#include <cstdint>
-#include <cstdio>
-#include <cstdlib>
-#include <cstring>
-#include <thread>
-#include <vector>
-
-#define CK(x)                                                                                   \
-    do {                                                                                        \
-        cudaError_t e_ = (x);                                                                   \
-        if (e_ != cudaSuccess) {                                                                \
-            fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-            exit(1);                                                                            \
-        }                                                                                       \
-    } while (0)
+#include "poll_probe.cuh"
 
 // ---- device code (bench/tests/gpu_probes.rs compiles it with NVRTC and ptxas) ----
-typedef unsigned long long u64;
-
-__device__ __forceinline__ void ld_rlx_sys_v2(const void *p, u64 &a, u64 &b) {
-    asm volatile("ld.relaxed.sys.global.v2.u64 {%0,%1}, [%2];" : "=l"(a), "=l"(b) : "l"(p) : "memory");
-}
-__device__ __forceinline__ void st_rlx_sys(void *p, u64 v) {
-    asm volatile("st.relaxed.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
-}
-__device__ __forceinline__ u64 gtimer() {
-    u64 t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    return t;
-}
-
 // Layout of the host area: `ring` slots of 256 bytes, then the control area: the answer
 // word (offset 0, a 128-byte completion), a done log (1024..5120), the client's go word
 // (6144), the client's results (8192.., doubles).
@@ -153,11 +116,6 @@ __global__ void dispatcher(int n, int ring, int warm, int rk, int hd, const char
 }
 
 // ---- host code ----
-static double q(std::vector<double> v, double p) {
-    std::sort(v.begin(), v.end());
-    return v[std::min(v.size() - 1, (size_t)(p * v.size()))];
-}
-
 // The client: n jobs, ~2 us of other work between them; round trips (us) into `out`.
 static void client(char *slots, int ring, int pf, volatile u64 *resp, int n, double *out) {
     for (int job = 1; job <= n; job++) {

@@ -19,48 +19,10 @@
 //
 // Build and run (device machine): nvcc -O3 -arch=sm_90 -o poll_shape poll_shape.cu -lpthread
 //   ./poll_shape [rounds]   (prints one table; JSON lines with every shape's quantiles)
-#include <cuda_runtime.h>
-
-#include <algorithm>
-#include <atomic>
-#include <chrono>
-#include <cstdint>
-#include <cstdio>
-#include <cstdlib>
-#include <cstring>
-#include <thread>
-#include <vector>
-
-#define CK(x)                                                                          \
-    do {                                                                               \
-        cudaError_t e_ = (x);                                                          \
-        if (e_ != cudaSuccess) {                                                       \
-            fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-            exit(1);                                                                   \
-        }                                                                              \
-    } while (0)
+#include "poll_probe.cuh"
 
 // ---- device code (bench/tests/gpu_probes.rs compiles it with NVRTC and ptxas) ----
-typedef unsigned long long u64;
-
 enum Shape { LINE, LINE_STOP, LINE_DSTOP, SLOT, SLOT_STOP, SLOT_DSTOP, WORD_STOP, WORD, TWO_LINES, NSHAPES };
-
-__device__ __forceinline__ void ld_rlx_sys_v2(const void *p, u64 &a, u64 &b) {
-    asm volatile("ld.relaxed.sys.global.v2.u64 {%0,%1}, [%2];" : "=l"(a), "=l"(b) : "l"(p) : "memory");
-}
-__device__ __forceinline__ unsigned ld_rlx_sys32(const void *p) {
-    unsigned v;
-    asm volatile("ld.relaxed.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-    return v;
-}
-__device__ __forceinline__ void st_rlx_sys(void *p, u64 v) {
-    asm volatile("st.relaxed.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
-}
-__device__ __forceinline__ u64 gtimer() {
-    u64 t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    return t;
-}
 
 // `slot`: 256 bytes of host memory; `stop_h`: a host word on its own line; `stop_d`: device.
 // `resp`: the answer word (host). `polls`: per job, the GPU time of the poll that found it.
@@ -120,11 +82,6 @@ __global__ void dispatcher(int shape, int n, const char *slot, const unsigned *s
 // ---- host code ----
 static const char *kNames[NSHAPES] = {"line", "line+stop", "line+dstop", "slot", "slot+stop",
                                       "slot+dstop", "word+stop", "word", "2x line"};
-
-static double q(std::vector<double> v, double p) {
-    std::sort(v.begin(), v.end());
-    return v[std::min(v.size() - 1, (size_t)(p * v.size()))];
-}
 
 int main(int argc, char **argv) {
     const int rounds = argc > 1 ? atoi(argv[1]) : 3;

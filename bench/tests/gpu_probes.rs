@@ -1,7 +1,8 @@
 //! The device code of the bench's GPU probes (`bench/gpu/poll_*.cu`, run with nvcc on the
 //! GPU machine) compiles with NVRTC and assembles with ptxas here, so a probe that would
-//! not build on the device machine fails CI instead of a device call. Each probe's device
-//! code lies between its `// ---- device code` and `// ---- host code ----` lines.
+//! not build on the device machine fails CI instead of a device call. The device code of
+//! each probe, and of the header they share (`poll_probe.cuh`), lies between its
+//! `// ---- device code` and `// ---- host code ----` lines.
 
 use std::path::Path;
 use std::process::Command;
@@ -33,9 +34,13 @@ fn probe_device_code_compiles_and_assembles() {
     }
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("gpu");
     let scratch = bpftime_tests::scratch_dir("probes");
+    let header = std::fs::read_to_string(dir.join("poll_probe.cuh")).unwrap();
+    let common = device_part(&header, "poll_probe.cuh");
     for name in PROBES {
         let text = std::fs::read_to_string(dir.join(format!("{name}.cu"))).unwrap();
-        let ptx = device::cuda::source::compile_cuda(&device_part(&text, name), name, 90)
+        assert!(text.contains("#include \"poll_probe.cuh\""), "{name}: the shared header");
+        let src = format!("{common}{}", device_part(&text, name));
+        let ptx = device::cuda::source::compile_cuda(&src, name, 90)
             .unwrap_or_else(|e| panic!("{name}: {e}"));
         assert!(
             ptx.lines()
