@@ -38,7 +38,10 @@ fn probe_device_code_compiles_and_assembles() {
     let common = device_part(&header, "poll_probe.cuh");
     for name in PROBES {
         let text = std::fs::read_to_string(dir.join(format!("{name}.cu"))).unwrap();
-        assert!(text.contains("#include \"poll_probe.cuh\""), "{name}: the shared header");
+        assert!(
+            text.contains("#include \"poll_probe.cuh\""),
+            "{name}: the shared header"
+        );
         let src = format!("{common}{}", device_part(&text, name));
         let ptx = device::cuda::source::compile_cuda(&src, name, 90)
             .unwrap_or_else(|e| panic!("{name}: {e}"));
