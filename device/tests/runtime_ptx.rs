@@ -163,6 +163,11 @@ fn the_runtime_knobs_compile_and_assemble() {
             Some("ld.global.v2.u64"),
         ),
         (
+            "dispatchers_from_block_2",
+            "#define BPFT_FIRST_BLOCK 2",
+            Some("ld.global.v2.u64"),
+        ),
+        (
             "input_copied",
             "#define BPFT_SHARED_INPUT 0",
             Some("ld.global.v2.u64"),

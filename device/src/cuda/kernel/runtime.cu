@@ -60,6 +60,16 @@ typedef unsigned char u8;
 #ifndef BPFT_DISPATCHERS
 #define BPFT_DISPATCHERS 4
 #endif
+// A diagnostic: the dispatchers are warp 0 of blocks BPFT_FIRST_BLOCK .. + D-1 (modulo the
+// grid) instead of 0 .. D-1, to tell an SM's placement from the number of dispatchers.
+#ifndef BPFT_FIRST_BLOCK
+#define BPFT_FIRST_BLOCK 0
+#endif
+
+// This block's number counted from the first dispatcher's block (BPFT_FIRST_BLOCK).
+static __device__ __forceinline__ u32 role_block() {
+    return (blockIdx.x + gridDim.x - BPFT_FIRST_BLOCK % gridDim.x) % gridDim.x;
+}
 #define BPFT_STRIPE 32
 #ifndef BPFT_COOP_MAX
 #define BPFT_COOP_MAX 8
@@ -1412,7 +1422,8 @@ static __device__ void worker(const bpft_params &P, const u32 D) {
     // Workers are numbered 0 .. nworkers-1 past the dispatchers (warp 0 of blocks below D).
     const u64 W = blockDim.x >> 5, warp = threadIdx.x >> 5;
     const u64 nworkers = (u64)gridDim.x * W - D;
-    const u64 w = blockIdx.x < D ? blockIdx.x * (W - 1) + warp - 1 : blockIdx.x * W + warp - D;
+    const u64 b = role_block();
+    const u64 w = b < D ? b * (W - 1) + warp - 1 : b * W + warp - D;
     u64 jp = S->ring_start;
     u32 spin = 0;
     for (;;) {
@@ -1585,8 +1596,8 @@ static __device__ void worker(const bpft_params &P, const u32 D) {
 extern "C" __global__ void __launch_bounds__(256, 2) bpft_persistent(bpft_params P) {
     const u32 warp = threadIdx.x >> 5;
     const u32 D = dispatcher_count(P);
-    if (blockIdx.x < D && warp == 0) {
-        dispatcher(P, blockIdx.x, D);
+    if (role_block() < D && warp == 0) {
+        dispatcher(P, role_block(), D);
     } else {
         worker(P, D);
     }
