@@ -278,3 +278,85 @@ fn a_layout_the_kernel_disagrees_with_does_not_compile() {
     let e = format!("{:?}", r.expect_err("a wrong layout must not compile"));
     assert!(e.contains("JobDesc size"), "{e}");
 }
+
+/// The mailbox block's C structures that `layout_header` generates from `wire` have, by the
+/// host C++ compiler's own `offsetof`, the offsets and sizes Rust gives the same fields.
+#[test]
+fn the_generated_mailbox_structures_match_rust() {
+    use device::cuda::wire::{Ctl, DoneEntry, FwdEntry};
+    use std::mem::{offset_of, size_of};
+    let want: Vec<(&str, &str, usize)> = vec![
+        ("bpft_ctl", "done_consumed", offset_of!(Ctl, done_consumed)),
+        (
+            "bpft_ctl",
+            "worker_faulted",
+            offset_of!(Ctl, worker_faulted),
+        ),
+        ("bpft_ctl", "gap_open", offset_of!(Ctl, gap_open)),
+        ("bpft_ctl", "gap_done", offset_of!(Ctl, gap_done)),
+        ("bpft_ctl", "stop", offset_of!(Ctl, stop)),
+        ("bpft_ctl", "head", offset_of!(Ctl, head)),
+        ("bpft_ctl", "torn_reads", offset_of!(Ctl, torn_reads)),
+        ("bpft_ctl", "running", offset_of!(Ctl, running)),
+        ("bpft_ctl", "exited", offset_of!(Ctl, exited)),
+        ("bpft_ctl", "batches", offset_of!(Ctl, batches)),
+        ("bpft_done", "completion", offset_of!(DoneEntry, completion)),
+        ("bpft_done", "status", offset_of!(DoneEntry, status)),
+        ("bpft_done", "err_record", offset_of!(DoneEntry, err_record)),
+        ("bpft_done", "finalize", offset_of!(DoneEntry, finalize)),
+        (
+            "bpft_done",
+            "records_failed",
+            offset_of!(DoneEntry, records_failed),
+        ),
+        ("bpft_fwd", "desc", offset_of!(FwdEntry, desc)),
+    ];
+    let sizes = [
+        ("bpft_ctl", size_of::<Ctl>()),
+        ("bpft_done", size_of::<DoneEntry>()),
+        ("bpft_fwd", size_of::<FwdEntry>()),
+    ];
+    let mut prog = String::from("#include <cstddef>\n#include <cstdio>\n");
+    prog.push_str(&source::layout_header());
+    prog.push_str("int main() {\n");
+    for (st, f, _) in &want {
+        prog.push_str(&format!(
+            "    printf(\"%zu\\n\", offsetof(struct {st}, {f}));\n"
+        ));
+    }
+    for (st, _) in &sizes {
+        prog.push_str(&format!("    printf(\"%zu\\n\", sizeof(struct {st}));\n"));
+    }
+    prog.push_str("    return 0;\n}\n");
+    let scratch = bpftime_tests::scratch_dir("wire");
+    let (src, exe) = (scratch.path().join("w.cpp"), scratch.path().join("w"));
+    std::fs::write(&src, prog).unwrap();
+    let cxx = std::env::var("CXX").unwrap_or_else(|_| "c++".into());
+    let out = Command::new(&cxx)
+        .args(["-std=c++17", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .output()
+        .expect("running the C++ compiler ($CXX or c++)");
+    assert!(
+        out.status.success(),
+        "the generated header as C++:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let run = Command::new(&exe).output().unwrap();
+    let got: Vec<usize> = String::from_utf8_lossy(&run.stdout)
+        .lines()
+        .map(|l| l.parse().unwrap())
+        .collect();
+    let expect: Vec<usize> = want
+        .iter()
+        .map(|w| w.2)
+        .chain(sizes.iter().map(|s| s.1))
+        .collect();
+    assert_eq!(
+        got, expect,
+        "C offsets and sizes against Rust's: {want:?} {sizes:?}"
+    );
+    // The runtime reads the stop word alone on the block's second line.
+    assert_eq!(offset_of!(Ctl, stop), 64);
+}

@@ -42,7 +42,8 @@ pub const JOB_DESC_C: &[(&str, &str, usize)] = &[
 ];
 
 /// `#define BPFT_OFF_<Struct>_<field> <offset>` and `BPFT_SIZE_<Struct>` for every row of
-/// the shared-memory layout tables, and `struct bpft_job_desc` from [`JOB_DESC_C`].
+/// the shared-memory layout tables, `struct bpft_job_desc` from [`JOB_DESC_C`], and the
+/// mailbox block's structures from `wire` (`bpft_ctl`, `bpft_done`, `bpft_fwd`).
 pub fn layout_header() -> String {
     let mut s = String::from("// generated from shm_maps::layout::{FIELDS, SIZES}: do not edit\n");
     for (st, f, off) in shm_maps::layout::FIELDS {
@@ -64,6 +65,25 @@ pub fn layout_header() -> String {
         }
     }
     s.push_str("};\n");
+    use super::wire::{Ctl, DoneEntry, FwdEntry};
+    c_struct(
+        &mut s,
+        Ctl::C_NAME,
+        Ctl::C_FIELDS,
+        std::mem::size_of::<Ctl>(),
+    );
+    c_struct(
+        &mut s,
+        DoneEntry::C_NAME,
+        DoneEntry::C_FIELDS,
+        std::mem::size_of::<DoneEntry>(),
+    );
+    c_struct(
+        &mut s,
+        FwdEntry::C_NAME,
+        FwdEntry::C_FIELDS,
+        std::mem::size_of::<FwdEntry>(),
+    );
     let _ = writeln!(
         s,
         "#define BPFT_INLINE_WORDS {}",
@@ -78,6 +98,23 @@ pub fn layout_header() -> String {
     );
     s.push_str(&check_c());
     s
+}
+
+/// `struct <name> { … };` from a mailbox structure's fields (`wire::c_mirror!`), with the
+/// size the Rust structure has asserted.
+fn c_struct(s: &mut String, name: &str, fields: &[super::wire::CField], size: usize) {
+    let _ = writeln!(s, "struct {name} {{");
+    for f in fields {
+        if f.n > 1 {
+            let _ = writeln!(s, "    {} {}[{}];", f.ty.name, f.name, f.n);
+        } else {
+            let _ = writeln!(s, "    {} {};", f.ty.name, f.name);
+        }
+    }
+    let _ = writeln!(
+        s,
+        "}};\nstatic_assert(sizeof(struct {name}) == {size}, \"{name}: wire.rs\");"
+    );
 }
 
 /// `bpft_inline_words(w)` and `bpft_slot_check(seq, w, iw)`: `shm_maps::layout`'s

@@ -55,86 +55,170 @@ pub const TRACE_OFF: u64 = FWD_OFF + FWD_RING as u64 * 128;
 /// Size of the mailbox block.
 pub const MAILBOX_BYTES: u64 = TRACE_OFF + 64 + TRACE_RING as u64 * 64;
 
-/// `struct bpft_ctl`.
-#[repr(C)]
-pub struct Ctl {
-    _reserved0: u32,
-    _pad0: u32,
-    /// Service: done-log entries consumed.
-    pub done_consumed: AtomicU64,
-    /// Service: forward-ring entries consumed.
-    pub fwd_consumed: AtomicU64,
-    /// Service: trace records consumed (the answer a mailbox ping waits for).
-    pub trace_consumed: AtomicU64,
-    /// Worker process (host side): 1 once it found its context failed, just before it
-    /// exits; the service starts the warm standby without waiting for the exit.
-    pub worker_faulted: AtomicU32,
-    _pad1a: u32,
-    /// Worker process: the number of the last host-served gap it opened (its kernel has
-    /// exited and the queue is the service's until [`Ctl::gap_done`] says it is back; a
-    /// kernel launched meanwhile waits for that before it takes jobs).
-    pub gap_open: AtomicU64,
-    /// Worker process: the gap it wants closed (its next kernel is ready to launch).
-    pub gap_close: AtomicU64,
-    /// Service: the last gap in which it stopped taking jobs (every job it took there has
-    /// finished and its slot is released).
-    pub gap_done: AtomicU64,
-    /// Service: the kernel stops taking jobs, drains and exits. Alone on its cache line:
-    /// dispatcher 0 reads it with every poll, and the words above change with every job.
-    pub stop: AtomicU32,
-    _pad1b: u32,
-    _pad1: [u64; 7],
-    /// GPU: queue head at exit.
-    pub head: AtomicU64,
-    /// GPU: jobs taken in this generation.
-    pub jobs_taken: AtomicU64,
-    /// GPU: queue slots whose check word did not match the descriptor words read with it
-    /// (a read that raced the producer); each was read again in order.
-    pub torn_reads: AtomicU64,
-    /// GPU: 1 while the dispatcher runs.
-    pub running: AtomicU32,
-    /// GPU: generation number once drained.
-    pub exited: AtomicU32,
-    /// GPU: polls that took at least one job, in this generation (with `jobs_taken`, the
-    /// mean batch; refreshed every 256 batches and at exit).
-    pub batches: AtomicU64,
-    _pad2: [u64; 11],
+/// A C type of the structures the GPU runtime shares with the host: its spelling in the
+/// runtime's C, its size and its alignment.
+#[derive(Clone, Copy, Debug)]
+pub struct CType {
+    /// The C spelling.
+    pub name: &'static str,
+    /// Bytes.
+    pub size: usize,
+    /// Alignment in bytes.
+    pub align: usize,
 }
 
-/// `struct bpft_done`: a job the GPU finished.
-#[repr(C)]
-pub struct DoneEntry {
-    /// Position + 1 once published.
-    pub seq: AtomicU64,
-    /// Completion slot.
-    pub completion: u32,
-    /// Client slot.
-    pub client: u32,
-    /// Job status.
-    pub status: i32,
-    /// Pc of the first failure.
-    pub err_pc: u32,
-    /// First failing record.
-    pub err_record: u64,
-    /// Interpreter error code of that record.
-    pub err_code: u32,
-    /// 1: the service writes the message and publishes DONE.
-    pub finalize: u32,
-    /// Run time, ns.
-    pub run_ns: u64,
-    /// Records that ran.
-    pub records_done: u64,
-    /// Records that failed.
-    pub records_failed: u64,
+const U32: CType = CType {
+    name: "unsigned int",
+    size: 4,
+    align: 4,
+};
+const S32: CType = CType {
+    name: "int",
+    size: 4,
+    align: 4,
+};
+const U64: CType = CType {
+    name: "unsigned long long",
+    size: 8,
+    align: 8,
+};
+const JOB_DESC: CType = CType {
+    name: "struct bpft_job_desc",
+    size: 120,
+    align: 8,
+};
+
+/// One field of such a structure: its name (the same on both sides), C type and element
+/// count (an array above 1).
+#[derive(Clone, Copy, Debug)]
+pub struct CField {
+    /// The field's name.
+    pub name: &'static str,
+    /// Its C type.
+    pub ty: CType,
+    /// Elements.
+    pub n: usize,
 }
 
-/// `struct bpft_fwd`: a job for the host runner.
-#[repr(C)]
-pub struct FwdEntry {
-    /// Position + 1 once published.
-    pub seq: AtomicU64,
-    /// The job.
-    pub desc: shm_maps::JobDesc,
+/// Declares a `#[repr(C)]` structure of the mailbox block once, for both sides: the Rust
+/// struct, and its C fields (`C_NAME`, `C_FIELDS`) from which `source::layout_header`
+/// prints the runtime's `struct`. Each field's Rust type is asserted at compile time to
+/// have its C type's size and alignment, so the two structures, laid out by the same C
+/// rules, have the same offsets and size.
+macro_rules! c_mirror {
+    ($(#[$sm:meta])* pub struct $name:ident as $cname:literal {
+        $($(#[$fm:meta])* $fv:vis $f:ident : $ty:ty = $cty:ident $([$n:literal])?,)*
+    }) => {
+        $(#[$sm])*
+        #[repr(C)]
+        pub struct $name {
+            $($(#[$fm])* $fv $f: $ty,)*
+        }
+        impl $name {
+            /// The structure's name in the runtime's C.
+            pub const C_NAME: &'static str = $cname;
+            /// Its fields in order, for the runtime's C.
+            pub const C_FIELDS: &'static [CField] = &[
+                $(CField { name: stringify!($f), ty: $cty, n: c_mirror!(@n $($n)?) },)*
+            ];
+        }
+        const _: () = {
+            $(assert!(
+                std::mem::size_of::<$ty>() == $cty.size * c_mirror!(@n $($n)?)
+                    && std::mem::align_of::<$ty>() == $cty.align
+            );)*
+        };
+    };
+    (@n) => { 1 };
+    (@n $n:literal) => { $n };
+}
+
+c_mirror! {
+    /// `struct bpft_ctl`: the control block. Line 0: written by the service as it consumes
+    /// the logs (and the worker's gap words). Line 1: the stop word alone. Lines 2 and 3:
+    /// written by the GPU.
+    pub struct Ctl as "bpft_ctl" {
+        _reserved0: u32 = U32,
+        _pad0: u32 = U32,
+        /// Service: done-log entries consumed.
+        pub done_consumed: AtomicU64 = U64,
+        /// Service: forward-ring entries consumed.
+        pub fwd_consumed: AtomicU64 = U64,
+        /// Service: trace records consumed (the answer a mailbox ping waits for).
+        pub trace_consumed: AtomicU64 = U64,
+        /// Worker process (host side): 1 once it found its context failed, just before it
+        /// exits; the service starts the warm standby without waiting for the exit.
+        pub worker_faulted: AtomicU32 = U32,
+        _pad1a: u32 = U32,
+        /// Worker process: the number of the last host-served gap it opened (its kernel has
+        /// exited and the queue is the service's until [`Ctl::gap_done`] says it is back; a
+        /// kernel launched meanwhile waits for that before it takes jobs).
+        pub gap_open: AtomicU64 = U64,
+        /// Worker process: the gap it wants closed (its next kernel is ready to launch).
+        pub gap_close: AtomicU64 = U64,
+        /// Service: the last gap in which it stopped taking jobs (every job it took there has
+        /// finished and its slot is released).
+        pub gap_done: AtomicU64 = U64,
+        /// Service: the kernel stops taking jobs, drains and exits. Alone on its cache line:
+        /// dispatcher 0 reads it with every 8th poll (`BPFT_STOP_EVERY`), and the words
+        /// above change with every job.
+        pub stop: AtomicU32 = U32,
+        _pad1b: u32 = U32,
+        _pad1: [u64; 7] = U64[7],
+        /// GPU: queue head at exit.
+        pub head: AtomicU64 = U64,
+        /// GPU: jobs taken in this generation.
+        pub jobs_taken: AtomicU64 = U64,
+        /// GPU: queue slots whose check word did not match the descriptor words read with it
+        /// (a read that raced the producer); each was read again in order.
+        pub torn_reads: AtomicU64 = U64,
+        /// GPU: 1 while the dispatcher runs.
+        pub running: AtomicU32 = U32,
+        /// GPU: generation number once drained.
+        pub exited: AtomicU32 = U32,
+        /// GPU: polls that took at least one job, in this generation (with `jobs_taken`, the
+        /// mean batch; refreshed every 256 batches and at exit).
+        pub batches: AtomicU64 = U64,
+        _pad2: [u64; 11] = U64[11],
+    }
+}
+
+c_mirror! {
+    /// `struct bpft_done`: a job the GPU finished.
+    pub struct DoneEntry as "bpft_done" {
+        /// Position + 1 once published.
+        pub seq: AtomicU64 = U64,
+        /// Completion slot.
+        pub completion: u32 = U32,
+        /// Client slot.
+        pub client: u32 = U32,
+        /// Job status.
+        pub status: i32 = S32,
+        /// Pc of the first failure.
+        pub err_pc: u32 = U32,
+        /// First failing record.
+        pub err_record: u64 = U64,
+        /// Interpreter error code of that record.
+        pub err_code: u32 = U32,
+        /// 1: the service writes the message and publishes DONE.
+        pub finalize: u32 = U32,
+        /// Run time, ns.
+        pub run_ns: u64 = U64,
+        /// Records that ran.
+        pub records_done: u64 = U64,
+        /// Records that failed.
+        pub records_failed: u64 = U64,
+    }
+}
+
+c_mirror! {
+    /// `struct bpft_fwd`: a job for the host runner.
+    pub struct FwdEntry as "bpft_fwd" {
+        /// Position + 1 once published.
+        pub seq: AtomicU64 = U64,
+        /// The job.
+        pub desc: shm_maps::JobDesc = JOB_DESC,
+    }
 }
 
 const _: () = {
@@ -142,7 +226,8 @@ const _: () = {
     assert!(size_of::<Ctl>() == 256);
     assert!(offset_of!(Ctl, head) == 128);
     assert!(offset_of!(Ctl, worker_faulted) == 32);
-    // The kernel reads the gap words (runtime.cu asserts the same offsets).
+    // The runtime's C structure is generated from the same fields (`c_mirror!`); these
+    // pin the offsets the service's code and its documentation rely on.
     assert!(offset_of!(Ctl, gap_open) == 40 && offset_of!(Ctl, gap_done) == 56);
     assert!(offset_of!(Ctl, stop) == 64);
     assert!(offset_of!(Ctl, running) == 152);

@@ -331,33 +331,9 @@ struct bpft_tier {
 };
 static_assert(sizeof(struct bpft_tier) == 64, "bpft_tier: worker.rs TierEntry");
 
-// Control block in pinned host memory. Line 0: written by the host as it consumes the
-// logs. Line 1: the stop word alone (dispatcher 0 reads it with every poll; on line 0 it
-// shared a cache line with done_consumed, which the host writes after every job). Lines
-// 2 and 3: written by the GPU.
-struct bpft_ctl {
-    u32 reserved0;
-    u32 pad0;
-    u64 done_consumed;   // host: done-log entries consumed
-    u64 fwd_consumed;    // host: forward-ring entries consumed
-    u64 trace_consumed;  // host: trace records consumed (the mailbox's answer)
-    u64 pad1a;           // worker process: worker_faulted
-    u64 gap_open;        // worker process: the host gap it opened last (wire.rs)
-    u64 gap_close;       // worker process: the gap it wants closed
-    u64 gap_done;        // host: the last gap it stopped taking jobs in
-    u32 stop;            // host: stop taking jobs, drain the ring, exit
-    u32 pad1b;
-    u64 pad1[7];
-    u64 head;            // GPU: queue head at exit
-    u64 jobs_taken;      // GPU: jobs taken from the queue in this generation
-    u64 torn_reads;      // GPU: slots whose check word did not match (read again in order)
-    u32 running;         // GPU: 1 while the dispatcher runs
-    u32 exited;          // GPU: generation number once the kernel has drained
-    u64 batches;         // GPU: polls that took jobs (with jobs_taken: the mean batch)
-    u64 pad2[11];
-};
-// (NVRTC has no offsetof: wire.rs asserts the field offsets, gap_open at 40, stop at 64.)
-static_assert(sizeof(struct bpft_ctl) == 256, "bpft_ctl size");
+// The control block (`struct bpft_ctl`), the done log's entries (`struct bpft_done`) and the
+// forward ring's (`struct bpft_fwd`), in pinned host memory, are generated from wire.rs
+// (source::layout_header).
 
 // Device state, persists across generations (device memory, zeroed once; the host clears
 // `drain` and `stop` before each launch).
@@ -399,28 +375,6 @@ struct bpft_djob {
     u32 err_code;
     u32 active;          // warps working on this job (the slot is reused only at 0)
 };
-
-// Done log entry (pinned). One per job the GPU finished.
-struct bpft_done {
-    u64 seq;             // position + 1 when published
-    u32 completion, client;
-    s32 status;          // the job's status
-    u32 err_pc;
-    u64 err_record;      // first failing record (RUNTIME_ERROR)
-    u32 err_code;        // interpreter error code of that record
-    u32 finalize;        // 1: the host writes the message and publishes DONE
-    u64 run_ns;          // finished - started
-    u64 records_done;
-    u64 records_failed;
-};
-static_assert(sizeof(struct bpft_done) == 64, "bpft_done size");
-
-// Forward ring entry (pinned): a job for the host's CPU job runner.
-struct bpft_fwd {
-    u64 seq;
-    struct bpft_job_desc d;
-};
-static_assert(sizeof(struct bpft_fwd) == 128, "bpft_fwd size");
 
 // Completion state and status values (shm-maps layout::completion_state / status).
 #define CS_RUNNING 2
@@ -753,7 +707,7 @@ static __device__ void forward(const bpft_params &P, const bpft_job_desc &d) {
     while (pos - ld_acq_sys(&C->fwd_consumed) > P.fwd_mask) __nanosleep(200);
     bpft_fwd *slot = (bpft_fwd *)P.fwd_ring + (pos & P.fwd_mask);
     const u64 *src = (const u64 *)&d;
-    u64 *dst = (u64 *)&slot->d;
+    u64 *dst = (u64 *)&slot->desc;
 #pragma unroll
     for (int i = 0; i < 15; i++) st_rlx_sys(dst + i, src[i]);
     st_rel_sys(&slot->seq, pos + 1);
