@@ -6,8 +6,8 @@
 #   BIN=dir-with-bpftime-super-and-gpu_service bench/gpu/row_a_variants.sh ROUNDS NAME=PRELUDE...
 #
 # e.g. ... 2 default= split="#define BPFT_HOP_SPLIT 3" d1="#define BPFT_DISPATCHERS 1"
-# A variant's environment: ENV_<name>="VAR=VALUE ..." (e.g. ENV_pf="BPFTIME_CLIENT_PREFETCH=1"
-# ... pf=) is set for its runs only.
+# A variant's environment: ENV_<name>="VAR=VALUE ..." (e.g. ENV_log="RUST_LOG=debug" ...
+# log=) is set for its runs only.
 # Writes $OUT/row_a_variants.json (a list: variant, round, prelude, row a) and
 # $OUT/row_a_variants.txt (a line a run); the runs' own directories stay in $WORK.
 set -u -o pipefail
