@@ -42,7 +42,8 @@ pub const JOB_DESC_C: &[(&str, &str, usize)] = &[
 ];
 
 /// `#define BPFT_OFF_<Struct>_<field> <offset>` and `BPFT_SIZE_<Struct>` for every row of
-/// the shared-memory layout tables, `struct bpft_job_desc` from [`JOB_DESC_C`], and the
+/// the shared-memory layout tables, `struct bpft_job_desc` from [`JOB_DESC_C`], the
+/// kernel's parameters and tier table from `worker` (`bpft_params`, `bpft_tier`), and the
 /// mailbox block's structures from `wire` (`bpft_ctl`, `bpft_done`, `bpft_fwd`).
 pub fn layout_header() -> String {
     let mut s = String::from("// generated from shm_maps::layout::{FIELDS, SIZES}: do not edit\n");
@@ -66,24 +67,12 @@ pub fn layout_header() -> String {
     }
     s.push_str("};\n");
     use super::wire::{Ctl, DoneEntry, FwdEntry};
-    c_struct(
-        &mut s,
-        Ctl::C_NAME,
-        Ctl::C_FIELDS,
-        std::mem::size_of::<Ctl>(),
-    );
-    c_struct(
-        &mut s,
-        DoneEntry::C_NAME,
-        DoneEntry::C_FIELDS,
-        std::mem::size_of::<DoneEntry>(),
-    );
-    c_struct(
-        &mut s,
-        FwdEntry::C_NAME,
-        FwdEntry::C_FIELDS,
-        std::mem::size_of::<FwdEntry>(),
-    );
+    use super::worker::{Params, TierEntry};
+    c_struct::<Params>(&mut s);
+    c_struct::<TierEntry>(&mut s);
+    c_struct::<Ctl>(&mut s);
+    c_struct::<DoneEntry>(&mut s);
+    c_struct::<FwdEntry>(&mut s);
     let _ = writeln!(
         s,
         "#define BPFT_INLINE_WORDS {}",
@@ -100,11 +89,12 @@ pub fn layout_header() -> String {
     s
 }
 
-/// `struct <name> { … };` from a mailbox structure's fields (`wire::c_mirror!`), with the
-/// size the Rust structure has asserted.
-fn c_struct(s: &mut String, name: &str, fields: &[super::wire::CField], size: usize) {
+/// `struct <name> { … };` from the fields of `T` (`wire::c_mirror!`), and an assertion of
+/// the size the Rust structure has.
+fn c_struct<T: super::wire::CMirror>(s: &mut String) {
+    let name = T::C_NAME;
     let _ = writeln!(s, "struct {name} {{");
-    for f in fields {
+    for f in T::C_FIELDS {
         if f.n > 1 {
             let _ = writeln!(s, "    {} {}[{}];", f.ty.name, f.name, f.n);
         } else {
@@ -113,7 +103,8 @@ fn c_struct(s: &mut String, name: &str, fields: &[super::wire::CField], size: us
     }
     let _ = writeln!(
         s,
-        "}};\nstatic_assert(sizeof(struct {name}) == {size}, \"{name}: wire.rs\");"
+        "}};\nstatic_assert(sizeof(struct {name}) == {}, \"{name}: generated from Rust\");",
+        std::mem::size_of::<T>()
     );
 }
 

@@ -67,22 +67,22 @@ pub struct CType {
     pub align: usize,
 }
 
-const U32: CType = CType {
+pub(crate) const U32: CType = CType {
     name: "unsigned int",
     size: 4,
     align: 4,
 };
-const S32: CType = CType {
+pub(crate) const S32: CType = CType {
     name: "int",
     size: 4,
     align: 4,
 };
-const U64: CType = CType {
+pub(crate) const U64: CType = CType {
     name: "unsigned long long",
     size: 8,
     align: 8,
 };
-const JOB_DESC: CType = CType {
+pub(crate) const JOB_DESC: CType = CType {
     name: "struct bpft_job_desc",
     size: 120,
     align: 8,
@@ -100,26 +100,33 @@ pub struct CField {
     pub n: usize,
 }
 
-/// Declares a `#[repr(C)]` structure of the mailbox block once, for both sides: the Rust
-/// struct, and its C fields (`C_NAME`, `C_FIELDS`) from which `source::layout_header`
+/// A structure the GPU runtime shares with the host, declared with [`c_mirror!`]: what
+/// `source::layout_header` prints the runtime's C `struct` from.
+pub trait CMirror {
+    /// The structure's name in the runtime's C.
+    const C_NAME: &'static str;
+    /// Its fields in order.
+    const C_FIELDS: &'static [CField];
+}
+
+/// Declares a `#[repr(C)]` structure the GPU runtime shares with the host once, for both
+/// sides: the Rust struct, and its C fields ([`CMirror`]) from which `source::layout_header`
 /// prints the runtime's `struct`. Each field's Rust type is asserted at compile time to
 /// have its C type's size and alignment, so the two structures, laid out by the same C
 /// rules, have the same offsets and size.
 macro_rules! c_mirror {
-    ($(#[$sm:meta])* pub struct $name:ident as $cname:literal {
+    ($(#[$sm:meta])* $sv:vis struct $name:ident as $cname:literal {
         $($(#[$fm:meta])* $fv:vis $f:ident : $ty:ty = $cty:ident $([$n:literal])?,)*
     }) => {
         $(#[$sm])*
         #[repr(C)]
-        pub struct $name {
+        $sv struct $name {
             $($(#[$fm])* $fv $f: $ty,)*
         }
-        impl $name {
-            /// The structure's name in the runtime's C.
-            pub const C_NAME: &'static str = $cname;
-            /// Its fields in order, for the runtime's C.
-            pub const C_FIELDS: &'static [CField] = &[
-                $(CField { name: stringify!($f), ty: $cty, n: c_mirror!(@n $($n)?) },)*
+        impl $crate::cuda::wire::CMirror for $name {
+            const C_NAME: &'static str = $cname;
+            const C_FIELDS: &'static [$crate::cuda::wire::CField] = &[
+                $($crate::cuda::wire::CField { name: stringify!($f), ty: $cty, n: c_mirror!(@n $($n)?) },)*
             ];
         }
         const _: () = {
@@ -132,6 +139,7 @@ macro_rules! c_mirror {
     (@n) => { 1 };
     (@n $n:literal) => { $n };
 }
+pub(crate) use c_mirror;
 
 c_mirror! {
     /// `struct bpft_ctl`: the control block. Line 0: written by the service as it consumes

@@ -98,39 +98,40 @@ struct ProgEntry {
     reserved: [u64; 2],
 }
 
-/// `struct bpft_params` of the runtime.
-#[repr(C)]
-#[derive(Clone, Copy, Default, Debug)]
-struct Params {
-    slots: u64,
-    queue_hdr: u64,
-    completions: u64,
-    arena: u64,
-    arena_size: u64,
-    dev_arena: u64,
-    dev_arena_size: u64,
-    ctl: u64,
-    state: u64,
-    prog_index: u64,
-    progs: u64,
-    jobs: u64,
-    done_log: u64,
-    fwd_ring: u64,
-    trace_buf: u64,
-    time_offset: u64,
-    max_insns: u64,
-    scratch: u64,
-    tier_table: u64,
-    queue_mask: u32,
-    max_progs: u32,
-    completions_total: u32,
-    max_records: u32,
-    job_mask: u32,
-    done_mask: u32,
-    fwd_mask: u32,
-    flags: u32,
-    generation: u32,
-    lock_pid: u32,
+c_mirror! {
+    /// `struct bpft_params` of the runtime: the kernel's parameters, by value.
+    #[derive(Clone, Copy, Default, Debug)]
+    pub(crate) struct Params as "bpft_params" {
+        slots: u64 = U64,
+        queue_hdr: u64 = U64,
+        completions: u64 = U64,
+        arena: u64 = U64,
+        arena_size: u64 = U64,
+        dev_arena: u64 = U64,
+        dev_arena_size: u64 = U64,
+        ctl: u64 = U64,
+        state: u64 = U64,
+        prog_index: u64 = U64,
+        progs: u64 = U64,
+        jobs: u64 = U64,
+        done_log: u64 = U64,
+        fwd_ring: u64 = U64,
+        trace_buf: u64 = U64,
+        time_offset: u64 = U64,
+        max_insns: u64 = U64,
+        scratch: u64 = U64,
+        tier_table: u64 = U64,
+        queue_mask: u32 = U32,
+        max_progs: u32 = U32,
+        completions_total: u32 = U32,
+        max_records: u32 = U32,
+        job_mask: u32 = U32,
+        done_mask: u32 = U32,
+        fwd_mask: u32 = U32,
+        flags: u32 = U32,
+        generation: u32 = U32,
+        lock_pid: u32 = U32,
+    }
 }
 
 const _: () = {
@@ -142,21 +143,24 @@ const _: () = {
     assert!(offset_of!(TierEntry, tat) == 40);
 };
 
-/// One slot of the GPU tier table (runtime.cu `struct bpft_tier`): a job buffer in an
-/// emulated tier, and its link word.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-struct TierEntry {
-    off: u64,
-    /// 0: the slot is free.
-    len: u64,
-    client: u32,
-    pad: u32,
-    latency_ns: u64,
-    ps_per_byte: u64,
-    /// The link's next free time (%globaltimer ns), the GPU's.
-    tat: u64,
-    reserved: [u64; 2],
+c_mirror! {
+    /// One slot of the GPU tier table (`struct bpft_tier` of the runtime): a job buffer in an
+    /// emulated tier, and its link word. Written by the worker while the kernel runs: `len`
+    /// is cleared before an entry changes and set last, so a job sees the old buffer, the new
+    /// one or none (it then runs at local speed).
+    #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+    pub(crate) struct TierEntry as "bpft_tier" {
+        off: u64 = U64,
+        /// 0: the slot is free.
+        len: u64 = U64,
+        client: u32 = U32,
+        pad: u32 = U32,
+        latency_ns: u64 = U64,
+        ps_per_byte: u64 = U64,
+        /// The link's next free time (%globaltimer ns), the GPU's.
+        tat: u64 = U64,
+        reserved: [u64; 2] = U64[2],
+    }
 }
 
 const TIER_TABLE_BYTES: usize = shm_maps::job_flags::TIER_SLOTS as usize * 64;
@@ -1599,6 +1603,68 @@ fn next_unnamed(next: &mut u32, lap: &mut u32, named: &HashMap<u32, u32>) -> u32
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The kernel's parameters and tier table, generated from `worker` into the header,
+    /// have by the host C++ compiler's `offsetof` the offsets and sizes Rust gives them
+    /// (the mailbox block's structures: `tests/runtime_ptx.rs`).
+    #[test]
+    fn the_generated_params_and_tier_table_match_rust() {
+        use super::super::source::layout_header;
+        use std::mem::{offset_of, size_of};
+        let want = [
+            ("bpft_params", "ctl", offset_of!(Params, ctl)),
+            ("bpft_params", "tier_table", offset_of!(Params, tier_table)),
+            ("bpft_params", "queue_mask", offset_of!(Params, queue_mask)),
+            ("bpft_params", "flags", offset_of!(Params, flags)),
+            ("bpft_params", "lock_pid", offset_of!(Params, lock_pid)),
+            ("bpft_tier", "client", offset_of!(TierEntry, client)),
+            ("bpft_tier", "tat", offset_of!(TierEntry, tat)),
+            ("bpft_tier", "reserved", offset_of!(TierEntry, reserved)),
+        ];
+        let sizes = [
+            ("bpft_params", size_of::<Params>()),
+            ("bpft_tier", size_of::<TierEntry>()),
+        ];
+        let mut prog = String::from("#include <cstddef>\n#include <cstdio>\n");
+        prog.push_str(&layout_header());
+        prog.push_str("int main() {\n");
+        for (st, f, _) in want {
+            prog.push_str(&format!(
+                "    printf(\"%zu\\n\", offsetof(struct {st}, {f}));\n"
+            ));
+        }
+        for (st, _) in sizes {
+            prog.push_str(&format!("    printf(\"%zu\\n\", sizeof(struct {st}));\n"));
+        }
+        prog.push_str("    return 0;\n}\n");
+        let scratch = bpftime_tests::scratch_dir("params");
+        let (src, exe) = (scratch.path().join("p.cpp"), scratch.path().join("p"));
+        std::fs::write(&src, prog).unwrap();
+        let cxx = std::env::var("CXX").unwrap_or_else(|_| "c++".into());
+        let out = std::process::Command::new(&cxx)
+            .args(["-std=c++17", "-o"])
+            .arg(&exe)
+            .arg(&src)
+            .output()
+            .expect("running the C++ compiler ($CXX or c++)");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let run = std::process::Command::new(&exe).output().unwrap();
+        let got: Vec<usize> = String::from_utf8_lossy(&run.stdout)
+            .lines()
+            .map(|l| l.parse().unwrap())
+            .collect();
+        let expect: Vec<usize> = want
+            .iter()
+            .map(|w| w.2)
+            .chain(sizes.iter().map(|s| s.1))
+            .collect();
+        assert_eq!(got, expect, "{want:?} {sizes:?}");
+    }
+
     use ebpf::{MapDef, MapKind, MapOrigin};
 
     /// Entries are immutable while an id names them: after a lap of publications by other

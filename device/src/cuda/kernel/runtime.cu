@@ -290,46 +290,21 @@ static_assert(sizeof(struct bpft_prog) == 64, "bpft_prog size");
 #define BPFT_TIER_NATIVE 2
 #define BPFT_TIER_HOST 3
 
-// Kernel parameters (by value).
-struct bpft_params {
-    u64 slots;           // QueueSlot[0]
-    u64 queue_hdr;       // QueueHeader
-    u64 completions;     // Completion[0]
-    u64 arena, arena_size;
-    u64 dev_arena, dev_arena_size;
-    u64 ctl;             // struct bpft_ctl, pinned
-    u64 state;           // struct bpft_state, device
-    u64 prog_index;      // u32[max_progs], device: index words (worker.rs index_word), 0 = none
-    u64 progs;           // struct bpft_prog[], device
-    u64 jobs;            // struct bpft_djob[job_ring], device
-    u64 done_log;        // struct bpft_done[done_ring], pinned
-    u64 fwd_ring;        // struct bpft_fwd[fwd_ring], pinned
-    u64 trace_buf;       // trace ring, pinned (0: dropped)
-    u64 time_offset;     // host CLOCK_MONOTONIC ns - %globaltimer ns (two's complement)
-    u64 max_insns;       // interpreter budget per record
-    u64 scratch;         // device, 128 bytes per dispatcher lane: inline job input
-    u64 tier_table;      // struct bpft_tier[BPFT_TIER_SLOTS], device: job buffers in a tier
-    u32 queue_mask, max_progs;
-    u32 completions_total, max_records;
-    u32 job_mask, done_mask, fwd_mask, flags;
-    u32 generation, lock_pid;
-};
-static_assert(sizeof(struct bpft_params) == 19 * 8 + 10 * 4, "bpft_params: worker.rs Params");
+// The kernel's parameters (`struct bpft_params`, by value; worker.rs Params, generated into
+// the header): the region's queue slots, queue header and completions; the shared arena
+// and the device arena; the control block (pinned) and `bpft_state` (device); the program
+// index words (worker.rs index_word, 0 = none) and entries; the device job ring; the done
+// log and forward ring (pinned); the trace ring (0: dropped); the host's CLOCK_MONOTONIC
+// minus %globaltimer; the interpreter's budget a record; 128 bytes of device scratch a
+// dispatcher lane; the tier table; then the rings' masks, sizes, flags, the generation and
+// the service's pid.
 #define BPFT_ALLOW_FAULT 1u
 
-// A job buffer in an emulated tier (the service's `alloc` with a placement), one entry a
-// tier slot (job_flags::TIER_MASK names one). Written by the worker while the kernel runs:
-// `len` is cleared before an entry changes and set last, so a job sees the old buffer, the
-// new one or none (it then runs at local speed). worker.rs TierEntry mirrors it.
-struct bpft_tier {
-    u64 off, len;        // the buffer: arena offset and length (0: the slot is free)
-    u32 client, pad;     // its owner's client slot
-    u64 latency_ns;      // added to each record's fetch
-    u64 ps_per_byte;     // picoseconds per byte at the cap (0: none)
-    u64 tat;             // the link's next free time, %globaltimer ns (the GPU's alone)
-    u64 reserved[2];
-};
-static_assert(sizeof(struct bpft_tier) == 64, "bpft_tier: worker.rs TierEntry");
+// A job buffer in an emulated tier (`struct bpft_tier`, worker.rs TierEntry, generated into
+// the header; the service's `alloc` with a placement), one entry a tier slot
+// (job_flags::TIER_MASK names one): the buffer's arena offset and length (0: free), its
+// owner's client slot, the latency added to each record's fetch, picoseconds a byte at the
+// cap (0: none), and the link's next free time (%globaltimer ns, the GPU's alone).
 
 // The control block (`struct bpft_ctl`), the done log's entries (`struct bpft_done`) and the
 // forward ring's (`struct bpft_fwd`), in pinned host memory, are generated from wire.rs
