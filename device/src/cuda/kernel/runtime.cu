@@ -587,16 +587,6 @@ static __device__ __forceinline__ int run_record(const bpft_params &P, const bpf
     return bpf_interp_run(&p.interp, (u64)ctx, &env, r0, err_pc);
 }
 
-// Writes the completion of a finished job and its done-log entry with one system-scope
-// fence: fields first (relaxed), then the fence, then the log entry's seq and, for OK
-// jobs, DONE (relaxed stores the fence orders after every field). With an error status
-// the host finalizes it (writes the message text, then publishes DONE). Waits while the
-// done log is a whole ring ahead of the host.
-// `early` (one-record self-contained jobs, run by the lane that marked them RUNNING, when
-// BPFT_DONE_EARLY is on; run_short's caller decides): an OK job goes out as DONE_CHECKED with its fields and their check word, before the log
-// entry and with no fence; the check word tells the client whether the fields it read are
-// all there. The log's fence still comes before the caller frees the queue slot. Otherwise
-// DONE follows the fence, which orders the fields before it (no check word).
 // A done-log entry's words 1..7 (bpft_done: the job's completion and client, status and
 // pc, failing record, error code and flag, run time, records done and failed).
 #define BPFT_LOG_WORDS 7
@@ -624,6 +614,16 @@ static __device__ void log_done(const bpft_params &P, const u64 *e) {
     st_rlx_sys(&slot->seq, pos + 1);
 }
 
+// Writes the completion of a finished job and its done-log entry with one system-scope
+// fence: fields first (relaxed), then the fence, then the log entry's seq and, for OK
+// jobs, DONE (relaxed stores the fence orders after every field). With an error status
+// the host finalizes it (writes the message text, then publishes DONE). Waits while the
+// done log is a whole ring ahead of the host.
+// `early` (one-record self-contained jobs, run by the lane that marked them RUNNING, when
+// BPFT_DONE_EARLY is on; run_short's caller decides): an OK job goes out as DONE_CHECKED with its fields and their check word, before the log
+// entry and with no fence; the check word tells the client whether the fields it read are
+// all there. The log's fence still comes before the caller frees the queue slot. Otherwise
+// DONE follows the fence, which orders the fields before it (no check word).
 static __device__ void finish_job(const bpft_params &P, const bpft_job_desc &d, const bpft_prog &p,
                            s32 status, u64 done, u64 failed, u64 r0, u32 err_pc, u64 err_record,
                            u32 err_code, u64 started, u32 hop_poll = 0, u32 hop_fence = 0,
