@@ -11,7 +11,7 @@
 //!
 //! | offset                 | what                                   | written by            |
 //! |------------------------|----------------------------------------|-----------------------|
-//! | 0                      | [`Ctl`] (256 bytes)                    | line 0 service (and the worker's gap words), line 1 GPU |
+//! | 0                      | [`Ctl`] (256 bytes)                    | line 0 service (and the worker's gap words), line 1 service (the stop word alone), lines 2 and 3 GPU |
 //! | [`DONE_OFF`]           | done log: [`DONE_LOG`] × [`DoneEntry`] | GPU (seq last, release) |
 //! | [`FWD_OFF`]            | forward ring: [`FWD_RING`] × [`FwdEntry`] | GPU              |
 //! | [`TRACE_OFF`]          | trace ring (`jit::prelude` layout)     | GPU                   |
