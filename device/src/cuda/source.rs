@@ -43,7 +43,8 @@ pub const JOB_DESC_C: &[(&str, &str, usize)] = &[
 
 /// `#define BPFT_OFF_<Struct>_<field> <offset>` and `BPFT_SIZE_<Struct>` for every row of
 /// the shared-memory layout tables, `struct bpft_job_desc` from [`JOB_DESC_C`], the
-/// kernel's parameters and tier table from `worker` (`bpft_params`, `bpft_tier`), and the
+/// kernel's parameters, state and tier table from `worker` (`bpft_params`, `bpft_state`,
+/// `bpft_tier`), and the
 /// mailbox block's structures from `wire` (`bpft_ctl`, `bpft_done`, `bpft_fwd`).
 pub fn layout_header() -> String {
     let mut s = String::from("// generated from shm_maps::layout::{FIELDS, SIZES}: do not edit\n");
@@ -67,8 +68,9 @@ pub fn layout_header() -> String {
     }
     s.push_str("};\n");
     use super::wire::{Ctl, DoneEntry, FwdEntry};
-    use super::worker::{Params, TierEntry};
+    use super::worker::{Params, State, TierEntry};
     c_struct::<Params>(&mut s);
+    c_struct::<State>(&mut s);
     c_struct::<TierEntry>(&mut s);
     c_struct::<Ctl>(&mut s);
     c_struct::<DoneEntry>(&mut s);

@@ -116,7 +116,7 @@ pub trait CMirror {
 /// rules, have the same offsets and size.
 macro_rules! c_mirror {
     ($(#[$sm:meta])* $sv:vis struct $name:ident as $cname:literal {
-        $($(#[$fm:meta])* $fv:vis $f:ident : $ty:ty = $cty:ident $([$n:literal])?,)*
+        $($(#[$fm:meta])* $fv:vis $f:ident : $ty:ty = $cty:ident $([$n:expr])?,)*
     }) => {
         $(#[$sm])*
         #[repr(C)]
@@ -137,7 +137,7 @@ macro_rules! c_mirror {
         };
     };
     (@n) => { 1 };
-    (@n $n:literal) => { $n };
+    (@n $n:expr) => { $n };
 }
 pub(crate) use c_mirror;
 

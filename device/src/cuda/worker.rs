@@ -141,7 +141,45 @@ const _: () = {
     assert!(size_of::<Params>() == 19 * 8 + 10 * 4);
     assert!(size_of::<TierEntry>() == 64);
     assert!(offset_of!(TierEntry, tat) == 40);
+    assert!(size_of::<State>() == source::STATE_BYTES);
+    // `rearm` clears the two flags with one 8-byte write.
+    assert!(offset_of!(State, stop) == offset_of!(State, drain) + 4);
+    assert!(offset_of!(State, drain).is_multiple_of(8));
 };
+
+c_mirror! {
+    /// `struct bpft_state` of the runtime: its state in device memory, kept across
+    /// generations (zeroed once; `rearm` clears `drain` and `stop` before each launch).
+    pub(crate) struct State as "bpft_state" {
+        /// Ring jobs claimed by the dispatchers (atomicAdd).
+        job_pub: u64 = U64,
+        /// Done-log entries claimed (atomicAdd).
+        done_pos: u64 = U64,
+        /// Forward-ring entries claimed (atomicAdd).
+        fwd_pos: u64 = U64,
+        /// Set by dispatcher 0 once the ring is empty at stop.
+        drain: u32 = U32,
+        /// Dispatcher 0's copy of the control block's stop word, for the others.
+        stop: u32 = U32,
+        /// `job_pub` at this generation's launch.
+        ring_start: u64 = U64,
+        /// The last `done_consumed` read from the host (saves a PCIe read).
+        done_seen: u64 = U64,
+        /// Dispatchers that have stopped (dispatcher 0 counts them, resets).
+        stopped: u32 = U32,
+        /// 1: `dpos` holds where each dispatcher stopped (same count every launch).
+        resume: u32 = U32,
+        /// Jobs taken by every dispatcher in this generation.
+        taken: u64 = U64,
+        /// Polls that took jobs, every dispatcher, this generation.
+        batches: u64 = U64,
+        /// Slots read again (all generations).
+        torn: u64 = U64,
+        pad2: [u64; 22 - source::MAX_DISPATCHERS] = U64[22 - source::MAX_DISPATCHERS],
+        /// Each dispatcher's next position (at stop; with several, live).
+        dpos: [u64; source::MAX_DISPATCHERS] = U64[source::MAX_DISPATCHERS],
+    }
+}
 
 c_mirror! {
     /// One slot of the GPU tier table (`struct bpft_tier` of the runtime): a job buffer in an
@@ -975,12 +1013,13 @@ impl Worker {
         t.elapsed().as_nanos() as u64
     }
 
-    /// Before a launch: clears the drain and stop flags (bytes 24..32 of `bpft_state`)
+    /// Before a launch: clears the drain and stop flags of `bpft_state` (one 8-byte write)
     /// after the uploads already queued on the copy stream, waits for them, and clears the
     /// host's stop word.
     fn rearm(&self) -> Result<(), DeviceError> {
+        let flags = std::mem::offset_of!(State, drain) as u64;
         self.gpu
-            .upload_async(self.copy, self.state + 24, &0u64.to_le_bytes())?;
+            .upload_async(self.copy, self.state + flags, &0u64.to_le_bytes())?;
         self.gpu.sync(self.copy)?;
         self.ctl().stop.store(0, Ordering::Release);
         Ok(())
@@ -1604,7 +1643,7 @@ fn next_unnamed(next: &mut u32, lap: &mut u32, named: &HashMap<u32, u32>) -> u32
 mod tests {
     use super::*;
 
-    /// The kernel's parameters and tier table, generated from `worker` into the header,
+    /// The kernel's parameters, state and tier table, generated from `worker` into the header,
     /// have by the host C++ compiler's `offsetof` the offsets and sizes Rust gives them
     /// (the mailbox block's structures: `tests/runtime_ptx.rs`).
     #[test]
@@ -1617,12 +1656,17 @@ mod tests {
             ("bpft_params", "queue_mask", offset_of!(Params, queue_mask)),
             ("bpft_params", "flags", offset_of!(Params, flags)),
             ("bpft_params", "lock_pid", offset_of!(Params, lock_pid)),
+            ("bpft_state", "drain", offset_of!(State, drain)),
+            ("bpft_state", "stop", offset_of!(State, stop)),
+            ("bpft_state", "torn", offset_of!(State, torn)),
+            ("bpft_state", "dpos", offset_of!(State, dpos)),
             ("bpft_tier", "client", offset_of!(TierEntry, client)),
             ("bpft_tier", "tat", offset_of!(TierEntry, tat)),
             ("bpft_tier", "reserved", offset_of!(TierEntry, reserved)),
         ];
         let sizes = [
             ("bpft_params", size_of::<Params>()),
+            ("bpft_state", size_of::<State>()),
             ("bpft_tier", size_of::<TierEntry>()),
         ];
         let mut prog = String::from("#include <cstddef>\n#include <cstdio>\n");

@@ -310,25 +310,8 @@ static_assert(sizeof(struct bpft_prog) == 64, "bpft_prog size");
 // forward ring's (`struct bpft_fwd`), in pinned host memory, are generated from wire.rs
 // (source::layout_header).
 
-// Device state, persists across generations (device memory, zeroed once; the host clears
-// `drain` and `stop` before each launch).
-struct bpft_state {
-    u64 job_pub;         // ring jobs claimed by the dispatchers (atomicAdd)
-    u64 done_pos;        // done-log entries claimed (atomicAdd)
-    u64 fwd_pos;         // forward-ring entries claimed (atomicAdd)
-    u32 drain;           // set by dispatcher 0 once the ring is empty at stop
-    u32 stop;            // dispatcher 0's copy of ctl->stop, for the other dispatchers
-    u64 ring_start;      // job_pub at this generation's launch
-    u64 done_seen;       // last done_consumed read from the host (saves a PCIe read)
-    u32 stopped;         // dispatchers that have stopped (dispatcher 0 counts them, resets)
-    u32 resume;          // 1: dpos holds where each dispatcher stopped (same D every launch)
-    u64 taken;           // jobs taken by every dispatcher in this generation
-    u64 batches;         // polls that took jobs, every dispatcher, this generation
-    u64 torn;            // slots read again (all generations)
-    u64 pad2[22 - BPFT_MAX_DISPATCHERS];
-    u64 dpos[BPFT_MAX_DISPATCHERS];  // each dispatcher's next position (at stop; D > 1: live)
-};
-// The worker clears bytes 24..32 (`drain`, `stop`) before every launch.
+// Device state, kept across generations (`struct bpft_state`, worker.rs State, generated
+// into the header; zeroed once, the worker clears `drain` and `stop` before each launch).
 static_assert(sizeof(struct bpft_state) == BPFT_STATE_BYTES, "bpft_state: the worker's allocation");
 
 // A multi-record job on the device ring.
