@@ -1642,15 +1642,40 @@ fn next_unnamed(next: &mut u32, lap: &mut u32, named: &HashMap<u32, u32>) -> u32
 #[cfg(test)]
 mod tests {
     use super::*;
+    use ebpf::{MapDef, MapKind, MapOrigin};
 
-    /// The kernel's parameters, state and tier table, generated from `worker` into the header,
-    /// have by the host C++ compiler's `offsetof` the offsets and sizes Rust gives them
-    /// (the mailbox block's structures: `tests/runtime_ptx.rs`).
+    /// The structures `layout_header` generates from Rust (`c_mirror!`: the kernel's
+    /// parameters, state and tier table here, the mailbox block's in `wire`) have, by the host
+    /// C++ compiler's own `offsetof`, the offsets and sizes Rust gives the same fields.
     #[test]
-    fn the_generated_params_and_tier_table_match_rust() {
+    fn the_generated_structures_match_rust() {
         use super::super::source::layout_header;
         use std::mem::{offset_of, size_of};
         let want = [
+            ("bpft_ctl", "done_consumed", offset_of!(Ctl, done_consumed)),
+            (
+                "bpft_ctl",
+                "worker_faulted",
+                offset_of!(Ctl, worker_faulted),
+            ),
+            ("bpft_ctl", "gap_open", offset_of!(Ctl, gap_open)),
+            ("bpft_ctl", "gap_done", offset_of!(Ctl, gap_done)),
+            ("bpft_ctl", "stop", offset_of!(Ctl, stop)),
+            ("bpft_ctl", "head", offset_of!(Ctl, head)),
+            ("bpft_ctl", "torn_reads", offset_of!(Ctl, torn_reads)),
+            ("bpft_ctl", "running", offset_of!(Ctl, running)),
+            ("bpft_ctl", "exited", offset_of!(Ctl, exited)),
+            ("bpft_ctl", "batches", offset_of!(Ctl, batches)),
+            ("bpft_done", "completion", offset_of!(DoneEntry, completion)),
+            ("bpft_done", "status", offset_of!(DoneEntry, status)),
+            ("bpft_done", "err_record", offset_of!(DoneEntry, err_record)),
+            ("bpft_done", "finalize", offset_of!(DoneEntry, finalize)),
+            (
+                "bpft_done",
+                "records_failed",
+                offset_of!(DoneEntry, records_failed),
+            ),
+            ("bpft_fwd", "desc", offset_of!(FwdEntry, desc)),
             ("bpft_params", "ctl", offset_of!(Params, ctl)),
             ("bpft_params", "tier_table", offset_of!(Params, tier_table)),
             ("bpft_params", "queue_mask", offset_of!(Params, queue_mask)),
@@ -1665,6 +1690,9 @@ mod tests {
             ("bpft_tier", "reserved", offset_of!(TierEntry, reserved)),
         ];
         let sizes = [
+            ("bpft_ctl", size_of::<Ctl>()),
+            ("bpft_done", size_of::<DoneEntry>()),
+            ("bpft_fwd", size_of::<FwdEntry>()),
             ("bpft_params", size_of::<Params>()),
             ("bpft_state", size_of::<State>()),
             ("bpft_tier", size_of::<TierEntry>()),
@@ -1681,7 +1709,7 @@ mod tests {
             prog.push_str(&format!("    printf(\"%zu\\n\", sizeof(struct {st}));\n"));
         }
         prog.push_str("    return 0;\n}\n");
-        let scratch = bpftime_tests::scratch_dir("params");
+        let scratch = bpftime_tests::scratch_dir("layout");
         let (src, exe) = (scratch.path().join("p.cpp"), scratch.path().join("p"));
         std::fs::write(&src, prog).unwrap();
         let cxx = std::env::var("CXX").unwrap_or_else(|_| "c++".into());
@@ -1707,9 +1735,9 @@ mod tests {
             .chain(sizes.iter().map(|s| s.1))
             .collect();
         assert_eq!(got, expect, "{want:?} {sizes:?}");
+        // The runtime reads the stop word alone on the block's second line.
+        assert_eq!(offset_of!(Ctl, stop), 64);
     }
-
-    use ebpf::{MapDef, MapKind, MapOrigin};
 
     /// Entries are immutable while an id names them: after a lap of publications by other
     /// programs, the round robin skips the entries still named (the kernel may be reading
