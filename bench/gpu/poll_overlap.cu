@@ -84,43 +84,13 @@ __global__ void dispatcher(int k, int halves, u64 stagger, int n, int ring, cons
 }
 
 // ---- host code ----
-// The client: n jobs, `gap_ns` of other work between them; round trips (us) into `out`.
-static void client(char *slots, int ring, long gap_ns, volatile u64 *resp, int n, double *out) {
-    for (int job = 1; job <= n; job++) {
-        auto until = std::chrono::steady_clock::now() + std::chrono::nanoseconds(gap_ns);
-        while (std::chrono::steady_clock::now() < until) {
-        }
-        const auto t0 = std::chrono::steady_clock::now();
-        u64 *w = (u64 *)(slots + (size_t)((job - 1) % ring) * 256);
-        for (int i = 1; i < 32; i++) w[i] = (u64)job * 0x9e3779b97f4a7c15ull + i;
-        ((std::atomic<u64> *)w)->store((u64)job, std::memory_order_release);
-        long spin = 0;
-        while (*resp != (u64)job) {
-            if (++spin > 2000000000L) {
-                fprintf(stderr, "no answer to job %d\n", job);
-                _exit(2);
-            }
-        }
-        out[job - 1] = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
-    }
-}
 
 int main(int argc, char **argv) {
     const int rounds = argc > 1 ? atoi(argv[1]) : 2;
     const int n = 10000, RING = 4096;
     const size_t ring_bytes = (size_t)RING * 256, bytes = ring_bytes + 8192 + n * sizeof(double) + 4096;
     const char *path = "/dev/shm/bpftime_poll_overlap_probe";
-    int fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
-    if (fd < 0 || ftruncate(fd, bytes) != 0) {
-        perror("shm");
-        return 1;
-    }
-    char *shm = (char *)mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (shm == MAP_FAILED) {
-        perror("mmap");
-        return 1;
-    }
-    memset(shm, 0, bytes);
+    char *shm = shm_area(path, bytes);
     volatile u64 *go = (volatile u64 *)(shm + ring_bytes + 4096);
     volatile u64 *gap = (volatile u64 *)(shm + ring_bytes + 4096 + 64);
     pid_t child = fork();
@@ -129,7 +99,7 @@ int main(int argc, char **argv) {
             u64 g;
             while ((g = *go) == 0 || g == ~0ull) usleep(50);
             if (g == 2) _exit(0);
-            client(shm, RING, (long)*gap, (volatile u64 *)(shm + ring_bytes), n, (double *)(shm + ring_bytes + 8192));
+            client(shm, RING, (long)*gap, 0, (volatile u64 *)(shm + ring_bytes), n, (double *)(shm + ring_bytes + 8192));
             *go = ~0ull;
         }
     }

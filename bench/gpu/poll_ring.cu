@@ -116,34 +116,6 @@ __global__ void dispatcher(int n, int ring, int warm, int rk, int hd, const char
 }
 
 // ---- host code ----
-// The client: n jobs, ~2 us of other work between them; round trips (us) into `out`.
-static void client(char *slots, int ring, int pf, volatile u64 *resp, int n, double *out) {
-    for (int job = 1; job <= n; job++) {
-        auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(2);
-        while (std::chrono::steady_clock::now() < until) {
-        }
-        const auto t0 = std::chrono::steady_clock::now();
-        u64 *w = (u64 *)(slots + (size_t)((job - 1) % ring) * 256);
-        for (int i = 1; i < 32; i++) w[i] = (u64)job * 0x9e3779b97f4a7c15ull + i;
-        ((std::atomic<u64> *)w)->store((u64)job, std::memory_order_release);
-        long spin = 0;
-        while (*resp != (u64)job) {
-            if (++spin > 2000000000L) {
-                fprintf(stderr, "no answer to job %d\n", job);
-                _exit(2);
-            }
-        }
-        out[job - 1] = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
-        const char *next = slots + (size_t)(job % ring) * 256;
-        if (pf == 1) {
-            asm volatile("prefetchw (%0)" ::"r"(next));
-            asm volatile("prefetchw (%0)" ::"r"(next + 128));
-        } else if (pf == 2) {
-            (void)*(volatile const u64 *)next;
-            (void)*(volatile const u64 *)(next + 128);
-        }
-    }
-}
 
 int main(int argc, char **argv) {
     const int rounds = argc > 1 ? atoi(argv[1]) : 3;
@@ -151,17 +123,7 @@ int main(int argc, char **argv) {
     const size_t ring_bytes = (size_t)RING * 256, bytes = ring_bytes + 8192 + n * sizeof(double) + 4096;
     // The shm area first (fork before CUDA starts in this process).
     const char *path = "/dev/shm/bpftime_poll_ring_probe";
-    int fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
-    if (fd < 0 || ftruncate(fd, bytes) != 0) {
-        perror("shm");
-        return 1;
-    }
-    char *shm = (char *)mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (shm == MAP_FAILED) {
-        perror("mmap");
-        return 1;
-    }
-    memset(shm, 0, bytes);
+    char *shm = shm_area(path, bytes);
     volatile u64 *go = (volatile u64 *)(shm + ring_bytes + 6144);
     // A child client for the process variants: waits for go = ring size (0 ends it).
     pid_t child = fork();
@@ -170,7 +132,7 @@ int main(int argc, char **argv) {
             u64 g;
             while ((g = *go) == 0 || g == ~0ull) usleep(50);
             if (g == 1ull << 40) _exit(0);
-            client(shm, (int)(g & 0xffffff), (int)(g >> 32), (volatile u64 *)(shm + ring_bytes), n,
+            client(shm, (int)(g & 0xffffff), 2000, (int)(g >> 32), (volatile u64 *)(shm + ring_bytes), n,
                    (double *)(shm + ring_bytes + 8192));
             *go = ~0ull;  // done
         }
@@ -225,7 +187,7 @@ int main(int argc, char **argv) {
                 while (*go != ~0ull) usleep(100);
                 memcpy(rt.data(), shm + ring_bytes + 8192, n * sizeof(double));
             } else {
-                client(base, vs[v].ring, vs[v].pf, (volatile u64 *)(base + ring_bytes), n, rt.data());
+                client(base, vs[v].ring, 2000, vs[v].pf, (volatile u64 *)(base + ring_bytes), n, rt.data());
             }
             CK(cudaStreamSynchronize(st));
             u64 gu = 0;

@@ -113,7 +113,6 @@ int main(int argc, char **argv) {
 
     struct Row { double rt50, rt99, poll50, polls_per_job; };
     std::vector<std::vector<Row>> rows(NSHAPES);
-    std::vector<u64> payload(32);
     for (int r = 0; r < rounds; r++) {
         for (int s = 0; s < NSHAPES; s++) {
             memset(host, 0, 4096);
@@ -122,29 +121,9 @@ int main(int argc, char **argv) {
             dispatcher<<<1, 32, 0, st>>>(s, n, dslot, (const unsigned *)dstop_h, stop_d, (u64 *)dresp, poll_ns,
                                          poll_count, 0ull);
             CK(cudaGetLastError());
-            std::vector<double> rt;
-            rt.reserve(n);
-            volatile u64 *vresp = (volatile u64 *)resp;
-            for (int job = 1; job <= n; job++) {
-                // Some work between jobs, as a client has: ~2 us.
-                auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(2);
-                while (std::chrono::steady_clock::now() < until) {
-                }
-                const auto t0 = std::chrono::steady_clock::now();
-                // The client's slot: body words, then seq with a release store.
-                u64 *w = (u64 *)slot;
-                for (int i = 1; i < 32; i++) w[i] = (u64)job * 0x9e3779b97f4a7c15ull + i;
-                ((std::atomic<u64> *)w)->store((u64)job, std::memory_order_release);
-                long spin = 0;
-                while (*vresp != (u64)job) {
-                    if (++spin > 2000000000L) {
-                        fprintf(stderr, "shape %s: no answer to job %d\n", kNames[s], job);
-                        exit(2);
-                    }
-                }
-                const auto t1 = std::chrono::steady_clock::now();
-                rt.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
-            }
+            // The client: one slot, ~2 us of other work between jobs.
+            std::vector<double> rt(n);
+            client(slot, 1, 2000, 0, (volatile u64 *)resp, n, rt.data());
             CK(cudaStreamSynchronize(st));
             std::vector<u64> pns(n);
             u64 pc[2];
