@@ -222,6 +222,24 @@ pub fn compile_runtime(sm: u32) -> Result<String, DeviceError> {
 /// [`compile_runtime`] with `prelude` (C text, e.g. `#define BPFT_TWO_PHASE 0`) put before
 /// the runtime's source.
 pub fn compile_runtime_with(sm: u32, prelude: &str) -> Result<String, DeviceError> {
+    let src = format!("{prelude}\n{}", runtime_source());
+    nvrtc_ptx(&src, "bpftime_runtime", sm, &["-rdc=true"], "the runtime")
+}
+
+/// Compiles stand-alone CUDA C++ device code (`name` for messages) to PTX for `sm` with
+/// NVRTC: the bench's GPU probes are checked with it where there is no GPU.
+pub fn compile_cuda(src: &str, name: &str, sm: u32) -> Result<String, DeviceError> {
+    nvrtc_ptx(src, name, sm, &[], name)
+}
+
+/// NVRTC, C++17, for `sm` (`extra` options besides); `what` names the source in the error.
+fn nvrtc_ptx(
+    src: &str,
+    name: &str,
+    sm: u32,
+    extra: &[&str],
+    what: &str,
+) -> Result<String, DeviceError> {
     if !nvrtc_present() {
         return Err(DeviceError::Call {
             call: "nvrtc",
@@ -231,35 +249,11 @@ pub fn compile_runtime_with(sm: u32, prelude: &str) -> Result<String, DeviceErro
             log: String::new(),
         });
     }
+    let mut options: Vec<String> = extra.iter().map(|o| o.to_string()).collect();
+    options.push("-std=c++17".into());
     let opts = cudarc::nvrtc::CompileOptions {
         arch: Some(compute_arch(sm)),
-        options: vec!["-rdc=true".into(), "-std=c++17".into()],
-        name: Some("bpftime_runtime.cu".into()),
-        ..Default::default()
-    };
-    let src = format!("{prelude}\n{}", runtime_source());
-    cudarc::nvrtc::compile_ptx_with_opts(src, opts)
-        .map(|p| p.to_src())
-        .map_err(|e| DeviceError::Call {
-            call: "nvrtcCompileProgram",
-            code: "the runtime did not compile".into(),
-            log: format!("{e:?}"),
-        })
-}
-
-/// Compiles stand-alone CUDA C++ device code (`name` for messages) to PTX for `sm` with
-/// NVRTC: the bench's GPU probes are checked with it where there is no GPU.
-pub fn compile_cuda(src: &str, name: &str, sm: u32) -> Result<String, DeviceError> {
-    if !nvrtc_present() {
-        return Err(DeviceError::Call {
-            call: "nvrtc",
-            code: "libnvrtc could not be loaded".into(),
-            log: String::new(),
-        });
-    }
-    let opts = cudarc::nvrtc::CompileOptions {
-        arch: Some(compute_arch(sm)),
-        options: vec!["-std=c++17".into()],
+        options,
         name: Some(format!("{name}.cu")),
         ..Default::default()
     };
@@ -267,7 +261,7 @@ pub fn compile_cuda(src: &str, name: &str, sm: u32) -> Result<String, DeviceErro
         .map(|p| p.to_src())
         .map_err(|e| DeviceError::Call {
             call: "nvrtcCompileProgram",
-            code: format!("{name} did not compile"),
+            code: format!("{what} did not compile"),
             log: format!("{e:?}"),
         })
 }
