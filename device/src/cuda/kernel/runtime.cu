@@ -898,9 +898,10 @@ static __device__ __forceinline__ void poll_issue(const bpft_params &P, u32 d, u
         ld_rlx_sys_v2((const void *)(P.slots + ((pos + lane) & P.queue_mask) * BPFT_SIZE_QueueSlot), r.a, r.b);
     }
     if (lane == 31) {
-        // Dispatcher 0 reads the host's stop word (relaxed: an acquire load would hold the
-        // warp until it returns; the caller fences once it sees stop), the others the copy
-        // dispatcher 0 leaves in device memory.
+        // Dispatcher 0 reads the host's stop word when `host_stop` (every BPFT_STOP_EVERY-th
+        // poll; relaxed: an acquire load would hold the warp until it returns; the caller
+        // fences once it sees stop), else, as the others do, the copy it leaves in device
+        // memory.
         if (d != 0 || !host_stop) r.stop = *(volatile u32 *)&((bpft_state *)P.state)->stop;
         else r.stop = ld_rlx_sys32(&((bpft_ctl *)P.ctl)->stop);
     }
@@ -956,7 +957,7 @@ static __device__ void dispatcher(const bpft_params &P, const u32 d, const u32 D
     // Each lane's last program entry and its index word (lookup_prog).
     __shared__ u64 entry_cache[32][9];
     entry_cache[lane][8] = 0;
-    u32 empty = 0;  // polls in a row that found nothing
+    bool idle = false;  // the last poll found nothing
     u32 since_head = 0;  // batches since the head was stored (BPFT_HEAD_EVERY)
     u64 head_at = pos;  // the position it was stored at
     u32 polls = 0;  // BPFT_STOP_EVERY
@@ -985,7 +986,7 @@ static __device__ void dispatcher(const bpft_params &P, const u32 d, const u32 D
         bpft_poll x;
         poll_issue(P, d, lane, pos, w, x, BPFT_STOP_EVERY <= 1 || ++polls % BPFT_STOP_EVERY == 0);
         if (BPFT_HEAD_SHADOW && D > 1 && head_due &&
-            (empty > 0 || ++since_head >= BPFT_HEAD_EVERY || pos - head_at >= cap / 4)) {
+            (idle || ++since_head >= BPFT_HEAD_EVERY || pos - head_at >= cap / 4)) {
             head_due = false;
             since_head = 0;
             head_at = pos;
@@ -1024,7 +1025,7 @@ static __device__ void dispatcher(const bpft_params &P, const u32 d, const u32 D
         const int gone = lane < w && (s64)(seq - (my + 1)) > 0;
         if (__shfl_sync(FULL_MASK, stop, 31)) break;
         const u32 k = take_count(ready || gone, w, width);
-        empty = k == 0 ? empty + 1 : 0;
+        idle = k == 0;
         if (k == 0) continue;
         const int live = lane < k && ready;
         const u32 nlive = __popc(__ballot_sync(FULL_MASK, live));
