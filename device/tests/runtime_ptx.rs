@@ -232,6 +232,51 @@ fn the_runtime_knobs_compile_and_assemble() {
             "#define BPFT_COMPLETION_FENCE \"fence.sc.sys;\"",
             Some("ld.global.v2.u64"),
         ),
+        (
+            "no_log_warp",
+            "#define BPFT_LOG_WARP 0",
+            Some("ld.global.v2.u64"),
+        ),
+        (
+            "log_warp_for_batches",
+            "#define BPFT_LOG_WARP_MIN 2",
+            Some("ld.global.v2.u64"),
+        ),
+        (
+            "fixed_poll_wait",
+            "#define BPFT_POLL_UP 0\n#define BPFT_POLL_DOWN 0\n#define BPFT_POLL_AFTER_NS 700",
+            Some("ld.global.v2.u64"),
+        ),
+        (
+            "no_poll_wait",
+            "#define BPFT_POLL_ADAPT 0",
+            Some("ld.global.v2.u64"),
+        ),
+        (
+            "desc_in_registers",
+            "#define BPFT_DESC_SHARED 0",
+            Some("ld.global.v2.u64"),
+        ),
+        (
+            "worker_acquire",
+            "#define BPFT_WORKER_RELAXED 0\n#define BPFT_WORKER_NAP 100000",
+            Some("ld.global.v2.u64"),
+        ),
+        (
+            "one_block_an_sm",
+            "#define BPFT_MIN_BLOCKS 1",
+            Some("ld.global.v2.u64"),
+        ),
+        (
+            "cycle_split_run",
+            "#define BPFT_HOP_SPLIT 5",
+            Some("ld.global.v2.u64"),
+        ),
+        (
+            "cycle_split_loop",
+            "#define BPFT_HOP_SPLIT 6",
+            Some("ld.global.v2.u64"),
+        ),
     ] {
         let ptx = source::compile_runtime_with(90, pre).expect("NVRTC compiles the variant");
         assert!(
@@ -246,6 +291,17 @@ fn the_runtime_knobs_compile_and_assemble() {
                 "{name}: {loads:?}"
             ),
         }
+        // The log warp's hand-off: a release at CTA scope, only where there is a log warp.
+        assert_eq!(
+            ptx.contains("st.release.cta"),
+            name != "no_log_warp",
+            "{name}: the log ring's release"
+        );
+        assert_eq!(
+            ptx.contains("%clock64"),
+            name.starts_with("cycle_split"),
+            "{name}: cycle marks only in the cycle splits"
+        );
         if name == "sc_fence" {
             assert!(ptx.contains("fence.sc.sys"), "{name}");
         }
@@ -277,4 +333,54 @@ fn a_layout_the_kernel_disagrees_with_does_not_compile() {
     );
     let e = format!("{:?}", r.expect_err("a wrong layout must not compile"));
     assert!(e.contains("JobDesc size"), "{e}");
+}
+
+/// ptxas's spill stores for the persistent kernel (`-v`), in bytes.
+fn spill_stores(name: &str, text: &str) -> u64 {
+    let scratch = bpftime_tests::scratch_dir("spill");
+    let src = scratch.path().join(format!("{name}.ptx"));
+    std::fs::write(&src, text).unwrap();
+    let out = Command::new(repo().join("scripts/ptxas"))
+        .args(["-arch=sm_90", "-c", "-v", "-o"])
+        .arg(scratch.path().join(format!("{name}.o")))
+        .arg(&src)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "ptxas rejected {name}");
+    let log = String::from_utf8_lossy(&out.stderr);
+    let at = log
+        .find("Function properties for bpft_persistent")
+        .unwrap_or_else(|| panic!("{name}: no properties for the kernel in\n{log}"));
+    let line = log[at..].lines().nth(1).unwrap_or_default();
+    let words: Vec<&str> = line.split_whitespace().collect();
+    let i = words
+        .iter()
+        .position(|w| *w == "spill")
+        .unwrap_or_else(|| panic!("{name}: {line}"));
+    words[i - 2]
+        .parse()
+        .unwrap_or_else(|_| panic!("{name}: {line}"))
+}
+
+/// The dispatcher keeps its job's descriptor, inline words and program entry in shared
+/// memory (BPFT_DESC_SHARED), so the kernel fits its 128 registers with little spilling;
+/// held in registers they spilled about 750 bytes to local memory, on the dispatcher's path.
+#[test]
+fn the_dispatcher_state_fits_in_registers() {
+    if !tools_or_skip() {
+        return;
+    }
+    let shared = spill_stores(
+        "desc_shared",
+        &source::compile_runtime_with(90, "").expect("NVRTC compiles the runtime"),
+    );
+    let regs = spill_stores(
+        "desc_registers",
+        &source::compile_runtime_with(90, "#define BPFT_DESC_SHARED 0")
+            .expect("NVRTC compiles the variant"),
+    );
+    assert!(
+        shared < 200 && shared * 4 < regs,
+        "spill stores: {shared} bytes with the descriptor in shared memory, {regs} in registers"
+    );
 }

@@ -175,7 +175,8 @@ fn role_main(role: &str) {
             let mut poll = Vec::with_capacity(n);
             let mut fence = Vec::with_capacity(n);
             // BPFT_HOP_SPLIT 3 or 4 (a prelude): the hop words hold up to five 12-bit
-            // fields, ns from the GPU's start of the job to steps of its run (runtime.cu);
+            // fields, ns from the GPU's start of the job to steps of its run; 5 and 6: SM
+            // cycles in units of 2 and 4 (runtime.cu says which steps);
             // BPFTIME_BENCH_HOP_FIELDS names them (comma-separated), or is 1 for mode 3's.
             let steps: Vec<String> = match std::env::var("BPFTIME_BENCH_HOP_FIELDS") {
                 Ok(v) if v.contains(',') => v.split(',').map(str::to_string).collect(),

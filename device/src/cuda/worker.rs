@@ -1570,8 +1570,13 @@ fn build(
         inputs.push((n.as_str(), t.as_str()));
     }
     let t = Instant::now();
-    // The kernel's __launch_bounds__(256, 2) allow 128 registers, and bind what it calls.
-    let lib = gpu.link_max_regs(&inputs, 128).and_then(|cubin| {
+    // The kernel's __launch_bounds__(256, 2) allow 128 registers, and bind what it calls
+    // (BPFTIME_GPU_MAX_REGS, a tuning knob, for a runtime built with BPFT_MIN_BLOCKS 1).
+    let max_regs = std::env::var("BPFTIME_GPU_MAX_REGS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(128);
+    let lib = gpu.link_max_regs(&inputs, max_regs).and_then(|cubin| {
         times.link_ns = t.elapsed().as_nanos() as u64;
         // Debugging and SASS reading: BPFTIME_DUMP_CUBIN=DIR keeps every generation.
         if let Some(dir) = std::env::var_os("BPFTIME_DUMP_CUBIN") {

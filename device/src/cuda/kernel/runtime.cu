@@ -154,7 +154,14 @@ static __device__ __forceinline__ u32 role_block() {
 // lookup, after the checks, after the inline input's copy, after the program
 // (hop_split_field); 4: four such fields from the start of the short run: before the input
 // tier and the record's ctx, just before the native program's call, just after it, and
-// before the completion (native programs; the program step of 3 split up).
+// before the completion (native programs; the program step of 3 split up). 5 and 6 count
+// SM cycles (clock64, marks in shared memory, `bpft_cyc`) from the moment the poll's loads
+// returned (t_seen): 5: five fields in units of 2 cycles, to after the slot check, after
+// the program lookup, after the checks and the job's kind, just before the native call,
+// just after it; 6: five fields in units of 4 cycles: to the start of the completion, then
+// the previous job's tail (from its completion's start to its slot's release), the gap
+// from there to the issue of the poll that found this job, the polls issued in between,
+// and that poll's round trip.
 #ifndef BPFT_HOP_SPLIT
 #define BPFT_HOP_SPLIT 0
 #endif
@@ -261,6 +268,27 @@ static __device__ __forceinline__ u64 globaltimer() {
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
     return t;
 }
+
+#if BPFT_HOP_SPLIT >= 5
+// BPFT_HOP_SPLIT 5 and 6: a dispatcher lane's cycle marks (warp 0 of a block; a worker warp
+// 0 marks too, in a block with no dispatcher, where nothing reads them). 0: the poll's
+// loads returned, 1: slot checked, 2: RUNNING stored, 3: program found, 4: checked, 5:
+// before the native call, 6: after it, 7: the completion's start, 8: the slot released,
+// 9: the last poll's issue, 10: polls since the last job.
+__shared__ long long bpft_cyc[32][11];
+#define BPFT_MARK(i)                                                                   \
+    do {                                                                               \
+        if (threadIdx.x < 32) bpft_cyc[threadIdx.x][i] = clock64();                    \
+    } while (0)
+static __device__ __forceinline__ u64 cyc_field(long long d, int unit, int i) {
+    const u64 v = d < 0 ? 0 : (u64)d / unit;
+    return (v < 4095 ? v : 4095) << (12 * i);
+}
+#else
+#define BPFT_MARK(i) \
+    do {             \
+    } while (0)
+#endif
 
 // ---- the shared-memory structures, generated from the layout ----
 
@@ -423,9 +451,12 @@ static __device__ bool lookup_prog(const bpft_params &P, u32 id, bpft_prog *out,
     const u32 word = have_pre ? pre : ld_rlx_gpu32((const u32 *)P.prog_index + id);
     if (word == 0) return false;
     u64 *dst = (u64 *)out;
+    // `out` may be the cache row itself (BPFT_DESC_SHARED): then nothing is copied.
     if (BPFT_ENTRY_CACHE && cache && cache[8] == word) {
+        if (dst != cache) {
 #pragma unroll
-        for (int i = 0; i < 8; i++) dst[i] = cache[i];
+            for (int i = 0; i < 8; i++) dst[i] = cache[i];
+        }
         return out->tier == BPFT_TIER_INTERP || out->tier == BPFT_TIER_NATIVE;
     }
     const u32 idx = word & ((1u << BPFT_INDEX_ENTRY_BITS) - 1);
@@ -438,8 +469,10 @@ static __device__ bool lookup_prog(const bpft_params &P, u32 id, bpft_prog *out,
     for (int i = 0; i < 8; i += 2) ld_cg_v2(src + i, dst[i], dst[i + 1]);
 #endif
     if (BPFT_ENTRY_CACHE && cache) {
+        if (dst != cache) {
 #pragma unroll
-        for (int i = 0; i < 8; i++) cache[i] = dst[i];
+            for (int i = 0; i < 8; i++) cache[i] = dst[i];
+        }
         cache[8] = word;
     }
     return out->tier == BPFT_TIER_INTERP || out->tier == BPFT_TIER_NATIVE;
@@ -557,7 +590,9 @@ static __device__ __forceinline__ int run_record(const bpft_params &P, const bpf
         if (marks) marks[1] = now_ns(P);
 #else
         (void)marks;
+        BPFT_MARK(5);
         *r0 = bpft_native(p.native_slot, (u64)ctx);
+        BPFT_MARK(6);
 #endif
         return 0;
     }
@@ -597,6 +632,76 @@ static __device__ void log_done(const bpft_params &P, const u64 *e) {
     st_rlx_sys(&slot->seq, pos + 1);
 }
 
+// BPFT_LOG_WARP 1: a dispatcher hands the done-log entries of the one-record jobs it
+// published DONE_CHECKED (finish_job's `early`) to a second warp of its block, the log
+// warp (log_warp), with the release of their queue slots: the log's system-scope fence
+// (a PCIe round trip, longer while the completion's writes are in flight) then holds that
+// warp, not the dispatcher's next poll. The hand-off is a ring in shared memory. The log
+// warp acquires each entry at CTA scope before its fence, so (cumulativity) its fence
+// orders the dispatcher's RUNNING and completion writes before the entry's seq and the
+// slot's release, as the dispatcher's own fence did. A tuning knob (0: the dispatcher
+// writes the log itself, as before).
+#ifndef BPFT_LOG_WARP
+#define BPFT_LOG_WARP 1
+#endif
+// The fewest short jobs in a batch that go to the log warp; a smaller batch writes its log
+// itself, and its next poll leaves after that fence. A tuning knob: without BPFT_POLL_ADAPT,
+// 1 made a lone client's round trip 0.7 µs longer (its first poll left before the client's
+// next job could land, and the second came a poll round trip later).
+#ifndef BPFT_LOG_WARP_MIN
+#define BPFT_LOG_WARP_MIN 1
+#endif
+#define BPFT_LOG_RING 64
+// BPFT_POLL_ADAPT 1: the first poll after a batch of one short job waits a while after it
+// ran, because a lone client's next job lands a client round trip after its completion
+// (PCIe, the client, its submit), and a poll that leaves too early comes back empty while
+// the next one is a whole poll round trip (1.4-1.7 µs) later. The wait adapts: it grows by
+// BPFT_POLL_UP ns after an empty first poll and shrinks by BPFT_POLL_DOWN ns after one that
+// found a job, so it settles where one first poll in ten comes back empty; under load
+// (first polls always find jobs) it falls to 0. BPFT_POLL_AFTER_NS: where it starts (and,
+// with BPFT_POLL_UP and BPFT_POLL_DOWN 0, a fixed wait). Tuning knobs.
+#ifndef BPFT_POLL_ADAPT
+#define BPFT_POLL_ADAPT 1
+#endif
+#ifndef BPFT_POLL_AFTER_NS
+#define BPFT_POLL_AFTER_NS 600
+#endif
+#ifndef BPFT_POLL_UP
+#define BPFT_POLL_UP 90
+#endif
+#ifndef BPFT_POLL_DOWN
+#define BPFT_POLL_DOWN 10
+#endif
+#ifndef BPFT_POLL_MAX_NS
+#define BPFT_POLL_MAX_NS 3000
+#endif
+struct bpft_log_item {
+    u64 e[BPFT_LOG_WORDS];  // log_done's words
+    u64 slot, val;          // the queue slot to release, and its next seq (slot 0: none)
+    u32 deferred;           // 0: the dispatcher wrote this job's log itself
+    u32 pad;
+};
+struct bpft_log_ring {
+    bpft_log_item items[BPFT_LOG_RING];
+    u32 head;  // items published (the dispatcher's lane 0, release)
+    u32 tail;  // items done (the log warp, release)
+    u32 stop;  // the dispatcher stopped and the ring is empty: the log warp returns
+};
+#if BPFT_LOG_WARP
+__shared__ bpft_log_ring bpft_lr;
+#endif
+// The ring's words: release and acquire at CTA scope. (Volatile accesses instead, without
+// the release's MEMBAR.CTA, left the dispatcher's part as long: 1.0 µs from a completion's
+// start to its slot's hand-off either way.)
+static __device__ __forceinline__ void st_rel_cta32(u32 *p, u32 v) {
+    asm volatile("st.release.cta.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+static __device__ __forceinline__ u32 ld_acq_cta32(const u32 *p) {
+    u32 v;
+    asm volatile("ld.acquire.cta.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+
 // Writes the completion of a finished job and its done-log entry with one system-scope
 // fence: fields first (relaxed), then the fence, then the log entry's seq and, for OK
 // jobs, DONE (relaxed stores the fence orders after every field). With an error status
@@ -607,11 +712,29 @@ static __device__ void log_done(const bpft_params &P, const u64 *e) {
 // entry and with no fence; the check word tells the client whether the fields it read are
 // all there. The log's fence still comes before the caller frees the queue slot. Otherwise
 // DONE follows the fence, which orders the fields before it (no check word).
+// `defer` (BPFT_LOG_WARP, a dispatcher's short job): its log ring item; an early DONE's log
+// entry goes there for the log warp instead of to the log.
 static __device__ void finish_job(const bpft_params &P, const bpft_job_desc &d, const bpft_prog &p,
                            s32 status, u64 done, u64 failed, u64 r0, u32 err_pc, u64 err_record,
                            u32 err_code, u64 started, u32 hop_poll = 0, u32 hop_fence = 0,
-                           bool early = false) {
+                           bool early = false, void *defer = 0) {
     char *c = completion_ptr(P, d.completion);
+#if BPFT_HOP_SPLIT >= 5
+    if (threadIdx.x < 32) {
+        long long *m = bpft_cyc[threadIdx.x];
+        const long long prev7 = m[7], now = clock64();
+        m[7] = now;
+        u64 f;
+        if (BPFT_HOP_SPLIT == 5)
+            f = cyc_field(m[1] - m[0], 2, 0) | cyc_field(m[3] - m[0], 2, 1) | cyc_field(m[4] - m[0], 2, 2) |
+                cyc_field(m[5] - m[0], 2, 3) | cyc_field(m[6] - m[0], 2, 4);
+        else
+            f = cyc_field(now - m[0], 4, 0) | cyc_field(m[8] - prev7, 4, 1) | cyc_field(m[9] - m[8], 4, 2) |
+                cyc_field(m[10], 1, 3) | cyc_field(m[0] - m[9], 4, 4);
+        hop_poll = (u32)f;
+        hop_fence = (u32)(f >> 32);
+    }
+#endif
     u64 fin = now_ns(P);
     // The lane that stored RUNNING stores DONE: two writes of one thread to one word, which
     // the PTX memory model keeps in program order (they are morally strong), fence or not.
@@ -641,6 +764,19 @@ static __device__ void finish_job(const bpft_params &P, const bpft_job_desc &d, 
                                     fin - started,
                                     done,
                                     failed};
+#if BPFT_LOG_WARP
+    if (defer) {
+        bpft_log_item *it = (bpft_log_item *)defer;
+        it->deferred = done_now;
+        if (done_now) {
+#pragma unroll
+            for (int i = 0; i < BPFT_LOG_WORDS; i++) it->e[i] = e[i];
+            return;
+        }
+    }
+#else
+    (void)defer;
+#endif
     log_done(P, e);
     if (status == ST_OK && !done_now) st_rlx_sys32(c + BPFT_OFF_Completion_state, CS_DONE);
 }
@@ -678,7 +814,7 @@ static __device__ void forward(const bpft_params &P, const bpft_job_desc &d) {
 static __device__ void run_short(const bpft_params &P, const bpft_job_desc &d, const bpft_prog &p,
                           const bpft_tier_ref &ti, const bpft_tier_ref &to, u64 in_base,
                           u64 out_base, u64 res_base, u64 started, u32 hop_poll, u32 hop_fence,
-                          bool early) {
+                          bool early, void *defer) {
     u64 r0 = 0;
     u32 err_pc = 0;
 #if BPFT_HOP_SPLIT == 4
@@ -705,7 +841,7 @@ static __device__ void run_short(const bpft_params &P, const bpft_job_desc &d, c
 #endif
     if (res_base) st_rlx_sys((u64 *)res_base, e ? ~0ull : r0);
     finish_job(P, d, p, e ? ST_RUNTIME_ERROR : ST_OK, e ? 0 : 1, e ? 1 : 0, e ? 0 : r0, err_pc,
-               0, (u32)e, started, hop_poll, hop_fence, early);
+               0, (u32)e, started, hop_poll, hop_fence, early, defer);
 }
 
 // Publishes a multi-record job to the ring. Reusing a slot waits until its previous job
@@ -828,6 +964,14 @@ static __device__ __forceinline__ u64 stripe_from(u64 p, u32 d, u32 D) {
     return (own > s ? own : own + D) * BPFT_STRIPE;
 }
 
+// 1: a dispatcher lane keeps its job's descriptor and inline words in its staging row of
+// shared memory, and its program entry in its row of the entry cache, instead of in
+// registers (60 and 16 of them: with them the kernel's 128 spilled about 750 bytes to
+// local memory, without them about 75; device/tests/runtime_ptx.rs). A tuning knob.
+#ifndef BPFT_DESC_SHARED
+#define BPFT_DESC_SHARED 1
+#endif
+
 // Counts the lanes whose slot had to be read again (`torn_reads` in the control block).
 static __device__ __forceinline__ void count_torn(int retry, bpft_state *S, bpft_ctl *C, u32 lane) {
     const u32 retried = __ballot_sync(FULL_MASK, retry);
@@ -854,7 +998,7 @@ static __device__ __forceinline__ void unstage(u64 (*stage)[32], const u64 (&bod
         }
     }
     __syncwarp();
-    if (lane < n) {
+    if (!BPFT_DESC_SHARED && lane < n) {
 #pragma unroll
         for (int i = 0; i < 15; i++) dw[i] = stage[lane][2 + i];
 #pragma unroll
@@ -950,19 +1094,28 @@ static __device__ void dispatcher(const bpft_params &P, const u32 d, const u32 D
     u64 pos = *(volatile u32 *)&S->resume ? *(volatile u64 *)&S->dpos[d]
                                            : stripe_from(ld_acq_sys(head_word), d, D);
     u64 taken = 0, batches = 0;
-#if BPFT_TWO_PHASE == 2
     // Slot staging: 32 slots of 32 words (256 bytes), one per lane.
     __shared__ u64 stage[32][32];
-#endif
     // Each lane's last program entry and its index word (lookup_prog).
     __shared__ u64 entry_cache[32][9];
     entry_cache[lane][8] = 0;
+#if BPFT_HOP_SPLIT >= 5
+    for (int i = 0; i < 11; i++) bpft_cyc[lane][i] = i == 10 ? 0 : clock64();
+#endif
     bool idle = false;  // the last poll found nothing
+#if BPFT_LOG_WARP
+    u32 log_head = 0;  // items this dispatcher has published to its log warp (every lane's copy)
+#endif
     u32 since_head = 0;  // batches since the head was stored (BPFT_HEAD_EVERY)
     u64 head_at = pos;  // the position it was stored at
     u32 polls = 0;  // BPFT_STOP_EVERY
     u32 width = 1;  // lanes that read a slot in the next poll
     bool head_due = false;  // D > 1: the head is to be stored in the next poll's shadow
+#if BPFT_POLL_ADAPT
+    u64 poll_after = 0;  // the next poll leaves at this %globaltimer
+    u32 poll_wait = BPFT_POLL_AFTER_NS;  // ns from a batch of short jobs to the next poll
+    bool first_after = false;  // this poll is the first after such a batch
+#endif
     for (;;) {
         // Lane l looks at slot pos + l (lanes below `w`, inside this stripe when D > 1);
         // lane 31 reads the stop word in the same round.
@@ -972,9 +1125,17 @@ static __device__ void dispatcher(const bpft_params &P, const u32 d, const u32 D
         char *slot = (char *)(P.slots + (my & P.queue_mask) * BPFT_SIZE_QueueSlot);
         const char *src = slot + BPFT_OFF_QueueSlot_desc;
         const char *isrc = slot + BPFT_OFF_QueueSlot_inline;
+#if BPFT_DESC_SHARED
+        // The lane's slot stays in its staging row: descriptor words 2..16, inline words
+        // 17..31 (the slot's bytes 16..255), read where they are used.
+        u64 *dw = &stage[lane][2];
+        u64 *iw = &stage[lane][17];
+        bpft_job_desc &dj = *(bpft_job_desc *)dw;
+#else
         bpft_job_desc dj;
         u64 *dw = (u64 *)&dj;
         u64 iw[BPFT_INLINE_WORDS];  // the slot's inline input words
+#endif
         u64 seq = 0, chk = 0;
         u64 wb0 = 0, wb1 = 0;  // a whole-slot poll: this lane's 16-byte chunk of its half's slot
         u32 stop = 0;
@@ -984,7 +1145,17 @@ static __device__ void dispatcher(const bpft_params &P, const u32 d, const u32 D
         // one after another, so what counts is how many there are
         // (bench/results/gpu_service.md).
         bpft_poll x;
+#if BPFT_POLL_ADAPT
+        while (globaltimer() < poll_after) {
+        }
+        const bool first = first_after;
+        first_after = false;
+#endif
         poll_issue(P, d, lane, pos, w, x, BPFT_STOP_EVERY <= 1 || ++polls % BPFT_STOP_EVERY == 0);
+        BPFT_MARK(9);
+#if BPFT_HOP_SPLIT >= 5
+        bpft_cyc[lane][10]++;
+#endif
         if (BPFT_HEAD_SHADOW && D > 1 && head_due &&
             (idle || ++since_head >= BPFT_HEAD_EVERY || pos - head_at >= cap / 4)) {
             head_due = false;
@@ -1026,6 +1197,15 @@ static __device__ void dispatcher(const bpft_params &P, const u32 d, const u32 D
         if (__shfl_sync(FULL_MASK, stop, 31)) break;
         const u32 k = take_count(ready || gone, w, width);
         idle = k == 0;
+#if BPFT_POLL_ADAPT
+        // Found nothing: the next job had not landed; wait longer next time. Found one:
+        // a little shorter. (The wait settles where about 1 in BPFT_POLL_UP / BPFT_POLL_DOWN
+        // + 1 first polls finds nothing.)
+        if (first) {
+            if (k == 0) poll_wait = poll_wait + BPFT_POLL_UP < BPFT_POLL_MAX_NS ? poll_wait + BPFT_POLL_UP : BPFT_POLL_MAX_NS;
+            else poll_wait = poll_wait > BPFT_POLL_DOWN ? poll_wait - BPFT_POLL_DOWN : 0;
+        }
+#endif
         if (k == 0) continue;
         const int live = lane < k && ready;
         const u32 nlive = __popc(__ballot_sync(FULL_MASK, live));
@@ -1037,6 +1217,7 @@ static __device__ void dispatcher(const bpft_params &P, const u32 d, const u32 D
         // (`lazy`, BPFT_LAZY_FENCE) fences later, and only when it reads memory outside its
         // slot.
         const u64 t_seen = globaltimer();
+        BPFT_MARK(0);
         const bool lazy = BPFT_LAZY_FENCE && whole && !BPFT_POLL_ACQUIRE;
         // BPFT_EARLY_INDEX: a whole-slot poll's job has its descriptor now, so its program's
         // index word (GPU memory, an L2 round trip) is asked for before the slot check and
@@ -1106,6 +1287,7 @@ static __device__ void dispatcher(const bpft_params &P, const u32 d, const u32 D
             }
         }
         count_torn(retry, S, C, lane);
+        BPFT_MARK(1);
         u64 started = now_ns(P);
         const u32 hop_poll = (u32)(t_seen - t_poll), hop_fence = (u32)(started - P.time_offset - t_seen);
         if (live && dj.completion < P.completions_total)
@@ -1124,11 +1306,17 @@ static __device__ void dispatcher(const bpft_params &P, const u32 d, const u32 D
 #if BPFT_HOP_SPLIT == 2 || BPFT_HOP_SPLIT == 3
         const u64 t_stored = now_ns(P);
 #endif
+        BPFT_MARK(2);
 #if BPFT_HOP_SPLIT == 3
         u64 t_lookup = 0;
 #endif
         // Classify and run, lane by lane in queue order for ring publication.
+#if BPFT_DESC_SHARED && BPFT_ENTRY_CACHE
+        // The entry, where lookup_prog leaves it: this lane's row of the entry cache.
+        bpft_prog &p = *(bpft_prog *)entry_cache[lane];
+#else
         bpft_prog p;
+#endif
         u64 in_base = 0, out_base = 0, res_base = 0;
         bpft_tier_ref ti = {0, 0, 0}, to = {0, 0, 0};
         int kind = 0;  // 0 none, 1 short, 2 ring, 3 forward
@@ -1138,6 +1326,7 @@ static __device__ void dispatcher(const bpft_params &P, const u32 d, const u32 D
 #if BPFT_HOP_SPLIT == 3
             t_lookup = now_ns(P);
 #endif
+            BPFT_MARK(3);
             if (found && validate(P, dj, p, in_base, out_base, res_base)) {
                 alone = self_contained(dj, p);
                 if (lazy && !retry && !alone) asm volatile("fence.acq_rel.sys;" ::: "memory");
@@ -1154,6 +1343,26 @@ static __device__ void dispatcher(const bpft_params &P, const u32 d, const u32 D
         }
 #if BPFT_HOP_SPLIT == 2 || BPFT_HOP_SPLIT == 3
         const u64 t_looked = now_ns(P);
+#endif
+        BPFT_MARK(4);
+        // BPFT_LOG_WARP: an item of the log ring for each short job (finish_job fills it
+        // when it defers the job's log entry), reserved before the jobs run.
+        void *defer = 0;
+#if BPFT_LOG_WARP
+        u32 shorts = __ballot_sync(FULL_MASK, kind == 1);
+        if ((u32)__popc(shorts) < BPFT_LOG_WARP_MIN) shorts = 0;
+        if (shorts) {
+            const u32 n = __popc(shorts);
+            if (lane == 0) {
+                while (log_head + n - ld_acq_cta32(&bpft_lr.tail) > BPFT_LOG_RING) __nanosleep(32);
+            }
+            __syncwarp();
+            if (kind == 1) {
+                bpft_log_item *it = &bpft_lr.items[(log_head + __popc(shorts & ((1u << lane) - 1))) % BPFT_LOG_RING];
+                it->slot = 0;
+                defer = it;
+            }
+        }
 #endif
         if (kind == 1) {
             const bool early = BPFT_DONE_EARLY && alone && !res_base;
@@ -1176,17 +1385,17 @@ static __device__ void dispatcher(const bpft_params &P, const u32 d, const u32 D
                 in_base = (u64)line;
             }
 #if BPFT_HOP_SPLIT == 1
-            run_short(P, dj, p, ti, to, in_base, out_base, res_base, started, (u32)(now_ns(P) - started), 0, early);
+            run_short(P, dj, p, ti, to, in_base, out_base, res_base, started, (u32)(now_ns(P) - started), 0, early, defer);
 #elif BPFT_HOP_SPLIT == 2
             run_short(P, dj, p, ti, to, in_base, out_base, res_base, started, (u32)(t_stored - started),
-                      (u32)(t_looked - started), early);
+                      (u32)(t_looked - started), early, defer);
 #elif BPFT_HOP_SPLIT == 3
             const u64 t_input = now_ns(P);
             const u64 f = hop_split_field(t_stored - started, 0) | hop_split_field(t_lookup - started, 1) |
                           hop_split_field(t_looked - started, 2) | hop_split_field(t_input - started, 3);
-            run_short(P, dj, p, ti, to, in_base, out_base, res_base, started, (u32)f, (u32)(f >> 32), early);
+            run_short(P, dj, p, ti, to, in_base, out_base, res_base, started, (u32)f, (u32)(f >> 32), early, defer);
 #else
-            run_short(P, dj, p, ti, to, in_base, out_base, res_base, started, hop_poll, hop_fence, early);
+            run_short(P, dj, p, ti, to, in_base, out_base, res_base, started, hop_poll, hop_fence, early, defer);
 #endif
         }
         if (kind == 4) mailbox_ping(P, dj, p, started);
@@ -1203,10 +1412,39 @@ static __device__ void dispatcher(const bpft_params &P, const u32 d, const u32 D
         // it: recovery, job::fail_taken, finds such a job DONE and does not run it again),
         // so no release is needed; the others need RUNNING visible first (a lost context
         // must never leave a taken job unmarked), hence a release store.
-        if (live) {
-            if (kind == 1 || kind == 4) st_rlx_sys(slot, my + cap);
-            else st_rel_sys(slot, my + cap);
+#if BPFT_LOG_WARP
+        bool handed = false;
+        if (defer && ((bpft_log_item *)defer)->deferred) {
+            // The log warp releases the slot after the entry's fence.
+            ((bpft_log_item *)defer)->slot = (u64)slot;
+            ((bpft_log_item *)defer)->val = my + cap;
+            handed = true;
         }
+        if (shorts) {
+            __syncwarp();
+            log_head += __popc(shorts);
+            if (lane == 0) st_rel_cta32(&bpft_lr.head, log_head);
+        }
+#else
+        const bool handed = false;
+#endif
+        if (live) {
+            if (handed) {
+            } else if (kind == 1 || kind == 4) st_rlx_sys(slot, my + cap);
+            else st_rel_sys(slot, my + cap);
+            BPFT_MARK(8);
+#if BPFT_HOP_SPLIT >= 5
+            bpft_cyc[lane][10] = 0;
+#endif
+        }
+#if BPFT_POLL_ADAPT
+        // A lone short job (a batch of one): the next poll leaves `poll_wait` ns after it
+        // ran. (A bigger batch means a loaded queue, whose next jobs are already there.)
+        if (nlive == 1 && __any_sync(FULL_MASK, kind == 1)) {
+            poll_after = globaltimer() + poll_wait;
+            first_after = true;
+        }
+#endif
         if (D > 1) {
             if (BPFT_HEAD_SHADOW) head_due = true;
             else store_head(S, head_word, d, D, lane, pos, true);
@@ -1214,6 +1452,14 @@ static __device__ void dispatcher(const bpft_params &P, const u32 d, const u32 D
     }
     // Stop: say where this dispatcher stopped; dispatcher 0 waits for the others, then for
     // every published ring job to retire, then lets the workers go.
+#if BPFT_LOG_WARP
+    // The log warp first writes every entry handed to it and releases their slots.
+    if (lane == 0) {
+        while (ld_acq_cta32(&bpft_lr.tail) != log_head) __nanosleep(100);
+        st_rel_cta32(&bpft_lr.stop, 1);
+    }
+    __syncwarp();
+#endif
     if (lane == 0) {
         atomicAdd(&S->taken, taken);
         atomicAdd(&S->batches, batches);
@@ -1329,26 +1575,94 @@ static __device__ void best_update(u64 *pair, u64 i, u64 r0) {
 // A worker warp: walks the ring from this generation's start. A job of n records is
 // worked on by ceil(n / chunk) warps at most (chunk below), chosen by rotating over the workers, so
 // a small job costs one warp and a large one uses the whole GPU.
+// BPFT_LOG_WARP: warp 1 of a dispatcher's block. Takes the items its dispatcher published
+// (up to 32 at a time, one a lane), writes the deferred ones' done-log entries with one
+// system-scope fence for all, then releases their queue slots; returns once the dispatcher
+// has stopped and the ring is empty.
+static __device__ void log_warp(const bpft_params &P) {
+#if BPFT_LOG_WARP
+    bpft_state *S = (bpft_state *)P.state;
+    bpft_ctl *C = (bpft_ctl *)P.ctl;
+    const u32 lane = threadIdx.x & 31;
+    u32 t = 0;
+    for (;;) {
+        const u32 h = ld_acq_cta32(&bpft_lr.head);
+        if (h == t) {
+            if (ld_acq_cta32(&bpft_lr.stop) && ld_acq_cta32(&bpft_lr.head) == t) return;
+            __nanosleep(64);
+            continue;
+        }
+        const u32 n = h - t < 32 ? h - t : 32;
+        const bpft_log_item *it = &bpft_lr.items[(t + lane) % BPFT_LOG_RING];
+        const bool mine = lane < n && it->deferred;
+        const u32 m = __ballot_sync(FULL_MASK, mine);
+        if (m) {
+            u64 base = 0;
+            if (lane == 0) base = atomicAdd(&S->done_pos, (u64)__popc(m));
+            const u64 pos = __shfl_sync(FULL_MASK, base, 0) + __popc(m & ((1u << lane) - 1));
+            bpft_done *slot = (bpft_done *)P.done_log + (pos & P.done_mask);
+            if (mine) {
+                if (pos - ld_rlx_gpu(&S->done_seen) > P.done_mask) {
+                    u64 seen;
+                    while (pos - (seen = ld_acq_sys(&C->done_consumed)) > P.done_mask) __nanosleep(200);
+                    atomicMax(&S->done_seen, seen);
+                }
+                u64 *dst = (u64 *)slot;
+                st_fld(dst + 1, it->e[0]);
+                st_fld_v2(dst + 2, it->e[1], it->e[2]);
+                st_fld_v2(dst + 4, it->e[3], it->e[4]);
+                st_fld_v2(dst + 6, it->e[5], it->e[6]);
+            }
+            // One fence for every entry: the dispatcher's writes for these jobs (acquired
+            // through `head`) and the entries before their seqs and slots.
+            asm volatile(BPFT_COMPLETION_FENCE ::: "memory");
+            if (mine) {
+                st_rlx_sys(&slot->seq, pos + 1);
+                if (it->slot) st_rlx_sys((void *)it->slot, it->val);
+            }
+        }
+        __syncwarp();
+        t += n;
+        if (lane == 0) st_rel_cta32(&bpft_lr.tail, t);
+    }
+#else
+    (void)P;
+#endif
+}
+
+#ifndef BPFT_WORKER_RELAXED
+#define BPFT_WORKER_RELAXED 1
+#endif
+// How long an idle worker warp sleeps between looks at the job ring, once it has looked
+// 4096 times in a row (ns; a diagnostic knob).
+#ifndef BPFT_WORKER_NAP
+#define BPFT_WORKER_NAP 2000
+#endif
 static __device__ void worker(const bpft_params &P, const u32 D) {
     bpft_state *S = (bpft_state *)P.state;
     const u32 lane = threadIdx.x & 31;
-    // Workers are numbered 0 .. nworkers-1 past the dispatchers (warp 0 of blocks below D).
-    const u64 W = blockDim.x >> 5, warp = threadIdx.x >> 5;
-    const u64 nworkers = (u64)gridDim.x * W - D;
+    // Workers are numbered 0 .. nworkers-1 past the dispatchers (warp 0 of blocks below D)
+    // and their log warps (warp 1, BPFT_LOG_WARP).
+    const u64 W = blockDim.x >> 5, warp = threadIdx.x >> 5, H = BPFT_LOG_WARP ? 2 : 1;
+    const u64 nworkers = (u64)gridDim.x * W - D * H;
     const u64 b = role_block();
-    const u64 w = b < D ? b * (W - 1) + warp - 1 : b * W + warp - D;
+    const u64 w = b < D ? b * (W - H) + warp - H : b * W + warp - D * H;
     u64 jp = S->ring_start;
     u32 spin = 0;
     for (;;) {
         bpft_djob *j = (bpft_djob *)P.jobs + (jp & P.job_mask);
-        u64 seq = ld_acq_gpu(&j->seq);
+        // BPFT_WORKER_RELAXED: an idle look is a relaxed load, and the acquire fence comes
+        // once it finds the job (an acquire load invalidates the SM's L1 every time, under
+        // the dispatcher that shares it).
+        u64 seq = BPFT_WORKER_RELAXED ? ld_rlx_gpu(&j->seq) : ld_acq_gpu(&j->seq);
+        if (BPFT_WORKER_RELAXED && seq == jp + 1) asm volatile("fence.acq_rel.gpu;" ::: "memory");
         if (seq != jp + 1) {
-            if (seq > jp + 1 || ld_acq_gpu(&j->done_seq) >= jp + 1) {
+            if (seq > jp + 1 || ld_rlx_gpu(&j->done_seq) >= jp + 1) {
                 jp++;  // retired (and perhaps reused) while this warp was busy elsewhere
                 continue;
             }
             if (ld_rlx_gpu32(&S->drain) && ld_rlx_gpu(&S->job_pub) <= jp) return;
-            if (++spin > 64) __nanosleep(spin > 4096 ? 2000 : 64);
+            if (++spin > 64) __nanosleep(spin > 4096 ? BPFT_WORKER_NAP : 64);
             continue;
         }
         spin = 0;
@@ -1506,11 +1820,25 @@ static __device__ void worker(const bpft_params &P, const u32 D) {
 
 // Two blocks per SM (at most 128 registers a thread): twice the warps in flight for
 // memory-bound jobs; the interpreter, a separate function, spills instead.
-extern "C" __global__ void __launch_bounds__(256, 2) bpft_persistent(bpft_params P) {
+// Blocks an SM must hold (`__launch_bounds__`): 2 caps registers at 128 a thread; 1 lets
+// the dispatcher keep its state in registers (the host links with BPFTIME_GPU_MAX_REGS to
+// match). A tuning knob.
+#ifndef BPFT_MIN_BLOCKS
+#define BPFT_MIN_BLOCKS 2
+#endif
+extern "C" __global__ void __launch_bounds__(256, BPFT_MIN_BLOCKS) bpft_persistent(bpft_params P) {
     const u32 warp = threadIdx.x >> 5;
     const u32 D = dispatcher_count(P);
+#if BPFT_LOG_WARP
+    if (threadIdx.x == 0) {
+        bpft_lr.head = bpft_lr.tail = bpft_lr.stop = 0;
+    }
+    __syncthreads();
+#endif
     if (role_block() < D && warp == 0) {
         dispatcher(P, role_block(), D);
+    } else if (BPFT_LOG_WARP && role_block() < D && warp == 1) {
+        log_warp(P);
     } else {
         worker(P, D);
     }
