@@ -679,7 +679,7 @@ struct bpft_log_item {
     u64 e[BPFT_LOG_WORDS];  // log_done's words
     u64 slot, val;          // the queue slot to release, and its next seq (slot 0: none)
     u32 deferred;           // 0: the dispatcher wrote this job's log itself
-    u32 pad;
+    u32 pad[3];             // 88 bytes: lanes writing items side by side hit more banks
 };
 struct bpft_log_ring {
     bpft_log_item items[BPFT_LOG_RING];
@@ -972,6 +972,11 @@ static __device__ __forceinline__ u64 stripe_from(u64 p, u32 d, u32 D) {
 #define BPFT_DESC_SHARED 1
 #endif
 
+// A staging row's words: a slot's 32 and one of padding, so that the lanes of a batch,
+// each reading the same field of its own row (BPFT_DESC_SHARED), hit different banks (with
+// 32, every row began in the same bank).
+#define BPFT_STAGE_ROW 33
+
 // Counts the lanes whose slot had to be read again (`torn_reads` in the control block).
 static __device__ __forceinline__ void count_torn(int retry, bpft_state *S, bpft_ctl *C, u32 lane) {
     const u32 retried = __ballot_sync(FULL_MASK, retry);
@@ -986,7 +991,7 @@ static __device__ __forceinline__ void count_torn(int retry, bpft_state *S, bpft
 // bodies go through shared memory, and each lane below `n` picks up its own slot's
 // descriptor and inline words.
 template <u32 N>
-static __device__ __forceinline__ void unstage(u64 (*stage)[32], const u64 (&body)[N][2], u32 n, u32 lane,
+static __device__ __forceinline__ void unstage(u64 (*stage)[BPFT_STAGE_ROW], const u64 (&body)[N][2], u32 n, u32 lane,
                                         u64 *dw, u64 *iw) {
     const u32 half = lane >> 4, chunk = lane & 15;
 #pragma unroll
@@ -1094,8 +1099,8 @@ static __device__ void dispatcher(const bpft_params &P, const u32 d, const u32 D
     u64 pos = *(volatile u32 *)&S->resume ? *(volatile u64 *)&S->dpos[d]
                                            : stripe_from(ld_acq_sys(head_word), d, D);
     u64 taken = 0, batches = 0;
-    // Slot staging: 32 slots of 32 words (256 bytes), one per lane.
-    __shared__ u64 stage[32][32];
+    // Slot staging: 32 slots of 32 words (256 bytes), one per lane, a row each.
+    __shared__ u64 stage[32][BPFT_STAGE_ROW];
     // Each lane's last program entry and its index word (lookup_prog).
     __shared__ u64 entry_cache[32][9];
     entry_cache[lane][8] = 0;
