@@ -277,6 +277,16 @@ fn the_runtime_knobs_compile_and_assemble() {
             "#define BPFT_HOP_SPLIT 6",
             Some("ld.global.v2.u64"),
         ),
+        (
+            "cycle_split_fine_check",
+            "#define BPFT_HOP_SPLIT 7",
+            Some("ld.global.v2.u64"),
+        ),
+        (
+            "cycle_split_fine_run",
+            "#define BPFT_HOP_SPLIT 8",
+            Some("ld.global.v2.u64"),
+        ),
     ] {
         let ptx = source::compile_runtime_with(90, pre).expect("NVRTC compiles the variant");
         assert!(

@@ -161,7 +161,10 @@ static __device__ __forceinline__ u32 role_block() {
 // just after it; 6: five fields in units of 4 cycles: to the start of the completion, then
 // the previous job's tail (from its completion's start to its slot's release), the gap
 // from there to the issue of the poll that found this job, the polls issued in between,
-// and that poll's round trip.
+// and that poll's round trip; 7 and 8: 5's steps finer, in units of 2 cycles, 7: the
+// whole-slot check's shuffles, the slot check, RUNNING stored, the program found, the
+// descriptor validated; 8: the job's kind known, its input set, before the native call,
+// after it, the completion's start.
 #ifndef BPFT_HOP_SPLIT
 #define BPFT_HOP_SPLIT 0
 #endif
@@ -274,8 +277,9 @@ static __device__ __forceinline__ u64 globaltimer() {
 // 0 marks too, in a block with no dispatcher, where nothing reads them). 0: the poll's
 // loads returned, 1: slot checked, 2: RUNNING stored, 3: program found, 4: checked, 5:
 // before the native call, 6: after it, 7: the completion's start, 8: the slot released,
-// 9: the last poll's issue, 10: polls since the last job.
-__shared__ long long bpft_cyc[32][11];
+// 9: the last poll's issue, 10: polls since the last job; 11: the whole-slot check's
+// shuffles done, 12: RUNNING stored, 13: validated, 14: the short run's input set.
+__shared__ long long bpft_cyc[32][15];
 #define BPFT_MARK(i)                                                                   \
     do {                                                                               \
         if (threadIdx.x < 32) bpft_cyc[threadIdx.x][i] = clock64();                    \
@@ -728,6 +732,12 @@ static __device__ void finish_job(const bpft_params &P, const bpft_job_desc &d, 
         if (BPFT_HOP_SPLIT == 5)
             f = cyc_field(m[1] - m[0], 2, 0) | cyc_field(m[3] - m[0], 2, 1) | cyc_field(m[4] - m[0], 2, 2) |
                 cyc_field(m[5] - m[0], 2, 3) | cyc_field(m[6] - m[0], 2, 4);
+        else if (BPFT_HOP_SPLIT == 7)
+            f = cyc_field(m[11] - m[0], 2, 0) | cyc_field(m[1] - m[0], 2, 1) | cyc_field(m[12] - m[0], 2, 2) |
+                cyc_field(m[3] - m[0], 2, 3) | cyc_field(m[13] - m[0], 2, 4);
+        else if (BPFT_HOP_SPLIT == 8)
+            f = cyc_field(m[4] - m[0], 2, 0) | cyc_field(m[14] - m[0], 2, 1) | cyc_field(m[5] - m[0], 2, 2) |
+                cyc_field(m[6] - m[0], 2, 3) | cyc_field(now - m[0], 2, 4);
         else
             f = cyc_field(now - m[0], 4, 0) | cyc_field(m[8] - prev7, 4, 1) | cyc_field(m[9] - m[8], 4, 2) |
                 cyc_field(m[10], 1, 3) | cyc_field(m[0] - m[9], 4, 4);
@@ -1105,7 +1115,7 @@ static __device__ void dispatcher(const bpft_params &P, const u32 d, const u32 D
     __shared__ u64 entry_cache[32][9];
     entry_cache[lane][8] = 0;
 #if BPFT_HOP_SPLIT >= 5
-    for (int i = 0; i < 11; i++) bpft_cyc[lane][i] = i == 10 ? 0 : clock64();
+    for (int i = 0; i < 15; i++) bpft_cyc[lane][i] = i == 10 ? 0 : clock64();
 #endif
     bool idle = false;  // the last poll found nothing
 #if BPFT_LOG_WARP
@@ -1257,6 +1267,7 @@ static __device__ void dispatcher(const bpft_params &P, const u32 d, const u32 D
 #pragma unroll
             for (int o = 8; o > 0; o >>= 1) h ^= __shfl_xor_sync(FULL_MASK, h, o);
             whole_ok = __shfl_sync(FULL_MASK, h, (lane & 1) * 16) == chk;
+            BPFT_MARK(11);
         }
         if (whole) {
             // Read with the poll (above).
@@ -1297,6 +1308,7 @@ static __device__ void dispatcher(const bpft_params &P, const u32 d, const u32 D
         const u32 hop_poll = (u32)(t_seen - t_poll), hop_fence = (u32)(started - P.time_offset - t_seen);
         if (live && dj.completion < P.completions_total)
             st_fld32(completion_ptr(P, dj.completion) + BPFT_OFF_Completion_state, CS_RUNNING);
+        BPFT_MARK(12);
         taken += nlive;
         batches++;
         // The head moves only past jobs marked RUNNING (a lost context must never leave a
@@ -1332,7 +1344,9 @@ static __device__ void dispatcher(const bpft_params &P, const u32 d, const u32 D
             t_lookup = now_ns(P);
 #endif
             BPFT_MARK(3);
-            if (found && validate(P, dj, p, in_base, out_base, res_base)) {
+            const bool valid = found && validate(P, dj, p, in_base, out_base, res_base);
+            BPFT_MARK(13);
+            if (valid) {
                 alone = self_contained(dj, p);
                 if (lazy && !retry && !alone) asm volatile("fence.acq_rel.sys;" ::: "memory");
                 if (dj.flags & JF_INJECT_FAULT) asm volatile("trap;");
@@ -1389,6 +1403,7 @@ static __device__ void dispatcher(const bpft_params &P, const u32 d, const u32 D
                     if (i < m) line[i] = iw[i];
                 in_base = (u64)line;
             }
+            BPFT_MARK(14);
 #if BPFT_HOP_SPLIT == 1
             run_short(P, dj, p, ti, to, in_base, out_base, res_base, started, (u32)(now_ns(P) - started), 0, early, defer);
 #elif BPFT_HOP_SPLIT == 2
