@@ -1120,6 +1120,7 @@ static __device__ void dispatcher(const bpft_params &P, const u32 d, const u32 D
     bool idle = false;  // the last poll found nothing
 #if BPFT_LOG_WARP
     u32 log_head = 0;  // items this dispatcher has published to its log warp (every lane's copy)
+    u32 log_seen = 0;  // the log warp's position (`tail`) when last read
 #endif
     u32 since_head = 0;  // batches since the head was stored (BPFT_HEAD_EVERY)
     u64 head_at = pos;  // the position it was stored at
@@ -1372,10 +1373,14 @@ static __device__ void dispatcher(const bpft_params &P, const u32 d, const u32 D
         if ((u32)__popc(shorts) < BPFT_LOG_WARP_MIN) shorts = 0;
         if (shorts) {
             const u32 n = __popc(shorts);
-            if (lane == 0) {
-                while (log_head + n - ld_acq_cta32(&bpft_lr.tail) > BPFT_LOG_RING) __nanosleep(32);
+            // The log warp's position is read only when the one seen last leaves no room.
+            if (log_head + n - log_seen > BPFT_LOG_RING) {
+                if (lane == 0) {
+                    while (log_head + n - (log_seen = ld_acq_cta32(&bpft_lr.tail)) > BPFT_LOG_RING)
+                        __nanosleep(32);
+                }
+                log_seen = __shfl_sync(FULL_MASK, log_seen, 0);
             }
-            __syncwarp();
             if (kind == 1) {
                 bpft_log_item *it = &bpft_lr.items[(log_head + __popc(shorts & ((1u << lane) - 1))) % BPFT_LOG_RING];
                 it->slot = 0;
