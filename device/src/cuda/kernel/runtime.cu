@@ -248,6 +248,15 @@ static __device__ __forceinline__ void st_fld32_v2(void *p, u32 a, u32 b) {
 static __device__ __forceinline__ void st_rlx_sys32(void *p, u32 v) {
     asm volatile("st.relaxed.sys.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
+// CTA scope: the log ring in shared memory (BPFT_LOG_WARP).
+static __device__ __forceinline__ void st_rel_cta32(u32 *p, u32 v) {
+    asm volatile("st.release.cta.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+static __device__ __forceinline__ u32 ld_acq_cta32(const u32 *p) {
+    u32 v;
+    asm volatile("ld.acquire.cta.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
 static __device__ __forceinline__ u64 ld_acq_gpu(const void *p) {
     u64 v;
     asm volatile("ld.acquire.gpu.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
@@ -694,17 +703,9 @@ struct bpft_log_ring {
 #if BPFT_LOG_WARP
 __shared__ bpft_log_ring bpft_lr;
 #endif
-// The ring's words: release and acquire at CTA scope. (Volatile accesses instead, without
-// the release's MEMBAR.CTA, left the dispatcher's part as long: 1.0 µs from a completion's
-// start to its slot's hand-off either way.)
-static __device__ __forceinline__ void st_rel_cta32(u32 *p, u32 v) {
-    asm volatile("st.release.cta.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
-}
-static __device__ __forceinline__ u32 ld_acq_cta32(const u32 *p) {
-    u32 v;
-    asm volatile("ld.acquire.cta.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-    return v;
-}
+// The ring's words are written with st_rel_cta32 and read with ld_acq_cta32. (Volatile
+// accesses instead, without the release's MEMBAR.CTA, left the dispatcher's part as long:
+// 1.0 µs from a completion's start to its slot's hand-off either way.)
 
 // Writes the completion of a finished job and its done-log entry with one system-scope
 // fence: fields first (relaxed), then the fence, then the log entry's seq and, for OK
