@@ -287,6 +287,16 @@ fn the_runtime_knobs_compile_and_assemble() {
             "#define BPFT_HOP_SPLIT 8",
             Some("ld.global.v2.u64"),
         ),
+        (
+            "pad_rounds",
+            "#define BPFT_PAD_ROUNDS 4",
+            Some("ld.global.v2.u64"),
+        ),
+        (
+            "pad_rounds_loop",
+            "#define BPFT_PAD_ROUNDS 4\n#define BPFT_PAD_LOOP 1",
+            Some("ld.global.v2.u64"),
+        ),
     ] {
         let ptx = source::compile_runtime_with(90, pre).expect("NVRTC compiles the variant");
         assert!(
@@ -309,8 +319,8 @@ fn the_runtime_knobs_compile_and_assemble() {
         );
         assert_eq!(
             ptx.contains("%clock64"),
-            name.starts_with("cycle_split"),
-            "{name}: cycle marks only in the cycle splits"
+            name.starts_with("cycle_split") || name.starts_with("pad_rounds"),
+            "{name}: the SM clock only in the cycle splits (and the pad's seed)"
         );
         if name == "sc_fence" {
             assert!(ptx.contains("fence.sc.sys"), "{name}");

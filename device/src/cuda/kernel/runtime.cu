@@ -988,6 +988,17 @@ static __device__ __forceinline__ u64 stripe_from(u64 p, u32 d, u32 D) {
 // 32, every row began in the same bank).
 #define BPFT_STAGE_ROW 33
 
+// A diagnostic: BPFT_PAD_ROUNDS rounds of independent arithmetic on the short path (after
+// RUNNING is stored), straight-line (BPFT_PAD_LOOP 0) or in a loop, to tell what an
+// instruction costs there: its issue, or its fetch. (On an H200, 2-2.4 cycles either way:
+// bench/results/gpu_service.md.)
+#ifndef BPFT_PAD_ROUNDS
+#define BPFT_PAD_ROUNDS 0
+#endif
+#ifndef BPFT_PAD_LOOP
+#define BPFT_PAD_LOOP 0
+#endif
+
 // Counts the lanes whose slot had to be read again (`torn_reads` in the control block).
 static __device__ __forceinline__ void count_torn(int retry, bpft_state *S, bpft_ctl *C, u32 lane) {
     const u32 retried = __ballot_sync(FULL_MASK, retry);
@@ -1311,6 +1322,29 @@ static __device__ void dispatcher(const bpft_params &P, const u32 d, const u32 D
         if (live && dj.completion < P.completions_total)
             st_fld32(completion_ptr(P, dj.completion) + BPFT_OFF_Completion_state, CS_RUNNING);
         BPFT_MARK(12);
+#if BPFT_PAD_ROUNDS
+        {
+            // BPFT_PAD_ROUNDS: eight independent xorshift-multiply chains, 24 instructions
+            // a round, unrolled (BPFT_PAD_LOOP 0) or in a loop; kept by a sink that never fires.
+            u32 a[8];
+            const u32 c0 = (u32)clock64();
+#pragma unroll
+            for (int j = 0; j < 8; j++) a[j] = c0 + j;
+#if BPFT_PAD_LOOP
+#pragma unroll 1
+#else
+#pragma unroll
+#endif
+            for (int r = 0; r < BPFT_PAD_ROUNDS; r++) {
+#pragma unroll
+                for (int j = 0; j < 8; j++) a[j] = (a[j] ^ (a[j] >> 7)) * 0x9E3779B1u;
+            }
+            u32 x = 0;
+#pragma unroll
+            for (int j = 0; j < 8; j++) x ^= a[j];
+            if (x == 0x9E3779B1u) atomicAdd(&S->torn, 0ull);
+        }
+#endif
         taken += nlive;
         batches++;
         // The head moves only past jobs marked RUNNING (a lost context must never leave a
