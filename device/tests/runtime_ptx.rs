@@ -30,21 +30,26 @@ fn tools_or_skip() -> bool {
 }
 
 fn ptxas(name: &str, text: &str) {
+    ptxas_log(name, text, &[]);
+}
+
+/// Assembles `text` with ptxas and `extra` options; returns what ptxas printed.
+fn ptxas_log(name: &str, text: &str, extra: &[&str]) -> String {
     let scratch = bpftime_tests::scratch_dir("rt");
     let dir = scratch.path();
     let src = dir.join(format!("{name}.ptx"));
     std::fs::write(&src, text).unwrap();
     let out = Command::new(repo().join("scripts/ptxas"))
-        .args(["-arch=sm_90", "-c", "-o"])
+        .args(["-arch=sm_90", "-c"])
+        .args(extra)
+        .arg("-o")
         .arg(dir.join(format!("{name}.o")))
         .arg(&src)
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "ptxas rejected {name}:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let log = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "ptxas rejected {name}:\n{log}");
+    log
 }
 
 /// Both bare mailbox kernels (row a's baselines) compile and assemble; the one-load poll is
@@ -357,17 +362,7 @@ fn a_layout_the_kernel_disagrees_with_does_not_compile() {
 
 /// ptxas's spill stores for the persistent kernel (`-v`), in bytes.
 fn spill_stores(name: &str, text: &str) -> u64 {
-    let scratch = bpftime_tests::scratch_dir("spill");
-    let src = scratch.path().join(format!("{name}.ptx"));
-    std::fs::write(&src, text).unwrap();
-    let out = Command::new(repo().join("scripts/ptxas"))
-        .args(["-arch=sm_90", "-c", "-v", "-o"])
-        .arg(scratch.path().join(format!("{name}.o")))
-        .arg(&src)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "ptxas rejected {name}");
-    let log = String::from_utf8_lossy(&out.stderr);
+    let log = ptxas_log(name, text, &["-v"]);
     let at = log
         .find("Function properties for bpft_persistent")
         .unwrap_or_else(|| panic!("{name}: no properties for the kernel in\n{log}"));

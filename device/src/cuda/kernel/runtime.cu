@@ -622,13 +622,11 @@ static __device__ __forceinline__ int run_record(const bpft_params &P, const bpf
 // pc, failing record, error code and flag, run time, records done and failed).
 #define BPFT_LOG_WORDS 7
 
-// Writes done-log entry `e` (BPFT_LOG_WORDS words) at the log's next position, then the
-// system-scope fence (RUNNING, the completion's fields and the entry before the entry's
-// seq), then its seq. Waits while the log is a whole ring ahead of the host.
-static __device__ void log_done(const bpft_params &P, const u64 *e) {
+// Writes the words of done-log entry `e` at position `pos` (not its seq), once the log has
+// room for it, and returns the entry.
+static __device__ bpft_done *log_words(const bpft_params &P, u64 pos, const u64 *e) {
     bpft_state *S = (bpft_state *)P.state;
     bpft_ctl *C = (bpft_ctl *)P.ctl;
-    u64 pos = atomicAdd(&S->done_pos, 1ull);
     // Read the host's position over PCIe only when the cached one says the log is full.
     if (pos - ld_rlx_gpu(&S->done_seen) > P.done_mask) {
         u64 seen;
@@ -641,6 +639,16 @@ static __device__ void log_done(const bpft_params &P, const u64 *e) {
     st_fld_v2(dst + 2, e[1], e[2]);
     st_fld_v2(dst + 4, e[3], e[4]);
     st_fld_v2(dst + 6, e[5], e[6]);
+    return slot;
+}
+
+// Writes done-log entry `e` (BPFT_LOG_WORDS words) at the log's next position, then the
+// system-scope fence (RUNNING, the completion's fields and the entry before the entry's
+// seq), then its seq. Waits while the log is a whole ring ahead of the host.
+static __device__ void log_done(const bpft_params &P, const u64 *e) {
+    bpft_state *S = (bpft_state *)P.state;
+    const u64 pos = atomicAdd(&S->done_pos, 1ull);
+    bpft_done *slot = log_words(P, pos, e);
     asm volatile(BPFT_COMPLETION_FENCE ::: "memory");
     st_rlx_sys(&slot->seq, pos + 1);
 }
@@ -722,7 +730,7 @@ __shared__ bpft_log_ring bpft_lr;
 static __device__ void finish_job(const bpft_params &P, const bpft_job_desc &d, const bpft_prog &p,
                            s32 status, u64 done, u64 failed, u64 r0, u32 err_pc, u64 err_record,
                            u32 err_code, u64 started, u32 hop_poll = 0, u32 hop_fence = 0,
-                           bool early = false, void *defer = 0) {
+                           bool early = false, bpft_log_item *defer = 0) {
     char *c = completion_ptr(P, d.completion);
 #if BPFT_HOP_SPLIT >= 5
     if (threadIdx.x < 32) {
@@ -777,11 +785,10 @@ static __device__ void finish_job(const bpft_params &P, const bpft_job_desc &d, 
                                     failed};
 #if BPFT_LOG_WARP
     if (defer) {
-        bpft_log_item *it = (bpft_log_item *)defer;
-        it->deferred = done_now;
+        defer->deferred = done_now;
         if (done_now) {
 #pragma unroll
-            for (int i = 0; i < BPFT_LOG_WORDS; i++) it->e[i] = e[i];
+            for (int i = 0; i < BPFT_LOG_WORDS; i++) defer->e[i] = e[i];
             return;
         }
     }
@@ -825,7 +832,7 @@ static __device__ void forward(const bpft_params &P, const bpft_job_desc &d) {
 static __device__ void run_short(const bpft_params &P, const bpft_job_desc &d, const bpft_prog &p,
                           const bpft_tier_ref &ti, const bpft_tier_ref &to, u64 in_base,
                           u64 out_base, u64 res_base, u64 started, u32 hop_poll, u32 hop_fence,
-                          bool early, void *defer) {
+                          bool early, bpft_log_item *defer) {
     u64 r0 = 0;
     u32 err_pc = 0;
 #if BPFT_HOP_SPLIT == 4
@@ -1402,7 +1409,7 @@ static __device__ void dispatcher(const bpft_params &P, const u32 d, const u32 D
         BPFT_MARK(4);
         // BPFT_LOG_WARP: an item of the log ring for each short job (finish_job fills it
         // when it defers the job's log entry), reserved before the jobs run.
-        void *defer = 0;
+        bpft_log_item *defer = 0;
 #if BPFT_LOG_WARP
         u32 shorts = __ballot_sync(FULL_MASK, kind == 1);
         if ((u32)__popc(shorts) < BPFT_LOG_WARP_MIN) shorts = 0;
@@ -1417,9 +1424,8 @@ static __device__ void dispatcher(const bpft_params &P, const u32 d, const u32 D
                 log_seen = __shfl_sync(FULL_MASK, log_seen, 0);
             }
             if (kind == 1) {
-                bpft_log_item *it = &bpft_lr.items[(log_head + __popc(shorts & ((1u << lane) - 1))) % BPFT_LOG_RING];
-                it->slot = 0;
-                defer = it;
+                defer = &bpft_lr.items[(log_head + __popc(shorts & ((1u << lane) - 1))) % BPFT_LOG_RING];
+                defer->slot = 0;
             }
         }
 #endif
@@ -1474,10 +1480,10 @@ static __device__ void dispatcher(const bpft_params &P, const u32 d, const u32 D
         // must never leave a taken job unmarked), hence a release store.
 #if BPFT_LOG_WARP
         bool handed = false;
-        if (defer && ((bpft_log_item *)defer)->deferred) {
+        if (defer && defer->deferred) {
             // The log warp releases the slot after the entry's fence.
-            ((bpft_log_item *)defer)->slot = (u64)slot;
-            ((bpft_log_item *)defer)->val = my + cap;
+            defer->slot = (u64)slot;
+            defer->val = my + cap;
             handed = true;
         }
         if (shorts) {
@@ -1642,7 +1648,6 @@ static __device__ void best_update(u64 *pair, u64 i, u64 r0) {
 static __device__ void log_warp(const bpft_params &P) {
 #if BPFT_LOG_WARP
     bpft_state *S = (bpft_state *)P.state;
-    bpft_ctl *C = (bpft_ctl *)P.ctl;
     const u32 lane = threadIdx.x & 31;
     u32 t = 0;
     for (;;) {
@@ -1660,19 +1665,7 @@ static __device__ void log_warp(const bpft_params &P) {
             u64 base = 0;
             if (lane == 0) base = atomicAdd(&S->done_pos, (u64)__popc(m));
             const u64 pos = __shfl_sync(FULL_MASK, base, 0) + __popc(m & ((1u << lane) - 1));
-            bpft_done *slot = (bpft_done *)P.done_log + (pos & P.done_mask);
-            if (mine) {
-                if (pos - ld_rlx_gpu(&S->done_seen) > P.done_mask) {
-                    u64 seen;
-                    while (pos - (seen = ld_acq_sys(&C->done_consumed)) > P.done_mask) __nanosleep(200);
-                    atomicMax(&S->done_seen, seen);
-                }
-                u64 *dst = (u64 *)slot;
-                st_fld(dst + 1, it->e[0]);
-                st_fld_v2(dst + 2, it->e[1], it->e[2]);
-                st_fld_v2(dst + 4, it->e[3], it->e[4]);
-                st_fld_v2(dst + 6, it->e[5], it->e[6]);
-            }
+            bpft_done *slot = mine ? log_words(P, pos, it->e) : 0;
             // One fence for every entry: the dispatcher's writes for these jobs (acquired
             // through `head`) and the entries before their seqs and slots.
             asm volatile(BPFT_COMPLETION_FENCE ::: "memory");
