@@ -87,6 +87,12 @@ pub fn layout_header() -> String {
         shm_maps::job_flags::OUT_TIER_SHIFT,
         shm_maps::job_flags::TIER_SLOTS
     );
+    let _ = writeln!(
+        s,
+        "#define BPFT_JF_INLINE {}u\n#define BPFT_JF_DEVICE_MASK {}u",
+        shm_maps::job_flags::INLINE,
+        shm_maps::job_flags::DEVICE_MASK
+    );
     s.push_str(&check_c());
     s
 }
@@ -145,14 +151,12 @@ pub fn check_c() -> String {
          \x20   return h;\n}}\n\
          BPFT_FN unsigned long long bpft_slot_chunk_check(unsigned long long seq, unsigned long long a,\n\
          \x20                                                unsigned long long b, int chunk, int m) {{\n\
-         \x20   unsigned long long s = seq * {seq:#x}ull, h = 0;\n\
+         \x20   unsigned long long s = seq * {seq:#x}ull;\n\
          \x20   int k = 2 * chunk;\n\
-         \x20   if (k >= 2 && (k < 17 || k - 17 < m))\n\
-         \x20       h ^= bpft_check_mix(a + s + (unsigned long long)(k - 1) * {word:#x}ull);\n\
-         \x20   k++;\n\
-         \x20   if (k >= 2 && (k < 17 || k - 17 < m))\n\
-         \x20       h ^= bpft_check_mix(b + s + (unsigned long long)(k - 1) * {word:#x}ull);\n\
-         \x20   return h;\n}}\n\
+         \x20   unsigned long long ha = bpft_check_mix(a + s + (unsigned long long)(k - 1) * {word:#x}ull);\n\
+         \x20   unsigned long long hb = bpft_check_mix(b + s + (unsigned long long)k * {word:#x}ull);\n\
+         \x20   int ua = k >= 2 && (k < 17 || k - 17 < m), ub = k + 1 >= 2 && (k + 1 < 17 || k - 16 < m);\n\
+         \x20   return (ua ? ha : 0) ^ (ub ? hb : 0);\n}}\n\
          #define BPFT_COMPLETION_CHECK_WORDS {cwords}\n\
          BPFT_FN unsigned long long bpft_completion_check(const unsigned long long *w) {{\n\
          \x20   unsigned long long h = 0;\n\

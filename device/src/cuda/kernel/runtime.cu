@@ -964,6 +964,33 @@ static __device__ __forceinline__ bool self_contained(const bpft_job_desc &d, co
            p.interp.n_maps == 0 && !(d.flags & (JF_DEVICE_INPUT | JF_MAILBOX_PING | JF_INJECT_FAULT));
 }
 
+// 1: a lone job (a poll's batch of one, read whole and checked) that lone_fast accepts skips
+// the general classification (lookup_prog, validate, self_contained, its tiers) and the
+// input's set-up: one test without branches instead of a chain of dependent ones. A tuning
+// knob; it needs the descriptor, the entry and the input in shared memory.
+#ifndef BPFT_FAST_LONE
+#define BPFT_FAST_LONE 1
+#endif
+
+// Whether the job of descriptor words `w` (its staging row), whose slot passed its check
+// (`retry` 0), runs as the lone fast path does: what validate, self_contained and
+// job_tier's caller conclude, for the one case where they all agree without a lookup. It
+// carries no flag but INLINE (and the device it was routed to); one record, all of it
+// inline; no output; its completion and its arena input range in bounds; and its program's
+// index word `word` (the early index load) names the entry cached in `cached` (lookup_prog's
+// cache row), a native program without maps. Evaluated without branches: every term is
+// computed, then combined.
+static __device__ __forceinline__ bool lone_fast(const bpft_params &P, const u64 *w, const u64 *cached,
+                                                 u32 word, int retry) {
+    const u32 flags = (u32)(w[0] >> 32), in_rec = (u32)w[6], out_rec = (u32)(w[6] >> 32);
+    const u32 completion = (u32)(w[13] >> 32);
+    const bpft_prog &p = *(const bpft_prog *)cached;
+    return (retry == 0) & ((flags & ~(BPFT_JF_INLINE | BPFT_JF_DEVICE_MASK)) == 0) &
+           (bpft_inline_words(w) > 0) & (w[1] == 1) & (P.max_records != 0) & (out_rec == 0) &
+           (completion < P.completions_total) & fits(w[2], w[3], in_rec, P.arena_size) & (word != 0) &
+           (cached[8] == word) & (p.tier == BPFT_TIER_NATIVE) & (p.interp.n_insns != 0) & (p.interp.n_maps == 0);
+}
+
 // How many dispatcher warps this launch has (BPFT_DISPATCHERS, at most one a block and
 // BPFT_MAX_DISPATCHERS, and a whole number of stripe rounds in the queue). Every launch of
 // a worker has the same grid and queue, hence the same count (`bpft_state::dpos`).
@@ -1381,7 +1408,15 @@ static __device__ void dispatcher(const bpft_params &P, const u32 d, const u32 D
         bpft_tier_ref ti = {0, 0, 0}, to = {0, 0, 0};
         int kind = 0;  // 0 none, 1 short, 2 ring, 3 forward
         bool alone = false;  // self_contained
-        if (live) {
+        bool fast = false;   // BPFT_FAST_LONE: lone_fast accepted this lane's job
+#if BPFT_FAST_LONE && BPFT_DESC_SHARED && BPFT_ENTRY_CACHE && BPFT_SHARED_INPUT && BPFT_TWO_PHASE == 2
+        if (live && early_index && k == 1)
+            fast = lone_fast(P, dw, entry_cache[lane], early_word, retry);
+#endif
+        if (fast) {
+            kind = 1;
+            alone = true;
+        } else if (live) {
             const bool found = lookup_prog(P, dj.prog_id, &p, entry_cache[lane], early_index && !retry, early_word);
 #if BPFT_HOP_SPLIT == 3
             t_lookup = now_ns(P);
@@ -1433,12 +1468,12 @@ static __device__ void dispatcher(const bpft_params &P, const u32 d, const u32 D
             const bool early = BPFT_DONE_EARLY && alone && !res_base;
             // Inline input: run it from this lane's staged slot or its device scratch line,
             // not over PCIe.
-            const int m = bpft_inline_words(dw);
+            const int m = fast ? 1 : bpft_inline_words(dw);  // lone_fast: inline, and staged
 #if BPFT_TWO_PHASE == 2
             // The staged row holds this job's slot when the poll read it whole or the warp
             // read it together (unstage), and was not read again one word at a time.
             const bool staged = !retry && (whole || k <= BPFT_COOP_MAX);
-            if (BPFT_SHARED_INPUT && m > 0 && staged && p.tier == BPFT_TIER_NATIVE) {
+            if (fast || (BPFT_SHARED_INPUT && m > 0 && staged && p.tier == BPFT_TIER_NATIVE)) {
                 in_base = (u64)&stage[lane][17];
             } else
 #endif
