@@ -964,10 +964,12 @@ static __device__ __forceinline__ bool self_contained(const bpft_job_desc &d, co
            p.interp.n_maps == 0 && !(d.flags & (JF_DEVICE_INPUT | JF_MAILBOX_PING | JF_INJECT_FAULT));
 }
 
-// 1: a lone job (a poll's batch of one, read whole and checked) that lone_fast accepts skips
-// the general classification (lookup_prog, validate, self_contained, its tiers) and the
-// input's set-up: one test without branches instead of a chain of dependent ones. A tuning
-// knob; it needs the descriptor, the entry and the input in shared memory.
+// 1: a lone job (a poll's batch of one, read whole) that lone_fast accepts takes the lone
+// fast path in the dispatcher: one straight run of code, with one test without branches
+// in place of the general classification's chain of dependent ones (lookup_prog,
+// validate, self_contained, the tiers, the input's set-up). A tuning knob. It needs the
+// descriptor, the entry and the input in shared memory, and whole-slot polls with the lazy
+// fence; the GPU-time splits BPFT_HOP_SPLIT 1-4 time the general path, so they turn it off.
 #ifndef BPFT_FAST_LONE
 #define BPFT_FAST_LONE 1
 #endif
@@ -1133,6 +1135,99 @@ static __device__ __forceinline__ void store_head(bpft_state *S, u64 *head_word,
     if (lane == 0) st_rlx_sys(head_word, q);
 }
 
+// BPFT_FAST_LONE where what it needs is on.
+#if BPFT_FAST_LONE && (BPFT_HOP_SPLIT < 1 || BPFT_HOP_SPLIT > 4) && BPFT_DESC_SHARED && BPFT_ENTRY_CACHE && \
+    BPFT_SHARED_INPUT && BPFT_LAZY_FENCE && !BPFT_POLL_ACQUIRE && BPFT_TWO_PHASE == 2 && BPFT_POLL_WHOLE
+#define BPFT_LONE_PATH 1
+#else
+#define BPFT_LONE_PATH 0
+#endif
+
+// The slot check of a whole-slot poll, computed by the warp: each lane mixes the two words
+// of its 16-byte chunk (`wb0`, `wb1`; bpft_slot_chunk_check), a reduction over each half
+// XORs them, and each lane compares its own slot's (half `lane & 1`) with its check word
+// `chk` (one lane computing 30 mixes in a row took about 1 µs).
+static __device__ __forceinline__ int whole_check(u64 wb0, u64 wb1, u64 chk, u32 lane) {
+    const u32 base = lane & 16;
+    const u64 hseq = __shfl_sync(FULL_MASK, wb0, base);
+    u64 d7[7];
+    d7[0] = __shfl_sync(FULL_MASK, wb0, base | 1);
+    d7[1] = __shfl_sync(FULL_MASK, wb1, base | 1);
+    d7[6] = __shfl_sync(FULL_MASK, wb0, base | 4);
+    d7[2] = d7[3] = d7[4] = d7[5] = 0;
+    u64 h = bpft_slot_chunk_check(hseq, wb0, wb1, (int)(lane & 15), bpft_inline_words(d7));
+#pragma unroll
+    for (int o = 8; o > 0; o >>= 1) h ^= __shfl_xor_sync(FULL_MASK, h, o);
+    return __shfl_sync(FULL_MASK, h, (lane & 1) * 16) == chk;
+}
+
+// A batch of `n` jobs, marked RUNNING, ending before position `pos`: counted (into the
+// control block every 256 batches), and with one dispatcher the queue head moves past it.
+// The head moves only past jobs marked RUNNING (a lost context must never leave a taken
+// job unmarked). With more dispatchers each keeps its own position, and the head is their
+// minimum (store_head).
+static __device__ __forceinline__ void count_batch(bpft_state *S, bpft_ctl *C, u64 *head_word, u32 D, u32 lane,
+                                                   u64 pos, u32 n, u64 &taken, u64 &batches) {
+    taken += n;
+    batches++;
+    if (D == 1 && lane == 0) st_rlx_sys(head_word, pos);
+    if (lane == 0 && (batches & 255) == 0) {
+        st_rlx_sys(&C->jobs_taken, atomicAdd(&S->taken, taken) + taken);
+        st_rlx_sys(&C->batches, atomicAdd(&S->batches, batches) + batches);
+        taken = batches = 0;
+    }
+}
+
+#if BPFT_LOG_WARP
+// Reserves log ring items for a batch's short jobs (`shorts`: their lanes), in lane order
+// from `log_head`, waiting while the ring lacks room (the log warp's position is read only
+// when the one seen last, `log_seen`, leaves none). Returns this lane's item, its slot
+// cleared, or 0.
+static __device__ __forceinline__ bpft_log_item *log_reserve(u32 shorts, u32 lane, u32 log_head, u32 &log_seen) {
+    const u32 n = __popc(shorts);
+    if (log_head + n - log_seen > BPFT_LOG_RING) {
+        if (lane == 0) {
+            while (log_head + n - (log_seen = ld_acq_cta32(&bpft_lr.tail)) > BPFT_LOG_RING) __nanosleep(32);
+        }
+        log_seen = __shfl_sync(FULL_MASK, log_seen, 0);
+    }
+    if (!(shorts >> lane & 1)) return 0;
+    bpft_log_item *it = &bpft_lr.items[(log_head + __popc(shorts & ((1u << lane) - 1))) % BPFT_LOG_RING];
+    it->slot = 0;
+    return it;
+}
+
+// Hands a batch's reserved items to the log warp.
+static __device__ __forceinline__ void log_publish(u32 shorts, u32 lane, u32 &log_head) {
+    __syncwarp();
+    log_head += __popc(shorts);
+    if (lane == 0) st_rel_cta32(&bpft_lr.head, log_head);
+}
+#endif
+
+// Frees a taken job's queue slot for the producers one lap later (`val`). A short job's
+// slot goes after its completion and its done-log entry, whose fence orders RUNNING, the
+// completion and the entry first (an early DONE goes out before that fence, but the slot
+// after it: recovery, job::fail_taken, finds such a job DONE and does not run it again), so
+// no release is needed (`relaxed`): when the log warp writes the entry (`defer`, deferred),
+// it frees the slot after its fence. The others need RUNNING visible first (a lost context
+// must never leave a taken job unmarked), hence a release store. Returns whether the log
+// warp took it.
+static __device__ __forceinline__ bool release_slot(bpft_log_item *defer, char *slot, u64 val, bool relaxed) {
+#if BPFT_LOG_WARP
+    if (defer && defer->deferred) {
+        defer->slot = (u64)slot;
+        defer->val = val;
+        return true;
+    }
+#else
+    (void)defer;
+#endif
+    if (relaxed) st_rlx_sys(slot, val);
+    else st_rel_sys(slot, val);
+    return false;
+}
+
 // Dispatcher d of D. Walks its own positions in order (every D-th stripe of BPFT_STRIPE),
 // takes ready jobs in batches of up to 32 (one per lane), runs one-record jobs itself and
 // publishes the rest. At stop, dispatcher 0 waits for the others and drains.
@@ -1274,6 +1369,59 @@ static __device__ void dispatcher(const bpft_params &P, const u32 d, const u32 D
         pos += k;
         if (D > 1 && pos % BPFT_STRIPE == 0) pos += (u64)BPFT_STRIPE * (D - 1);
         if (nlive == 0) continue;
+#if BPFT_LONE_PATH
+        if (whole && k == 1 && nlive == 1) {
+            // The lone fast path (BPFT_FAST_LONE): one job, at `pos`, read whole by lanes
+            // 0..15. The same steps as below, for the one case lone_fast accepts, in one
+            // straight run of code: the program's index word is asked for first, and its L2
+            // round trip overlaps the slot check. Anything else falls through to the
+            // general path, which starts over (nothing here has been written yet).
+            const u64 t_seen = globaltimer();
+            BPFT_MARK(0);
+            u32 word = 0;
+            if (lane == 0 && dj.prog_id < P.max_progs) word = ld_rlx_gpu32((const u32 *)P.prog_index + dj.prog_id);
+            const int ok = whole_check(wb0, wb1, chk, lane);
+            BPFT_MARK(11);
+            if (__shfl_sync(FULL_MASK, lane == 0 && lone_fast(P, dw, entry_cache[0], word, !ok), 0)) {
+                BPFT_MARK(1);  // checked, found, validated and classified at once
+                BPFT_MARK(3);
+                BPFT_MARK(13);
+                const u64 started = now_ns(P);
+                if (lane == 0) st_fld32(completion_ptr(P, dj.completion) + BPFT_OFF_Completion_state, CS_RUNNING);
+                BPFT_MARK(12);
+                count_batch(S, C, head_word, D, lane, pos, 1, taken, batches);
+                BPFT_MARK(4);
+                bpft_log_item *defer = 0;
+#if BPFT_LOG_WARP
+                defer = log_reserve(1u, lane, log_head, log_seen);
+#endif
+                BPFT_MARK(14);
+                if (lane == 0) {
+                    const bpft_tier_ref local = {0, 0, 0};
+                    run_short(P, dj, *(const bpft_prog *)entry_cache[0], local, local, (u64)&stage[0][17], 0, 0,
+                              started, (u32)(t_seen - x.t), (u32)(started - P.time_offset - t_seen),
+                              BPFT_DONE_EARLY, defer);
+                    release_slot(defer, slot, my + cap, true);
+                    BPFT_MARK(8);
+#if BPFT_HOP_SPLIT >= 5
+                    bpft_cyc[0][10] = 0;
+#endif
+                }
+#if BPFT_LOG_WARP
+                log_publish(1u, lane, log_head);
+#endif
+#if BPFT_POLL_ADAPT
+                poll_after = globaltimer() + poll_wait;
+                first_after = true;
+#endif
+                if (D > 1) {
+                    if (BPFT_HEAD_SHADOW) head_due = true;
+                    else store_head(S, head_word, d, D, lane, pos, true);
+                }
+                continue;
+            }
+        }
+#endif
         // A relaxed load that saw the client's release store of seq, then a fence: every
         // load below is ordered after it (an acquire pattern). A whole-slot poll's job
         // (`lazy`, BPFT_LAZY_FENCE) fences later, and only when it reads memory outside its
@@ -1296,24 +1444,12 @@ static __device__ void dispatcher(const bpft_params &P, const u32 d, const u32 D
             asm volatile("fence.acq_rel.sys;" ::: "memory");
         }
         int retry = 0;
-        // The slot check of a whole-slot poll, computed by the warp: each lane mixes the two
-        // words of its chunk (bpft_slot_chunk_check), a reduction over each half XORs them,
-        // and lanes take their own slot's (one lane computing 30 mixes in a row took about
-        // 1 µs). With BPFT_WHOLE_CHECK 0, each ready lane computes it alone (to compare).
+        // A whole-slot poll's check (whole_check); with BPFT_WHOLE_CHECK 0, each ready lane
+        // computes it alone (to compare).
         int whole_ok = 0;
 #if BPFT_TWO_PHASE == 2
         if (whole && BPFT_WHOLE_CHECK) {
-            const u32 base = lane & 16;
-            const u64 hseq = __shfl_sync(FULL_MASK, wb0, base);
-            u64 d7[7];
-            d7[0] = __shfl_sync(FULL_MASK, wb0, base | 1);
-            d7[1] = __shfl_sync(FULL_MASK, wb1, base | 1);
-            d7[6] = __shfl_sync(FULL_MASK, wb0, base | 4);
-            d7[2] = d7[3] = d7[4] = d7[5] = 0;
-            u64 h = bpft_slot_chunk_check(hseq, wb0, wb1, (int)(lane & 15), bpft_inline_words(d7));
-#pragma unroll
-            for (int o = 8; o > 0; o >>= 1) h ^= __shfl_xor_sync(FULL_MASK, h, o);
-            whole_ok = __shfl_sync(FULL_MASK, h, (lane & 1) * 16) == chk;
+            whole_ok = whole_check(wb0, wb1, chk, lane);
             BPFT_MARK(11);
         }
         if (whole) {
@@ -1379,17 +1515,7 @@ static __device__ void dispatcher(const bpft_params &P, const u32 d, const u32 D
             if (x == 0x9E3779B1u) atomicAdd(&S->torn, 0ull);
         }
 #endif
-        taken += nlive;
-        batches++;
-        // The head moves only past jobs marked RUNNING (a lost context must never leave a
-        // taken job unmarked). With one dispatcher it is this one's position; with more,
-        // each keeps its own (below), and the head is their minimum.
-        if (D == 1 && lane == 0) st_rlx_sys(head_word, pos);
-        if (lane == 0 && (batches & 255) == 0) {
-            st_rlx_sys(&C->jobs_taken, atomicAdd(&S->taken, taken) + taken);
-            st_rlx_sys(&C->batches, atomicAdd(&S->batches, batches) + batches);
-            taken = batches = 0;
-        }
+        count_batch(S, C, head_word, D, lane, pos, nlive, taken, batches);
 #if BPFT_HOP_SPLIT == 2 || BPFT_HOP_SPLIT == 3
         const u64 t_stored = now_ns(P);
 #endif
@@ -1408,15 +1534,7 @@ static __device__ void dispatcher(const bpft_params &P, const u32 d, const u32 D
         bpft_tier_ref ti = {0, 0, 0}, to = {0, 0, 0};
         int kind = 0;  // 0 none, 1 short, 2 ring, 3 forward
         bool alone = false;  // self_contained
-        bool fast = false;   // BPFT_FAST_LONE: lone_fast accepted this lane's job
-#if BPFT_FAST_LONE && BPFT_DESC_SHARED && BPFT_ENTRY_CACHE && BPFT_SHARED_INPUT && BPFT_TWO_PHASE == 2
-        if (live && early_index && k == 1)
-            fast = lone_fast(P, dw, entry_cache[lane], early_word, retry);
-#endif
-        if (fast) {
-            kind = 1;
-            alone = true;
-        } else if (live) {
+        if (live) {
             const bool found = lookup_prog(P, dj.prog_id, &p, entry_cache[lane], early_index && !retry, early_word);
 #if BPFT_HOP_SPLIT == 3
             t_lookup = now_ns(P);
@@ -1448,32 +1566,18 @@ static __device__ void dispatcher(const bpft_params &P, const u32 d, const u32 D
 #if BPFT_LOG_WARP
         u32 shorts = __ballot_sync(FULL_MASK, kind == 1);
         if ((u32)__popc(shorts) < BPFT_LOG_WARP_MIN) shorts = 0;
-        if (shorts) {
-            const u32 n = __popc(shorts);
-            // The log warp's position is read only when the one seen last leaves no room.
-            if (log_head + n - log_seen > BPFT_LOG_RING) {
-                if (lane == 0) {
-                    while (log_head + n - (log_seen = ld_acq_cta32(&bpft_lr.tail)) > BPFT_LOG_RING)
-                        __nanosleep(32);
-                }
-                log_seen = __shfl_sync(FULL_MASK, log_seen, 0);
-            }
-            if (kind == 1) {
-                defer = &bpft_lr.items[(log_head + __popc(shorts & ((1u << lane) - 1))) % BPFT_LOG_RING];
-                defer->slot = 0;
-            }
-        }
+        if (shorts) defer = log_reserve(shorts, lane, log_head, log_seen);
 #endif
         if (kind == 1) {
             const bool early = BPFT_DONE_EARLY && alone && !res_base;
             // Inline input: run it from this lane's staged slot or its device scratch line,
             // not over PCIe.
-            const int m = fast ? 1 : bpft_inline_words(dw);  // lone_fast: inline, and staged
+            const int m = bpft_inline_words(dw);
 #if BPFT_TWO_PHASE == 2
             // The staged row holds this job's slot when the poll read it whole or the warp
             // read it together (unstage), and was not read again one word at a time.
             const bool staged = !retry && (whole || k <= BPFT_COOP_MAX);
-            if (fast || (BPFT_SHARED_INPUT && m > 0 && staged && p.tier == BPFT_TIER_NATIVE)) {
+            if (BPFT_SHARED_INPUT && m > 0 && staged && p.tier == BPFT_TIER_NATIVE) {
                 in_base = (u64)&stage[lane][17];
             } else
 #endif
@@ -1507,37 +1611,17 @@ static __device__ void dispatcher(const bpft_params &P, const u32 d, const u32 D
             }
             __syncwarp();
         }
-        // Free the slots for the producers one lap later. A short job's slot goes after its
-        // completion and its done-log entry, whose fence orders RUNNING, the completion and
-        // the entry first (an early DONE goes out before that fence, but the slot after
-        // it: recovery, job::fail_taken, finds such a job DONE and does not run it again),
-        // so no release is needed; the others need RUNNING visible first (a lost context
-        // must never leave a taken job unmarked), hence a release store.
-#if BPFT_LOG_WARP
-        bool handed = false;
-        if (defer && defer->deferred) {
-            // The log warp releases the slot after the entry's fence.
-            defer->slot = (u64)slot;
-            defer->val = my + cap;
-            handed = true;
-        }
-        if (shorts) {
-            __syncwarp();
-            log_head += __popc(shorts);
-            if (lane == 0) st_rel_cta32(&bpft_lr.head, log_head);
-        }
-#else
-        const bool handed = false;
-#endif
+        // Free the slots for the producers one lap later (release_slot).
         if (live) {
-            if (handed) {
-            } else if (kind == 1 || kind == 4) st_rlx_sys(slot, my + cap);
-            else st_rel_sys(slot, my + cap);
+            release_slot(defer, slot, my + cap, kind == 1 || kind == 4);
             BPFT_MARK(8);
 #if BPFT_HOP_SPLIT >= 5
             bpft_cyc[lane][10] = 0;
 #endif
         }
+#if BPFT_LOG_WARP
+        if (shorts) log_publish(shorts, lane, log_head);
+#endif
 #if BPFT_POLL_ADAPT
         // A lone short job (a batch of one): the next poll leaves `poll_wait` ns after it
         // ran. (A bigger batch means a loaded queue, whose next jobs are already there.)
