@@ -293,6 +293,16 @@ fn the_runtime_knobs_compile_and_assemble() {
             Some("ld.global.v2.u64"),
         ),
         (
+            "no_lone_path",
+            "#define BPFT_FAST_LONE 0",
+            Some("ld.global.v2.u64"),
+        ),
+        (
+            "lone_ctx_local",
+            "#define BPFT_LONE_CTX_SHARED 0",
+            Some("ld.global.v2.u64"),
+        ),
+        (
             "pad_rounds",
             "#define BPFT_PAD_ROUNDS 4",
             Some("ld.global.v2.u64"),
@@ -377,9 +387,33 @@ fn spill_stores(name: &str, text: &str) -> u64 {
         .unwrap_or_else(|_| panic!("{name}: {line}"))
 }
 
+/// The lone fast path (BPFT_FAST_LONE) is a call site of the native programs of its own,
+/// beside the general short path's and the worker's; the GPU-time splits 1-4, which time
+/// the general path, turn it off.
+#[test]
+fn the_lone_path_is_a_second_short_path() {
+    if !tools_or_skip() {
+        return;
+    }
+    let calls = |pre: &str| {
+        source::compile_runtime_with(90, pre)
+            .expect("NVRTC compiles the runtime")
+            .matches("bpft_native,")
+            .count()
+    };
+    let (on, off, split) = (
+        calls(""),
+        calls("#define BPFT_FAST_LONE 0"),
+        calls("#define BPFT_HOP_SPLIT 3"),
+    );
+    assert_eq!((on, split), (off + 1, off), "native call sites");
+}
+
 /// The dispatcher keeps its job's descriptor, inline words and program entry in shared
 /// memory (BPFT_DESC_SHARED), so the kernel fits its 128 registers with little spilling;
-/// held in registers they spilled about 750 bytes to local memory, on the dispatcher's path.
+/// held in registers they spilled about 800 bytes to local memory, on the dispatcher's path.
+/// (In shared memory about 200: 80 before the lone fast path, whose call site keeps more
+/// live across it.)
 #[test]
 fn the_dispatcher_state_fits_in_registers() {
     if !tools_or_skip() {
@@ -395,7 +429,7 @@ fn the_dispatcher_state_fits_in_registers() {
             .expect("NVRTC compiles the variant"),
     );
     assert!(
-        shared < 200 && shared * 4 < regs,
+        shared <= 256 && shared * 3 < regs,
         "spill stores: {shared} bytes with the descriptor in shared memory, {regs} in registers"
     );
 }

@@ -579,11 +579,15 @@ static __device__ bool validate(const bpft_params &P, const bpft_job_desc &d, co
     return true;
 }
 
-// Runs record `i`. Returns 0 or the interpreter's error code.
+// Runs record `i`. Returns 0 or the interpreter's error code. The program's context goes
+// to `ctx_buf` (ten words) when given, else to local memory. `native`: the caller knows
+// the program is native (no interpreter call is compiled in).
 static __device__ __forceinline__ int run_record(const bpft_params &P, const bpft_prog &p,
                                           const bpft_job_desc &d, u64 in_base, u64 out_base,
-                                          u64 i, u64 *r0, u32 *err_pc, u64 *marks = 0) {
-    u64 ctx[10];
+                                          u64 i, u64 *r0, u32 *err_pc, u64 *marks = 0,
+                                          u64 *ctx_buf = 0, bool native = false) {
+    u64 ctx_local[10];
+    u64 *ctx = ctx_buf ? ctx_buf : ctx_local;
     u64 in = in_base + i * d.in_rec_size;
     ctx[0] = in;
     ctx[1] = in + d.in_rec_size;
@@ -596,7 +600,7 @@ static __device__ __forceinline__ int run_record(const bpft_params &P, const bpf
     ctx[7] = d.args[1];
     ctx[8] = d.args[2];
     ctx[9] = d.args[3];
-    if (p.tier == BPFT_TIER_NATIVE) {
+    if (native || p.tier == BPFT_TIER_NATIVE) {
 #if BPFT_HOP_SPLIT == 4
         if (marks) marks[0] = now_ns(P);
         *r0 = bpft_native(p.native_slot, (u64)ctx);
@@ -829,10 +833,11 @@ static __device__ void forward(const bpft_params &P, const bpft_job_desc &d) {
 // `ti`, `to`: its input's and output's tiers (job_tier), read by the dispatcher.
 // `early`: the job wrote nothing the client reads but its completion (self_contained, no
 // results buffer), so its DONE may go out before the log's fence (finish_job).
+// `ctx_buf`, `native`: run_record's.
 static __device__ void run_short(const bpft_params &P, const bpft_job_desc &d, const bpft_prog &p,
                           const bpft_tier_ref &ti, const bpft_tier_ref &to, u64 in_base,
                           u64 out_base, u64 res_base, u64 started, u32 hop_poll, u32 hop_fence,
-                          bool early, bpft_log_item *defer) {
+                          bool early, bpft_log_item *defer, u64 *ctx_buf = 0, bool native = false) {
     u64 r0 = 0;
     u32 err_pc = 0;
 #if BPFT_HOP_SPLIT == 4
@@ -849,7 +854,7 @@ static __device__ void run_short(const bpft_params &P, const bpft_job_desc &d, c
     }
 #else
     tier_fetch(ti, d.in_rec_size);
-    int e = run_record(P, p, d, in_base, out_base, 0, &r0, &err_pc);
+    int e = run_record(P, p, d, in_base, out_base, 0, &r0, &err_pc, 0, ctx_buf, native);
     tier_fetch(to, d.out_rec_size);
 #endif
 #if BPFT_HOP_SPLIT == 1
@@ -975,13 +980,13 @@ static __device__ __forceinline__ bool self_contained(const bpft_job_desc &d, co
 #endif
 
 // Whether the job of descriptor words `w` (its staging row), whose slot passed its check
-// (`retry` 0), runs as the lone fast path does: what validate, self_contained and
-// job_tier's caller conclude, for the one case where they all agree without a lookup. It
-// carries no flag but INLINE (and the device it was routed to); one record, all of it
-// inline; no output; its completion and its arena input range in bounds; and its program's
-// index word `word` (the early index load) names the entry cached in `cached` (lookup_prog's
-// cache row), a native program without maps. Evaluated without branches: every term is
-// computed, then combined.
+// (`retry` 0), can take the lone fast path: what validate, self_contained and job_tier's
+// caller conclude, for the one case where they all agree without a lookup. The job carries
+// no flag but INLINE (and the device it was routed to); one record, all of it inline; no
+// output; its completion and its arena input range in bounds; and the index word just read
+// for its program, `word`, names the entry cached in `cached` (lookup_prog's cache row), a
+// native program without maps. Evaluated without branches: every term is computed, then
+// combined.
 static __device__ __forceinline__ bool lone_fast(const bpft_params &P, const u64 *w, const u64 *cached,
                                                  u32 word, int retry) {
     const u32 flags = (u32)(w[0] >> 32), in_rec = (u32)w[6], out_rec = (u32)(w[6] >> 32);
@@ -1135,6 +1140,11 @@ static __device__ __forceinline__ void store_head(bpft_state *S, u64 *head_word,
     if (lane == 0) st_rlx_sys(head_word, q);
 }
 
+// 1: the lone fast path's program reads its context from shared memory, not local memory
+// (a tuning knob).
+#ifndef BPFT_LONE_CTX_SHARED
+#define BPFT_LONE_CTX_SHARED 1
+#endif
 // BPFT_FAST_LONE where what it needs is on.
 #if BPFT_FAST_LONE && (BPFT_HOP_SPLIT < 1 || BPFT_HOP_SPLIT > 4) && BPFT_DESC_SHARED && BPFT_ENTRY_CACHE && \
     BPFT_SHARED_INPUT && BPFT_LAZY_FENCE && !BPFT_POLL_ACQUIRE && BPFT_TWO_PHASE == 2 && BPFT_POLL_WHOLE
@@ -1179,18 +1189,17 @@ static __device__ __forceinline__ void count_batch(bpft_state *S, bpft_ctl *C, u
 }
 
 #if BPFT_LOG_WARP
-// Reserves log ring items for a batch's short jobs (`shorts`: their lanes), in lane order
-// from `log_head`, waiting while the ring lacks room (the log warp's position is read only
-// when the one seen last, `log_seen`, leaves none). Returns this lane's item, its slot
-// cleared, or 0.
-static __device__ __forceinline__ bpft_log_item *log_reserve(u32 shorts, u32 lane, u32 log_head, u32 &log_seen) {
-    const u32 n = __popc(shorts);
+// Waits (one lane) until the log ring has room for `n` more items past `log_head`; the
+// log warp's position is read only when the one seen last, `log_seen`, leaves none.
+static __device__ __forceinline__ void log_room(u32 n, u32 log_head, u32 &log_seen) {
     if (log_head + n - log_seen > BPFT_LOG_RING) {
-        if (lane == 0) {
-            while (log_head + n - (log_seen = ld_acq_cta32(&bpft_lr.tail)) > BPFT_LOG_RING) __nanosleep(32);
-        }
-        log_seen = __shfl_sync(FULL_MASK, log_seen, 0);
+        while (log_head + n - (log_seen = ld_acq_cta32(&bpft_lr.tail)) > BPFT_LOG_RING) __nanosleep(32);
     }
+}
+
+// This lane's log ring item among a batch's short jobs (`shorts`: their lanes, in lane
+// order from `log_head`), its slot cleared, or 0. The ring has room (log_room).
+static __device__ __forceinline__ bpft_log_item *log_item(u32 shorts, u32 lane, u32 log_head) {
     if (!(shorts >> lane & 1)) return 0;
     bpft_log_item *it = &bpft_lr.items[(log_head + __popc(shorts & ((1u << lane) - 1))) % BPFT_LOG_RING];
     it->slot = 0;
@@ -1254,6 +1263,10 @@ static __device__ void dispatcher(const bpft_params &P, const u32 d, const u32 D
     __shared__ u64 stage[32][BPFT_STAGE_ROW];
     // Each lane's last program entry and its index word (lookup_prog).
     __shared__ u64 entry_cache[32][9];
+#if BPFT_LONE_PATH
+    // The lone fast path's program context (BPFT_LONE_CTX_SHARED).
+    __shared__ u64 lone_ctx[10];
+#endif
     entry_cache[lane][8] = 0;
 #if BPFT_HOP_SPLIT >= 5
     for (int i = 0; i < 15; i++) bpft_cyc[lane][i] = i == 10 ? 0 : clock64();
@@ -1376,31 +1389,36 @@ static __device__ void dispatcher(const bpft_params &P, const u32 d, const u32 D
             // straight run of code: the program's index word is asked for first, and its L2
             // round trip overlaps the slot check. Anything else falls through to the
             // general path, which starts over (nothing here has been written yet).
+            // Every lane reads the job's row and asks for the same index word (one request),
+            // so that every value the test needs is in every lane: no branch, no shuffle.
             const u64 t_seen = globaltimer();
             BPFT_MARK(0);
-            u32 word = 0;
-            if (lane == 0 && dj.prog_id < P.max_progs) word = ld_rlx_gpu32((const u32 *)P.prog_index + dj.prog_id);
-            const int ok = whole_check(wb0, wb1, chk, lane);
+            const u64 *w0 = &stage[0][2];
+            const u32 pid = (u32)w0[0];
+            const u32 word = pid < P.max_progs ? ld_rlx_gpu32((const u32 *)P.prog_index + pid) : 0;
+            const int ok = __shfl_sync(FULL_MASK, whole_check(wb0, wb1, chk, lane), 0);
             BPFT_MARK(11);
-            if (__shfl_sync(FULL_MASK, lane == 0 && lone_fast(P, dw, entry_cache[0], word, !ok), 0)) {
+            if (lone_fast(P, w0, entry_cache[0], word, !ok)) {
                 BPFT_MARK(1);  // checked, found, validated and classified at once
                 BPFT_MARK(3);
                 BPFT_MARK(13);
-                const u64 started = now_ns(P);
-                if (lane == 0) st_fld32(completion_ptr(P, dj.completion) + BPFT_OFF_Completion_state, CS_RUNNING);
-                BPFT_MARK(12);
-                count_batch(S, C, head_word, D, lane, pos, 1, taken, batches);
-                BPFT_MARK(4);
-                bpft_log_item *defer = 0;
-#if BPFT_LOG_WARP
-                defer = log_reserve(1u, lane, log_head, log_seen);
-#endif
-                BPFT_MARK(14);
+                // Lane 0 does the rest alone (its job, its slot; the counts are lane 0's).
                 if (lane == 0) {
+                    const u64 started = now_ns(P);
+                    st_fld32(completion_ptr(P, dj.completion) + BPFT_OFF_Completion_state, CS_RUNNING);
+                    BPFT_MARK(12);
+                    count_batch(S, C, head_word, D, 0, pos, 1, taken, batches);
+                    BPFT_MARK(4);
+                    bpft_log_item *defer = 0;
+#if BPFT_LOG_WARP
+                    log_room(1, log_head, log_seen);
+                    defer = log_item(1u, 0, log_head);
+#endif
+                    BPFT_MARK(14);
                     const bpft_tier_ref local = {0, 0, 0};
                     run_short(P, dj, *(const bpft_prog *)entry_cache[0], local, local, (u64)&stage[0][17], 0, 0,
                               started, (u32)(t_seen - x.t), (u32)(started - P.time_offset - t_seen),
-                              BPFT_DONE_EARLY, defer);
+                              BPFT_DONE_EARLY, defer, BPFT_LONE_CTX_SHARED ? lone_ctx : 0, true);
                     release_slot(defer, slot, my + cap, true);
                     BPFT_MARK(8);
 #if BPFT_HOP_SPLIT >= 5
@@ -1408,6 +1426,7 @@ static __device__ void dispatcher(const bpft_params &P, const u32 d, const u32 D
 #endif
                 }
 #if BPFT_LOG_WARP
+                log_seen = __shfl_sync(FULL_MASK, log_seen, 0);
                 log_publish(1u, lane, log_head);
 #endif
 #if BPFT_POLL_ADAPT
@@ -1566,7 +1585,11 @@ static __device__ void dispatcher(const bpft_params &P, const u32 d, const u32 D
 #if BPFT_LOG_WARP
         u32 shorts = __ballot_sync(FULL_MASK, kind == 1);
         if ((u32)__popc(shorts) < BPFT_LOG_WARP_MIN) shorts = 0;
-        if (shorts) defer = log_reserve(shorts, lane, log_head, log_seen);
+        if (shorts) {
+            if (lane == 0) log_room(__popc(shorts), log_head, log_seen);
+            log_seen = __shfl_sync(FULL_MASK, log_seen, 0);
+            defer = log_item(shorts, lane, log_head);
+        }
 #endif
         if (kind == 1) {
             const bool early = BPFT_DONE_EARLY && alone && !res_base;
