@@ -122,7 +122,10 @@ fn c_struct<T: super::wire::CMirror>(s: &mut String) {
 /// m)`: what 16-byte chunk `c` of a slot (slot words `2c` and `2c + 1`, past seq and check
 /// from chunk 1 on) adds to the slot check, given the job's `m` inline words; the XOR over
 /// the 16 chunks is the slot check, so a warp that read a slot in chunks checks it with a
-/// shuffle reduction. `bpft_completion_check(w)`: `completion_check`. Plain C, so a test compiles it with the
+/// shuffle reduction. `bpft_slot_word_check(seq, v, k, m)`: what slot word `k` (value `v`)
+/// adds (0 for seq and check, and for inline words past `m`): the two of a chunk, or one a
+/// lane. Each computes its mix whatever the word, then selects: no branch.
+/// `bpft_completion_check(w)`: `completion_check`. Plain C, so a test compiles it with the
 /// host compiler and compares it with the Rust functions; the runtime defines `BPFT_FN` as
 /// a device function.
 pub fn check_c() -> String {
@@ -149,14 +152,13 @@ pub fn check_c() -> String {
          \x20   for (int i = 0; i < {iwords}; i++)\n\
          \x20       if (i < m) h ^= bpft_check_mix(iw[i] + s + (unsigned long long)(i + 16) * {word:#x}ull);\n\
          \x20   return h;\n}}\n\
+         BPFT_FN unsigned long long bpft_slot_word_check(unsigned long long seq, unsigned long long v, int k,\n\
+         \x20                                               int m) {{\n\
+         \x20   unsigned long long h = bpft_check_mix(v + seq * {seq:#x}ull + (unsigned long long)(k - 1) * {word:#x}ull);\n\
+         \x20   return k >= 2 && (k < 17 || k - 17 < m) ? h : 0;\n}}\n\
          BPFT_FN unsigned long long bpft_slot_chunk_check(unsigned long long seq, unsigned long long a,\n\
          \x20                                                unsigned long long b, int chunk, int m) {{\n\
-         \x20   unsigned long long s = seq * {seq:#x}ull;\n\
-         \x20   int k = 2 * chunk;\n\
-         \x20   unsigned long long ha = bpft_check_mix(a + s + (unsigned long long)(k - 1) * {word:#x}ull);\n\
-         \x20   unsigned long long hb = bpft_check_mix(b + s + (unsigned long long)k * {word:#x}ull);\n\
-         \x20   int ua = k >= 2 && (k < 17 || k - 17 < m), ub = k + 1 >= 2 && (k + 1 < 17 || k - 16 < m);\n\
-         \x20   return (ua ? ha : 0) ^ (ub ? hb : 0);\n}}\n\
+         \x20   return bpft_slot_word_check(seq, a, 2 * chunk, m) ^ bpft_slot_word_check(seq, b, 2 * chunk + 1, m);\n}}\n\
          #define BPFT_COMPLETION_CHECK_WORDS {cwords}\n\
          BPFT_FN unsigned long long bpft_completion_check(const unsigned long long *w) {{\n\
          \x20   unsigned long long h = 0;\n\

@@ -1165,6 +1165,17 @@ static __device__ __forceinline__ int whole_check(u64 wb0, u64 wb1, u64 chk, u32
     return __shfl_sync(FULL_MASK, h, (lane & 1) * 16) == chk;
 }
 
+// The lone fast path's slot check of the slot at `row` (its staging row, words 2..31;
+// unstage) under sequence `seq`: every lane mixes one word (lane k: slot word k; seq and
+// check add nothing), and two warp reductions (REDUX, 32 bits each) XOR them. Half the
+// dependent steps of whole_check, which works on two slots at once. Every lane returns
+// whether the result is `chk`.
+static __device__ __forceinline__ bool lone_check(const u64 *row, u64 seq, u64 chk, u32 lane) {
+    const u64 h = bpft_slot_word_check(seq, row[lane], (int)lane, bpft_inline_words(row + 2));
+    const u32 lo = __reduce_xor_sync(FULL_MASK, (u32)h), hi = __reduce_xor_sync(FULL_MASK, (u32)(h >> 32));
+    return ((u64)hi << 32 | lo) == chk;
+}
+
 // A batch of `n` jobs, marked RUNNING, ending before position `pos`: counted (into the
 // control block every 256 batches), and with one dispatcher the queue head moves past it.
 // The head moves only past jobs marked RUNNING (a lost context must never leave a taken
@@ -1386,7 +1397,8 @@ static __device__ void dispatcher(const bpft_params &P, const u32 d, const u32 D
             const u64 *w0 = &stage[0][2];
             const u32 pid = (u32)w0[0];
             const u32 word = pid < P.max_progs ? ld_rlx_gpu32((const u32 *)P.prog_index + pid) : 0;
-            const int ok = __shfl_sync(FULL_MASK, whole_check(wb0, wb1, chk, lane), 0);
+            // The slot is ready: its seq is its position + 1. Its check word is lane 0's.
+            const bool ok = lone_check(stage[0], my - lane + 1, __shfl_sync(FULL_MASK, chk, 0), lane);
             BPFT_MARK(11);
             if (lone_fast(P, w0, entry_cache[0], word, !ok)) {
                 BPFT_MARK(1);  // checked, found, validated and classified at once
