@@ -125,10 +125,9 @@ fn c_struct<T: super::wire::CMirror>(s: &mut String) {
 /// shuffle reduction. `bpft_slot_word_check(seq, v, k, m)`: what slot word `k` (value `v`)
 /// adds (0 for seq and check, and for inline words past `m`): the two of a chunk, or one a
 /// lane. Each computes its mix whatever the word, then selects: no branch.
-/// `bpft_completion_check(w)`: `completion_check`, the XOR of
-/// `bpft_completion_word_check(w[i], i)` (1 if that is 0), so words known early can be
-/// mixed early. Plain C, so a test compiles it with the host compiler and compares it with
-/// the Rust functions; the runtime defines `BPFT_FN` as a device function.
+/// `bpft_completion_check(w)`: `completion_check`. Plain C, so a test compiles it with the
+/// host compiler and compares it with the Rust functions; the runtime defines `BPFT_FN` as
+/// a device function.
 pub fn check_c() -> String {
     use shm_maps::layout::{
         CHECK_MIX_MUL, CHECK_SEQ_MUL, CHECK_WORD_MUL, COMPLETION_CHECK_WORDS, INLINE_MAX,
@@ -161,11 +160,10 @@ pub fn check_c() -> String {
          \x20                                                unsigned long long b, int chunk, int m) {{\n\
          \x20   return bpft_slot_word_check(seq, a, 2 * chunk, m) ^ bpft_slot_word_check(seq, b, 2 * chunk + 1, m);\n}}\n\
          #define BPFT_COMPLETION_CHECK_WORDS {cwords}\n\
-         BPFT_FN unsigned long long bpft_completion_word_check(unsigned long long v, int i) {{\n\
-         \x20   return bpft_check_mix(v + (unsigned long long)(i + 1) * {word:#x}ull);\n}}\n\
          BPFT_FN unsigned long long bpft_completion_check(const unsigned long long *w) {{\n\
          \x20   unsigned long long h = 0;\n\
-         \x20   for (int i = 0; i < {cwords}; i++) h ^= bpft_completion_word_check(w[i], i);\n\
+         \x20   for (int i = 0; i < {cwords}; i++)\n\
+         \x20       h ^= bpft_check_mix(w[i] + (unsigned long long)(i + 1) * {word:#x}ull);\n\
          \x20   return h ? h : 1;\n}}\n",
         cwords = COMPLETION_CHECK_WORDS,
         m0 = CHECK_MIX_MUL[0],

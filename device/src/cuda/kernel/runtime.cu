@@ -730,14 +730,10 @@ __shared__ bpft_log_ring bpft_lr;
 // DONE follows the fence, which orders the fields before it (no check word).
 // `defer` (BPFT_LOG_WARP, a dispatcher's short job): its log ring item; an early DONE's log
 // entry goes there for the log warp instead of to the log.
-// `known` (with `have_known`; an early OK job): the XOR of bpft_completion_word_check over
-// its completion's check words but r0 (word 5) and the finish time (word 7), mixed before
-// the run (the lone fast path, whose lanes mix one word each).
 static __device__ void finish_job(const bpft_params &P, const bpft_job_desc &d, const bpft_prog &p,
                            s32 status, u64 done, u64 failed, u64 r0, u32 err_pc, u64 err_record,
                            u32 err_code, u64 started, u32 hop_poll = 0, u32 hop_fence = 0,
-                           bool early = false, bpft_log_item *defer = 0, bool have_known = false,
-                           u64 known = 0) {
+                           bool early = false, bpft_log_item *defer = 0) {
     char *c = completion_ptr(P, d.completion);
 #if BPFT_HOP_SPLIT >= 5
     if (threadIdx.x < 32) {
@@ -765,12 +761,8 @@ static __device__ void finish_job(const bpft_params &P, const bpft_job_desc &d, 
     // The lane that stored RUNNING stores DONE: two writes of one thread to one word, which
     // the PTX memory model keeps in program order (they are morally strong), fence or not.
     const bool done_now = early && status == ST_OK;
-    if (done_now && have_known) {
-        const u64 h = known ^ bpft_completion_word_check(r0, 5) ^ bpft_completion_word_check(fin, 7);
-        st_fld((u64 *)(c + BPFT_OFF_Completion_check), h ? h : 1);
-    } else if (done_now) {
-        // The words shm_maps::layout::completion_check covers, as the client will read them
-        // (lone_known mixes the same ones).
+    if (done_now) {
+        // The words shm_maps::layout::completion_check covers, as the client will read them.
         const u64 w[BPFT_COMPLETION_CHECK_WORDS] = {
             (u64)(u32)status, (u64)p.version << 32, (u64)d.prog_id | ((u64)err_pc << 32), done, failed, r0,
             started, fin, (u64)hop_poll | ((u64)hop_fence << 32)};
@@ -840,17 +832,18 @@ static __device__ void forward(const bpft_params &P, const bpft_job_desc &d) {
 // `ti`, `to`: its input's and output's tiers (job_tier), read by the dispatcher.
 // `early`: the job wrote nothing the client reads but its completion (self_contained, no
 // results buffer), so its DONE may go out before the log's fence (finish_job).
+// `native`: run_record's.
 static __device__ void run_short(const bpft_params &P, const bpft_job_desc &d, const bpft_prog &p,
                           const bpft_tier_ref &ti, const bpft_tier_ref &to, u64 in_base,
                           u64 out_base, u64 res_base, u64 started, u32 hop_poll, u32 hop_fence,
-                          bool early, bpft_log_item *defer) {
+                          bool early, bpft_log_item *defer, bool native = false) {
     u64 r0 = 0;
     u32 err_pc = 0;
 #if BPFT_HOP_SPLIT == 4
     u64 marks[2] = {0, 0};
     const u64 t_run = now_ns(P);
     tier_fetch(ti, d.in_rec_size);
-    int e = run_record(P, p, d, in_base, out_base, 0, &r0, &err_pc, marks);
+    int e = run_record(P, p, d, in_base, out_base, 0, &r0, &err_pc, marks, native);
     tier_fetch(to, d.out_rec_size);
     {
         const u64 f = hop_split_field(t_run - started, 0) | hop_split_field(marks[0] - started, 1) |
@@ -860,7 +853,7 @@ static __device__ void run_short(const bpft_params &P, const bpft_job_desc &d, c
     }
 #else
     tier_fetch(ti, d.in_rec_size);
-    int e = run_record(P, p, d, in_base, out_base, 0, &r0, &err_pc);
+    int e = run_record(P, p, d, in_base, out_base, 0, &r0, &err_pc, 0, native);
     tier_fetch(to, d.out_rec_size);
 #endif
 #if BPFT_HOP_SPLIT == 1
@@ -1183,25 +1176,6 @@ static __device__ __forceinline__ bool lone_check(const u64 *row, u64 seq, u64 c
     return ((u64)hi << 32 | lo) == chk;
 }
 
-// The completion check words of a lone fast job known before it runs, mixed one a lane
-// and XORed (finish_job's `known`): the job ends OK (a native run), so its status (word
-// 0), error pc, and records failed (4) are 0 and records done (3) is 1; then its program's
-// version (1), id (2), start (6) and hop words (8). r0 (5) and the finish time (7) are
-// mixed after the run.
-static __device__ __forceinline__ u64 lone_known(const bpft_prog &p, const bpft_job_desc &d, u64 started,
-                                                 u64 hops, u32 lane) {
-    static_assert(BPFT_COMPLETION_CHECK_WORDS == 9, "the completion words lone_known mixes");
-    const u64 v = lane == 1 ? (u64)p.version << 32
-                : lane == 2 ? (u64)d.prog_id
-                : lane == 3 ? 1ull
-                : lane == 6 ? started
-                : lane == 8 ? hops
-                            : 0ull;
-    const u64 h = lane < 9 && lane != 5 && lane != 7 ? bpft_completion_word_check(v, (int)lane) : 0;
-    const u32 lo = __reduce_xor_sync(FULL_MASK, (u32)h), hi = __reduce_xor_sync(FULL_MASK, (u32)(h >> 32));
-    return (u64)hi << 32 | lo;
-}
-
 // A batch of `n` jobs, marked RUNNING, ending before position `pos`: counted (into the
 // control block every 256 batches), and with one dispatcher the queue head moves past it.
 // The head moves only past jobs marked RUNNING (a lost context must never leave a taken
@@ -1430,16 +1404,10 @@ static __device__ void dispatcher(const bpft_params &P, const u32 d, const u32 D
                 BPFT_MARK(1);  // checked, found, validated and classified at once
                 BPFT_MARK(3);
                 BPFT_MARK(13);
-                const u64 started = now_ns(P);
-                const u32 hop_poll = (u32)(t_seen - x.t), hop_fence = (u32)(started - P.time_offset - t_seen);
-                const bpft_prog &p0 = *(const bpft_prog *)entry_cache[0];
-                const bpft_job_desc &d0 = *(const bpft_job_desc *)w0;
-                // (The cycle splits 5-8 rewrite the hop words at the completion: no premix.)
-                const u64 known =
-                    BPFT_HOP_SPLIT < 5 ? lone_known(p0, d0, started, hop_poll | (u64)hop_fence << 32, lane) : 0;
                 // Lane 0 does the rest alone (its job, its slot; the counts are lane 0's).
                 if (lane == 0) {
-                    st_fld32(completion_ptr(P, d0.completion) + BPFT_OFF_Completion_state, CS_RUNNING);
+                    const u64 started = now_ns(P);
+                    st_fld32(completion_ptr(P, dj.completion) + BPFT_OFF_Completion_state, CS_RUNNING);
                     BPFT_MARK(12);
                     count_batch(S, C, head_word, D, 0, pos, 1, taken, batches);
                     BPFT_MARK(4);
@@ -1449,12 +1417,10 @@ static __device__ void dispatcher(const bpft_params &P, const u32 d, const u32 D
                     defer = log_item(1u, 0, log_head);
 #endif
                     BPFT_MARK(14);
-                    // run_short without its tiers and results, and with `known`.
-                    u64 r0 = 0;
-                    u32 err_pc = 0;
-                    run_record(P, p0, d0, (u64)&stage[0][17], 0, 0, &r0, &err_pc, 0, true);
-                    finish_job(P, d0, p0, ST_OK, 1, 0, r0, 0, 0, 0, started, hop_poll, hop_fence, BPFT_DONE_EARLY,
-                               defer, BPFT_HOP_SPLIT < 5, known);
+                    const bpft_tier_ref local = {0, 0, 0};
+                    run_short(P, dj, *(const bpft_prog *)entry_cache[0], local, local, (u64)&stage[0][17], 0, 0,
+                              started, (u32)(t_seen - x.t), (u32)(started - P.time_offset - t_seen),
+                              BPFT_DONE_EARLY, defer, true);
                     release_slot(defer, slot, my + cap, true);
                     BPFT_MARK(8);
 #if BPFT_HOP_SPLIT >= 5
