@@ -1287,6 +1287,24 @@ static __device__ void dispatcher(const bpft_params &P, const u32 d, const u32 D
     u32 poll_wait = BPFT_POLL_AFTER_NS;  // ns from a batch of short jobs to the next poll
     bool first_after = false;  // this poll is the first after such a batch
 #endif
+    // The end of a batch. `lone_short`: it was one short job, so the next poll leaves
+    // `poll_wait` ns after it ran (BPFT_POLL_ADAPT; a bigger batch means a loaded queue,
+    // whose next jobs are already there). With several dispatchers the head is stored, in
+    // the next poll's shadow (BPFT_HEAD_SHADOW) or now.
+    auto end_batch = [&](bool lone_short) {
+#if BPFT_POLL_ADAPT
+        if (lone_short) {
+            poll_after = globaltimer() + poll_wait;
+            first_after = true;
+        }
+#else
+        (void)lone_short;
+#endif
+        if (D > 1) {
+            if (BPFT_HEAD_SHADOW) head_due = true;
+            else store_head(S, head_word, d, D, lane, pos, true);
+        }
+    };
     for (;;) {
         // Lane l looks at slot pos + l (lanes below `w`, inside this stripe when D > 1);
         // lane 31 reads the stop word in the same round.
@@ -1431,14 +1449,7 @@ static __device__ void dispatcher(const bpft_params &P, const u32 d, const u32 D
                 log_seen = __shfl_sync(FULL_MASK, log_seen, 0);
                 log_publish(1u, lane, log_head);
 #endif
-#if BPFT_POLL_ADAPT
-                poll_after = globaltimer() + poll_wait;
-                first_after = true;
-#endif
-                if (D > 1) {
-                    if (BPFT_HEAD_SHADOW) head_due = true;
-                    else store_head(S, head_word, d, D, lane, pos, true);
-                }
+                end_batch(true);
                 continue;
             }
         }
@@ -1647,18 +1658,7 @@ static __device__ void dispatcher(const bpft_params &P, const u32 d, const u32 D
 #if BPFT_LOG_WARP
         if (shorts) log_publish(shorts, lane, log_head);
 #endif
-#if BPFT_POLL_ADAPT
-        // A lone short job (a batch of one): the next poll leaves `poll_wait` ns after it
-        // ran. (A bigger batch means a loaded queue, whose next jobs are already there.)
-        if (nlive == 1 && __any_sync(FULL_MASK, kind == 1)) {
-            poll_after = globaltimer() + poll_wait;
-            first_after = true;
-        }
-#endif
-        if (D > 1) {
-            if (BPFT_HEAD_SHADOW) head_due = true;
-            else store_head(S, head_word, d, D, lane, pos, true);
-        }
+        end_batch(nlive == 1 && __any_sync(FULL_MASK, kind == 1));
     }
     // Stop: say where this dispatcher stopped; dispatcher 0 waits for the others, then for
     // every published ring job to retire, then lets the workers go.
