@@ -298,11 +298,6 @@ fn the_runtime_knobs_compile_and_assemble() {
             Some("ld.global.v2.u64"),
         ),
         (
-            "lone_index_after_the_poll",
-            "#define BPFT_LONE_EARLY_INDEX 0",
-            Some("ld.global.v2.u64"),
-        ),
-        (
             "pad_rounds",
             "#define BPFT_PAD_ROUNDS 4",
             Some("ld.global.v2.u64"),

@@ -1139,11 +1139,6 @@ static __device__ __forceinline__ void store_head(bpft_state *S, u64 *head_word,
     if (lane == 0) st_rlx_sys(head_word, q);
 }
 
-// 1: the lone fast path's index word is asked for with the poll's words, before the slot is
-// known to be ready (a tuning knob).
-#ifndef BPFT_LONE_EARLY_INDEX
-#define BPFT_LONE_EARLY_INDEX 1
-#endif
 // BPFT_FAST_LONE where what it needs is on.
 #if BPFT_FAST_LONE && (BPFT_HOP_SPLIT < 1 || BPFT_HOP_SPLIT > 4) && BPFT_DESC_SHARED && BPFT_ENTRY_CACHE && \
     BPFT_SHARED_INPUT && BPFT_LAZY_FENCE && !BPFT_POLL_ACQUIRE && BPFT_TWO_PHASE == 2 && BPFT_POLL_WHOLE
@@ -1331,10 +1326,7 @@ static __device__ void dispatcher(const bpft_params &P, const u32 d, const u32 D
         u64 iw[BPFT_INLINE_WORDS];  // the slot's inline input words
 #endif
         u64 seq = 0, chk = 0;
-        u64 wb0 = 0, wb1 = 0;
-#if BPFT_LONE_PATH && BPFT_LONE_EARLY_INDEX
-        u32 lone_word = 0;  // the first slot's index word (BPFT_LONE_EARLY_INDEX)
-#endif  // a whole-slot poll: this lane's 16-byte chunk of its half's slot
+        u64 wb0 = 0, wb1 = 0;  // a whole-slot poll: this lane's 16-byte chunk of its half's slot
         u32 stop = 0;
         // Two phases: the seq and check words of `w` slots (one 16-byte load each, with the
         // stop word: one round trip), then, once a job is ready and after the acquire
@@ -1369,16 +1361,6 @@ static __device__ void dispatcher(const bpft_params &P, const u32 d, const u32 D
             // needs no read after the fence: its check word vouches for the body (else it
             // is read again, after the fence, below).
             u64 b[1][2] = {{x.a, x.b}};
-#if BPFT_LONE_PATH && BPFT_LONE_EARLY_INDEX
-            // The lone path's index word, asked for as soon as the poll's words are here
-            // (lane 1 holds the first slot's descriptor word 0, its program id), before it
-            // is known whether that slot is ready: its L2 round trip then overlaps the
-            // poll's bookkeeping and the slot check. Unused unless the lone path runs.
-            {
-                const u32 spid = (u32)__shfl_sync(FULL_MASK, b[0][0], 1);
-                lone_word = spid < P.max_progs ? ld_rlx_gpu32((const u32 *)P.prog_index + spid) : 0;
-            }
-#endif
             seq = __shfl_sync(FULL_MASK, b[0][0], (lane & 1) * 16);
             chk = __shfl_sync(FULL_MASK, b[0][1], (lane & 1) * 16);
             wb0 = b[0][0];
@@ -1426,18 +1408,13 @@ static __device__ void dispatcher(const bpft_params &P, const u32 d, const u32 D
             // straight run of code: the program's index word is asked for first, and its L2
             // round trip overlaps the slot check. Anything else falls through to the
             // general path, which starts over (nothing here has been written yet).
-            // Every lane reads the job's row and has asked for the same index word (one
-            // request), so that every value the test needs is in every lane: no branch, no
-            // shuffle.
+            // Every lane reads the job's row and asks for the same index word (one request),
+            // so that every value the test needs is in every lane: no branch, no shuffle.
             const u64 t_seen = globaltimer();
             BPFT_MARK(0);
             const u64 *w0 = &stage[0][2];
-#if BPFT_LONE_EARLY_INDEX
-            const u32 word = lone_word;  // asked for with the poll's words (the same program id)
-#else
             const u32 pid = (u32)w0[0];
             const u32 word = pid < P.max_progs ? ld_rlx_gpu32((const u32 *)P.prog_index + pid) : 0;
-#endif
             // The slot is ready: its seq is its position + 1. Its check word is lane 0's.
             const bool ok = lone_check(stage[0], my - lane + 1, __shfl_sync(FULL_MASK, chk, 0), lane);
             BPFT_MARK(11);
