@@ -298,6 +298,11 @@ fn the_runtime_knobs_compile_and_assemble() {
             Some("ld.global.v2.u64"),
         ),
         (
+            "lone_check_by_shuffles",
+            "#define BPFT_LONE_REDUX 0",
+            Some("ld.global.v2.u64"),
+        ),
+        (
             "pad_rounds",
             "#define BPFT_PAD_ROUNDS 4",
             Some("ld.global.v2.u64"),

@@ -1139,6 +1139,11 @@ static __device__ __forceinline__ void store_head(bpft_state *S, u64 *head_word,
     if (lane == 0) st_rlx_sys(head_word, q);
 }
 
+// 1: lone_check XORs its lanes' words with two warp reductions (REDUX), 0: with a
+// five-level shuffle tree (a tuning knob).
+#ifndef BPFT_LONE_REDUX
+#define BPFT_LONE_REDUX 1
+#endif
 // BPFT_FAST_LONE where what it needs is on.
 #if BPFT_FAST_LONE && (BPFT_HOP_SPLIT < 1 || BPFT_HOP_SPLIT > 4) && BPFT_DESC_SHARED && BPFT_ENTRY_CACHE && \
     BPFT_SHARED_INPUT && BPFT_LAZY_FENCE && !BPFT_POLL_ACQUIRE && BPFT_TWO_PHASE == 2 && BPFT_POLL_WHOLE
@@ -1171,9 +1176,15 @@ static __device__ __forceinline__ int whole_check(u64 wb0, u64 wb1, u64 chk, u32
 // dependent steps of whole_check, which works on two slots at once. Every lane returns
 // whether the result is `chk`.
 static __device__ __forceinline__ bool lone_check(const u64 *row, u64 seq, u64 chk, u32 lane) {
-    const u64 h = bpft_slot_word_check(seq, row[lane], (int)lane, bpft_inline_words(row + 2));
+    u64 h = bpft_slot_word_check(seq, row[lane], (int)lane, bpft_inline_words(row + 2));
+#if BPFT_LONE_REDUX
     const u32 lo = __reduce_xor_sync(FULL_MASK, (u32)h), hi = __reduce_xor_sync(FULL_MASK, (u32)(h >> 32));
     return ((u64)hi << 32 | lo) == chk;
+#else
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) h ^= __shfl_xor_sync(FULL_MASK, h, o);
+    return h == chk;
+#endif
 }
 
 // A batch of `n` jobs, marked RUNNING, ending before position `pos`: counted (into the
