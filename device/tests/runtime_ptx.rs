@@ -298,8 +298,8 @@ fn the_runtime_knobs_compile_and_assemble() {
             Some("ld.global.v2.u64"),
         ),
         (
-            "lone_check_by_shuffles",
-            "#define BPFT_LONE_REDUX 0",
+            "lone_check_by_warp_reductions",
+            "#define BPFT_LONE_REDUX 1",
             Some("ld.global.v2.u64"),
         ),
         (

@@ -1140,9 +1140,10 @@ static __device__ __forceinline__ void store_head(bpft_state *S, u64 *head_word,
 }
 
 // 1: lone_check XORs its lanes' words with two warp reductions (REDUX), 0: with a
-// five-level shuffle tree (a tuning knob).
+// five-level shuffle tree (a tuning knob). On an H200 the tree's round trip was 0.1-0.2 µs
+// shorter in four alternations of four (bench/results/gpu_service.md).
 #ifndef BPFT_LONE_REDUX
-#define BPFT_LONE_REDUX 1
+#define BPFT_LONE_REDUX 0
 #endif
 // BPFT_FAST_LONE where what it needs is on.
 #if BPFT_FAST_LONE && (BPFT_HOP_SPLIT < 1 || BPFT_HOP_SPLIT > 4) && BPFT_DESC_SHARED && BPFT_ENTRY_CACHE && \
@@ -1172,9 +1173,9 @@ static __device__ __forceinline__ int whole_check(u64 wb0, u64 wb1, u64 chk, u32
 
 // The lone fast path's slot check of the slot at `row` (its staging row, words 2..31;
 // unstage) under sequence `seq`: every lane mixes one word (lane k: slot word k; seq and
-// check add nothing), and two warp reductions (REDUX, 32 bits each) XOR them. Half the
-// dependent steps of whole_check, which works on two slots at once. Every lane returns
-// whether the result is `chk`.
+// check add nothing), and a shuffle tree (or two warp reductions, BPFT_LONE_REDUX) XORs
+// them: one mix a lane where whole_check, which works on two slots at once, has two. Every
+// lane returns whether the result is `chk`.
 static __device__ __forceinline__ bool lone_check(const u64 *row, u64 seq, u64 chk, u32 lane) {
     u64 h = bpft_slot_word_check(seq, row[lane], (int)lane, bpft_inline_words(row + 2));
 #if BPFT_LONE_REDUX
