@@ -1417,11 +1417,11 @@ static __device__ void dispatcher(const bpft_params &P, const u32 d, const u32 D
         if (whole && k == 1 && nlive == 1) {
             // The lone fast path (BPFT_FAST_LONE): one job, at `pos`, read whole by lanes
             // 0..15. The same steps as below, for the one case lone_fast accepts, in one
-            // straight run of code: the program's index word is asked for first, and its L2
-            // round trip overlaps the slot check. Anything else falls through to the
-            // general path, which starts over (nothing here has been written yet).
-            // Every lane reads the job's row and asks for the same index word (one request),
-            // so that every value the test needs is in every lane: no branch, no shuffle.
+            // straight run of code. Every lane reads the job's staging row and asks for its
+            // program's index word (one request, whose L2 round trip overlaps the slot
+            // check), so every value the test needs is in every lane: no branch, no shuffle.
+            // Anything else falls through to the general path, which starts over (nothing
+            // here has been written yet).
             const u64 t_seen = globaltimer();
             BPFT_MARK(0);
             const u64 *w0 = &stage[0][2];
