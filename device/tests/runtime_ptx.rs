@@ -90,7 +90,12 @@ fn runtime_compiles_and_assembles() {
         "completions are published with release"
     );
     ptxas("runtime", &ptx);
-    let dispatch = source::dispatch_ptx(&[("bpf_prog_a".into(), "bpf_loop_a".into())], (8, 0), 90);
+    let a = source::NativeFuncs {
+        prog: "bpf_prog_a".into(),
+        chunk_loop: "bpf_loop_a".into(),
+        one: "bpf_one_a".into(),
+    };
+    let dispatch = source::dispatch_ptx(&[a], (8, 0), 90);
     // The dispatch declares an extern function: assemble it as relocatable code.
     ptxas("dispatch", &dispatch);
 }
@@ -388,25 +393,40 @@ fn spill_stores(name: &str, text: &str) -> u64 {
 }
 
 /// The lone fast path (BPFT_FAST_LONE) is a call site of the native programs of its own,
-/// beside the general short path's and the worker's; the GPU-time splits 1-4, which time
-/// the general path, turn it off.
+/// beside the general short path's and the worker's, and calls only through `bpft_one_fn`
+/// (BPFT_ONE_CALL: one indirect call, the ctx in registers, no `bpft_native` fallback);
+/// the GPU-time splits 1-4, which time the general path, turn it off. Without
+/// BPFT_ONE_CALL no call goes through the table.
 #[test]
 fn the_lone_path_is_a_second_short_path() {
     if !tools_or_skip() {
         return;
     }
+    // (bpft_native's call sites, indirect calls through bpft_one_fn)
     let calls = |pre: &str| {
-        source::compile_runtime_with(90, pre)
-            .expect("NVRTC compiles the runtime")
-            .matches("bpft_native,")
-            .count()
+        let ptx = source::compile_runtime_with(90, pre).expect("NVRTC compiles the runtime");
+        (
+            ptx.matches("bpft_native,").count(),
+            ptx.matches(".callprototype").count(),
+        )
     };
-    let (on, off, split) = (
+    let (on, off, split, two) = (
         calls(""),
         calls("#define BPFT_FAST_LONE 0"),
         calls("#define BPFT_HOP_SPLIT 3"),
+        calls("#define BPFT_ONE_CALL 0"),
     );
-    assert_eq!((on, split), (off + 1, off), "native call sites");
+    assert_eq!((on.0, on.1), (off.0, off.1 + 1), "native call sites");
+    assert_eq!(split, off, "native call sites with split 3");
+    assert!(
+        off.1 >= 1,
+        "the general short path calls through bpft_one_fn"
+    );
+    assert_eq!(
+        two,
+        (on.0 + 1, 0),
+        "native call sites without BPFT_ONE_CALL"
+    );
 }
 
 /// The dispatcher keeps its job's descriptor, inline words and program entry in shared

@@ -188,7 +188,11 @@ pub struct JitOptions {
     /// arg0..arg3, results, first, end, stride)`: runs records `first, first + stride, …
     /// < end` with the body inline and the ctx in registers, and returns the last r0. A
     /// persistent runtime calls it once per chunk instead of the program's `.func` once per
-    /// record. Needs `entry: false` (the two wrappers inline the same body). Default false.
+    /// record. With it comes `.func (.param .b64 ret) bpf_one_<name>(in_base, in_size,
+    /// out_base, out_size, arg0..arg3)`: record 0 of a one-record job, the body inline and
+    /// the ctx in registers, its input and output reached by generic accesses (anywhere,
+    /// shared memory included); it returns r0. Needs `entry: false` (the entry inlines the
+    /// same body). Default false.
     pub chunk_loop: bool,
     /// Split 2-, 4- and 8-byte loads and stores not based on r10 into byte accesses. GPUs
     /// fault (and kill the context) on misaligned accesses, which the CPU interpreter
@@ -313,6 +317,7 @@ pub struct PtxModule {
     prog_func: String,
     entry_func: Option<String>,
     loop_func: Option<String>,
+    one_func: Option<String>,
 }
 
 impl PtxModule {
@@ -340,6 +345,11 @@ impl PtxModule {
     pub fn loop_func(&self) -> Option<&str> {
         self.loop_func.as_deref()
     }
+
+    /// Name of the one-record run, emitted with the chunk loop: `bpf_one_<name>`.
+    pub fn one_func(&self) -> Option<&str> {
+        self.one_func.as_deref()
+    }
 }
 
 /// Compiles a verified program to PTX.
@@ -352,6 +362,7 @@ pub fn compile(prog: &Program, opts: &JitOptions) -> Result<PtxModule, CompileEr
         prog_func: lowered.prog_func,
         entry_func: lowered.entry_func,
         loop_func: lowered.loop_func,
+        one_func: lowered.one_func,
     })
 }
 

@@ -259,9 +259,13 @@ fn job_buffers_are_read_with_global_loads_in_the_service_mode() {
         t.rfind(&format!(") {name}("))
             .unwrap_or_else(|| panic!("no {name} in {t}"))
     };
-    let (func, lp) = (at("bpf_prog_job"), at("bpf_loop_job"));
-    assert!(func < lp, "the .func is printed before its loop: {t}");
-    let (func_text, loop_text) = (&t[func..lp], &t[lp..]);
+    let (func, lp, one) = (at("bpf_prog_job"), at("bpf_loop_job"), at("bpf_one_job"));
+    assert!(
+        func < lp && lp < one,
+        "the .func is printed before its loop, the loop before the one-record run: {t}"
+    );
+    let (func_text, loop_text, one_text) = (&t[func..lp], &t[lp..one], &t[one..]);
+    assert!(!one_text.contains(".global"), "{one_text}");
     for want in ["ld.global.v2.u64", "ld.global.u64", "ld.global.u32"] {
         assert!(loop_text.contains(want), "{want}: {t}");
     }
@@ -684,7 +688,9 @@ fn chunk_loop_wraps_the_body_in_a_loop() {
     let t = m.text();
     let body = &t[t
         .rfind(".func (.param .b64 ret) bpf_loop_lp(")
-        .expect("loop func")..];
+        .expect("loop func")
+        ..t.rfind(".func (.param .b64 ret) bpf_one_lp(")
+            .expect("one-record run")];
     let head = body
         .find("bra.uni $L_")
         .map(|k| &body[k + 8..])
@@ -711,6 +717,65 @@ fn chunk_loop_wraps_the_body_in_a_loop() {
         ..JitOptions::default()
     };
     assert_eq!(jit::compile(&p, &both).unwrap().loop_func(), None);
+}
+
+/// The one-record run (`bpf_one_<name>`) comes with the chunk loop: the same body inline,
+/// the ctx words computed from its eight parameters for record 0 of 1, every exit returning
+/// r0, and its job-buffer accesses generic where the loop's are `.global`. A program that
+/// lets the ctx pointer escape (here to a subprogram) gets the ctx's local copy.
+#[test]
+fn the_one_record_run_is_the_loop_body_with_generic_accesses() {
+    let src = "r2 = *(u64 *)(r1 + 0)\nr3 = *(u64 *)(r1 + 8)\nr4 = r2\nr4 += 8\n\
+               if r4 > r3 goto short\nr0 = *(u64 *)(r2 + 0)\nr5 = *(u64 *)(r1 + 48)\nr0 += r5\n\
+               r6 = *(u64 *)(r1 + 16)\n*(u64 *)(r6 + 0) = r0\nexit\nshort:\nr0 = 7\nexit\n";
+    let opts = JitOptions {
+        entry: false,
+        chunk_loop: true,
+        ..JitOptions::default()
+    };
+    let m = jit::compile(&Program::from_insns("one", assemble(src).unwrap()), &opts).unwrap();
+    assert_eq!(m.one_func(), Some("bpf_one_one"));
+    let t = m.text();
+    let func = |name: &str| {
+        let at = t
+            .rfind(&format!(".func (.param .b64 ret) {name}("))
+            .unwrap_or_else(|| panic!("{name}: {t}"));
+        let end = t[at..].find("\n}\n").expect("its end") + at + 1;
+        t[at..end].to_string()
+    };
+    let (one, lp) = (func("bpf_one_one"), func("bpf_loop_one"));
+    assert!(
+        one.contains("(\n\t.param .b64 in_base,\n\t.param .b64 in_size,\n\t.param .b64 out_base,\n\t.param .b64 out_size,\n\t.param .b64 arg0,\n\t.param .b64 arg1,\n\t.param .b64 arg2,\n\t.param .b64 arg3)"),
+        "{one}"
+    );
+    // The loop's input load and output store are `.global`; the one-record run's the same
+    // accesses, generic.
+    for (a, b) in [
+        ("ld.global.u64 %rd0, [%rd2]", "ld.u64 %rd0, [%rd2]"),
+        ("st.global.u64 [%rd6]", "st.u64 [%rd6]"),
+    ] {
+        assert!(lp.contains(a), "{a}: {lp}");
+        assert!(one.contains(b) && !one.contains(a), "{b}: {one}");
+    }
+    assert!(!one.contains(".global"), "{one}");
+    // The ctx in registers: no load through %rd1, and no local copy (nothing reads it).
+    assert!(!one.contains("[%rd1"), "{one}");
+    assert!(!one.contains("st.local.u64 [jobctx"), "{one}");
+    // Both exits come to the one return of r0.
+    assert_eq!(one.matches("\tret;\n").count(), 1, "{one}");
+    assert!(one.contains("st.param.b64 [ret], %rd0;"), "{one}");
+    common::assemble(&t, "one-record run");
+
+    // The ctx pointer handed to a subprogram: the one-record run stores the ctx words.
+    let esc = "call sub\nexit\nsub:\nr0 = *(u64 *)(r1 + 40)\nexit\n";
+    let m = jit::compile(&Program::from_insns("esc", assemble(esc).unwrap()), &opts).unwrap();
+    let t = m.text();
+    let one = &t[t.rfind("bpf_one_esc(").unwrap()..];
+    assert!(one.contains("st.local.u64 [jobctx+40]"), "{one}");
+    common::assemble(&t, "one-record run, escaping ctx");
+    // Helper 507 ends the thread: no loop, no one-record run.
+    let q = Program::from_insns("ex", assemble("call 507\nr0 = 0\nexit").unwrap());
+    assert_eq!(jit::compile(&q, &opts).unwrap().one_func(), None);
 }
 
 /// `callx` with its id set on the same straight-line stretch lowers exactly like `call` of

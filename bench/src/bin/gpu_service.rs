@@ -69,6 +69,19 @@ fn sum64() -> Vec<u8> {
     asm(&s)
 }
 
+/// Reads every word of a job's ctx: r0 = (in[0] * arg0 ^ arg1) - arg2 + arg3 + index + n,
+/// also stored in the output record when the job has one (the one-record check).
+fn ctx_mix() -> Vec<u8> {
+    asm(
+        "r2 = *(u64 *)(r1 + 0)\nr3 = *(u64 *)(r1 + 8)\nr4 = r2\nr4 += 8\nif r4 > r3 goto bad\n\
+         r5 = *(u64 *)(r2 + 0)\nr6 = *(u64 *)(r1 + 48)\nr5 *= r6\nr6 = *(u64 *)(r1 + 56)\nr5 ^= r6\n\
+         r6 = *(u64 *)(r1 + 64)\nr5 -= r6\nr6 = *(u64 *)(r1 + 72)\nr5 += r6\n\
+         r6 = *(u64 *)(r1 + 32)\nr5 += r6\nr6 = *(u64 *)(r1 + 40)\nr5 += r6\n\
+         r7 = *(u64 *)(r1 + 16)\nr8 = *(u64 *)(r1 + 24)\nr9 = r7\nr9 += 8\nif r9 > r8 goto noout\n\
+         *(u64 *)(r7 + 0) = r5\nnoout:\nr0 = r5\nexit\nbad:\nr0 = 0\nexit\n",
+    )
+}
+
 /// Calls trace_printk("hi %d\n", index) from the stack.
 fn traced() -> Vec<u8> {
     asm(
@@ -413,6 +426,10 @@ fn main() {
         .load_bytes("traced.bin", &traced(), Some("traced"))
         .expect("load")
         .id;
+    let mix_id = c
+        .load_bytes("ctx_mix.bin", &ctx_mix(), Some("ctx_mix"))
+        .expect("load")
+        .id;
     let times = svc
         .cuda_swap_now()
         .expect("cuda")
@@ -500,6 +517,21 @@ fn main() {
         }
         c.free(buf).unwrap();
         c.free(resb).unwrap();
+    }
+
+    step(
+        "check: one-record jobs equal the CPU interpreter (inline and arena inputs, misaligned ones, output records, args)",
+    );
+    {
+        let pass = check_one_record(&mut c, sum_id, mix_id);
+        let ok = pass["pass"] == json!(true);
+        res.insert("check_one_record_equal".into(), pass.clone());
+        save(&res);
+        if !ok {
+            eprintln!("FAILED: a one-record job differs from the CPU interpreter: {pass}");
+            svc.stop(true);
+            std::process::exit(1);
+        }
     }
 
     if want("a") {
@@ -1220,6 +1252,81 @@ fn bare_mailbox(poll: MailboxPoll) -> Value {
     v
 }
 
+/// One-record jobs (the short paths, and the lone fast path for inline inputs) against
+/// the CPU interpreter: `sum64` over 64- and 67-byte inputs (inline, so aligned in the
+/// slot) and 131-byte ones (read from the arena at misaligned offsets), and `ctx_mix`,
+/// which reads every ctx word, with output records and args. r0 and the output records
+/// must be the interpreter's.
+fn check_one_record(c: &mut Client, sum_id: u32, mix_id: u32) -> Value {
+    let len = 64 * 1024u64;
+    let buf = c.alloc(len).unwrap();
+    let data: Vec<u8> = (0..len)
+        .map(|i| (i.wrapping_mul(2654435761) >> 9) as u8)
+        .collect();
+    c.write(&buf, 0, &data).unwrap();
+    let outb = c.alloc(4096).unwrap();
+    let mut env = ebpf::interp::Env::new(0);
+    let mut jobs = Vec::new();
+    let mut pass = true;
+    let sum = ebpf::elf::load(&sum64(), "sum64.bin", None).unwrap();
+    let sum_vm = ebpf::interp::Vm::new(&sum, vec![]).unwrap();
+    for size in [64u64, 67, 131] {
+        let (mut mismatch, mut failed) = (0, 0);
+        for k in 0..200u64 {
+            let off = (k * 997) % (len - size);
+            let r = c
+                .run(
+                    &Job::new(sum_id, 1).input(&buf.slice(off, size), size as u32),
+                    T,
+                )
+                .unwrap();
+            let rec = &data[off as usize..(off + size) as usize];
+            let want = sum_vm
+                .run_job(rec, &mut [], 0, 1, [0; 4], &mut env)
+                .unwrap();
+            failed += u64::from(!r.ok());
+            mismatch += u64::from(r.r0 != want);
+        }
+        let ok = mismatch == 0 && failed == 0;
+        pass &= ok;
+        jobs.push(json!({"program": "sum64", "record_bytes": size, "jobs": 200, "mismatches": mismatch, "failed": failed, "pass": ok}));
+    }
+    let mix = ebpf::elf::load(&ctx_mix(), "ctx_mix.bin", None).unwrap();
+    let mix_vm = ebpf::interp::Vm::new(&mix, vec![]).unwrap();
+    for (size, with_out) in [(8u64, true), (8, false), (136, true)] {
+        let (mut mismatch, mut failed) = (0, 0);
+        for k in 0..200u64 {
+            let off = (k * 1009) % (len - size);
+            let args = [k.wrapping_mul(0x9e37_79b9), k << 17 | 5, k * 3, 1 << 40 | k];
+            let mut job = Job::new(mix_id, 1)
+                .input(&buf.slice(off, size), size as u32)
+                .args(args);
+            let out_off = (k % 256) * 16;
+            if with_out {
+                job = job.output(&outb.slice(out_off, 16), 16);
+            }
+            let r = c.run(&job, T).unwrap();
+            let rec = &data[off as usize..(off + size) as usize];
+            let mut out = [0u8; 16];
+            let outs: &mut [u8] = if with_out { &mut out } else { &mut [] };
+            let want = mix_vm.run_job(rec, outs, 0, 1, args, &mut env).unwrap();
+            failed += u64::from(!r.ok());
+            let got_out = if with_out {
+                c.read(&outb, out_off, 8).unwrap() == out[..8]
+            } else {
+                true
+            };
+            mismatch += u64::from(r.r0 != want || !got_out);
+        }
+        let ok = mismatch == 0 && failed == 0;
+        pass &= ok;
+        jobs.push(json!({"program": "ctx_mix", "record_bytes": size, "output": with_out, "jobs": 200, "mismatches": mismatch, "failed": failed, "pass": ok}));
+    }
+    c.free(buf).unwrap();
+    c.free(outb).unwrap();
+    json!({"jobs": jobs, "pass": pass})
+}
+
 /// The correctness checks that failed in `res` (empty: all passed).
 fn failed_checks(res: &serde_json::Map<String, Value>) -> Vec<String> {
     let mut bad = Vec::new();
@@ -1236,6 +1343,10 @@ fn failed_checks(res: &serde_json::Map<String, Value>) -> Vec<String> {
     check(
         get("check_fault_recovery")["pass"] == json!(true),
         "GPU fault recovery",
+    );
+    check(
+        get("check_one_record_equal")["pass"] == json!(true),
+        "a one-record job differs from the CPU interpreter",
     );
     if let Some(a) = res.get("a_round_trip") {
         check(a["persistent"]["bad"] == json!(0), "a: wrong job results");
@@ -1421,7 +1532,11 @@ fn report(j: &Value) -> String {
         f(&base["launch_sync_p50_us"], 2), f(&base["graph_sync_p50_us"], 2), f(&base["d2d_gbps"], 0), f(&base["h2d_gbps"], 1)
     ));
     s.push_str("| check | result |\n|---|---|\n");
-    for k in ["check_cpu_equal", "check_fault_recovery"] {
+    for k in [
+        "check_cpu_equal",
+        "check_one_record_equal",
+        "check_fault_recovery",
+    ] {
         s.push_str(&format!(
             "| {k} | {} |\n",
             if j[k]["pass"] == json!(true) {

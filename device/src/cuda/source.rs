@@ -278,15 +278,44 @@ const LOOP_PARAMS: [&str; 13] = [
     "first", "end", "stride",
 ];
 
-/// The generation's dispatch functions, for `progs[slot] = (func, loop)` (the JIT's
-/// `.func` running one record, and its chunk loop):
-/// - `bpft_native(slot, ctx)`: one record (the short path);
+/// The JIT's functions of one native program (`jit::PtxModule`'s names).
+#[derive(Clone, Debug)]
+pub struct NativeFuncs {
+    /// `bpf_prog_<name>(ctx)`: one record, the ctx in memory.
+    pub prog: String,
+    /// `bpf_loop_<name>(…)`: the chunk loop.
+    pub chunk_loop: String,
+    /// `bpf_one_<name>(in_base, in_size, out_base, out_size, arg0..arg3)`: record 0 of a
+    /// one-record job, the ctx in registers.
+    pub one: String,
+}
+
+impl NativeFuncs {
+    /// The names of a chunk-loop module's functions; `None` without a chunk loop.
+    pub fn of(m: &jit::PtxModule) -> Option<Self> {
+        Some(NativeFuncs {
+            prog: m.prog_func().to_string(),
+            chunk_loop: m.loop_func()?.to_string(),
+            one: m.one_func()?.to_string(),
+        })
+    }
+}
+
+/// Parameters of a JIT one-record run (`jit::PtxModule::one_func`), in order.
+const ONE_PARAMS: [&str; 8] = [
+    "in_base", "in_size", "out_base", "out_size", "arg0", "arg1", "arg2", "arg3",
+];
+
+/// The generation's dispatch, for `progs[slot]`:
+/// - `bpft_native(slot, ctx)`: one record;
 /// - `bpft_native_loop(slot, in_base, in_size, out_base, out_size, n, arg0..arg3, results,
 ///   first, end, stride)`: the records `first, first + stride, … < end`, with the body
-///   inline; returns the last r0.
+///   inline; returns the last r0;
+/// - `bpft_one_fn[slot]`, in constant memory: the address of the slot's one-record run, which
+///   the short path calls through it (one call, no switch, the ctx in registers).
 ///
 /// PTX `.version`/`.target` as given.
-pub fn dispatch_ptx(progs: &[(String, String)], ptx_version: (u32, u32), sm: u32) -> String {
+pub fn dispatch_ptx(progs: &[NativeFuncs], ptx_version: (u32, u32), sm: u32) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
@@ -297,10 +326,42 @@ pub fn dispatch_ptx(progs: &[(String, String)], ptx_version: (u32, u32), sm: u32
         .iter()
         .map(|p| format!(".param .b64 {p}"))
         .collect();
-    for (f, l) in progs {
-        let _ = writeln!(s, ".extern .func (.param .b64 r) {f}(.param .b64 ctx);");
-        let _ = writeln!(s, ".extern .func (.param .b64 r) {l}({});", lp.join(", "));
+    let one_params: Vec<String> = ONE_PARAMS
+        .iter()
+        .map(|p| format!(".param .b64 {p}"))
+        .collect();
+    for f in progs {
+        let _ = writeln!(
+            s,
+            ".extern .func (.param .b64 r) {}(.param .b64 ctx);",
+            f.prog
+        );
+        let _ = writeln!(
+            s,
+            ".extern .func (.param .b64 r) {}({});",
+            f.chunk_loop,
+            lp.join(", ")
+        );
+        let _ = writeln!(
+            s,
+            ".extern .func (.param .b64 r) {}({});",
+            f.one,
+            one_params.join(", ")
+        );
     }
+    // An empty generation's table holds one null entry (PTX has no empty arrays); no job
+    // reaches it, since no program is native.
+    let table: Vec<&str> = progs.iter().map(|f| f.one.as_str()).collect();
+    let _ = writeln!(
+        s,
+        "\n.visible .const .align 8 .u64 bpft_one_fn[{}] = {{{}}};",
+        table.len().max(1),
+        if table.is_empty() {
+            "0".to_string()
+        } else {
+            table.join(", ")
+        }
+    );
     s.push_str(
         "\n.visible .func (.param .b64 ret) bpft_native(.param .b32 slot, .param .b64 ctx)\n{\n\
          \t.reg .b32 %s;\n\t.reg .b64 %c, %r;\n\t.reg .pred %p;\n\
@@ -310,11 +371,12 @@ pub fn dispatch_ptx(progs: &[(String, String)], ptx_version: (u32, u32), sm: u32
         let _ = writeln!(s, "\tsetp.eq.u32 %p, %s, {i};\n\t@%p bra L{i};");
     }
     s.push_str("\tbra LDONE;\n");
-    for (i, (f, _)) in progs.iter().enumerate() {
+    for (i, f) in progs.iter().enumerate() {
         let _ = writeln!(
             s,
             "L{i}:\n\t{{\n\t.param .b64 a;\n\t.param .b64 rv;\n\tst.param.b64 [a], %c;\n\
-             \tcall (rv), {f}, (a);\n\tld.param.b64 %r, [rv];\n\t}}\n\tbra LDONE;"
+             \tcall (rv), {}, (a);\n\tld.param.b64 %r, [rv];\n\t}}\n\tbra LDONE;",
+            f.prog
         );
     }
     s.push_str("LDONE:\n\tst.param.b64 [ret], %r;\n\tret;\n}\n\n");
@@ -332,7 +394,8 @@ pub fn dispatch_ptx(progs: &[(String, String)], ptx_version: (u32, u32), sm: u32
         let _ = writeln!(s, "\tsetp.eq.u32 %p, %s, {i};\n\t@%p bra M{i};");
     }
     s.push_str("\tbra MDONE;\n");
-    for (i, (_, l)) in progs.iter().enumerate() {
+    for (i, f) in progs.iter().enumerate() {
+        let l = &f.chunk_loop;
         let _ = writeln!(s, "M{i}:\n\t{{");
         for k in 0..LOOP_PARAMS.len() {
             let _ = writeln!(s, "\t.param .b64 a{k};\n\tst.param.b64 [a{k}], %v{k};");
@@ -517,18 +580,26 @@ mod tests {
 
     #[test]
     fn dispatch_calls_each_slot() {
-        let progs = [
-            ("bpf_prog_p1".to_string(), "bpf_loop_p1".to_string()),
-            ("bpf_prog_p2".to_string(), "bpf_loop_p2".to_string()),
-        ];
-        let p = dispatch_ptx(&progs, (8, 0), 90);
+        let f = |k: u32| NativeFuncs {
+            prog: format!("bpf_prog_p{k}"),
+            chunk_loop: format!("bpf_loop_p{k}"),
+            one: format!("bpf_one_p{k}"),
+        };
+        let p = dispatch_ptx(&[f(1), f(2)], (8, 0), 90);
         assert!(p.contains(".extern .func (.param .b64 r) bpf_prog_p1(.param .b64 ctx);"));
         assert!(p.contains("setp.eq.u32 %p, %s, 1;"));
         assert!(p.contains("call (rv), bpf_prog_p2, (a);"));
         assert!(p.contains(
             "call (rv), bpf_loop_p2, (a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12);"
         ));
+        assert!(p.contains(".const .align 8 .u64 bpft_one_fn[2] = {bpf_one_p1, bpf_one_p2};"));
+        assert!(p.contains(
+            ".extern .func (.param .b64 r) bpf_one_p2(.param .b64 in_base, .param .b64 in_size, \
+             .param .b64 out_base, .param .b64 out_size, .param .b64 arg0, .param .b64 arg1, \
+             .param .b64 arg2, .param .b64 arg3);"
+        ));
         let empty = dispatch_ptx(&[], (8, 0), 90);
+        assert!(empty.contains("bpft_one_fn[1] = {0};"));
         assert!(empty.contains(".visible .func (.param .b64 ret) bpft_native("));
         assert!(empty.contains(".visible .func (.param .b64 ret) bpft_native_loop("));
     }

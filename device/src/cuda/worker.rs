@@ -1546,7 +1546,7 @@ fn build(
             Ok(m) => {
                 // No chunk loop: the program ends GPU threads (helper 507), which the
                 // persistent kernel cannot allow; it stays on the interpreter.
-                let Some(lf) = m.loop_func() else {
+                let Some(f) = source::NativeFuncs::of(&m) else {
                     tracing::info!(
                         id = p.id,
                         "calls helper 507 (exit): stays on the interpreter"
@@ -1554,7 +1554,7 @@ fn build(
                     continue;
                 };
                 natives.push((p.id, p.version, funcs.len() as u32));
-                funcs.push((m.prog_func().to_string(), lf.to_string()));
+                funcs.push(f);
                 ptx.push((format!("{}.ptx", prog.name), m.text()));
             }
             Err(e) => tracing::warn!(id = p.id, "JIT failed, stays on the interpreter: {e}"),

@@ -69,7 +69,8 @@ pub fn module(m: &Module) -> String {
     for (k, f) in m.functions.iter().enumerate() {
         match &f.inline {
             Some(inl) if inl.func < k && spans[inl.func].is_some() => {
-                let span = spans[inl.func].take().expect("checked");
+                // A chunk loop's body is copied twice: the loop, and its one-record run.
+                let span = spans[inl.func].clone().expect("checked");
                 inline_entry(&mut s, f, &m.functions[inl.func], &span);
             }
             _ => {
@@ -283,6 +284,12 @@ fn inline_entry(out: &mut String, e: &Function, main: &Function, span: &Span) {
         at = b;
     }
     copy_within(s, at, span.to);
+    if inl.generic {
+        let body = s.split_off(body_start);
+        for line in body.split_inclusive('\n') {
+            s.push_str(&generic_line(line));
+        }
+    }
     if let Some(lp) = &inl.looped {
         // A chunk loop: the body's exits go to the next record instead of returning.
         let body = s.split_off(body_start);
@@ -295,6 +302,22 @@ fn inline_entry(out: &mut String, e: &Function, main: &Function, span: &Span) {
         }
     }
     s.push_str("}\n");
+}
+
+/// A statement line with its `.global` load or store made generic (`ld.global.u64` →
+/// `ld.u64`, guarded or not); any other line as it is.
+fn generic_line(line: &str) -> std::borrow::Cow<'_, str> {
+    let body = line.trim_start_matches('\t');
+    let op = match body.strip_prefix('@') {
+        Some(g) => g.split_once(' ').map_or("", |(_, rest)| rest),
+        None => body,
+    };
+    if op.starts_with("ld.global.") || op.starts_with("st.global.") {
+        let at = line.len() - op.len() + 2;
+        std::borrow::Cow::Owned(format!("{}{}", &line[..at], &line[at + ".global".len()..]))
+    } else {
+        std::borrow::Cow::Borrowed(line)
+    }
 }
 
 /// Appends `s[a..b]` (whole lines) to `s`.

@@ -104,6 +104,8 @@ pub struct Lowered {
     pub loop_func: Option<String>,
     /// `bpf_entry_<name>`, when emitted.
     pub entry_func: Option<String>,
+    /// Name of the one-record run (`bpf_one_<name>`), emitted with the chunk loop.
+    pub one_func: Option<String>,
 }
 
 /// A decoded slot: opcode, instruction, and for `ld_imm64` the second slot's imm.
@@ -332,6 +334,12 @@ pub fn lower(prog: &Program, opts: &JitOptions) -> Result<Lowered, CompileError>
     } else {
         None
     };
+    let one_func = loop_func.as_ref().map(|_| {
+        let name = format!("bpf_one_{base}");
+        let w = one_wrapper(&name, &functions[0]);
+        functions.push(w);
+        name
+    });
     let (prelude_protos, bodies) = prelude::generate(&cx.used, opts);
     let all: BTreeSet<prelude::Use> = cx.used.union(&cx.inlined).copied().collect();
     let mut prelude = prelude::globals(&all);
@@ -347,6 +355,7 @@ pub fn lower(prog: &Program, opts: &JitOptions) -> Result<Lowered, CompileError>
         prog_func,
         entry_func,
         loop_func,
+        one_func,
     })
 }
 
@@ -2676,6 +2685,7 @@ fn entry_wrapper(name: &str, main: &Function) -> Function {
         slot,
         no_res,
         looped: None,
+        generic: false,
     });
     f
 }
@@ -2791,6 +2801,79 @@ fn loop_wrapper(name: &str, main: &Function) -> Function {
             next,
             tail: tail.body,
         }),
+        generic: false,
+    });
+    f
+}
+
+/// The one-record run of [`crate::JitOptions::chunk_loop`]: `.func (.param .b64 ret)
+/// bpf_one_<name>(in_base, in_size, out_base, out_size, arg0..arg3)` runs record 0 of a
+/// one-record job (index 0, n 1) with the body inline and the ctx words in registers, like
+/// the chunk loop, and returns r0. Its job-buffer accesses are generic (the chunk loop's
+/// are `.global`): a persistent runtime may pass an input in its shared memory. One call
+/// with the ctx in registers, where [`JitOptions`]'s `.func` takes a pointer to it in
+/// local memory.
+fn one_wrapper(name: &str, main: &Function) -> Function {
+    const PARAMS: [&str; 8] = [
+        "in_base", "in_size", "out_base", "out_size", "arg0", "arg1", "arg2", "arg3",
+    ];
+    static NAMES: [&str; 8] = PARAMS;
+    let mut f = Function::new(name, FuncKind::Func);
+    f.continue_numbering(main);
+    f.visible = true;
+    f.ret = Some("ret".into());
+    f.params = PARAMS.iter().map(|s| s.to_string()).collect();
+    f.locals.push(LocalArray {
+        name: "jobctx".into(),
+        align: 16,
+        size: JobCtx::SIZE as u32,
+    });
+    f.locals.extend(main.locals.iter().cloned());
+    let vals: Vec<Reg> = (0..PARAMS.len())
+        .map(|k| {
+            let t = f.reg(RegClass::B64);
+            f.push("ld.param.b64", [t.into(), Operand::SymAddr(&NAMES[k], 0)]);
+            t
+        })
+        .collect();
+    let konst = |f: &mut Function, v: i64| {
+        let t = f.reg(RegClass::B64);
+        f.push("mov.b64", [t.into(), imm(v)]);
+        t
+    };
+    let (i, n) = (konst(&mut f, 0), konst(&mut f, 1));
+    let args = [vals[4], vals[5], vals[6], vals[7]];
+    let fields = ctx_words(&mut f, i, [vals[0], vals[1], vals[2], vals[3]], n, args);
+    // No result array: the body's result store is never taken.
+    let slot = konst(&mut f, 0);
+    let no_res = f.reg(RegClass::Pred);
+    f.push("setp.eq.u64", [no_res.into(), slot.into(), imm(0)]);
+    let ctx = f.reg(RegClass::B64);
+    f.push("cvta.local.u64", [ctx.into(), Operand::Sym(&"jobctx")]);
+    f.body.insert(
+        0,
+        Stmt::Raw("\t// record 0 of a one-record job; the program's body follows inline".into()),
+    );
+    // Every exit of the body goes to `next`, which returns r0.
+    let next = f.label();
+    let mut tail = Function::new("tail", FuncKind::Func);
+    tail.place(next);
+    tail.push(
+        "st.param.b64",
+        [Operand::SymAddr(&"ret", 0), Function::ebpf_reg(0).into()],
+    );
+    tail.push("ret", []);
+    f.inline = Some(crate::ptx::InlineBody {
+        func: 0,
+        ctx,
+        fields,
+        slot,
+        no_res,
+        looped: Some(crate::ptx::LoopTail {
+            next,
+            tail: tail.body,
+        }),
+        generic: true,
     });
     f
 }

@@ -272,6 +272,9 @@ pub struct InlineBody {
     /// the body, which starts at the loop head; every `ret` of the body becomes a branch to
     /// `next`, the first of these statements.
     pub looped: Option<LoopTail>,
+    /// The copied body's `.global` loads and stores made generic (the one-record run of
+    /// a chunk-loop module, whose input may be in shared memory).
+    pub generic: bool,
 }
 
 /// The end of a chunk loop: what runs after each record, and after the last.

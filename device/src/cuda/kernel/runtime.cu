@@ -420,6 +420,18 @@ struct bpft_djob {
 
 // The native programs of this generation (generated per generation, linked in).
 extern "C" __device__ u64 bpft_native(u32 slot, u64 ctx);
+// The address of each native program's one-record run (the JIT's bpf_one_<name>: record 0
+// of a one-record job, the ctx words passed in registers), by slot, in constant memory.
+extern "C" __constant__ u64 bpft_one_fn[];
+typedef u64 (*bpft_one_t)(u64 in_base, u64 in_size, u64 out_base, u64 out_size, u64 a0, u64 a1,
+                          u64 a2, u64 a3);
+
+// 1: a one-record job's native program is called through bpft_one_fn (one call, the ctx in
+// registers); 0: through bpft_native's switch, with the ctx in local memory (two calls). A
+// tuning knob.
+#ifndef BPFT_ONE_CALL
+#define BPFT_ONE_CALL 1
+#endif
 // Records first, first + stride, ... < end of the native program in `slot`, its body
 // inline (the JIT's chunk loop); returns the last r0.
 extern "C" __device__ u64 bpft_native_loop(u32 slot, u64 in_base, u64 in_size, u64 out_base,
@@ -580,12 +592,30 @@ static __device__ bool validate(const bpft_params &P, const bpft_job_desc &d, co
 }
 
 // Runs record `i`. Returns 0 or the interpreter's error code. `native`: the caller knows
-// the program is native (no interpreter call is compiled in). (The context stays in local
-// memory: in shared memory it made the lone fast path's run 0.1 µs longer on an H200.)
+// the program is native and the job one record (no interpreter call is compiled in, nor
+// bpft_native's). A one-record job's native program is called through bpft_one_fn
+// (BPFT_ONE_CALL), with the context's words in registers; otherwise the context is in
+// local memory (in shared memory it made the lone fast path's run 0.1 µs longer on an
+// H200).
 static __device__ __forceinline__ int run_record(const bpft_params &P, const bpft_prog &p,
                                           const bpft_job_desc &d, u64 in_base, u64 out_base,
                                           u64 i, u64 *r0, u32 *err_pc, u64 *marks = 0,
                                           bool native = false) {
+    if (BPFT_ONE_CALL && (native || (p.tier == BPFT_TIER_NATIVE && i == 0 && d.n == 1))) {
+        const bpft_one_t one = (bpft_one_t)bpft_one_fn[p.native_slot];
+        const u64 out_size = out_base ? d.out_rec_size : 0;
+#if BPFT_HOP_SPLIT == 4
+        if (marks) marks[0] = now_ns(P);
+        *r0 = one(in_base, d.in_rec_size, out_base, out_size, d.args[0], d.args[1], d.args[2], d.args[3]);
+        if (marks) marks[1] = now_ns(P);
+#else
+        (void)marks;
+        BPFT_MARK(5);
+        *r0 = one(in_base, d.in_rec_size, out_base, out_size, d.args[0], d.args[1], d.args[2], d.args[3]);
+        BPFT_MARK(6);
+#endif
+        return 0;
+    }
     u64 ctx[10];
     u64 in = in_base + i * d.in_rec_size;
     ctx[0] = in;
