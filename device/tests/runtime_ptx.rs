@@ -394,9 +394,8 @@ fn spill_stores(name: &str, text: &str) -> u64 {
 
 /// The lone fast path (BPFT_FAST_LONE) is a call site of the native programs of its own,
 /// beside the general short path's and the worker's, and calls only through `bpft_one_fn`
-/// (BPFT_ONE_CALL: one indirect call, the ctx in registers, no `bpft_native` fallback):
-/// two sites, its speculative run of a pure program (BPFT_LONE_SPEC) and its plain run.
-/// The GPU-time splits 1-4, which time the general path, turn it off. Without
+/// (BPFT_ONE_CALL: one indirect call, the ctx in registers, no `bpft_native` fallback);
+/// the GPU-time splits 1-4, which time the general path, turn it off. Without
 /// BPFT_ONE_CALL no call goes through the table.
 #[test]
 fn the_lone_path_is_a_second_short_path() {
@@ -411,19 +410,13 @@ fn the_lone_path_is_a_second_short_path() {
             ptx.matches(".callprototype").count(),
         )
     };
-    let (on, off, split, two, no_spec) = (
+    let (on, off, split, two) = (
         calls(""),
         calls("#define BPFT_FAST_LONE 0"),
         calls("#define BPFT_HOP_SPLIT 3"),
         calls("#define BPFT_ONE_CALL 0"),
-        calls("#define BPFT_LONE_SPEC 0"),
     );
-    assert_eq!((on.0, on.1), (off.0, off.1 + 2), "native call sites");
-    assert_eq!(
-        no_spec,
-        (off.0, off.1 + 1),
-        "native call sites without BPFT_LONE_SPEC"
-    );
+    assert_eq!((on.0, on.1), (off.0, off.1 + 1), "native call sites");
     assert_eq!(split, off, "native call sites with split 3");
     assert!(
         off.1 >= 1,

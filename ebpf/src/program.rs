@@ -209,15 +209,6 @@ impl Program {
                 }))
     }
 
-    /// Whether the program calls a helper (`call` of one, or `callx`); calls of its own
-    /// functions do not count.
-    pub fn calls_helpers(&self) -> bool {
-        use crate::isa::Opcode;
-        self.insns
-            .iter()
-            .any(|i| matches!(Opcode::decode(i), Ok(Opcode::Call | Opcode::Callx)))
-    }
-
     /// The most instructions one run can take when that follows from the code alone: its
     /// length when it has no backward jump and no call of a local function (each
     /// instruction then runs at most once); `None` otherwise (loops are bounded only by the

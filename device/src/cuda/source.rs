@@ -89,12 +89,6 @@ pub fn layout_header() -> String {
     );
     let _ = writeln!(
         s,
-        "#define BPFT_PROG_PURE {}u\n#define BPFT_OFF_prog_flags {}",
-        super::worker::PROG_PURE,
-        super::worker::PROG_FLAGS_OFF
-    );
-    let _ = writeln!(
-        s,
         "#define BPFT_JF_INLINE {}u\n#define BPFT_JF_DEVICE_MASK {}u",
         shm_maps::job_flags::INLINE,
         shm_maps::job_flags::DEVICE_MASK

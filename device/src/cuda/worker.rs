@@ -95,26 +95,7 @@ struct ProgEntry {
     native_slot: u32,
     prog_id: u32,
     interp: bytecode::ProgDesc,
-    /// [`PROG_PURE`].
-    flags: u32,
-    reserved32: u32,
-    reserved: u64,
-}
-
-/// `bpft_prog::flags`: the program writes nothing (no maps, no helper calls; its input is
-/// read-only), so a run's only result is r0 and the lone fast path may run it speculatively
-/// (`BPFT_LONE_SPEC`). The runtime's `BPFT_PROG_PURE`.
-pub(crate) const PROG_PURE: u32 = 1;
-/// Offset of `bpft_prog::flags` (the runtime's `BPFT_OFF_prog_flags`).
-pub(crate) const PROG_FLAGS_OFF: usize = std::mem::offset_of!(ProgEntry, flags);
-
-/// [`PROG_PURE`] when `p` has no maps and calls no helper.
-fn prog_flags(p: &ebpf::Program) -> u32 {
-    if p.maps.is_empty() && !p.calls_helpers() {
-        PROG_PURE
-    } else {
-        0
-    }
+    reserved: [u64; 2],
 }
 
 c_mirror! {
@@ -157,7 +138,6 @@ const _: () = {
     use std::mem::{offset_of, size_of};
     assert!(size_of::<ProgEntry>() == 64);
     assert!(offset_of!(ProgEntry, interp) == 16);
-    assert!(offset_of!(ProgEntry, flags) == 48);
     assert!(size_of::<Params>() == 19 * 8 + 10 * 4);
     assert!(size_of::<TierEntry>() == 64);
     assert!(offset_of!(TierEntry, tat) == 40);
@@ -905,8 +885,7 @@ impl Worker {
                     stack_size: p.stack_depth.clamp(8, 512),
                     reserved: 0,
                 },
-                flags: prog_flags(&p.program),
-                ..Default::default()
+                reserved: [0; 2],
             },
             vec![off],
         ))
@@ -1669,29 +1648,6 @@ fn next_unnamed(next: &mut u32, lap: &mut u32, named: &HashMap<u32, u32>) -> u32
 mod tests {
     use super::*;
     use ebpf::{MapDef, MapKind, MapOrigin};
-
-    /// Only a program with no maps and no helper call (`call` or `callx`) is pure, the lone
-    /// fast path's condition for a speculative run; calls of its own functions are fine.
-    #[test]
-    fn only_programs_without_maps_or_helper_calls_are_pure() {
-        let p = |s: &str| ebpf::Program::from_insns("p", ebpf::asm::assemble(s).unwrap());
-        assert_eq!(prog_flags(&p("r0 = *(u64 *)(r1 + 0)\nexit")), PROG_PURE);
-        assert_eq!(prog_flags(&p("call f\nexit\nf:\nr0 = 1\nexit")), PROG_PURE);
-        assert_eq!(prog_flags(&p("call 5\nexit")), 0);
-        assert_eq!(prog_flags(&p("r2 = 6\ncallx r2\nexit")), 0);
-        let mut with_map = p("r0 = 0\nexit");
-        with_map.maps.push(MapDef {
-            name: "m".into(),
-            kind: MapKind::Array,
-            key_size: 4,
-            value_size: 8,
-            max_entries: 1,
-            flags: 0,
-            origin: MapOrigin::Manual,
-            init: None,
-        });
-        assert_eq!(prog_flags(&with_map), 0);
-    }
 
     /// The structures `layout_header` generates from Rust (`c_mirror!`: the kernel's
     /// parameters, state and tier table here, the mailbox block's in `wire`) have, by the host

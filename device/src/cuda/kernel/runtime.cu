@@ -323,13 +323,9 @@ struct bpft_prog {
     u32 native_slot;   // case of bpft_native (tier NATIVE)
     u32 prog_id;
     struct bpf_prog_desc interp;  // tier INTERP (and the bytecode of NATIVE programs)
-    u32 flags;         // BPFT_PROG_PURE (generated from worker.rs)
-    u32 reserved32;
-    u64 reserved;
+    u64 reserved[2];
 };
 static_assert(sizeof(struct bpft_prog) == 64, "bpft_prog size");
-// (NVRTC has no offsetof: `flags` follows four u32 and `interp`.)
-static_assert(4 * sizeof(u32) + sizeof(struct bpf_prog_desc) == BPFT_OFF_prog_flags, "bpft_prog flags");
 #define BPFT_TIER_NONE 0
 #define BPFT_TIER_INTERP 1
 #define BPFT_TIER_NATIVE 2
@@ -1031,14 +1027,6 @@ static __device__ __forceinline__ bool lone_fast(const bpft_params &P, const u64
            (cached[8] == word) & (p.tier == BPFT_TIER_NATIVE) & (p.interp.n_insns != 0) & (p.interp.n_maps == 0);
 }
 
-// 1: the lone fast path runs a pure native program (BPFT_PROG_PURE: no maps, no helper
-// calls, so its run writes nothing) speculatively, from the cached entry, while its index
-// word is read, and uses the result when the job is accepted. Needs BPFT_ONE_CALL. A
-// tuning knob.
-#ifndef BPFT_LONE_SPEC
-#define BPFT_LONE_SPEC 1
-#endif
-
 // How many dispatcher warps this launch has (BPFT_DISPATCHERS, at most one a block and
 // BPFT_MAX_DISPATCHERS, and a whole number of stripe rounds in the queue). Every launch of
 // a worker has the same grid and queue, hence the same count (`bpft_state::dpos`).
@@ -1469,24 +1457,6 @@ static __device__ void dispatcher(const bpft_params &P, const u32 d, const u32 D
             const u64 *w0 = &stage[0][2];
             const u32 pid = (u32)w0[0];
             const u32 word = pid < P.max_progs ? ld_rlx_gpu32((const u32 *)P.prog_index + pid) : 0;
-            // The speculative run (BPFT_LONE_SPEC): when the cached entry is this program's,
-            // native and pure (it writes nothing; BPFT_PROG_PURE), every lane runs it on the
-            // staged input now, while the index word is in flight; the result counts only
-            // if lone_fast accepts the job (the word names that entry). Its input is at most
-            // the slot's inline words, whatever the unchecked descriptor says.
-            const bpft_prog &cp = *(const bpft_prog *)entry_cache[0];
-            const bpft_job_desc &d0 = *(const bpft_job_desc *)w0;
-            const bool spec = BPFT_LONE_SPEC && BPFT_ONE_CALL && (cp.flags & BPFT_PROG_PURE) && cp.tier == BPFT_TIER_NATIVE &&
-                              cp.prog_id == pid && d0.n == 1 && d0.out_rec_size == 0;
-            u64 spec_r0 = 0, spec_started = 0;
-            if (spec) {
-                const u64 in_size = d0.in_rec_size < 8 * BPFT_INLINE_WORDS ? d0.in_rec_size : 8 * BPFT_INLINE_WORDS;
-                spec_started = now_ns(P);
-                BPFT_MARK(5);
-                spec_r0 = ((bpft_one_t)bpft_one_fn[cp.native_slot])((u64)&stage[0][17], in_size, 0, 0, d0.args[0],
-                                                                    d0.args[1], d0.args[2], d0.args[3]);
-                BPFT_MARK(6);
-            }
             // The slot is ready: its seq is its position + 1. Its check word is lane 0's.
             const bool ok = lone_check(stage[0], my - lane + 1, __shfl_sync(FULL_MASK, chk, 0), lane);
             BPFT_MARK(11);
@@ -1496,7 +1466,7 @@ static __device__ void dispatcher(const bpft_params &P, const u32 d, const u32 D
                 BPFT_MARK(13);
                 // Lane 0 does the rest alone (its job, its slot; the counts are lane 0's).
                 if (lane == 0) {
-                    const u64 started = spec ? spec_started : now_ns(P);
+                    const u64 started = now_ns(P);
                     st_fld32(completion_ptr(P, dj.completion) + BPFT_OFF_Completion_state, CS_RUNNING);
                     BPFT_MARK(12);
                     count_batch(S, C, head_word, D, 0, pos, 1, taken, batches);
@@ -1507,15 +1477,10 @@ static __device__ void dispatcher(const bpft_params &P, const u32 d, const u32 D
                     defer = log_item(1u, 0, log_head);
 #endif
                     BPFT_MARK(14);
-                    const u32 hop_poll = (u32)(t_seen - x.t), hop_fence = (u32)(started - P.time_offset - t_seen);
-                    if (spec) {
-                        finish_job(P, dj, cp, ST_OK, 1, 0, spec_r0, 0, 0, 0, started, hop_poll, hop_fence,
-                                   BPFT_DONE_EARLY, defer);
-                    } else {
-                        const bpft_tier_ref local = {0, 0, 0};
-                        run_short(P, dj, cp, local, local, (u64)&stage[0][17], 0, 0, started, hop_poll, hop_fence,
-                                  BPFT_DONE_EARLY, defer, true);
-                    }
+                    const bpft_tier_ref local = {0, 0, 0};
+                    run_short(P, dj, *(const bpft_prog *)entry_cache[0], local, local, (u64)&stage[0][17], 0, 0,
+                              started, (u32)(t_seen - x.t), (u32)(started - P.time_offset - t_seen),
+                              BPFT_DONE_EARLY, defer, true);
                     release_slot(defer, slot, my + cap, true);
                     BPFT_MARK(8);
 #if BPFT_HOP_SPLIT >= 5
