@@ -36,7 +36,11 @@
 //! - `.visible .entry bpf_entry_<name>(in_base, in_size, out_base, out_size, n, arg0..arg3,
 //!   results)`: one thread per record; it computes the [`ebpf::program::JobCtx`] words in
 //!   registers, runs the program's body inline (ptxas does not inline calls; see
-//!   [`ptx::InlineBody`]), and writes r0 to `results[i]` when `results` is not 0.
+//!   [`ptx::InlineBody`]), and writes r0 to `results[i]` when `results` is not 0;
+//! - with [`JitOptions::chunk_loop`] instead of the entry: `bpf_loop_<name>` (records
+//!   `first, first + stride, … < end`, the body inline) and `bpf_one_<name>` (record 0 of a
+//!   one-record job, the ctx words in registers, job buffers through generic addresses),
+//!   which a persistent runtime calls once per chunk and once per one-record job.
 //!
 //! Maps are addressed by the 64-bit base addresses in [`JitOptions::maps`], baked in as
 //! immediates: the module never references another module's globals (GPU-FACTS §3).
