@@ -2723,6 +2723,36 @@ fn ctx_words(f: &mut Function, i: Reg, bufs: [Reg; 4], n: Reg, args: [Reg; 4]) -
     fields
 }
 
+/// A visible `.func (.param .b64 ret) name(params…)` that runs `main`'s body inline (the
+/// chunk loop and the one-record run): its `jobctx` and `main`'s local arrays, and each
+/// parameter read into a register (returned in order).
+fn func_wrapper(
+    name: &str,
+    main: &Function,
+    params: &'static [&'static str],
+) -> (Function, Vec<Reg>) {
+    let mut f = Function::new(name, FuncKind::Func);
+    f.continue_numbering(main);
+    f.visible = true;
+    f.ret = Some("ret".into());
+    f.params = params.iter().map(|s| s.to_string()).collect();
+    f.locals.push(LocalArray {
+        name: "jobctx".into(),
+        align: 16,
+        size: JobCtx::SIZE as u32,
+    });
+    f.locals.extend(main.locals.iter().cloned());
+    let vals = params
+        .iter()
+        .map(|p| {
+            let t = f.reg(RegClass::B64);
+            f.push("ld.param.b64", [t.into(), Operand::SymAddr(p, 0)]);
+            t
+        })
+        .collect();
+    (f, vals)
+}
+
 /// The chunk loop of [`crate::JitOptions::chunk_loop`]: `.func (.param .b64 ret)
 /// bpf_loop_<name>(in_base, in_size, out_base, out_size, n, arg0..arg3, results, first, end,
 /// stride)`. Like the entry it runs the body inline with the ctx words in registers; the
@@ -2734,23 +2764,7 @@ fn loop_wrapper(name: &str, main: &Function) -> Function {
         "results", "first", "end", "stride",
     ];
     static NAMES: [&str; 13] = PARAMS;
-    let mut f = Function::new(name, FuncKind::Func);
-    f.continue_numbering(main);
-    f.visible = true;
-    f.ret = Some("ret".into());
-    f.params = PARAMS.iter().map(|s| s.to_string()).collect();
-    f.locals.push(LocalArray {
-        name: "jobctx".into(),
-        align: 16,
-        size: JobCtx::SIZE as u32,
-    });
-    f.locals.extend(main.locals.iter().cloned());
-    let param = |f: &mut Function, k: usize| {
-        let t = f.reg(RegClass::B64);
-        f.push("ld.param.b64", [t.into(), Operand::SymAddr(&NAMES[k], 0)]);
-        t
-    };
-    let vals: Vec<Reg> = (0..PARAMS.len()).map(|k| param(&mut f, k)).collect();
+    let (mut f, vals) = func_wrapper(name, main, &NAMES);
     let (in_base, in_size, out_base, out_size, n) = (vals[0], vals[1], vals[2], vals[3], vals[4]);
     let (res, first, end, stride) = (vals[9], vals[10], vals[11], vals[12]);
     let i = f.reg(RegClass::B64);
@@ -2818,24 +2832,7 @@ fn one_wrapper(name: &str, main: &Function) -> Function {
         "in_base", "in_size", "out_base", "out_size", "arg0", "arg1", "arg2", "arg3",
     ];
     static NAMES: [&str; 8] = PARAMS;
-    let mut f = Function::new(name, FuncKind::Func);
-    f.continue_numbering(main);
-    f.visible = true;
-    f.ret = Some("ret".into());
-    f.params = PARAMS.iter().map(|s| s.to_string()).collect();
-    f.locals.push(LocalArray {
-        name: "jobctx".into(),
-        align: 16,
-        size: JobCtx::SIZE as u32,
-    });
-    f.locals.extend(main.locals.iter().cloned());
-    let vals: Vec<Reg> = (0..PARAMS.len())
-        .map(|k| {
-            let t = f.reg(RegClass::B64);
-            f.push("ld.param.b64", [t.into(), Operand::SymAddr(&NAMES[k], 0)]);
-            t
-        })
-        .collect();
+    let (mut f, vals) = func_wrapper(name, main, &NAMES);
     let konst = |f: &mut Function, v: i64| {
         let t = f.reg(RegClass::B64);
         f.push("mov.b64", [t.into(), imm(v)]);

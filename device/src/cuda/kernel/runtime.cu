@@ -591,6 +591,25 @@ static __device__ bool validate(const bpft_params &P, const bpft_job_desc &d, co
     return true;
 }
 
+// run_record's native call `call`, its r0 into *r0, timed by the splits (4: `marks`; 5 to
+// 8: cycle marks).
+#if BPFT_HOP_SPLIT == 4
+#define BPFT_TIMED_CALL(call)               \
+    do {                                    \
+        if (marks) marks[0] = now_ns(P);    \
+        *r0 = (call);                       \
+        if (marks) marks[1] = now_ns(P);    \
+    } while (0)
+#else
+#define BPFT_TIMED_CALL(call) \
+    do {                      \
+        (void)marks;          \
+        BPFT_MARK(5);         \
+        *r0 = (call);         \
+        BPFT_MARK(6);         \
+    } while (0)
+#endif
+
 // Runs record `i`. Returns 0 or the interpreter's error code. `native`: the caller knows
 // the program is native and the job one record (no interpreter call is compiled in, nor
 // bpft_native's). A one-record job's native program is called through bpft_one_fn
@@ -604,16 +623,7 @@ static __device__ __forceinline__ int run_record(const bpft_params &P, const bpf
     if (BPFT_ONE_CALL && (native || (p.tier == BPFT_TIER_NATIVE && i == 0 && d.n == 1))) {
         const bpft_one_t one = (bpft_one_t)bpft_one_fn[p.native_slot];
         const u64 out_size = out_base ? d.out_rec_size : 0;
-#if BPFT_HOP_SPLIT == 4
-        if (marks) marks[0] = now_ns(P);
-        *r0 = one(in_base, d.in_rec_size, out_base, out_size, d.args[0], d.args[1], d.args[2], d.args[3]);
-        if (marks) marks[1] = now_ns(P);
-#else
-        (void)marks;
-        BPFT_MARK(5);
-        *r0 = one(in_base, d.in_rec_size, out_base, out_size, d.args[0], d.args[1], d.args[2], d.args[3]);
-        BPFT_MARK(6);
-#endif
+        BPFT_TIMED_CALL(one(in_base, d.in_rec_size, out_base, out_size, d.args[0], d.args[1], d.args[2], d.args[3]));
         return 0;
     }
     u64 ctx[10];
@@ -630,16 +640,7 @@ static __device__ __forceinline__ int run_record(const bpft_params &P, const bpf
     ctx[8] = d.args[2];
     ctx[9] = d.args[3];
     if (native || p.tier == BPFT_TIER_NATIVE) {
-#if BPFT_HOP_SPLIT == 4
-        if (marks) marks[0] = now_ns(P);
-        *r0 = bpft_native(p.native_slot, (u64)ctx);
-        if (marks) marks[1] = now_ns(P);
-#else
-        (void)marks;
-        BPFT_MARK(5);
-        *r0 = bpft_native(p.native_slot, (u64)ctx);
-        BPFT_MARK(6);
-#endif
+        BPFT_TIMED_CALL(bpft_native(p.native_slot, (u64)ctx));
         return 0;
     }
     struct bpf_env env;
