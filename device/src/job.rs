@@ -189,7 +189,7 @@ fn end_where(region: &ShmRegion, code: i32, text: &str, pick: impl Fn(u32, u32) 
             },
         );
         if let Some(cl) = region.client(i / h.completions_per_client) {
-            cl.in_flight.fetch_sub(1, Ordering::AcqRel);
+            cl.add_completed(1);
         }
         region.count_done(queue, 1);
         h.jobs_done.fetch_add(1, Ordering::Relaxed);
@@ -308,7 +308,7 @@ impl JobRunner<'_> {
                 completion = d.completion,
                 "job names a completion slot the client does not own; dropped"
             );
-            client.in_flight.fetch_sub(1, Ordering::AcqRel);
+            client.add_completed(1);
             self.stats.jobs_failed.fetch_add(1, Ordering::Relaxed);
             region.count_done(self.queue, 1);
             return;
@@ -359,7 +359,7 @@ impl JobRunner<'_> {
         self.stats.run_time.record(out.finished_ns - out.started_ns);
         region.header().jobs_done.fetch_add(1, Ordering::Relaxed);
         region.finish_completion(d.completion, &out);
-        client.in_flight.fetch_sub(1, Ordering::AcqRel);
+        client.add_completed(1);
         region.count_done(self.queue, 1);
     }
 

@@ -881,7 +881,7 @@ impl Client {
         let (mut d, slot, tag) = self.prepare(job, 0)?;
         let words = self.inline_input(&mut d);
         let client = self.region.client(self.id.slot).expect("own slot");
-        client.in_flight.fetch_add(1, Ordering::AcqRel);
+        client.add_submitted(1);
         // No clock read before the push: the job's round trip waits for every step before
         // its slot is published (a clock read took 60-70 ns on the H200 machine's host).
         let deadline = match wait {
@@ -891,7 +891,7 @@ impl Client {
         let queue = self.region.queue_at(0).expect("one queue");
         let (done, err) = self.push_all(&queue, &[d], &[words], deadline);
         if done == 0 {
-            client.in_flight.fetch_sub(1, Ordering::AcqRel);
+            client.sub_submitted(1);
             self.release(slot);
             return Err(err.expect("not queued only after a failure"));
         }
@@ -937,9 +937,7 @@ impl Client {
             tickets.push(Ticket { slot, tag });
         }
         let client = self.region.client(self.id.slot).expect("own slot");
-        client
-            .in_flight
-            .fetch_add(descs.len() as u32, Ordering::AcqRel);
+        client.add_submitted(descs.len() as u64);
         // One deadline for every queue's pushes.
         let deadline = match wait {
             Wait::No => PushDeadline::Now,
@@ -977,7 +975,7 @@ impl Client {
         let left = queued.iter().filter(|q| !**q).count();
         if left > 0 {
             // Hand back what was not queued.
-            client.in_flight.fetch_sub(left as u32, Ordering::AcqRel);
+            client.sub_submitted(left as u64);
             let mut kept = Vec::with_capacity(jobs.len() - left);
             for (t, q) in tickets.into_iter().zip(&queued) {
                 if *q {

@@ -4,7 +4,8 @@
 //! |--------------|------------------------------------------|-------------------|
 //! | `state`      | client: CAS FREE→ACTIVE; service: →DEAD, →FREE | both        |
 //! | `pid`, `start_time`, `generation` | the client after claiming | service  |
-//! | `in_flight`  | client +1 before push; service −1 after DONE | service reaper |
+//! | `submitted`  | client, before each push                 | service reaper    |
+//! | `completed`  | service, after each DONE                 | service reaper, client at detach |
 //!
 //! A client owns the completion slots `ShmRegion::completion_range(slot)`. When its process
 //! dies, the service marks the slot DEAD, lets its queued jobs finish (their completions go
@@ -49,7 +50,7 @@ pub fn attach(region: &ShmRegion) -> Result<ClientId, NoClientSlot> {
         {
             c.pid.store(pid, Ordering::Relaxed);
             c.start_time.store(start, Ordering::Relaxed);
-            c.in_flight.store(0, Ordering::Relaxed);
+            // A free slot has nothing in flight: its counters stay as they are.
             // ORDERING: release publishes pid and start time to the service's reaper,
             // which loads `generation` with acquire before checking liveness.
             let generation = c.generation.fetch_add(1, Ordering::Release) + 1;
@@ -63,7 +64,7 @@ pub fn attach(region: &ShmRegion) -> Result<ClientId, NoClientSlot> {
 /// service reclaims it once they finish.
 pub fn detach(region: &ShmRegion, id: ClientId) {
     if let Some(c) = region.client(id.slot) {
-        let next = if c.in_flight.load(Ordering::Acquire) == 0 {
+        let next = if c.in_flight() == 0 {
             client_state::FREE
         } else {
             client_state::DEAD

@@ -744,7 +744,7 @@ impl Shared {
             if k > 0
                 && let Some(cl) = self.region.client(client)
             {
-                cl.in_flight.fetch_sub(k, Ordering::AcqRel);
+                cl.add_completed(k as u64);
             }
         };
         let mut run = (0u32, 0u32);
@@ -1415,11 +1415,7 @@ mod tests {
         s.region
             .begin_completion_on(c, tag, monotonic_ns(), q)
             .unwrap();
-        s.region
-            .client(0)
-            .unwrap()
-            .in_flight
-            .fetch_add(1, Ordering::AcqRel);
+        s.region.client(0).unwrap().add_submitted(1);
         let d = JobDesc {
             prog_id: prog,
             n: 1,
@@ -1497,14 +1493,7 @@ mod tests {
             text.contains("budget"),
             "the interpreter's error is named: {text}"
         );
-        assert_eq!(
-            s.region
-                .client(0)
-                .unwrap()
-                .in_flight
-                .load(Ordering::Acquire),
-            0
-        );
+        assert_eq!(s.region.client(0).unwrap().in_flight(), 0);
         assert_eq!(s.stats.jobs_done.load(Ordering::Relaxed), 2);
         assert_eq!(s.stats.jobs_failed.load(Ordering::Relaxed), 1);
         assert_eq!(s.stats.records.load(Ordering::Relaxed), 1);
@@ -1530,14 +1519,7 @@ mod tests {
             .expect("completed by the host runner");
         assert_eq!(c.status, status::UNKNOWN_PROGRAM);
         assert_eq!(c.tag, 7);
-        assert_eq!(
-            s.region
-                .client(0)
-                .unwrap()
-                .in_flight
-                .load(Ordering::Acquire),
-            0
-        );
+        assert_eq!(s.region.client(0).unwrap().in_flight(), 0);
     }
 
     /// Installs program `id` from assembly, with one array map kept in GPU memory when
@@ -1630,14 +1612,7 @@ mod tests {
         assert!((0..3).all(|p| q.peek(p).is_none()));
         assert_eq!(q.peek(3).map(|d| d.completion), Some(3));
         assert_eq!(q.peek(4).map(|d| d.completion), Some(4));
-        assert_eq!(
-            s.region
-                .client(0)
-                .unwrap()
-                .in_flight
-                .load(Ordering::Acquire),
-            3
-        );
+        assert_eq!(s.region.client(0).unwrap().in_flight(), 3);
     }
 
     #[test]
@@ -1823,14 +1798,7 @@ mod tests {
         }
         assert_eq!(q.head(), 3, "job 2 is taken, not run again");
         assert_eq!(q.len(), 2);
-        assert_eq!(
-            s.region
-                .client(0)
-                .unwrap()
-                .in_flight
-                .load(Ordering::Acquire),
-            2
-        );
+        assert_eq!(s.region.client(0).unwrap().in_flight(), 2);
         // Every slot is usable again: the producers can fill a whole lap.
         let mut jobs = Vec::new();
         for _ in 0..6 {

@@ -532,9 +532,7 @@ impl Service {
                     Ordering::Relaxed,
                 );
             }
-            if c.state.load(Ordering::Acquire) == client_state::DEAD
-                && c.in_flight.load(Ordering::Acquire) == 0
-            {
+            if c.state.load(Ordering::Acquire) == client_state::DEAD && c.in_flight() == 0 {
                 let (freed, unplaced) = {
                     let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
                     let unplaced = self.tier_buffers.freed_slot(slot);

@@ -164,7 +164,9 @@ static __device__ __forceinline__ u32 role_block() {
 // and that poll's round trip; 7 and 8: 5's steps finer, in units of 2 cycles, 7: the
 // whole-slot check's shuffles, the slot check, RUNNING stored, the program found, the
 // descriptor validated; 8: the job's kind known, its input set, before the native call,
-// after it, the completion's start.
+// after it, the completion's start; 9: the previous job's completion, from its start to its
+// DONE store and to its slot's release, then this job's poll return to its completion's
+// start, its native call, and its poll's round trip.
 #ifndef BPFT_HOP_SPLIT
 #define BPFT_HOP_SPLIT 0
 #endif
@@ -287,8 +289,9 @@ static __device__ __forceinline__ u64 globaltimer() {
 // loads returned, 1: slot checked, 2: RUNNING stored, 3: program found, 4: checked, 5:
 // before the native call, 6: after it, 7: the completion's start, 8: the slot released,
 // 9: the last poll's issue, 10: polls since the last job; 11: the whole-slot check's
-// shuffles done, 12: RUNNING stored, 13: validated, 14: the short run's input set.
-__shared__ long long bpft_cyc[32][15];
+// shuffles done, 12: RUNNING stored, 13: validated, 14: the short run's input set, 15: an
+// early DONE stored.
+__shared__ long long bpft_cyc[32][16];
 #define BPFT_MARK(i)                                                                   \
     do {                                                                               \
         if (threadIdx.x < 32) bpft_cyc[threadIdx.x][i] = clock64();                    \
@@ -781,6 +784,9 @@ static __device__ void finish_job(const bpft_params &P, const bpft_job_desc &d, 
         else if (BPFT_HOP_SPLIT == 8)
             f = cyc_field(m[4] - m[0], 2, 0) | cyc_field(m[14] - m[0], 2, 1) | cyc_field(m[5] - m[0], 2, 2) |
                 cyc_field(m[6] - m[0], 2, 3) | cyc_field(now - m[0], 2, 4);
+        else if (BPFT_HOP_SPLIT == 9)
+            f = cyc_field(m[15] - prev7, 2, 0) | cyc_field(m[8] - prev7, 2, 1) | cyc_field(now - m[0], 2, 2) |
+                cyc_field(m[6] - m[5], 2, 3) | cyc_field(m[0] - m[9], 2, 4);
         else
             f = cyc_field(now - m[0], 4, 0) | cyc_field(m[8] - prev7, 4, 1) | cyc_field(m[9] - m[8], 4, 2) |
                 cyc_field(m[10], 1, 3) | cyc_field(m[0] - m[9], 4, 4);
@@ -810,6 +816,7 @@ static __device__ void finish_job(const bpft_params &P, const bpft_job_desc &d, 
     st_fld_v2(c + BPFT_OFF_Completion_started_ns, started, fin);
     st_fld32_v2(c + BPFT_OFF_Completion_gpu_hops, hop_poll, hop_fence);
     if (done_now) st_rlx_sys32(c + BPFT_OFF_Completion_state, CS_DONE_CHECKED);
+    BPFT_MARK(15);
     const u64 e[BPFT_LOG_WORDS] = {(u64)d.completion | ((u64)d.client << 32),
                                     (u64)(u32)status | ((u64)err_pc << 32),
                                     err_record,
@@ -1017,16 +1024,28 @@ static __device__ __forceinline__ bool self_contained(const bpft_job_desc &d, co
 // for its program, `word`, names the entry cached in `cached` (lookup_prog's cache row), a
 // native program without maps. Evaluated without branches: every term is computed, then
 // combined.
-static __device__ __forceinline__ bool lone_fast(const bpft_params &P, const u64 *w, const u64 *cached,
-                                                 u32 word, int retry) {
+// `lone_terms`: the terms that need neither the slot check nor the index word.
+static __device__ __forceinline__ bool lone_terms(const bpft_params &P, const u64 *w, const u64 *cached) {
     const u32 flags = (u32)(w[0] >> 32), in_rec = (u32)w[6], out_rec = (u32)(w[6] >> 32);
     const u32 completion = (u32)(w[13] >> 32);
     const bpft_prog &p = *(const bpft_prog *)cached;
-    return (retry == 0) & ((flags & ~(BPFT_JF_INLINE | BPFT_JF_DEVICE_MASK)) == 0) &
-           (bpft_inline_words(w) > 0) & (w[1] == 1) & (P.max_records != 0) & (out_rec == 0) &
-           (completion < P.completions_total) & fits(w[2], w[3], in_rec, P.arena_size) & (word != 0) &
-           (cached[8] == word) & (p.tier == BPFT_TIER_NATIVE) & (p.interp.n_insns != 0) & (p.interp.n_maps == 0);
+    return ((flags & ~(BPFT_JF_INLINE | BPFT_JF_DEVICE_MASK)) == 0) & (bpft_inline_words(w) > 0) & (w[1] == 1) &
+           (P.max_records != 0) & (out_rec == 0) & (completion < P.completions_total) &
+           fits(w[2], w[3], in_rec, P.arena_size) & (p.tier == BPFT_TIER_NATIVE) & (p.interp.n_insns != 0) &
+           (p.interp.n_maps == 0);
 }
+static __device__ __forceinline__ bool lone_fast(const bpft_params &P, const u64 *w, const u64 *cached,
+                                                 u32 word, int retry) {
+    return (retry == 0) & (word != 0) & (cached[8] == word) & lone_terms(P, w, cached);
+}
+
+// 1: the lone path computes lone_terms before the slot check's reduction, in one run of
+// loads and arithmetic with the check's mixes (ptxas schedules them together; each shuffle
+// of the reduction ends a block of SASS), and takes the check word from the staging row;
+// 0: the check, then lone_fast (a tuning knob).
+#ifndef BPFT_LONE_ORDER
+#define BPFT_LONE_ORDER 1
+#endif
 
 // How many dispatcher warps this launch has (BPFT_DISPATCHERS, at most one a block and
 // BPFT_MAX_DISPATCHERS, and a whole number of stripe rounds in the queue). Every launch of
@@ -1083,14 +1102,16 @@ static __device__ __forceinline__ void count_torn(int retry, bpft_state *S, bpft
 // (lanes 0..15 the first, 16..31 the second, 16 bytes each, past seq and check): the
 // bodies go through shared memory, and each lane below `n` picks up its own slot's
 // descriptor and inline words.
+// `head`: the body's chunk 0 holds the slot's seq and check words (a whole-slot poll), kept
+// in the row's words 0 and 1 too.
 template <u32 N>
 static __device__ __forceinline__ void unstage(u64 (*stage)[BPFT_STAGE_ROW], const u64 (&body)[N][2], u32 n, u32 lane,
-                                        u64 *dw, u64 *iw) {
+                                        u64 *dw, u64 *iw, bool head = false) {
     const u32 half = lane >> 4, chunk = lane & 15;
 #pragma unroll
     for (u32 i = 0; i < N; i++) {
         const u32 j = 2 * i + half;
-        if (chunk != 0 && j < n) {
+        if ((chunk != 0 || head) && j < n) {
             stage[j][2 * chunk] = body[i][0];
             stage[j][2 * chunk + 1] = body[i][1];
         }
@@ -1313,7 +1334,7 @@ static __device__ void dispatcher(const bpft_params &P, const u32 d, const u32 D
     __shared__ u64 entry_cache[32][9];
     entry_cache[lane][8] = 0;
 #if BPFT_HOP_SPLIT >= 5
-    for (int i = 0; i < 15; i++) bpft_cyc[lane][i] = i == 10 ? 0 : clock64();
+    for (int i = 0; i < 16; i++) bpft_cyc[lane][i] = i == 10 ? 0 : clock64();
 #endif
     bool idle = false;  // the last poll found nothing
 #if BPFT_LOG_WARP
@@ -1408,7 +1429,7 @@ static __device__ void dispatcher(const bpft_params &P, const u32 d, const u32 D
             chk = __shfl_sync(FULL_MASK, b[0][1], (lane & 1) * 16);
             wb0 = b[0][0];
             wb1 = b[0][1];
-            unstage(stage, b, w, lane, dw, iw);
+            unstage(stage, b, w, lane, dw, iw, true);
 #endif
         } else if (lane < w) {
             seq = x.a;
@@ -1458,10 +1479,18 @@ static __device__ void dispatcher(const bpft_params &P, const u32 d, const u32 D
             const u64 *w0 = &stage[0][2];
             const u32 pid = (u32)w0[0];
             const u32 word = pid < P.max_progs ? ld_rlx_gpu32((const u32 *)P.prog_index + pid) : 0;
+#if BPFT_LONE_ORDER
+            const bool terms = lone_terms(P, w0, entry_cache[0]);
+            // The slot is ready: its seq is its position + 1; its check word is in its row.
+            const bool ok = lone_check(stage[0], my - lane + 1, stage[0][1], lane);
+            BPFT_MARK(11);
+            if (terms & ok & (word != 0) & (entry_cache[0][8] == word)) {
+#else
             // The slot is ready: its seq is its position + 1. Its check word is lane 0's.
             const bool ok = lone_check(stage[0], my - lane + 1, __shfl_sync(FULL_MASK, chk, 0), lane);
             BPFT_MARK(11);
             if (lone_fast(P, w0, entry_cache[0], word, !ok)) {
+#endif
                 BPFT_MARK(1);  // checked, found, validated and classified at once
                 BPFT_MARK(3);
                 BPFT_MARK(13);
