@@ -313,6 +313,21 @@ fn the_runtime_knobs_compile_and_assemble() {
             Some("ld.global.v2.u64"),
         ),
         (
+            "cycle_split_completion",
+            "#define BPFT_HOP_SPLIT 9",
+            Some("ld.global.v2.u64"),
+        ),
+        (
+            "lone_check_then_terms",
+            "#define BPFT_LONE_ORDER 0",
+            Some("ld.global.v2.u64"),
+        ),
+        (
+            "no_host_stage",
+            "#define BPFT_HOST_STAGE 0",
+            Some("ld.global.v2.u64"),
+        ),
+        (
             "pad_rounds_loop",
             "#define BPFT_PAD_ROUNDS 4\n#define BPFT_PAD_LOOP 1",
             Some("ld.global.v2.u64"),
@@ -341,6 +356,12 @@ fn the_runtime_knobs_compile_and_assemble() {
             ptx.contains("%clock64"),
             name.starts_with("cycle_split") || name.starts_with("pad_rounds"),
             "{name}: the SM clock only in the cycle splits (and the pad's seed)"
+        );
+        // A worker warp's staging stores (stage_chunk), unless it is turned off.
+        assert_eq!(
+            ptx.contains("[sg_g]"),
+            name != "no_host_stage",
+            "{name}: the host input's staging"
         );
         if name == "sc_fence" {
             assert!(ptx.contains("fence.sc.sys"), "{name}");

@@ -83,6 +83,9 @@ const TIER_NATIVE: u32 = 2;
 const TIER_HOST: u32 = 3;
 /// Device scratch of the dispatchers: one 128-byte line per lane for inline job input.
 const SCRATCH_BYTES: usize = source::MAX_DISPATCHERS * 32 * 128;
+/// A worker warp's staging area for a chunk of input from pinned host memory
+/// (`BPFT_STAGE_BYTES` in the runtime); one per warp the grid can have (two blocks an SM).
+const STAGE_BYTES: usize = 4096;
 /// `sizeof(struct bpft_djob)` rounded up.
 const DJOB_BYTES: usize = 320;
 
@@ -121,6 +124,7 @@ c_mirror! {
         max_insns: u64 = U64,
         scratch: u64 = U64,
         tier_table: u64 = U64,
+        stage: u64 = U64,
         queue_mask: u32 = U32,
         max_progs: u32 = U32,
         completions_total: u32 = U32,
@@ -131,6 +135,7 @@ c_mirror! {
         flags: u32 = U32,
         generation: u32 = U32,
         lock_pid: u32 = U32,
+        stage_warps: u32 = U32,
     }
 }
 
@@ -138,7 +143,7 @@ const _: () = {
     use std::mem::{offset_of, size_of};
     assert!(size_of::<ProgEntry>() == 64);
     assert!(offset_of!(ProgEntry, interp) == 16);
-    assert!(size_of::<Params>() == 19 * 8 + 10 * 4);
+    assert!(size_of::<Params>() == (20 * 8 + 11 * 4usize).next_multiple_of(8));
     assert!(size_of::<TierEntry>() == 64);
     assert!(offset_of!(TierEntry, tat) == 40);
     assert!(size_of::<State>() == source::STATE_BYTES);
@@ -524,6 +529,8 @@ impl Worker {
         let code = gpu.alloc(CODE_ARENA as usize)?;
         let dev_arena = gpu.alloc(args.cfg.device_arena as usize)?;
         let scratch = gpu.alloc(SCRATCH_BYTES)?;
+        let stage_warps = gpu.sm_count()? * 2 * (THREADS / 32);
+        let stage = gpu.alloc(stage_warps as usize * STAGE_BYTES)?;
         let tier_table = gpu.alloc(TIER_TABLE_BYTES)?;
         gpu.memset32(copy, tier_table, 0, TIER_TABLE_BYTES / 4)?;
         gpu.memset32(copy, state, 0, source::STATE_BYTES / 4)?;
@@ -558,6 +565,7 @@ impl Worker {
             max_insns: args.cfg.max_insns,
             scratch,
             tier_table,
+            stage,
             queue_mask: h.queue_capacity - 1,
             max_progs: MAX_PROGS,
             completions_total: h.max_clients * h.completions_per_client,
@@ -568,6 +576,7 @@ impl Worker {
             flags: args.cfg.allow_fault_injection as u32,
             generation: 0,
             lock_pid: std::process::id(),
+            stage_warps,
         };
         let device_name = gpu.name();
         let host_atomics = gpu.host_native_atomics();

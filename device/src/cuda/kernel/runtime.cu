@@ -340,7 +340,8 @@ static_assert(sizeof(struct bpft_prog) == 64, "bpft_prog size");
 // index words (worker.rs index_word, 0 = none) and entries; the device job ring; the done
 // log and forward ring (pinned); the trace ring (0: dropped); the host's CLOCK_MONOTONIC
 // minus %globaltimer; the interpreter's budget a record; 128 bytes of device scratch a
-// dispatcher lane; the tier table; then the rings' masks, sizes, flags, the generation and
+// dispatcher lane; the tier table; the worker warps' staging areas (BPFT_STAGE_BYTES each,
+// `stage_warps` of them, last below); then the rings' masks, sizes, flags, the generation and
 // the service's pid.
 #define BPFT_ALLOW_FAULT 1u
 
@@ -408,6 +409,16 @@ struct bpft_djob {
 #ifndef BPFT_PREFETCH
 #define BPFT_PREFETCH 0
 #endif
+// 1: a worker warp copies a chunk of fixed-size records from pinned host memory into its
+// staging area in device memory with coalesced 16-byte loads (the warp reads 512
+// consecutive bytes an instruction: whole 128-byte lines over PCIe) and runs the chunk
+// loop on the copy, instead of each lane reading its own record; 0: the lanes read the
+// host memory (a tuning knob). A zero-copy microbenchmark read 64-byte records at 51.4
+// GB/s the first way and 47.5 the second (bench/results/zero_copy/).
+#ifndef BPFT_HOST_STAGE
+#define BPFT_HOST_STAGE 1
+#endif
+#define BPFT_STAGE_BYTES 4096
 #ifndef BPFT_SUB
 #define BPFT_SUB 256
 #endif
@@ -1805,6 +1816,41 @@ static __device__ __forceinline__ void prefetch_input(u64 in_base, u32 in_size, 
 // Runs records base+lane, base+lane+32, ... < end of a native program (which cannot fail:
 // the verifier proved it) through the JIT's chunk loop: one call per chunk, the body inline
 // with the ctx in registers.
+static __device__ __forceinline__ void st_global_v2(void *p, u64 a, u64 b) {
+    asm volatile("{ .reg .u64 sg_g; cvta.to.global.u64 sg_g, %0; st.global.v2.u64 [sg_g], {%1, %2}; }" ::"l"(p),
+                 "l"(a), "l"(b)
+                 : "memory");
+}
+
+// BPFT_HOST_STAGE: copies records [base, end) of a job's input at `in_base` (`rec` bytes
+// each; both multiples of 16, at most BPFT_STAGE_BYTES in all) into worker warp w's staging
+// area, in rounds of 2 KB: the round's loads (four 16-byte loads a lane, the warp's 32
+// lanes on consecutive 16-byte words), then its stores. Returns the base address at which
+// the chunk loop finds record i (base <= i < end) in the copy. Not inlined: its eight
+// registers of loads in flight, inlined, made the kernel spill twice as much (once a
+// chunk, a call costs nothing that shows).
+static __device__ __noinline__ u64 stage_chunk(const bpft_params &P, u64 w, u64 in_base, u32 rec, u64 base,
+                                                  u64 end, u32 lane) {
+    const u64 src = in_base + base * rec, dst = P.stage + w * BPFT_STAGE_BYTES;
+    const u32 n16 = (u32)((end - base) * rec / 16);
+    for (u32 r = 0; r < n16; r += 128) {
+        u64 a[4], b[4];
+#pragma unroll
+        for (u32 k = 0; k < 4; k++) {
+            const u32 i = r + 32 * k + lane;
+            if (i < n16) ld_cg_v2((const void *)(src + 16 * (u64)i), a[k], b[k]);
+        }
+#pragma unroll
+        for (u32 k = 0; k < 4; k++) {
+            const u32 i = r + 32 * k + lane;
+            if (i < n16) st_global_v2((void *)(dst + 16 * (u64)i), a[k], b[k]);
+        }
+    }
+    // The lanes read each other's stores (the barrier orders them, as for a CTA).
+    __syncwarp();
+    return dst - base * rec;
+}
+
 static __device__ __forceinline__ void native_chunk(u32 slot, u64 in_base, u32 in_size, u64 out_base,
                                              u32 out_size, u64 res_base, u64 n, const u64 *args,
                                              u64 base, u64 end, u32 lane, u64 *ok_idx,
@@ -1956,6 +2002,12 @@ static __device__ void worker(const bpft_params &P, const u32 D) {
         const u64 least = host_in ? BPFT_HOST_CHUNK : BPFT_CHUNK;
         u64 chunk = (n + per * nworkers - 1) / (per * nworkers);
         chunk = chunk < least ? least : (chunk + 31) & ~31ull;
+        // BPFT_HOST_STAGE: fixed-size records in pinned host memory, 16-byte aligned, a
+        // chunk of them fitting the warp's staging area, outside any tier.
+        const bool stage = BPFT_HOST_STAGE && host_in && jprog.tier == BPFT_TIER_NATIVE && P.stage != 0 &&
+                           w < P.stage_warps && !(jd.flags & JF_VARLEN) && jd.in_rec_size != 0 &&
+                           jd.in_rec_size % 16 == 0 && in_base % 16 == 0 &&
+                           chunk * jd.in_rec_size <= BPFT_STAGE_BYTES && !tier.ns && !tier.ps && !tier.tat;
         u64 needed = (n + chunk - 1) / chunk;
         if (needed > nworkers) needed = nworkers;
         if ((w + jp) % nworkers >= needed) {
@@ -1998,7 +2050,8 @@ static __device__ void worker(const bpft_params &P, const u32 D) {
                 }
             } else if (jprog.tier == BPFT_TIER_NATIVE) {
                 u64 ci = 0, cr = 0;
-                native_chunk(jprog.native_slot, in_base, jd.in_rec_size, out_base, jd.out_rec_size,
+                const u64 ib = stage ? stage_chunk(P, w, in_base, jd.in_rec_size, base, end, lane) : in_base;
+                native_chunk(jprog.native_slot, ib, jd.in_rec_size, out_base, jd.out_rec_size,
                              res_base, n, jd.args, base, end, lane, &ci, &cr);
                 if (ci) {
                     ok_idx = ci;
