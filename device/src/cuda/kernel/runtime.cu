@@ -1823,7 +1823,8 @@ static __device__ __forceinline__ void st_global_v2(void *p, u64 a, u64 b) {
 }
 
 // BPFT_HOST_STAGE: copies records [base, end) of a job's input at `in_base` (`rec` bytes
-// each; both multiples of 16, at most BPFT_STAGE_BYTES in all) into worker warp w's staging
+// each; from a 16-byte aligned address, a multiple of 16 bytes and at most
+// BPFT_STAGE_BYTES in all) into worker warp w's staging
 // area, in rounds of 2 KB: the round's loads (four 16-byte loads a lane, the warp's 32
 // lanes on consecutive 16-byte words), then its stores. Returns the base address at which
 // the chunk loop finds record i (base <= i < end) in the copy. Not inlined: its eight
@@ -2002,12 +2003,14 @@ static __device__ void worker(const bpft_params &P, const u32 D) {
         const u64 least = host_in ? BPFT_HOST_CHUNK : BPFT_CHUNK;
         u64 chunk = (n + per * nworkers - 1) / (per * nworkers);
         chunk = chunk < least ? least : (chunk + 31) & ~31ull;
-        // BPFT_HOST_STAGE: fixed-size records in pinned host memory, 16-byte aligned, a
-        // chunk of them fitting the warp's staging area, outside any tier.
+        // BPFT_HOST_STAGE: fixed-size records in pinned host memory from a 16-byte aligned
+        // base, a chunk of them fitting the warp's staging area, outside any tier. A chunk
+        // that does not start and end at multiples of 16 bytes (a job's last, say: chunks
+        // are multiples of 32 records) is read where it is.
         const bool stage = BPFT_HOST_STAGE && host_in && jprog.tier == BPFT_TIER_NATIVE && P.stage != 0 &&
                            w < P.stage_warps && !(jd.flags & JF_VARLEN) && jd.in_rec_size != 0 &&
-                           jd.in_rec_size % 16 == 0 && in_base % 16 == 0 &&
-                           chunk * jd.in_rec_size <= BPFT_STAGE_BYTES && !tier.ns && !tier.ps && !tier.tat;
+                           in_base % 16 == 0 && chunk * jd.in_rec_size <= BPFT_STAGE_BYTES && !tier.ns &&
+                           !tier.ps && !tier.tat;
         u64 needed = (n + chunk - 1) / chunk;
         if (needed > nworkers) needed = nworkers;
         if ((w + jp) % nworkers >= needed) {
@@ -2050,7 +2053,9 @@ static __device__ void worker(const bpft_params &P, const u32 D) {
                 }
             } else if (jprog.tier == BPFT_TIER_NATIVE) {
                 u64 ci = 0, cr = 0;
-                const u64 ib = stage ? stage_chunk(P, w, in_base, jd.in_rec_size, base, end, lane) : in_base;
+                const u64 ib = stage && (base * jd.in_rec_size | (end - base) * jd.in_rec_size) % 16 == 0
+                                   ? stage_chunk(P, w, in_base, jd.in_rec_size, base, end, lane)
+                                   : in_base;
                 native_chunk(jprog.native_slot, ib, jd.in_rec_size, out_base, jd.out_rec_size,
                              res_base, n, jd.args, base, end, lane, &ci, &cr);
                 if (ci) {
