@@ -1813,9 +1813,8 @@ static __device__ __forceinline__ void prefetch_input(u64 in_base, u32 in_size, 
 #endif
 }
 
-// Runs records base+lane, base+lane+32, ... < end of a native program (which cannot fail:
-// the verifier proved it) through the JIT's chunk loop: one call per chunk, the body inline
-// with the ctx in registers.
+// A 16-byte store to global memory (its register `sg_g` is how runtime_ptx.rs tells the
+// staging stores apart).
 static __device__ __forceinline__ void st_global_v2(void *p, u64 a, u64 b) {
     asm volatile("{ .reg .u64 sg_g; cvta.to.global.u64 sg_g, %0; st.global.v2.u64 [sg_g], {%1, %2}; }" ::"l"(p),
                  "l"(a), "l"(b)
@@ -1824,12 +1823,11 @@ static __device__ __forceinline__ void st_global_v2(void *p, u64 a, u64 b) {
 
 // BPFT_HOST_STAGE: copies records [base, end) of a job's input at `in_base` (`rec` bytes
 // each; from a 16-byte aligned address, a multiple of 16 bytes and at most
-// BPFT_STAGE_BYTES in all) into worker warp w's staging
-// area, in rounds of 2 KB: the round's loads (four 16-byte loads a lane, the warp's 32
-// lanes on consecutive 16-byte words), then its stores. Returns the base address at which
-// the chunk loop finds record i (base <= i < end) in the copy. Not inlined: its eight
-// registers of loads in flight, inlined, made the kernel spill twice as much (once a
-// chunk, a call costs nothing that shows).
+// BPFT_STAGE_BYTES in all) into worker warp w's staging area, in rounds of 2 KB: the
+// round's loads (four 16-byte loads a lane, the warp's 32 lanes on consecutive 16-byte
+// words), then its stores. Returns the base address at which the chunk loop finds record i
+// (base <= i < end) in the copy. Not inlined: inlined, its loads in flight raised the
+// kernel's spill stores from 208 to 260 bytes (a call once a chunk costs nothing that shows).
 static __device__ __noinline__ u64 stage_chunk(const bpft_params &P, u64 w, u64 in_base, u32 rec, u64 base,
                                                   u64 end, u32 lane) {
     const u64 src = in_base + base * rec, dst = P.stage + w * BPFT_STAGE_BYTES;
@@ -1852,6 +1850,9 @@ static __device__ __noinline__ u64 stage_chunk(const bpft_params &P, u64 w, u64 
     return dst - base * rec;
 }
 
+// Runs records base+lane, base+lane+32, ... < end of a native program (which cannot fail:
+// the verifier proved it) through the JIT's chunk loop: one call per chunk, the body inline
+// with the ctx in registers.
 static __device__ __forceinline__ void native_chunk(u32 slot, u64 in_base, u32 in_size, u64 out_base,
                                              u32 out_size, u64 res_base, u64 n, const u64 *args,
                                              u64 base, u64 end, u32 lane, u64 *ok_idx,
