@@ -181,13 +181,16 @@ pub fn check_c() -> String {
 pub const MAX_DISPATCHERS: usize = 16;
 /// `sizeof(struct bpft_state)` (`BPFT_STATE_BYTES`, asserted by the runtime).
 pub const STATE_BYTES: usize = 256;
+/// A worker warp's staging area for a chunk of input from pinned host memory
+/// (`BPFT_STAGE_BYTES`, `BPFT_HOST_STAGE`).
+pub const STAGE_BYTES: usize = 4096;
 
 /// The whole translation unit NVRTC compiles: layout macros, interpreter, runtime.
 pub fn runtime_source() -> String {
     // The interpreter stays a function of its own: its register needs must not set the
     // kernel's, nor spill around the native path's calls.
     format!(
-        "#define BPFT_FN static __device__ __forceinline__\n#define BPFT_MAX_DISPATCHERS {MAX_DISPATCHERS}\n#define BPFT_STATE_BYTES {STATE_BYTES}\n#define BPFT_INDEX_ENTRY_BITS {}\n{}\n#define BPF_INTERP_API static __noinline__ __device__\n#line 1 \"bpf_interp.cuh\"\n{}\n#line 1 \"runtime.cu\"\n{}",
+        "#define BPFT_FN static __device__ __forceinline__\n#define BPFT_MAX_DISPATCHERS {MAX_DISPATCHERS}\n#define BPFT_STATE_BYTES {STATE_BYTES}\n#define BPFT_STAGE_BYTES {STAGE_BYTES}\n#define BPFT_INDEX_ENTRY_BITS {}\n{}\n#define BPF_INTERP_API static __noinline__ __device__\n#line 1 \"bpf_interp.cuh\"\n{}\n#line 1 \"runtime.cu\"\n{}",
         super::worker::INDEX_ENTRY_BITS,
         layout_header(),
         INTERP_CUH,

@@ -83,9 +83,9 @@ const TIER_NATIVE: u32 = 2;
 const TIER_HOST: u32 = 3;
 /// Device scratch of the dispatchers: one 128-byte line per lane for inline job input.
 const SCRATCH_BYTES: usize = source::MAX_DISPATCHERS * 32 * 128;
-/// A worker warp's staging area for a chunk of input from pinned host memory
-/// (`BPFT_STAGE_BYTES` in the runtime); one per warp the grid can have (two blocks an SM).
-const STAGE_BYTES: usize = 4096;
+/// Blocks of the persistent kernel an SM, at most (the grid's size, and so how many worker
+/// warps need a staging area of `source::STAGE_BYTES`).
+const MAX_BLOCKS_PER_SM: u32 = 2;
 /// `sizeof(struct bpft_djob)` rounded up.
 const DJOB_BYTES: usize = 320;
 
@@ -529,8 +529,8 @@ impl Worker {
         let code = gpu.alloc(CODE_ARENA as usize)?;
         let dev_arena = gpu.alloc(args.cfg.device_arena as usize)?;
         let scratch = gpu.alloc(SCRATCH_BYTES)?;
-        let stage_warps = gpu.sm_count()? * 2 * (THREADS / 32);
-        let stage = gpu.alloc(stage_warps as usize * STAGE_BYTES)?;
+        let stage_warps = gpu.sm_count()? * MAX_BLOCKS_PER_SM * (THREADS / 32);
+        let stage = gpu.alloc(stage_warps as usize * source::STAGE_BYTES)?;
         let tier_table = gpu.alloc(TIER_TABLE_BYTES)?;
         gpu.memset32(copy, tier_table, 0, TIER_TABLE_BYTES / 4)?;
         gpu.memset32(copy, state, 0, source::STATE_BYTES / 4)?;
@@ -1076,7 +1076,10 @@ impl Worker {
         }
         swap_step("sizing the grid");
         if self.grid == 0 {
-            let per_sm = self.gpu.occupancy(&lib, THREADS)?.clamp(1, 2);
+            let per_sm = self
+                .gpu
+                .occupancy(&lib, THREADS)?
+                .clamp(1, MAX_BLOCKS_PER_SM);
             self.grid = self.gpu.sm_count()? * per_sm;
         }
         // The pause.

@@ -418,7 +418,6 @@ struct bpft_djob {
 #ifndef BPFT_HOST_STAGE
 #define BPFT_HOST_STAGE 1
 #endif
-#define BPFT_STAGE_BYTES 4096
 #ifndef BPFT_SUB
 #define BPFT_SUB 256
 #endif
